@@ -1,0 +1,16 @@
+"""The `envbuild` command line: one Click group, each sub-command defined in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from builder import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="envbuild")
+def main() -> None:
+    """Reproducible, verified ROCm fine-tuning environments, with evidence."""
+
+
+# Sub-commands register below, one line each: main.add_command(module.command)
