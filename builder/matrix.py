@@ -1,0 +1,128 @@
+"""The matrix read model: one verdict per cell (pass / partial / fail / untested) and its history.
+
+A run's verdict: status "pass" with every probe pass or skip -> "pass"; "pass" with any probe "fail"
+-> "partial" (passed with probe warnings); "fail" or "error" -> "fail" (with its error_class). A failed
+image build is a "fail" event too (class `build:<failure_class>`). A cell's status is its latest
+event's verdict; cells known from the recipes with nothing recorded are "untested".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from builder.cells import Cell
+from builder.store import MatrixStore
+
+VERDICTS = ("pass", "partial", "fail", "untested")
+
+
+def run_verdict(result: dict) -> str:
+    """pass | partial | fail for one result.json."""
+    if result["status"] != "pass":
+        return "fail"
+    if any(p.get("status") == "fail" for p in result.get("probes") or []):
+        return "partial"
+    return "pass"
+
+
+def run_note(result: dict) -> str:
+    """One short line on why a run did not fully pass ("" when it did)."""
+    if result["status"] != "pass":
+        return _first_line(result.get("error") or result.get("error_class") or "")
+    failed = [p["name"] for p in result.get("probes") or [] if p.get("status") == "fail"]
+    return f"probe warnings: {', '.join(failed)}" if failed else ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One verdict in a cell's history: a run, or a failed build."""
+
+    at: str
+    verdict: str
+    kind: str  # "run" | "build"
+    ident: str  # run_id or build id
+    failure_class: str | None = None
+    note: str = ""
+
+
+@dataclass
+class CellSummary:
+    """Everything the matrix knows about one cell, newest facts first where it matters."""
+
+    cell: Cell
+    status: str = "untested"
+    failure_class: str | None = None
+    note: str = ""
+    events: list[Event] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)  # store rows, oldest first
+    builds: list[dict] = field(default_factory=list)  # store rows, oldest first
+    in_recipes: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.cell.key
+
+    @property
+    def last_pass_at(self) -> str | None:
+        passes = [e.at for e in self.events if e.verdict == "pass"]
+        return passes[-1] if passes else None
+
+    @property
+    def flips(self) -> list[tuple[Event, Event]]:
+        """Consecutive events whose verdict changed (e.g. pass -> fail), oldest first."""
+        return [(a, b) for a, b in zip(self.events, self.events[1:]) if a.verdict != b.verdict]
+
+    @property
+    def latest_run(self) -> dict | None:
+        return self.runs[-1]["result"] if self.runs else None
+
+    @property
+    def latest_train_run(self) -> dict | None:
+        """The newest result with training metrics (what the curves and accuracy come from)."""
+        for row in reversed(self.runs):
+            if row["result"].get("command") == "train" and row["result"].get("metrics"):
+                return row["result"]
+        return None
+
+    @property
+    def latest_build(self) -> dict | None:
+        return self.builds[-1] if self.builds else None
+
+
+def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = ()) -> list[CellSummary]:
+    """A summary per cell: every recorded cell plus every recipe cell, ordered by key."""
+    summaries: dict[str, CellSummary] = {c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells}
+    for cell in store.cells():
+        summaries.setdefault(cell.key, CellSummary(cell=cell))
+    for row in store.runs():
+        summaries[row["cell_key"]].runs.append(row)
+    for build in store.builds():
+        summaries[build["cell_key"]].builds.append(build)
+    for summary in summaries.values():
+        _fill_verdict(summary)
+    return [summaries[k] for k in sorted(summaries)]
+
+
+def _fill_verdict(summary: CellSummary) -> None:
+    events = []
+    for row in summary.runs:
+        result = row["result"]
+        at = result.get("finished_at") or result.get("started_at") or row["recorded_at"]
+        events.append(Event(at=at, verdict=run_verdict(result), kind="run", ident=result["run_id"],
+                            failure_class=result.get("error_class"), note=run_note(result)))
+    for build in summary.builds:
+        if build["status"] == "fail":
+            events.append(Event(at=build["created_at"], verdict="fail", kind="build", ident=str(build["id"]),
+                                failure_class=f"build:{build['failure_class']}",
+                                note=_first_line(build.get("error") or "")))
+    events.sort(key=lambda e: e.at)
+    summary.events = events
+    if events:
+        latest = events[-1]
+        summary.status, summary.failure_class, summary.note = latest.verdict, latest.failure_class, latest.note
+    elif summary.builds:
+        summary.note = "image built, no run recorded"
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    return text.strip().splitlines()[0][:limit] if text.strip() else ""

@@ -1,0 +1,152 @@
+"""The SQLite matrix store: schema, idempotent recording, concurrency, and refusing bad files untouched."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from builder.cells import Cell
+from builder.store import SCHEMA_VERSION, InvalidResultError, MatrixStore, StoreError, default_db_path
+from matrix_fixtures import cpu_result, failed_result, make_result
+
+CELL = Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10")
+
+
+def test_new_database_gets_current_schema_wal_and_tables(tmp_path):
+    db = tmp_path / "sub" / "m.db"
+    with MatrixStore.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"cells", "builds", "runs", "probes"} <= tables
+
+
+def test_default_path_honours_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("ENVBUILD_DB", raising=False)
+    assert str(default_db_path()) == "envbuild-matrix.db"
+    monkeypatch.setenv("ENVBUILD_DB", str(tmp_path / "x.db"))
+    assert default_db_path() == tmp_path / "x.db"
+
+
+def test_run_is_recorded_once_per_run_id_with_its_probes(tmp_path):
+    result = make_result()
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        first = store.record_run(result, source="a/result.json")
+        second = store.record_run(result, source="b/result.json")
+        assert first.inserted and not second.inserted
+        assert first.row_id == second.row_id and first.cell_key == "rocm6.2-torch2.4-gfx90a-py3.10"
+        runs = store.runs()
+        assert len(runs) == 1 and runs[0]["result"] == result and runs[0]["source"] == "a/result.json"
+        assert [p["name"] for p in store.probe_rows(first.row_id)] == ["device_discovery", "sdpa_vs_math"]
+
+
+def test_run_links_to_the_build_with_its_image_digest(tmp_path):
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        build_id = store.record_build(CELL, status="pass", image_tag="envbuild/x:1", image_digest="sha256:aa",
+                                      recipe_hash="r1", context_hash="c1", duration_s=12.5, log_path="b.log",
+                                      manifest={"cell": CELL.model_dump()})
+        run = store.record_run(make_result(image={"tag": "envbuild/x:1", "digest": "sha256:aa"}))
+        assert store.runs()[0]["build_id"] == build_id
+        build = store.builds(CELL.key)[0]
+        assert build["manifest"] == {"cell": CELL.model_dump()} and build["duration_s"] == 12.5
+        assert run.cell_key == CELL.key
+
+
+def test_failed_build_needs_a_failure_class(tmp_path):
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        with pytest.raises(StoreError, match="failure_class"):
+            store.record_build(CELL, status="fail")
+        store.record_build(CELL, status="fail", failure_class="compile", error="hipcc: error")
+        assert store.builds()[0]["failure_class"] == "compile"
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda r: r.update(schema_version=2), "schema_version 2"),
+    (lambda r: r.pop("run_id"), "run_id"),
+    (lambda r: r.update(status="ok"), "status must be one of"),
+    (lambda r: r.update(status="fail"), "error_class"),
+    (lambda r: r["versions"].pop("torch"), "versions.torch"),
+])
+def test_invalid_results_are_refused_and_nothing_is_written(tmp_path, mutate, message):
+    result = make_result()
+    mutate(result)
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        with pytest.raises(InvalidResultError, match=message):
+            store.record_run(result)
+        assert store.runs() == [] and store.cells() == []
+
+
+def _record_many(db: str, worker: int, count: int) -> None:
+    with MatrixStore.open(db) as store:
+        for i in range(count):
+            result = cpu_result() if i % 2 else failed_result()
+            result["run_id"] = f"w{worker}-{i}"
+            store.record_run(result)
+
+
+def test_two_processes_recording_at_once_lose_nothing(tmp_path):
+    db = str(tmp_path / "m.db")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_record_many, args=(db, w, 40)) for w in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    with MatrixStore.open(db) as store:
+        ids = {r["result"]["run_id"] for r in store.runs()}
+        assert ids == {f"w{w}-{i}" for w in range(2) for i in range(40)}
+        assert {c.key for c in store.cells()} == {"cpu-torch2.13-py3.11", "rocm6.2-torch2.4-gfx90a-py3.10"}
+        assert store.integrity_ok()
+
+
+def test_garbage_file_is_refused_and_left_byte_for_byte(tmp_path):
+    db = tmp_path / "m.db"
+    garbage = bytes(range(256)) * 64
+    db.write_bytes(garbage)
+    with pytest.raises(StoreError, match="not an SQLite database.*nothing was changed"):
+        MatrixStore.connect(db)
+    assert db.read_bytes() == garbage
+
+
+def test_damaged_pages_are_refused_and_left_byte_for_byte(tmp_path):
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        for _ in range(30):
+            store.record_run(make_result())
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    data = bytearray(db.read_bytes())
+    page = 4096
+    assert len(data) > 4 * page
+    data[2 * page:4 * page] = b"\xa5" * (2 * page)  # overwrite two table pages, keep the header valid
+    db.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="corrupt|integrity check"):
+        MatrixStore.connect(db)
+    assert db.read_bytes() == bytes(data)
+
+
+def test_newer_schema_is_refused_and_left_byte_for_byte(tmp_path):
+    db = tmp_path / "m.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE future (x)")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer"):
+        MatrixStore.connect(db)
+    assert db.read_bytes() == before
+
+
+def test_reopening_an_existing_database_keeps_its_rows(tmp_path):
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        store.record_run(make_result())
+    with MatrixStore.open(db) as store:
+        assert len(store.runs()) == 1 and store.schema_version == SCHEMA_VERSION
