@@ -1,0 +1,51 @@
+"""Environment probes run before training; each returns a pass/fail/skip record with measured values.
+
+    from workload.probes import run_probes, PROBE_NAMES
+    records = run_probes(torch.device("cuda"), tokenizer="path/to/tokenizer", dtype=torch.bfloat16)
+
+Every record is {"name", "status": "pass"|"fail"|"skip", "values": {...}, "message"}
+(docs/result-schema.md). A probe that raises becomes a "fail" record; run_probes never raises
+for a probe's sake. When torch.distributed is initialised, call run_probes on every rank:
+the collective probes are collective operations. See docs/probes.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ._common import ProbeContext, run_guarded
+from .device import bf16_support, device_discovery
+from .gemm import gemm_accuracy
+
+PROBES: dict[str, Callable[[ProbeContext], dict]] = {
+    "device_discovery": device_discovery,
+    "bf16_support": bf16_support,
+    "gemm_accuracy": gemm_accuracy,
+}
+PROBE_NAMES: list[str] = list(PROBES)
+
+
+def run_probes(
+    device: torch.device | str,
+    *,
+    tokenizer: Any = None,
+    dtype: torch.dtype | None = None,
+    only: list[str] | None = None,
+) -> list[dict]:
+    """Run the probes (all, or those named in `only`, in PROBE_NAMES order) on `device`.
+
+    `tokenizer` is a transformers tokenizer or a tokenizer directory (None: the tokenizer
+    probe is skipped). `dtype` is the run's training dtype: fp16 or bf16 narrows the
+    half-precision probes to it; None or fp32 tests both.
+    """
+    if only is not None:
+        unknown = sorted(set(only) - set(PROBES))
+        if unknown:
+            raise ValueError(f"unknown probe name(s) {unknown}; known: {PROBE_NAMES}")
+    ctx = ProbeContext(device=torch.device(device), dtype=dtype, tokenizer=tokenizer)
+    return [run_guarded(name, fn, ctx) for name, fn in PROBES.items() if only is None or name in only]
+
+
+__all__ = ["PROBE_NAMES", "run_probes"]
