@@ -14,3 +14,5 @@ def main() -> None:
 
 
 # Sub-commands register below, one line each: main.add_command(module.command)
+from builder import cli_doctor  # noqa: E402
+main.add_command(cli_doctor.doctor)

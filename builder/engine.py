@@ -1,0 +1,103 @@
+"""The Docker engine as envbuild sees it: an SDK client for queries and runs, a CLI for BuildKit builds.
+
+The docker Python SDK has no BuildKit, so builds go through a docker *client binary*:
+`docker buildx build` where buildx is installed, else a client whose `DOCKER_BUILDKIT=1 docker build`
+is BuildKit (clients before 23.0 carry it built in; newer ones without buildx refuse).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import docker.errors
+
+#: Tried after every `docker` on PATH: Debian's docker.io client (BuildKit built in).
+_FALLBACK_CLIENTS = ("/usr/bin/docker",)
+
+
+class EngineUnavailable(RuntimeError):
+    """No Docker engine answers, or no client can drive BuildKit."""
+
+
+def docker_client(timeout: int = 120) -> docker.DockerClient:
+    """An SDK client for the engine of DOCKER_HOST (default socket), verified with a ping."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise EngineUnavailable(
+            f"no Docker engine answers at {host} ({_short(exc)}). Start one (`sudo systemctl start docker`, "
+            "or `bash .ci/start_docker.sh`), or use `envbuild run workload --local` to run without Docker."
+        ) from exc
+    return client
+
+
+@dataclass(frozen=True)
+class BuildTool:
+    """A docker client that builds with BuildKit: `argv` + context dir is a build command."""
+
+    docker: str  # path of the client binary
+    kind: str  # "buildx" | "docker-build"
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def describe(self) -> str:
+        how = "docker buildx build" if self.kind == "buildx" else "DOCKER_BUILDKIT=1 docker build"
+        return f"{how} ({self.docker})"
+
+
+def _candidates() -> list[str]:
+    """Docker clients to try: $ENVBUILD_DOCKER alone when set, else every `docker` on PATH, then fallbacks."""
+    if os.environ.get("ENVBUILD_DOCKER"):
+        return [os.environ["ENVBUILD_DOCKER"]]
+    found: list[str] = []
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        path = Path(directory or ".") / "docker"
+        if path.is_file() and os.access(path, os.X_OK):
+            found.append(str(path.resolve()))
+    found += [c for c in _FALLBACK_CLIENTS if Path(c).is_file()]
+    return list(dict.fromkeys(found))
+
+
+def _quiet(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+@functools.lru_cache(maxsize=None)
+def detect_build_tool() -> BuildTool:
+    """The client to build with: one with buildx if any, else one whose `docker build` is BuildKit."""
+    candidates = _candidates()
+    for client in candidates:
+        if _quiet([client, "buildx", "version"]).returncode == 0:
+            return BuildTool(client, "buildx", (client, "buildx", "build"))
+    for client in candidates:
+        probe = _quiet([client, "build", "--help"], {"DOCKER_BUILDKIT": "1"})
+        if probe.returncode == 0 and "--secret" in probe.stdout:
+            return BuildTool(client, "docker-build", (client, "build"), {"DOCKER_BUILDKIT": "1"})
+    tried = ", ".join(candidates) or "none found on PATH"
+    raise EngineUnavailable(
+        f"no docker client can build with BuildKit (tried: {tried}). Install the buildx plugin "
+        "(docker-buildx-plugin or docker-buildx), or point ENVBUILD_DOCKER at a client that has it."
+    )
+
+
+def docker_cli() -> str:
+    """A docker client binary for plain engine commands (push)."""
+    found = shutil.which("docker") or next((c for c in _FALLBACK_CLIENTS if Path(c).is_file()), None)
+    if not found:
+        raise EngineUnavailable("no `docker` client on PATH; install docker.io or docker-ce-cli")
+    return os.environ.get("ENVBUILD_DOCKER", found)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:200] if text else type(exc).__name__

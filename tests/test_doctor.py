@@ -1,0 +1,123 @@
+"""`envbuild doctor` against fake /sys, /proc, /dev and /etc trees."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import main
+from builder.doctor import HostView, gfx_name, host_record, kfd_gpus
+
+
+def _write(root: Path, path: str, text: str) -> Path:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    return target
+
+
+def fake_gpu_host(root: Path, *, gpus: tuple[int, ...] = (90010, 90010), cmdline: str = "ro quiet",
+                  kernel: str = "5.15.0-119-generic", driver: str | None = "6.8.5") -> Path:
+    """A host with the given GPUs (gfx_target_version each) in the KFD topology, devices and groups."""
+    _write(root, "/proc/sys/kernel/osrelease", kernel + "\n")
+    _write(root, "/proc/cmdline", cmdline + "\n")
+    if driver:
+        _write(root, "/sys/module/amdgpu/version", driver + "\n")
+    _write(root, "/sys/class/kfd/kfd/topology/nodes/0/properties",
+           "cpu_cores_count 64\nsimd_count 0\ngfx_target_version 0\n")
+    for i, target in enumerate(gpus, start=1):
+        _write(root, f"/sys/class/kfd/kfd/topology/nodes/{i}/properties",
+               f"cpu_cores_count 0\nsimd_count 416\ngfx_target_version {target}\n"
+               f"drm_render_minor {127 + i}\n")
+        _write(root, f"/dev/dri/renderD{127 + i}", "")
+    _write(root, "/dev/kfd", "")
+    for node in [root / "dev/kfd", *(root / "dev/dri").glob("renderD*")]:
+        node.chmod(0o660)
+    gid = os.getgid()
+    _write(root, "/etc/group", f"root:x:0:\nvideo:x:44:\nrender:x:{gid if gid else 109}:\n")
+    return root
+
+
+def checks(record: dict) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in record["checks"]}
+
+
+@pytest.mark.parametrize("target, name", [(90010, "gfx90a"), (90402, "gfx942"), (90008, "gfx908"),
+                                          (110000, "gfx1100"), (100300, "gfx1030")])
+def test_gfx_target_version_names(target, name):
+    assert gfx_name(target) == name
+
+
+def test_two_gpus_without_iommu_pt_warn(tmp_path):
+    root = fake_gpu_host(tmp_path, cmdline="BOOT_IMAGE=/vmlinuz ro quiet")
+    host = HostView(root=root, uid=0, groups=(0,), check_engine=False)
+    record = host_record(host)
+    assert checks(record) == {"kernel": "pass", "amdgpu_driver": "pass", "gpu_devices": "pass",
+                              "gpu_archs": "pass", "iommu": "warn"}
+    assert record["gpu_archs"] == ["gfx90a"] and record["amdgpu_version"] == "6.8.5"
+    iommu = next(c for c in record["checks"] if c["name"] == "iommu")
+    assert "iommu=pt" in iommu["hint"] and "rccl#1129" in iommu["detail"]
+    assert record["status"] == "warn"
+
+
+def test_iommu_pt_set_and_single_gpu_pass(tmp_path):
+    multi = fake_gpu_host(tmp_path / "multi", cmdline="ro iommu=pt quiet")
+    single = fake_gpu_host(tmp_path / "single", gpus=(90402,))
+    for root in (multi, single):
+        record = host_record(HostView(root=root, uid=0, groups=(0,), check_engine=False))
+        assert checks(record)["iommu"] == "pass"
+    assert [g.arch for g in kfd_gpus(HostView(root=single))] == ["gfx942"]
+    assert [g.render_minor for g in kfd_gpus(HostView(root=multi))] == [128, 129]
+
+
+def test_device_access_needs_group_membership(tmp_path):
+    root = fake_gpu_host(tmp_path)
+    outsider = HostView(root=root, uid=4242, groups=(4242,), check_engine=False)
+    member = HostView(root=root, uid=4242, groups=(4242, (root / "dev/kfd").stat().st_gid), check_engine=False)
+    denied = next(c for c in host_record(outsider)["checks"] if c["name"] == "gpu_devices")
+    assert denied["status"] == "fail" and "usermod -aG" in denied["hint"] and "kfd" in denied["detail"]
+    assert checks(host_record(member))["gpu_devices"] == "pass"
+
+
+def test_unvalidated_kernel_and_in_tree_driver_warn(tmp_path):
+    root = fake_gpu_host(tmp_path, kernel="6.18.2-custom", driver=None)
+    (root / "sys/module/amdgpu").mkdir(parents=True)
+    record = host_record(HostView(root=root, uid=0, groups=(0,), check_engine=False))
+    assert checks(record)["kernel"] == "warn" and checks(record)["amdgpu_driver"] == "warn"
+
+
+def test_gpu_host_missing_devices_fails_but_cpu_host_only_warns(tmp_path):
+    broken = tmp_path / "broken"
+    _write(broken, "/sys/module/amdgpu/version", "6.8.5\n")  # driver, but no /dev/kfd, no topology
+    result = host_record(HostView(root=broken, uid=0, groups=(0,), check_engine=False))
+    assert checks(result)["gpu_devices"] == "fail" and checks(result)["gpu_archs"] == "fail"
+    assert result["status"] == "fail"
+    cpu_only = tmp_path / "cpu"
+    _write(cpu_only, "/proc/sys/kernel/osrelease", "5.15.0-1-generic\n")
+    record = host_record(HostView(root=cpu_only, uid=0, groups=(0,), check_engine=False))
+    assert record["status"] == "warn" and checks(record)["amdgpu_driver"] == "warn"
+    rocm = host_record(HostView(root=cpu_only, uid=0, groups=(0,), check_engine=False), flavor="rocm")
+    assert checks(rocm)["amdgpu_driver"] == "fail" and rocm["status"] == "fail"
+
+
+def test_cli_json_and_exit_codes(tmp_path):
+    root = fake_gpu_host(tmp_path / "ok", cmdline="ro iommu=pt")
+    runner = CliRunner()
+    ok = runner.invoke(main, ["doctor", "--json", "--no-engine", "--root", str(root)])
+    assert ok.exit_code == 0, ok.output
+    record = json.loads(ok.output)
+    assert record["status"] == "pass" and len(record["gpus"]) == 2
+    bad = runner.invoke(main, ["doctor", "--no-engine", "--flavor", "rocm", "--root", str(tmp_path)])
+    assert bad.exit_code == 1 and "amdgpu" in bad.output and "fail" in bad.output
+
+
+def test_cli_reports_missing_engine(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such-docker.sock")
+    result = CliRunner().invoke(main, ["doctor", "--json", "--root", str(fake_gpu_host(tmp_path / "h"))])
+    record = json.loads(result.output)
+    engine = next(c for c in record["checks"] if c["name"] == "docker_engine")
+    assert result.exit_code == 1 and engine["status"] == "fail" and "no-such-docker.sock" in engine["detail"]
