@@ -16,3 +16,7 @@ def main() -> None:
 # Sub-commands register below, one line each: main.add_command(module.command)
 from builder import cli_doctor  # noqa: E402
 main.add_command(cli_doctor.doctor)
+from builder import cli_matrix  # noqa: E402
+main.add_command(cli_matrix.matrix)
+from builder import cli_report  # noqa: E402
+main.add_command(cli_report.report)

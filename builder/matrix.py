@@ -103,6 +103,29 @@ def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = 
     return [summaries[k] for k in sorted(summaries)]
 
 
+def export_data(summaries: list[CellSummary]) -> dict:
+    """The JSON form of the matrix (also the report's data.json)."""
+    return {"format": "envbuild-matrix", "version": 1, "cells": [summary_record(s) for s in summaries]}
+
+
+def summary_record(s: CellSummary) -> dict:
+    """One cell: its coordinates, verdict, history, builds and runs."""
+    return {
+        **summary_line(s),
+        "cell": s.cell.model_dump(),
+        "history": [{"at": e.at, "verdict": e.verdict, "kind": e.kind, "id": e.ident,
+                     "failure_class": e.failure_class, "note": e.note} for e in s.events],
+        "flips": [{"at": b.at, "from": a.verdict, "to": b.verdict} for a, b in s.flips],
+        "builds": s.builds,
+        "runs": [row["result"] for row in s.runs],
+    }
+
+
+def summary_line(s: CellSummary) -> dict:
+    return {"key": s.key, "status": s.status, "failure_class": s.failure_class, "note": s.note,
+            "runs": len(s.runs), "builds": len(s.builds), "last_pass_at": s.last_pass_at}
+
+
 def _fill_verdict(summary: CellSummary) -> None:
     events = []
     for row in summary.runs:

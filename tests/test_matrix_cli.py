@@ -1,0 +1,118 @@
+"""`envbuild matrix` and the verdict model: import is idempotent, statuses follow the documented rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cells import Cell
+from builder.cli import main
+from builder.matrix import summarize
+from builder.store import MatrixStore
+from matrix_fixtures import cpu_result, failed_result, make_result, with_probe_failure
+
+ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"
+CPU_KEY = "cpu-torch2.13-py3.11"
+
+
+def _write(path, result):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return path
+
+
+def _invoke(*args, db):
+    result = CliRunner().invoke(main, [*args, "--db", str(db)], catch_exceptions=False)
+    return result
+
+
+def test_import_of_artifact_directories_is_idempotent(tmp_path):
+    artifacts = tmp_path / "artifacts"
+    _write(artifacts / "cell-a" / "result.json", make_result())
+    _write(artifacts / "cell-b" / "out" / "result.json", cpu_result())
+    db = tmp_path / "m.db"
+    first = _invoke("matrix", "import", str(artifacts), db=db)
+    assert first.exit_code == 0, first.output
+    assert "imported 2 new run(s), 0 already recorded" in first.output
+    again = _invoke("matrix", "import", str(artifacts), str(artifacts / "cell-a" / "result.json"), db=db)
+    assert again.exit_code == 0 and "imported 0 new run(s), 3 already recorded" in again.output
+    with MatrixStore.open(db) as store:
+        assert len(store.runs()) == 2
+
+
+def test_an_invalid_file_imports_nothing_unless_skipped(tmp_path):
+    good = _write(tmp_path / "good" / "result.json", make_result())
+    bad = tmp_path / "bad" / "result.json"
+    bad.parent.mkdir()
+    bad.write_text('{"schema_version": 1, "status": "pa')  # truncated write
+    db = tmp_path / "m.db"
+    refused = _invoke("matrix", "import", str(good), str(bad), db=db)
+    assert refused.exit_code == 2
+    assert "bad/result.json" in refused.output and "--skip-invalid" in refused.output
+    with MatrixStore.open(db) as store:
+        assert store.runs() == []
+    skipped = _invoke("matrix", "import", "--skip-invalid", str(good), str(bad), db=db)
+    assert skipped.exit_code == 0 and "imported 1 new run(s), 0 already recorded, 1 skipped" in skipped.output
+
+
+def test_list_show_and_export_report_the_verdicts(tmp_path):
+    db = tmp_path / "m.db"
+    _write(tmp_path / "a" / "result.json", make_result())
+    _write(tmp_path / "b" / "result.json", with_probe_failure(cpu_result()))
+    assert _invoke("matrix", "import", str(tmp_path / "a"), str(tmp_path / "b"), db=db).exit_code == 0
+    listed = json.loads(_invoke("matrix", "list", "--json", db=db).output)
+    assert {c["key"]: c["status"] for c in listed} == {ROCM_KEY: "pass", CPU_KEY: "partial"}
+    shown = json.loads(_invoke("matrix", "show", CPU_KEY, "--json", db=db).output)
+    assert shown["note"] == "probe warnings: sdpa_vs_math" and shown["runs"][0]["probes"][1]["status"] == "fail"
+    text = _invoke("matrix", "show", ROCM_KEY, db=db)
+    assert text.exit_code == 0 and "device_discovery" in text.output
+    out = tmp_path / "export.json"
+    assert _invoke("matrix", "export", "--json", "-o", str(out), db=db).exit_code == 0
+    exported = json.loads(out.read_text())
+    assert exported["format"] == "envbuild-matrix" and len(exported["cells"]) == 2
+
+
+def test_unknown_cell_is_a_usage_error(tmp_path):
+    result = _invoke("matrix", "show", "rocm9.9-torch0.1-py3.0", db=tmp_path / "m.db")
+    assert result.exit_code == 2 and "no cell 'rocm9.9-torch0.1-py3.0'" in result.output
+
+
+def test_corrupt_database_is_a_clear_error(tmp_path):
+    db = tmp_path / "m.db"
+    db.write_bytes(b"not a database at all" * 100)
+    result = _invoke("matrix", "list", db=db)
+    assert result.exit_code == 1 and "not an SQLite database" in result.output
+
+
+@pytest.mark.parametrize("results, status, failure_class", [
+    ([make_result()], "pass", None),
+    ([with_probe_failure(make_result())], "partial", None),
+    ([make_result(), failed_result("oom", "HIP out of memory")], "fail", "oom"),
+    ([failed_result(), make_result()], "pass", None),
+])
+def test_cell_status_is_the_latest_verdict(tmp_path, results, status, failure_class):
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        for i, result in enumerate(results):
+            result["finished_at"] = f"2026-12-0{2 + i}T13:00:00Z"  # recorded in time order
+            store.record_run(result)
+        (summary,) = summarize(store)
+    assert (summary.status, summary.failure_class) == (status, failure_class)
+
+
+def test_history_has_last_pass_and_flips_and_build_failures(tmp_path):
+    cell = Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10")
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z"))
+        store.record_run(failed_result("nan_loss", "loss NaN at step 3", finished_at="2026-12-01T11:00:00Z"))
+        store.record_run(make_result(finished_at="2026-12-01T12:00:00Z"))
+        store.record_build(cell, status="fail", failure_class="compile", error="hipcc: fatal error\nmore",
+                           created_at="2026-12-01T13:00:00Z")
+        recipe_only = Cell(flavor="rocm", accel_version="6.1.2", torch="2.3", arch="gfx90a", python="3.10")
+        summaries = {s.key: s for s in summarize(store, [recipe_only])}
+    s = summaries[ROCM_KEY]
+    assert s.status == "fail" and s.failure_class == "build:compile" and s.note == "hipcc: fatal error"
+    assert s.last_pass_at == "2026-12-01T12:00:00Z"
+    assert [(a.verdict, b.verdict) for a, b in s.flips] == [("pass", "fail"), ("fail", "pass"), ("pass", "fail")]
+    assert summaries[recipe_only.key].status == "untested" and summaries[recipe_only.key].in_recipes
