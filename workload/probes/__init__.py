@@ -16,13 +16,25 @@ from typing import Any, Callable
 import torch
 
 from ._common import ProbeContext, run_guarded
+from .attention import sdpa_vs_math
+from .collective import collective_smoke, multi_rank_collective
 from .device import bf16_support, device_discovery
 from .gemm import gemm_accuracy
+from .rmsnorm import rmsnorm_stability
+from .rocm_libs import hipblaslt, miopen_cache_dir
+from .tokenizer import tokenizer_integrity
 
 PROBES: dict[str, Callable[[ProbeContext], dict]] = {
     "device_discovery": device_discovery,
     "bf16_support": bf16_support,
     "gemm_accuracy": gemm_accuracy,
+    "rmsnorm_stability": rmsnorm_stability,
+    "sdpa_vs_math": sdpa_vs_math,
+    "tokenizer_integrity": tokenizer_integrity,
+    "collective_smoke": collective_smoke,
+    "multi_rank_collective": multi_rank_collective,
+    "miopen_cache_dir": miopen_cache_dir,
+    "hipblaslt": hipblaslt,
 }
 PROBE_NAMES: list[str] = list(PROBES)
 
