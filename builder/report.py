@@ -65,12 +65,13 @@ def build_report(summaries: list[CellSummary], out_dir: Path, *, generated_at: s
 
 
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape(["html", "j2"]),
+    env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape(["html.j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["num"] = _num
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
     env.filters["gib"] = lambda v: "-" if v is None else f"{v / 2**30:.2f} GiB"
     env.filters["json"] = lambda v: json.dumps(v, sort_keys=True)
+    env.filters["md"] = _markdown_cell
     return env
 
 
@@ -80,6 +81,12 @@ def _num(value, digits: int = 2) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.{digits}f}"
+
+
+def _markdown_cell(text: str | None) -> str:
+    """Text safe inside a Markdown table cell: one line, pipes and angle brackets escaped."""
+    text = " ".join((text or "").split())
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _version_key(version: str) -> tuple:
@@ -109,28 +116,60 @@ def _cell_page(summary: CellSummary, out_dir: Path) -> dict:
     """Everything one cell page shows, with its plots drawn into out_dir/plots/."""
     plots_dir = out_dir / "plots"
     latest, train = summary.latest_run, summary.latest_train_run
-    plots = {}
+    plots = {"curves": None, "accuracy": None}
     if train:
         plots["curves"] = report_plots.training_curves(train, plots_dir / f"{summary.key}-curves.png")
         plots["accuracy"] = report_plots.accuracy_before_after(train, plots_dir / f"{summary.key}-accuracy.png")
     train_results = [r["result"] for r in summary.runs if r["result"].get("command") == "train"]
     plots["throughput"] = report_plots.throughput_history(train_results, plots_dir / f"{summary.key}-throughput.png")
     build = summary.latest_build
-    image = (latest or {}).get("image") or {}
+    image = _latest_image(summary)
     return {
         "summary": summary,
         "cell": summary.cell,
-        "latest": latest,
+        "latest": _pick(latest, _RUN_KEYS) if latest else None,
         "latest_verdict": run_verdict(latest) if latest else None,
         "train": train,
-        "metrics": (train or {}).get("metrics") or {},
-        "plots": {name: f"plots/{p.name}" for name, p in plots.items() if p},
+        "metrics": _metrics((train or {}).get("metrics") or {}),
+        "plots": {name: f"plots/{p.name}" if p else None for name, p in plots.items()},
         "versions": sorted(((latest or {}).get("versions") or {}).items()),
-        "hardware": (latest or {}).get("hardware") or {},
-        "image_tag": image.get("tag") or (build or {}).get("image_tag"),
-        "image_digest": image.get("digest") or (build or {}).get("image_digest"),
+        "hardware": _pick((latest or {}).get("hardware") or {}, _HARDWARE_KEYS) if latest else None,
+        "image_tag": image.get("tag"),
+        "image_digest": image.get("digest"),
         "build": build,
-        "probes": (latest or {}).get("probes") or [],
+        "probes": [_pick(p, _PROBE_KEYS) for p in (latest or {}).get("probes") or []],
         "history": list(reversed(summary.events)),
         "flips": list(reversed(summary.flips)),
     }
+
+
+def _latest_image(summary: CellSummary) -> dict:
+    """The newest image {tag, digest} a run of this cell used, else the newest one built for it."""
+    for row in reversed(summary.runs):
+        image = row["result"].get("image") or {}
+        if image.get("digest") or image.get("tag"):
+            return image
+    for build in reversed(summary.builds):
+        if build.get("image_digest") or build.get("image_tag"):
+            return {"tag": build.get("image_tag"), "digest": build.get("image_digest")}
+    return {}
+
+
+_METRIC_KEYS = ("steps", "samples_per_s", "tokens_per_s", "mfu", "peak_memory_allocated_bytes",
+                "peak_memory_reserved_bytes")
+_EVAL_KEYS = ("accuracy", "macro_f1", "loss")
+_RUN_KEYS = ("run_id", "command", "status", "error_class", "error", "finished_at", "wall_time_s")
+_PROBE_KEYS = ("name", "status", "message", "values")
+_HARDWARE_KEYS = ("device_type", "vendor", "gpu_name", "arch", "gpu_count")
+
+
+def _pick(mapping: dict, keys: tuple[str, ...]) -> dict:
+    """`mapping` restricted to `keys`, absent ones None (the templates read every key)."""
+    return {k: mapping.get(k) for k in keys}
+
+
+def _metrics(metrics: dict) -> dict:
+    picked = _pick(metrics, _METRIC_KEYS)
+    for name in ("eval_before", "eval_after"):
+        picked[name] = _pick(metrics.get(name) or {}, _EVAL_KEYS)
+    return picked

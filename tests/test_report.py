@@ -1,0 +1,138 @@
+"""`envbuild report`: the static site's content, that it is offline, and that it renders in Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cells import Cell
+from builder.cli import main
+from builder.matrix import summarize
+from builder.report import build_report
+from builder.store import MatrixStore
+from matrix_fixtures import cpu_result, failed_result, make_result, with_probe_failure
+from report_browser import chromium_path, inspect_page
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"
+CPU_KEY = "cpu-torch2.13-py3.11"
+FAIL_KEY = "rocm6.1.2-torch2.3-gfx942-py3.10"
+BUILD_FAIL_KEY = "rocm6.2-torch2.5-gfx942-py3.10"
+UNTESTED = Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx90a", python="3.10")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A report over pass, partial, fail (run), fail (build) and untested cells."""
+    tmp = tmp_path_factory.mktemp("report")
+    fail_cell = {"flavor": "rocm", "accel_version": "6.1.2", "torch": "2.3", "arch": "gfx942", "python": "3.10"}
+    with MatrixStore.open(tmp / "m.db") as store:
+        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
+                                     image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}))
+        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"))
+        store.record_run(with_probe_failure(cpu_result()))
+        store.record_run(failed_result("oom", "HIP out of memory <tried 2 GiB>",
+                                       image={"manifest": {"cell": fail_cell}}))
+        store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx942", python="3.10"),
+                           status="fail", failure_class="network", error="pip could not reach the index")
+        summaries = summarize(store, [UNTESTED])
+    out = tmp / "site"
+    index = build_report(summaries, out, generated_at="2026-12-02T14:00:00Z")
+    return out, index
+
+
+def test_site_has_pages_plots_summary_and_data(site):
+    out, index = site
+    assert index == out / "index.html"
+    for key in (ROCM_KEY, CPU_KEY, FAIL_KEY, BUILD_FAIL_KEY, UNTESTED.key):
+        assert (out / "cells" / f"{key}.html").is_file()
+    for name in ("curves", "accuracy", "throughput"):
+        png = (out / "plots" / f"{ROCM_KEY}-{name}.png").read_bytes()
+        assert png.startswith(PNG_MAGIC) and len(png) > 5000
+    assert not (out / "plots" / f"{UNTESTED.key}-curves.png").exists()
+    data = json.loads((out / "data.json").read_text())
+    status = {c["key"]: (c["status"], c["failure_class"]) for c in data["cells"]}
+    assert status == {ROCM_KEY: ("pass", None), CPU_KEY: ("partial", None), FAIL_KEY: ("fail", "oom"),
+                      BUILD_FAIL_KEY: ("fail", "build:network"), UNTESTED.key: ("untested", None)}
+    summary = (out / "summary.md").read_text()
+    assert "2 pass" not in summary and "1 pass, 1 partial (passed with probe warnings), 2 fail, 1 untested" in summary
+    assert f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | oom | HIP out of memory &lt;tried 2 GiB&gt; | 1 | never |" in summary
+
+
+def test_grid_shows_every_cell_with_status_class_and_note(site):
+    out, _ = site
+    html = (out / "index.html").read_text()
+    entries = dict(re.findall(r'data-cell="([^"]+)" data-status="([^"]+)"', html))
+    assert entries == {ROCM_KEY: "pass", CPU_KEY: "partial", FAIL_KEY: "fail", BUILD_FAIL_KEY: "fail",
+                       UNTESTED.key: "untested"}
+    assert "HIP out of memory &lt;tried 2 GiB&gt;" in html  # notes are escaped
+    assert "build:network" in html and "probe warnings: sdpa_vs_math" in html
+    for torch in ("2.3", "2.4", "2.5", "2.13"):
+        assert f"<th>torch {torch}</th>" in html
+
+
+def test_cell_page_shows_digest_probes_versions_and_history(site):
+    out, _ = site
+    html = (out / "cells" / f"{ROCM_KEY}.html").read_text()
+    assert "plots/" + ROCM_KEY + "-curves.png" in html and "0.140 → 0.710" in html and "21.0%" in html
+    assert "2.4.1+rocm6.2" in html and "sdpa_vs_math" in html
+    assert "last pass 2026-12-02T10:00:00Z" in html and "2 recorded verdict(s)" in html
+    assert "sha256:" + "d" * 64 in html  # from the older run: the newest run carries no image block
+    fail = (out / "cells" / f"{FAIL_KEY}.html").read_text()
+    assert "oom" in fail and "HIP out of memory" in fail
+
+
+def test_site_references_nothing_outside_itself(site):
+    out, _ = site
+    for page in [*out.glob("*.html"), *out.glob("cells/*.html"), out / "style.css"]:
+        text = page.read_text()
+        assert not re.search(r"(src|href)=\"(https?:)?//", text), page
+        assert "@import" not in text and "url(" not in text, page
+        for ref in re.findall(r'(?:src|href)="([^"#]+)"', text):
+            assert (page.parent / ref).resolve().exists(), f"{page.name} links to missing {ref}"
+
+
+def test_report_command_writes_the_site(tmp_path):
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        store.record_run(cpu_result())
+    result = CliRunner().invoke(main, ["report", "-o", str(tmp_path / "site"), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert f"cells/{CPU_KEY}.html" in (tmp_path / "site" / "index.html").read_text()
+
+
+def _need_chromium():
+    if chromium_path():
+        return
+    if os.environ.get("CI"):
+        pytest.fail("CI=true but chromium is not installed (apt-get install -y chromium)", pytrace=False)
+    pytest.skip("chromium is not installed (apt-get install -y chromium)")
+
+
+@pytest.mark.slow
+def test_index_renders_in_headless_chromium_without_console_errors(site, tmp_path):
+    _need_chromium()
+    out, index = site
+    shot = tmp_path / "index.png"
+    page = inspect_page(index.as_uri(), shot, "({entries: Array.from(document.querySelectorAll("
+                        "'#matrix-grid a.entry')).map(a => a.dataset.status), title: document.title})")
+    assert page.errors == []
+    assert sorted(page.value["entries"]) == ["fail", "fail", "partial", "pass", "untested"]
+    assert shot.read_bytes().startswith(PNG_MAGIC) and shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+
+
+@pytest.mark.slow
+def test_cell_page_renders_with_its_plots_loaded(site, tmp_path):
+    _need_chromium()
+    out, _ = site
+    shot = tmp_path / "cell.png"
+    page = inspect_page((out / "cells" / f"{ROCM_KEY}.html").as_uri(), shot,
+                        "Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+    assert page.errors == []
+    assert page.value == [True, True, True]
+    print(f"screenshot: {shot}")
