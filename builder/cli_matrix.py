@@ -80,41 +80,55 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @db_option
 @click.option("--skip-invalid", is_flag=True,
-              help="Import the valid results and warn about the rest (default: import nothing if any is invalid).")
+              help="Import the valid files and warn about the rest (default: import nothing if any is invalid).")
 def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool) -> None:
-    """Import result.json files (or directories searched for result.json, e.g. unpacked CI artifacts).
+    """Import result.json files and matrix databases (*.db, e.g. a CI job's, with its builds).
 
-    Idempotent: a run already in the matrix (same run_id) is counted, not added again.
+    A directory (e.g. unpacked CI artifacts) is searched for result.json and *.db files. Idempotent:
+    a run (same run_id) or build (same build_uid) already in the matrix is counted, not added again.
     """
-    loaded, problems = [], []
-    for file in _result_files(paths):
+    results, databases, problems = [], [], []
+    for file in _import_files(paths):
+        if file.suffix == ".db":
+            databases.append(file)
+            continue
         try:
             result = json.loads(file.read_text())
             validate_result(result)
-            loaded.append((file, result))
+            results.append((file, result))
         except (OSError, ValueError) as exc:  # InvalidResultError and JSONDecodeError are ValueErrors
             problems.append(f"{file}: {exc}")
-    if not loaded and not problems:
-        raise click.BadParameter("no result.json found under the given paths", param_hint="PATHS")
+    if not results and not databases and not problems:
+        raise click.BadParameter("no result.json or *.db found under the given paths", param_hint="PATHS")
     if problems and not skip_invalid:
         raise click.BadParameter(
             "not imported, invalid result files:\n  " + "\n  ".join(problems)
             + "\n(fix them, or pass --skip-invalid to import the valid ones)", param_hint="PATHS")
-    for problem in problems:
-        click.echo(f"skipped {problem}", err=True)
-    added = present = 0
+    runs_added = runs_present = builds_added = 0
     store = open_store(db)
     try:
-        for file, result in loaded:
+        for file in databases:
+            if file.resolve() == store.path.resolve():
+                continue
             try:
-                recorded = store.record_run(result, source=str(file))
-            except InvalidResultError as exc:
-                raise click.BadParameter(f"{file}: {exc}", param_hint="PATHS") from exc
-            added += recorded.inserted
-            present += not recorded.inserted
+                added_builds, added_runs = store.merge_from(file)
+            except StoreError as exc:
+                if not skip_invalid:
+                    raise click.BadParameter(f"{file}: {exc}", param_hint="PATHS") from exc
+                problems.append(f"{file}: {exc}")
+                continue
+            builds_added += added_builds
+            runs_added += added_runs
+        for file, result in results:
+            recorded = store.record_run(result, source=str(file))
+            runs_added += recorded.inserted
+            runs_present += not recorded.inserted
     finally:
         store.close()
-    click.echo(f"imported {added} new run(s), {present} already recorded, {len(problems)} skipped into {store.path}")
+    for problem in problems:
+        click.echo(f"skipped {problem}", err=True)
+    click.echo(f"imported {runs_added} new run(s), {runs_present} already recorded, {builds_added} new build(s),"
+               f" {len(problems)} skipped into {store.path}")
 
 
 @matrix.command("export")
@@ -160,8 +174,12 @@ def _print_summary(s: CellSummary) -> None:
     console.print(history)
 
 
-def _result_files(paths: tuple[Path, ...]) -> list[Path]:
+def _import_files(paths: tuple[Path, ...]) -> list[Path]:
+    """The files to import: given files as they are, directories searched for result.json and *.db."""
     files = []
     for path in paths:
-        files.extend(sorted(path.rglob("result.json")) if path.is_dir() else [path])
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*") if p.name == "result.json" or p.suffix == ".db"))
+        else:
+            files.append(path)
     return files

@@ -135,7 +135,7 @@ def _fill_verdict(summary: CellSummary) -> None:
                             failure_class=result.get("error_class"), note=run_note(result)))
     for build in summary.builds:
         if build["status"] == "fail":
-            events.append(Event(at=build["created_at"], verdict="fail", kind="build", ident=str(build["id"]),
+            events.append(Event(at=build["created_at"], verdict="fail", kind="build", ident=build["build_uid"],
                                 failure_class=f"build:{build['failure_class']}",
                                 note=_first_line(build.get("error") or "")))
     events.sort(key=lambda e: e.at)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -44,6 +45,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE TABLE builds (
         id INTEGER PRIMARY KEY,
+        build_uid TEXT NOT NULL UNIQUE,
         cell_id INTEGER NOT NULL REFERENCES cells(id),
         recipe_hash TEXT,
         context_hash TEXT,
@@ -198,19 +200,28 @@ class MatrixStore:
         error: str | None = None,
         manifest: dict | None = None,
         created_at: str | None = None,
+        build_uid: str | None = None,
     ) -> int:
-        """Record one image build of `cell` ("pass" or "fail" with a `failure_class`); returns its id."""
+        """Record one image build of `cell` ("pass" or "fail" with a `failure_class`); returns its id.
+
+        `build_uid` (default: a new uuid4 hex) identifies the build across databases: recording the
+        same uid again inserts nothing and returns the existing id (what merging CI databases relies on).
+        """
         if status not in BUILD_STATUSES:
             raise StoreError(f"build status must be one of {BUILD_STATUSES}, got {status!r}")
         if status == "fail" and not failure_class:
             raise StoreError("a failed build needs a failure_class (e.g. 'network', 'compile', 'oom')")
+        build_uid = build_uid or uuid.uuid4().hex
         with self._write() as conn:
+            existing = conn.execute("SELECT id FROM builds WHERE build_uid = ?", (build_uid,)).fetchone()
+            if existing:
+                return existing[0]
             cell_id = _ensure_cell(conn, cell)
             cur = conn.execute(
-                "INSERT INTO builds (cell_id, recipe_hash, context_hash, image_tag, image_digest, duration_s,"
-                " log_path, status, failure_class, error, manifest_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (cell_id, recipe_hash, context_hash, image_tag, image_digest, duration_s,
+                "INSERT INTO builds (build_uid, cell_id, recipe_hash, context_hash, image_tag, image_digest,"
+                " duration_s, log_path, status, failure_class, error, manifest_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (build_uid, cell_id, recipe_hash, context_hash, image_tag, image_digest, duration_s,
                  str(log_path) if log_path is not None else None, status, failure_class, error,
                  json.dumps(manifest, sort_keys=True) if manifest is not None else None,
                  created_at or utc_now()),
@@ -254,6 +265,29 @@ class MatrixStore:
             )
             return RecordedRun(row_id, result["run_id"], cell.key, inserted=True)
 
+    def merge_from(self, other: str | os.PathLike) -> tuple[int, int]:
+        """Copy the builds and runs of another matrix file (e.g. a CI job's) into this one, idempotently.
+
+        Returns (builds added, runs added); rows already here (same build_uid / run_id) are skipped.
+        Each row is its own transaction: an interrupted merge is completed by running it again.
+        """
+        with MatrixStore.open(other) as source:
+            builds, runs = source.builds(), source.runs()
+        added_builds = added_runs = 0
+        id_map: dict[int, int] = {}  # source build id -> build id here
+        for build in builds:
+            before = self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build["build_uid"],)).fetchone()
+            id_map[build["id"]] = self.record_build(
+                Cell(**build["cell"]),
+                **{k: build[k] for k in ("status", "recipe_hash", "context_hash", "image_tag", "image_digest",
+                                         "duration_s", "log_path", "failure_class", "error", "manifest",
+                                         "created_at", "build_uid")})
+            added_builds += before is None
+        for row in runs:
+            recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"])
+            added_runs += recorded.inserted
+        return added_builds, added_runs
+
     # ---- reads -----------------------------------------------------------------------------
     def cells(self) -> list[Cell]:
         """Every cell that has a build or a run recorded, ordered by key."""
@@ -277,8 +311,10 @@ class MatrixStore:
         return out
 
     def builds(self, cell_key: str | None = None) -> list[dict]:
-        """Recorded builds (oldest first) as dicts of their columns plus `cell_key`."""
-        sql = ("SELECT builds.*, cells.key AS cell_key FROM builds JOIN cells ON cells.id = builds.cell_id")
+        """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates)."""
+        sql = ("SELECT builds.*, cells.key AS cell_key, cells.flavor AS cell_flavor,"
+               " cells.accel_version AS cell_accel_version, cells.torch AS cell_torch, cells.arch AS cell_arch,"
+               " cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
         args: tuple = ()
         if cell_key is not None:
             sql += " WHERE cells.key = ?"
@@ -290,6 +326,7 @@ class MatrixStore:
             build = dict(zip(names, row))
             manifest = build.pop("manifest_json")
             build["manifest"] = json.loads(manifest) if manifest else None
+            build["cell"] = {name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")}
             out.append(build)
         return out
 

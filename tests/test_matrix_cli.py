@@ -42,6 +42,31 @@ def test_import_of_artifact_directories_is_idempotent(tmp_path):
         assert len(store.runs()) == 2
 
 
+def test_ci_job_databases_merge_builds_and_runs_once(tmp_path):
+    """A CI cell job records into its own database; the report job imports those with the result files."""
+    cell = Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx942", python="3.10")
+    job_a, job_b = tmp_path / "artifacts" / "result-a", tmp_path / "artifacts" / "result-b"
+    with MatrixStore.open(job_a / "matrix.db") as store:
+        store.record_build(cell, status="fail", failure_class="compile", error="hipcc: fatal error")
+    run = make_result(image={"tag": "envbuild/x:1", "digest": "sha256:aa"})
+    with MatrixStore.open(job_b / "matrix.db") as store:
+        build_id = store.record_build(Cell.from_result(run), status="pass", image_digest="sha256:aa")
+        store.record_run(run, build_id=build_id)
+    _write(job_b / "out" / "result.json", run)
+    db = tmp_path / "m.db"
+    first = _invoke("matrix", "import", str(tmp_path / "artifacts"), db=db)
+    assert first.exit_code == 0, first.output
+    assert "imported 1 new run(s), 1 already recorded, 2 new build(s)" in first.output
+    again = _invoke("matrix", "import", str(tmp_path / "artifacts"), db=db)
+    assert "imported 0 new run(s), 1 already recorded, 0 new build(s)" in again.output
+    with MatrixStore.open(db) as store:
+        summaries = {s.key: s for s in summarize(store)}
+        (merged_run,) = store.runs()
+        assert store.builds(ROCM_KEY)[0]["id"] == merged_run["build_id"]
+    assert summaries[cell.key].status == "fail" and summaries[cell.key].failure_class == "build:compile"
+    assert summaries[ROCM_KEY].status == "pass"
+
+
 def test_an_invalid_file_imports_nothing_unless_skipped(tmp_path):
     good = _write(tmp_path / "good" / "result.json", make_result())
     bad = tmp_path / "bad" / "result.json"
@@ -54,7 +79,7 @@ def test_an_invalid_file_imports_nothing_unless_skipped(tmp_path):
     with MatrixStore.open(db) as store:
         assert store.runs() == []
     skipped = _invoke("matrix", "import", "--skip-invalid", str(good), str(bad), db=db)
-    assert skipped.exit_code == 0 and "imported 1 new run(s), 0 already recorded, 1 skipped" in skipped.output
+    assert skipped.exit_code == 0 and "imported 1 new run(s), 0 already recorded, 0 new build(s), 1 skipped" in skipped.output
 
 
 def test_list_show_and_export_report_the_verdicts(tmp_path):
