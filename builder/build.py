@@ -1,0 +1,253 @@
+"""Build a rendered context with BuildKit: stream progress, keep the full log, classify failures.
+
+The build contract the templates implement (docs/render.md): a top-level `ARG TORCH_INDEX_URL`,
+a `wheelhouse/` dir in the context used with `--find-links`, the CA as BuildKit secret
+`envbuild_ca`, proxies as the predefined HTTP(S)_PROXY/NO_PROXY build args.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker.errors
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from builder.build_log import BuildFailure, PlainLog, Vertex, diagnose
+from builder.engine import BuildTool, detect_build_tool, docker_client
+
+#: Label holding the context's manifest.json (compact JSON); run and the matrix read it back.
+MANIFEST_LABEL = "org.envbuild.manifest"
+CONTEXT_HASH_LABEL = "org.envbuild.context-hash"
+CA_SECRET_ID = "envbuild_ca"
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build, beyond what the context pins (none of it changes the image's content hash)."""
+
+    network: str | None = None  # "host" where the default bridge has no route out
+    ca_cert: Path | None = None  # corporate proxy CA, mounted as a BuildKit secret only
+    wheelhouse: Path | None = None  # wheels for air-gapped installs
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+    push: bool = False
+    force: bool = False  # build even when the tag exists locally
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    tag: str
+    skipped: bool
+    seconds: float
+    log_path: Path | None
+    tool: str
+    image_id: str | None
+
+
+class BuildError(RuntimeError):
+    """The build could not run or failed; `failure` says where and why when BuildKit ran."""
+
+    def __init__(self, message: str, failure: BuildFailure | None = None, log_path: Path | None = None):
+        super().__init__(message)
+        self.failure = failure
+        self.log_path = log_path
+
+
+class BuildInterrupted(BuildError):
+    """The user pressed Ctrl-C during the build; BuildKit was stopped and nothing was tagged."""
+
+
+def default_log_path(context_dir: Path) -> Path:
+    """`<context>.build.log` next to the context, so the log never becomes part of the build context."""
+    context_dir = Path(context_dir).resolve()
+    return context_dir.parent / f"{context_dir.name}.build.log"
+
+
+def stage_wheelhouse(context_dir: Path, wheelhouse: Path) -> list[str]:
+    """Hard-link (or copy) the wheels of `wheelhouse` into `<context>/wheelhouse/`, replacing earlier ones."""
+    wheelhouse = Path(wheelhouse)
+    if not wheelhouse.is_dir():
+        raise BuildError(f"--wheelhouse {wheelhouse}: not a directory")
+    wheels = sorted(p for p in wheelhouse.iterdir() if p.is_file() and p.name.endswith(WHEEL_SUFFIXES))
+    if not wheels:
+        raise BuildError(f"--wheelhouse {wheelhouse}: holds no .whl/.tar.gz/.zip files")
+    target = Path(context_dir) / "wheelhouse"
+    target.mkdir(exist_ok=True)
+    for old in target.iterdir():
+        if old.is_file() and old.name.endswith(WHEEL_SUFFIXES):
+            old.unlink()
+    for wheel in wheels:
+        try:
+            os.link(wheel, target / wheel.name)
+        except OSError:  # another filesystem, or no permission to link
+            shutil.copy2(wheel, target / wheel.name)
+    return [w.name for w in wheels]
+
+
+def read_manifest(context_dir: Path) -> dict | None:
+    path = Path(context_dir) / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def build_command(tool: BuildTool, context_dir: Path, tag: str, options: BuildOptions,
+                  labels: dict[str, str]) -> list[str]:
+    """The BuildKit command line (secrets and proxy values are referenced, never spelled out)."""
+    argv = [*tool.argv, "--progress=plain", "--tag", tag]
+    if tool.kind == "buildx":
+        argv.append("--load")  # the image must land in the local engine for skip checks and runs
+    if options.network:
+        argv += ["--network", options.network]
+    if options.ca_cert:
+        argv += ["--secret", f"id={CA_SECRET_ID},src={Path(options.ca_cert).resolve()}"]
+    build_args = dict(options.build_args)
+    if options.wheelhouse:
+        build_args.setdefault("TORCH_INDEX_URL", "")  # wheels come from the wheelhouse, not an index
+    for name, value in sorted(build_args.items()):
+        argv += ["--build-arg", f"{name}={value}"]
+    for name in PROXY_VARS:  # value taken from our environment by the client: never on the command line
+        if os.environ.get(name):
+            argv += ["--build-arg", name]
+    for ref in options.cache_from:
+        argv += ["--cache-from", ref]
+    for ref in options.cache_to:
+        if tool.kind == "buildx":
+            argv += ["--cache-to", ref]
+        elif ref.replace(" ", "") == "type=inline":
+            argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+        else:
+            raise BuildError(f"--cache-to {ref}: needs docker buildx ({tool.describe} has no --cache-to); "
+                             "install buildx or use --cache-to type=inline")
+    for key, value in sorted(labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    argv.append(str(Path(context_dir).resolve()))
+    return argv
+
+
+def image_exists(tag: str) -> str | None:
+    """The local image id of `tag`, or None."""
+    try:
+        return docker_client().images.get(tag).id
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOptions(),
+                console: Console | None = None, log_path: Path | None = None) -> BuildOutcome:
+    """Build `context_dir` as `tag` unless that tag already exists locally; push when asked."""
+    console = console or Console(stderr=True)
+    context_dir = Path(context_dir)
+    if not (context_dir / "Dockerfile").is_file():
+        raise BuildError(f"{context_dir}: no Dockerfile (render the context first: `envbuild render`)")
+    if options.ca_cert and not Path(options.ca_cert).is_file():
+        raise BuildError(f"--ca-cert {options.ca_cert}: no such file")
+    client = docker_client()
+    tool = detect_build_tool()
+    started = time.monotonic()
+    existing = None if options.force else image_exists(tag)
+    if existing:
+        console.print(f"[green]skipped[/]: image [bold]{tag}[/] already exists locally "
+                      f"(content hash unchanged, {existing[:19]}); --force rebuilds it")
+        outcome = BuildOutcome(tag, True, time.monotonic() - started, None, tool.describe, existing)
+    else:
+        if options.wheelhouse:
+            names = stage_wheelhouse(context_dir, options.wheelhouse)
+            console.print(f"wheelhouse: {len(names)} file(s) staged into {context_dir / 'wheelhouse'}")
+        labels = {}
+        manifest = read_manifest(context_dir)
+        if manifest is not None:
+            labels[MANIFEST_LABEL] = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+            if manifest.get("context_hash"):
+                labels[CONTEXT_HASH_LABEL] = str(manifest["context_hash"])
+        log_path = Path(log_path) if log_path else default_log_path(context_dir)
+        argv = build_command(tool, context_dir, tag, options, labels)
+        console.print(f"building [bold]{tag}[/] with {tool.describe}; full log: {log_path}")
+        _run_build(argv, tool, log_path, console)
+        image_id = client.images.get(tag).id
+        outcome = BuildOutcome(tag, False, time.monotonic() - started, log_path, tool.describe, image_id)
+        console.print(f"[green]built[/] {tag} in {outcome.seconds:.1f}s")
+    if options.push:
+        push_image(client, tag, console)
+    return outcome
+
+
+def _step_label(vertex: Vertex) -> str:
+    name = " ".join(vertex.name.split())
+    return name if len(name) <= 110 else name[:107] + "..."
+
+
+def _is_step(vertex: Vertex) -> bool:
+    return vertex.name.startswith("[") and not vertex.name.startswith("[internal]") or \
+        vertex.name.startswith("exporting")
+
+
+def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Console) -> None:
+    """Run the build, teeing its plain output to `log_path`; raise BuildError with a diagnosis on failure."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = PlainLog()
+    reported: set[int] = set()
+    env = {**os.environ, **tool.env}
+    with open(log_path, "w", encoding="utf-8", buffering=1) as sink, Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        sink.write("$ " + " ".join(argv) + "\n")
+        task = progress.add_task("starting BuildKit", total=None)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1, env=env, start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sink.write(line)
+                vertex = log.feed(line)
+                if vertex is None or not _is_step(vertex):
+                    continue
+                if vertex.state == "running":
+                    last = f"  [dim]{vertex.output[-1][:80]}[/]" if vertex.output else ""
+                    progress.update(task, description=f"{_step_label(vertex)}{last}")
+                elif vertex.number not in reported and vertex.state in ("done", "cached"):
+                    reported.add(vertex.number)
+                    mark = "[dim]cached[/]" if vertex.state == "cached" else "[green]done[/]"
+                    progress.console.print(f"  {mark} {_step_label(vertex)}")
+            returncode = proc.wait()
+        except KeyboardInterrupt:
+            _stop(proc)
+            sink.write("\n# interrupted by the user (Ctrl-C); build stopped\n")
+            raise BuildInterrupted("build interrupted (Ctrl-C); nothing was tagged", log_path=log_path)
+    if returncode != 0:
+        failure = diagnose(log)
+        raise BuildError(f"build failed at step {failure.step!r} ({failure.failure_class})",
+                         failure=failure, log_path=log_path)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the build client (its own session, so signal it explicitly): SIGINT, then SIGKILL."""
+    for sig, wait_s in ((signal.SIGINT, 15), (signal.SIGKILL, 5)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait_s)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            continue
+
+
+def push_image(client, tag: str, console: Console) -> None:
+    """Push `tag` to its registry, failing clearly on the first error the engine reports."""
+    repository, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
+    console.print(f"pushing {tag}")
+    for event in client.images.push(repository, tag=version, stream=True, decode=True):
+        if "error" in event:
+            raise BuildError(f"push of {tag} failed: {event['error']} "
+                             "(log in with `docker login <registry>`; the tag's registry part says where it goes)")
+    console.print(f"[green]pushed[/] {tag}")
