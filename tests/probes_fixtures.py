@@ -28,3 +28,37 @@ def train_sentencepiece(out_dir: Path, **spec) -> Path:
         num_threads=1, minloglevel=2, **spec)
     (out_dir / "tokenizer.model").write_bytes(buf.getvalue())
     return out_dir
+
+
+def multirank_worker(rank: int, world_size: int, store: str, mode: str, out_dir: str) -> None:
+    """One gloo rank for the multi-rank probe tests; writes its records to out_dir/rank<N>.json.
+
+    mode "healthy": every rank runs the collective probes through run_probes.
+    mode "stuck": rank 0 runs the multi-rank probe with a 2 s deadline while rank 1 never joins.
+    """
+    import datetime
+    import json
+    import os
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from workload.probes import run_probes
+    from workload.probes._common import ProbeContext
+    from workload.probes.collective import multi_rank_collective
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", world_size=world_size, rank=rank,
+                            timeout=datetime.timedelta(seconds=30))
+    if mode == "healthy":
+        records = run_probes(torch.device("cpu"), only=["collective_smoke", "multi_rank_collective"])
+    elif rank == 0:
+        started = time.perf_counter()
+        records = [multi_rank_collective(ProbeContext(torch.device("cpu")), timeout_s=2.0)]
+        records[0]["values"]["waited_s"] = time.perf_counter() - started
+    else:
+        time.sleep(4)
+        records = []
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(records, f)
+    os._exit(0)  # a stuck collective may still hold the group; do not wait for its teardown

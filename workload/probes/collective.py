@@ -118,9 +118,8 @@ def _broadcast_check(device: torch.device) -> dict:
 def _bandwidth(device: torch.device, size_bytes: int, iterations: int) -> dict:
     n = dist.get_world_size()
     t = torch.ones(size_bytes // 4, dtype=torch.float32, device=device)
-    dist.all_reduce(t)  # warm-up: connection set-up, algorithm selection
+    dist.all_reduce(t)  # warm-up (connection set-up, algorithm choice); it also lines the ranks up
     synchronize(device)
-    dist.barrier()
     start = time.perf_counter()
     for _ in range(iterations):
         dist.all_reduce(t)
