@@ -14,9 +14,17 @@ def main() -> None:
 
 
 # Sub-commands register below, one line each: main.add_command(module.command)
-from builder import cli_doctor  # noqa: E402
-main.add_command(cli_doctor.doctor)
 from builder import cli_matrix  # noqa: E402
 main.add_command(cli_matrix.matrix)
 from builder import cli_report  # noqa: E402
 main.add_command(cli_report.report)
+from builder import cli_ci  # noqa: E402
+main.add_command(cli_ci.ci)
+from builder import cli_doctor, cli_run  # noqa: E402
+main.add_command(cli_doctor.doctor)
+main.add_command(cli_run.run)
+from builder import cli_image  # noqa: E402
+main.add_command(cli_image.image)
+from builder import cli_render  # noqa: E402
+main.add_command(cli_render.recipes_group)
+main.add_command(cli_render.render_command)

@@ -1,0 +1,104 @@
+"""Plan -> template variables: every decision the Dockerfile encodes is computed here, not in Jinja."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from builder import __version__
+from builder.resolve import Plan
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
+
+
+def _quote(value: str) -> str:
+    """A Dockerfile ARG/LABEL value: bare when safe, else a double-quoted JSON string."""
+    return value if value and _PLAIN.match(value) else json.dumps(value)
+
+
+def build_args(plan: Plan) -> dict[str, str]:
+    """Top-level ARGs (name -> default) in Dockerfile order; every pin of the plan is one."""
+    release, torch = plan.release, plan.torch
+    args = {"BASE_IMAGE": plan.base_image}
+    if release.amdgpu_install:  # the flavor has an installer route (ubuntu + amdgpu-install)
+        args |= {
+            "ROCM_VERSION": release.version,
+            "OS_CODENAME": release.codename,
+            "AMDGPU_INSTALL_VERSION": plan.amdgpu_install,
+        }
+    args |= {
+        "PYTHON_VERSION": plan.cell.python,
+        "SYSTEM_PYTHON": release.system_python,
+        "PYTHON_PPA": release.python_ppa,
+        "TORCH_VERSION": torch.version,
+        "TORCH_REQUIREMENT": plan.torch_requirement,
+        "TORCH_INDEX_URL": plan.wheel_index_url,
+    }
+    if plan.torch_source == "source":
+        args |= {"TORCH_GIT_URL": torch.git_url, "TORCH_GIT_TAG": torch.git_tag}
+        if plan.flavor.arch_env:
+            args[plan.flavor.arch_env] = plan.cell.arch or ""
+        args |= {
+            "MAX_JOBS": "",
+            "COMPILE_JOB_MEM_MB": str(plan.flavor.compile_job_mem_mb),
+            "TORCH_SOURCE_PREPARE": plan.flavor.source_prepare,
+        }
+    args["SENTENCEPIECE_VERSION"] = plan.stack["sentencepiece"]
+    return args
+
+
+def labels(plan: Plan, context_hash: str) -> dict[str, str]:
+    """OCI labels plus io.envbuild.* labels (sorted); `context_hash` is "" while the hash is computed."""
+    cell = plan.cell
+    values = {
+        "org.opencontainers.image.title": f"envbuild {cell.key}",
+        "org.opencontainers.image.description": f"{plan.flavor.description} ({cell.key})",
+        "org.opencontainers.image.version": __version__,
+        "org.opencontainers.image.base.name": plan.base_image,
+        "io.envbuild.cell": cell.key,
+        "io.envbuild.flavor": cell.flavor,
+        "io.envbuild.accel-version": cell.accel_version or "",
+        "io.envbuild.arch": cell.arch or "",
+        "io.envbuild.python": cell.python,
+        "io.envbuild.torch": plan.torch_requirement.removeprefix("torch=="),
+        "io.envbuild.torch-source": plan.torch_source,
+        "io.envbuild.stack": ",".join(f"{k}=={v}" for k, v in sorted(plan.stack.items())),
+        "io.envbuild.patches": ",".join(f"{p.ref}={p.sha256 or p.url}" for p in plan.patches),
+        "io.envbuild.recipe-hash": plan.recipe_hash,
+        "io.envbuild.context-hash": context_hash,
+    }
+    if plan.amdgpu_install:
+        values["io.envbuild.amdgpu-install"] = plan.amdgpu_install
+    return dict(sorted(values.items()))
+
+
+def template_vars(plan: Plan, context_hash: str) -> dict:
+    """Everything images/Dockerfile.j2 and images/stages/*.j2 read."""
+    args = build_args(plan)
+    base_args = ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA"]
+    if plan.release.amdgpu_install:
+        base_args = ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION", *base_args]
+    return {
+        "cell_key": plan.cell.key,
+        "stages": list(plan.stages),
+        "args": [f"{name}={_quote(value) if value else ''}" for name, value in args.items()],
+        "base_args": base_args,
+        "accel_install_step": bool(plan.release.amdgpu_install),
+        "torch_stage": plan.torch_stage,
+        "arch_env": plan.flavor.arch_env,
+        "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
+        "source_prepare": plan.flavor.source_prepare,
+        "ccache_id": f"{plan.cell.flavor}{plan.cell.accel_version or ''}-torch{plan.torch.line}",
+        "labels": [f"{k}={_quote(v)}" for k, v in labels(plan, context_hash).items()],
+    }
+
+
+def lock_file(plan: Plan) -> str:
+    """requirements.lock: the pinned Python stack of the image (torch pinned without its local label)."""
+    pins = dict(plan.stack) | {"torch": plan.torch.version}
+    lines = [
+        f"# Python stack for {plan.cell.key}: recipes/hf-stack.toml [stack.\"{plan.torch.line}\"] + torch.",
+        "# Installed with `pip install -c requirements.lock -r requirements.lock` (image: pip-freeze.txt has the rest).",
+        *(f"{name}=={version}" for name, version in sorted(pins.items())),
+    ]
+    return "\n".join(lines) + "\n"

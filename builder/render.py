@@ -1,0 +1,162 @@
+"""Plan -> a deterministic Docker build context: Dockerfile, scripts, lock, patches, workload, manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from builder import __version__
+from builder.context import labels, lock_file, template_vars
+from builder.paths import IMAGES_DIR, WORKLOAD_DIR
+from builder.recipes import load
+from builder.resolve import Plan
+
+MANIFEST = "manifest.json"
+WHEELHOUSE = "wheelhouse"  # local wheels offered to every pip install; not part of the content hash
+_SKIP = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+
+
+class RenderError(Exception):
+    """The output directory cannot be written (e.g. it holds something that is not a build context)."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A written build context."""
+
+    out_dir: Path
+    dockerfile: Path
+    manifest: dict
+    context_hash: str
+    image_tag: str
+
+
+@lru_cache(maxsize=1)
+def _templates() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(IMAGES_DIR),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _tree(root: Path, prefix: str) -> dict[str, bytes]:
+    """Files under `root` keyed `prefix/relative/path` (caches and bytecode left out)."""
+    return {
+        f"{prefix}/{p.relative_to(root).as_posix()}": p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not _SKIP.intersection(p.parts) and p.suffix != ".pyc"
+    }
+
+
+@dataclass(frozen=True)
+class StaticFiles:
+    """The files every context shares (images/common/ scripts, workload/), read once with their hashes."""
+
+    files: dict[str, bytes]
+    hashes: dict[str, str]
+
+    @classmethod
+    def read(cls, workload_dir: Path = WORKLOAD_DIR) -> "StaticFiles":
+        files = {**_tree(IMAGES_DIR / "common", "common"), **_tree(workload_dir, "workload")}
+        return cls(files, {path: _sha256(data) for path, data in files.items()})
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_hashes(files: dict[str, bytes], known: dict[str, str] | None = None) -> dict[str, str]:
+    """{path: sha256} of the files that make up the content hash (wheelhouse/ and manifest left out)."""
+    known = known or {}
+    return {
+        path: known.get(path) or _sha256(data)
+        for path, data in sorted(files.items())
+        if path != MANIFEST and not path.startswith(WHEELHOUSE + "/")
+    }
+
+
+def hash_files(hashes: dict[str, str]) -> str:
+    """Content hash of a context: sha256 over the sorted `<sha256>  <path>` lines of `file_hashes`."""
+    return _sha256("".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items())).encode())
+
+
+def _dockerfile(plan: Plan, context_hash: str) -> bytes:
+    return _templates().get_template("Dockerfile.j2").render(template_vars(plan, context_hash)).encode()
+
+
+def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[str, bytes], dict]:
+    """The whole build context in memory: {relative path: bytes} (manifest.json included) and the manifest.
+
+    The context hash covers every file except manifest.json and wheelhouse/, with the Dockerfile's
+    `io.envbuild.context-hash` label empty; the written Dockerfile then carries the hash in that label.
+    Pass one `static` snapshot to render many plans without re-reading the shared files.
+    """
+    static = static or StaticFiles.read()
+    files = {"requirements.lock": lock_file(plan).encode(), f"{WHEELHOUSE}/.keep": b"", **static.files}
+    if plan.torch_source == "source":
+        patches = load().patches_dir(plan.torch.line)
+        files["patches/series"] = (patches / "series").read_bytes()
+        files |= {f"patches/{p.ref}": (patches / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
+    files["Dockerfile"] = _dockerfile(plan, "")
+    context_hash = hash_files(file_hashes(files, static.hashes))
+    files["Dockerfile"] = _dockerfile(plan, context_hash)
+    image_tag = f"envbuild/{plan.cell.key}:{context_hash[:12]}"
+    manifest = {
+        "schema_version": 1,
+        "envbuild_version": __version__,
+        "cell_key": plan.cell.key,
+        **plan.pinned(),
+        "recipe_hash": plan.recipe_hash,
+        "labels": labels(plan, context_hash),
+        "files": file_hashes(files, static.hashes),
+        "context_hash": context_hash,
+        "image_tag": image_tag,
+    }
+    files[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    return files, manifest
+
+
+def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None) -> Rendered:
+    """Write the build context of `plan` to `out_dir` (replacing an earlier envbuild context there).
+
+    Files already in `out_dir/wheelhouse/` are kept. Raises RenderError when `out_dir` holds
+    anything that is not an envbuild context.
+    """
+    out_dir = Path(out_dir)
+    files, manifest = context_files(plan, static)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise RenderError(f"{out_dir} is not empty and is not an envbuild build context; choose another -o DIR")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    staging.chmod(0o755)
+    try:
+        for rel, data in files.items():
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if (out_dir / WHEELHOUSE).is_dir():
+            shutil.rmtree(staging / WHEELHOUSE)
+            (out_dir / WHEELHOUSE).rename(staging / WHEELHOUSE)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Rendered(
+        out_dir=out_dir,
+        dockerfile=out_dir / "Dockerfile",
+        manifest=manifest,
+        context_hash=manifest["context_hash"],
+        image_tag=manifest["image_tag"],
+    )
