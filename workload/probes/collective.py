@@ -69,12 +69,20 @@ def _all_reduce_check(device: torch.device) -> dict:
     return {"world_size": n, "all_reduce_expected": expected, "all_reduce_max_error": float((t - expected).abs().max())}
 
 
+def _nccl_version() -> str | None:
+    """NCCL's (RCCL's on ROCm) version as torch reports it: a tuple in recent torch, an int before."""
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # torch built without NCCL
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def collective_smoke(ctx: ProbeContext, timeout_s: float = TIMEOUT_S) -> dict:
     device = _collective_device(ctx.device)
     values: dict = {"backend": backend_for(device)}
     if device.type == "cuda":
-        nccl = getattr(torch.cuda, "nccl", None)
-        values["nccl_version"] = ".".join(map(str, nccl.version())) if nccl and hasattr(nccl, "version") else None
+        values["nccl_version"] = _nccl_version()
     created = False
     store_dir = None
     try:
