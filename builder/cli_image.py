@@ -1,0 +1,133 @@
+"""`envbuild image`: render a request's build context and build it with BuildKit (or build a given context)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from builder.build import BuildError, BuildInterrupted, BuildOptions, build_image, default_log_path, read_manifest
+from builder.cells import Cell
+from builder.cli_matrix import db_option, open_store
+from builder.engine import EngineUnavailable
+from builder.store import StoreError
+
+EXIT_INTERRUPTED = 130
+
+
+def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry: str | None) -> str:
+    tag = tag or (manifest or {}).get("image_tag")
+    if not tag:
+        raise click.UsageError(f"{context_dir}/manifest.json has no image_tag: pass --tag")
+    return f"{registry.rstrip('/')}/{tag}" if registry else tag
+
+
+@click.command("image")
+@click.option("--context", "context_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Build this rendered context dir (from `envbuild render`) instead of rendering a request.")
+@click.option("--tag", help="Image tag [default: the content-hash tag of the context's manifest].")
+@click.option("--registry", help="Registry/namespace to prefix the tag with (for --push).")
+@click.option("--ca-cert", type=click.Path(path_type=Path),
+              help="CA bundle of a TLS-intercepting proxy: given to RUN steps as BuildKit secret "
+                   "`envbuild_ca`, never stored in a layer.")
+@click.option("--network", type=click.Choice(["default", "host", "none"]), default=None,
+              help="Network for RUN steps (host where the default bridge has no route out).")
+@click.option("--wheelhouse", type=click.Path(path_type=Path),
+              help="Dir of wheels to install from (air-gapped); torch comes from it, not an index.")
+@click.option("--cache-from", multiple=True, metavar="REF", help="BuildKit cache source (repeatable).")
+@click.option("--cache-to", multiple=True, metavar="REF", help="BuildKit cache export (repeatable; "
+              "type=inline without buildx).")
+@click.option("--push", is_flag=True, help="Push the image after building (or when it exists already).")
+@click.option("--force", is_flag=True, help="Build even when the content-hash tag exists locally.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Full build log [default: <context>.build.log next to the context dir].")
+@click.option("--dry-run", is_flag=True, help="Print the plan, stages, tag and Dockerfile path; build nothing.")
+@db_option
+@click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
+def image(context_dir: Path | None, tag: str | None, registry: str | None, ca_cert: Path | None,
+          network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...], cache_to: tuple[str, ...],
+          push: bool, force: bool, log_path: Path | None, dry_run: bool, db: Path | None, no_record: bool) -> None:
+    """Build an environment image with BuildKit; the tag is the context's content hash, so an unchanged
+    request is skipped. On failure: the failing step, its last output lines and a failure class."""
+    console = Console(stderr=True)
+    if context_dir is None:
+        raise click.UsageError("give --context DIR (a rendered build context)")
+    if not (context_dir / "Dockerfile").is_file():
+        raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
+    manifest = read_manifest(context_dir)
+    tag = _tag_of(context_dir, manifest, tag, registry)
+    if ca_cert and not ca_cert.is_file():
+        raise click.BadParameter(f"{ca_cert}: no such file", param_hint="--ca-cert")
+    if dry_run:
+        _print_dry_run(context_dir, manifest, tag)
+        return
+    options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
+                           wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, push=push,
+                           force=force)
+    try:
+        outcome = build_image(context_dir, tag, options, console, log_path)
+    except BuildInterrupted as exc:
+        console.print(f"[yellow]{exc}[/]; partial log: {exc.log_path}")
+        sys.exit(EXIT_INTERRUPTED)
+    except BuildError as exc:
+        if exc.failure is None:
+            raise click.UsageError(str(exc)) from exc
+        _print_failure(exc, console)
+        if not no_record:
+            _record(db, manifest, tag, "fail", exc.log_path, None, exc.failure.failure_class,
+                    f"{exc.failure.step}: {exc.failure.message}"[:500], console)
+        sys.exit(1)
+    except EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(tag)
+    if not no_record and not outcome.skipped:
+        _record(db, manifest, tag, "pass", outcome.log_path, outcome, None, None, console)
+
+
+def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str) -> None:
+    manifest = manifest or {}
+    click.echo(f"context:    {context_dir.resolve()}")
+    click.echo(f"Dockerfile: {(context_dir / 'Dockerfile').resolve()}")
+    click.echo(f"image tag:  {tag}")
+    if manifest.get("stages"):
+        click.echo("stages:     " + " -> ".join(str(s) for s in manifest["stages"]))
+    click.echo(f"build log:  {default_log_path(context_dir)}")
+    click.echo("manifest:\n" + json.dumps(manifest, indent=2))
+
+
+def _print_failure(exc: BuildError, console: Console) -> None:
+    failure = exc.failure
+    console.print(f"[red]build failed[/] at step [bold]{failure.step}[/]")
+    console.print(f"failure class: [bold]{failure.failure_class}[/] - {failure.hint}")
+    if failure.message:
+        console.print(f"error: {failure.message}", highlight=False, markup=False)
+    if failure.tail:
+        console.print("last lines of the step:")
+        for line in failure.tail:
+            console.print(f"  | {line}", highlight=False, markup=False)
+    console.print(f"full log: {exc.log_path}")
+
+
+def _record(db: Path | None, manifest: dict | None, tag: str, status: str, log_path: Path | None, outcome,
+            failure_class: str | None, error: str | None, console: Console) -> None:
+    """Record the build in the matrix (needs the manifest's cell; a bare context is only built)."""
+    cell = (manifest or {}).get("cell")
+    if not cell:
+        console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
+        return
+    store = open_store(db)
+    try:
+        store.record_build(
+            Cell(**cell), status=status, failure_class=failure_class, error=error,
+            recipe_hash=manifest.get("recipe_hash"), context_hash=manifest.get("context_hash"),
+            image_tag=tag, image_digest=outcome.image_id if outcome else None,
+            duration_s=round(outcome.seconds, 1) if outcome else None,
+            log_path=str(log_path) if log_path else None, manifest=manifest)
+    except StoreError as exc:
+        raise click.ClickException(f"the build finished but could not be recorded: {exc}") from exc
+    finally:
+        store.close()
+    console.print(f"recorded the build in {store.path}")

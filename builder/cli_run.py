@@ -1,0 +1,86 @@
+"""`envbuild run workload`: the fine-tune inside a built image (`--image TAG`) or here (`--local`)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from builder.cli_matrix import db_option, open_store
+from builder.container import ContainerRun, RunError, RunRequest, run_in_container
+from builder.engine import EngineUnavailable
+from builder.local_run import run_local
+from builder.run_result import RESULT_NAME
+from builder.store import StoreError
+
+EXIT_INTERRUPTED = 130
+
+
+@click.group("run")
+def run() -> None:
+    """Run things in built images (or locally) and record what they measured."""
+
+
+@run.command("workload", context_settings={"ignore_unknown_options": True})
+@click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
+@click.option("--local", is_flag=True, help="Run in this Python environment on the CPU (the default "
+              "without --image): works without Docker or a GPU.")
+@click.option("--gpus", metavar="all|0,1", help="GPUs for the container (ROCm: only those render nodes).")
+@click.option("--model", metavar="ID|PATH", help="Hub model id or local model dir (mounted read-only).")
+@click.option("--data", type=click.Path(path_type=Path), help="Dataset file or dir (mounted read-only).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output dir for result.json and artifacts [default: ./envbuild-runs/<time>-<id>].")
+@click.option("--preset", default="smoke", show_default=True, help="Workload training preset.")
+@click.option("--shm-size", default="16g", show_default=True, help="/dev/shm size of the container.")
+@click.option("--network", help="Container network (e.g. host) when the model must be downloaded.")
+@db_option
+@click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- WORKLOAD ARGS]")
+def workload(image: str | None, local: bool, gpus: str | None, model: str | None, data: Path | None,
+             out_dir: Path | None, preset: str, shm_size: str, network: str | None, db: Path | None,
+             no_record: bool, extra: tuple[str, ...]) -> None:
+    """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
+
+    Exit code 0 only when the result is "pass"; 1 when it is not; 130 when interrupted; 2 for bad input.
+    """
+    if image and local:
+        raise click.UsageError("--image and --local exclude each other: pick one")
+    console = Console(stderr=True)
+    out_dir = out_dir or Path("envbuild-runs") / (
+        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
+    request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
+    try:
+        if image:
+            result = run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
+                                      console)
+        else:
+            result = run_local(RunRequest(**request), console)
+    except (RunError, PermissionError, FileExistsError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    except EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    result_path = Path(out_dir).resolve() / RESULT_NAME
+    style = "green" if result["status"] == "pass" else "red"
+    detail = f" ({result.get('error_class')}: {result.get('error')})" if result["status"] != "pass" else ""
+    console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
+    if not no_record:
+        _record(db, result, result_path, console)
+    if result["status"] == "pass":
+        return
+    sys.exit(EXIT_INTERRUPTED if result.get("error_class") == "interrupted" else 1)
+
+
+def _record(db: Path | None, result: dict, result_path: Path, console: Console) -> None:
+    store = open_store(db)
+    try:
+        recorded = store.record_run(result, source=str(result_path))
+    except StoreError as exc:
+        raise click.ClickException(f"{exc} (the result stays in {result_path}; "
+                                   f"`envbuild matrix import {result_path}` retries)") from exc
+    finally:
+        store.close()
+    console.print(f"recorded in {store.path}" + ("" if recorded.inserted else " (already there)"))

@@ -1,0 +1,71 @@
+"""A stand-in workload image for container-run tests: real containers that pass, die, hang or lie.
+
+`python3 -m workload train --preset MODE --out DIR ...` in this image behaves as MODE says; it also
+reports what it saw of its mounts and environment so tests can check them from the outside.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from builder.build import BuildOptions, build_image
+
+FAKE_WORKLOAD = r'''
+import json, os, signal, sys, time, uuid
+
+args = sys.argv[1:]
+opt = lambda name: args[args.index(name) + 1] if name in args else None
+mode, out = opt("--preset"), opt("--out")
+
+def writable(path):
+    try:
+        with open(os.path.join(path, ".probe"), "w"):
+            return True
+    except OSError:
+        return False
+
+def write(status, error_class=None):
+    result = {"schema_version": 1, "run_id": uuid.uuid4().hex, "command": "train", "status": status,
+              "error_class": error_class, "error": None if status == "pass" else mode,
+              "started_at": "2026-12-02T13:00:00Z", "finished_at": "2026-12-02T13:00:01Z", "wall_time_s": 1.0,
+              "versions": {"python": "3.11.2", "torch": "2.13.0+cpu"},
+              "seen": {"args": args, "hf_token": os.environ.get("HF_TOKEN"),
+                       "model_writable": writable(opt("--model")) if opt("--model") and os.path.isdir(opt("--model")) else None,
+                       "data_listing": sorted(os.listdir(opt("--data"))) if opt("--data") else None,
+                       "data_writable": writable(opt("--data")) if opt("--data") else None}}
+    tmp = os.path.join(out, ".result.tmp")
+    with open(tmp, "w") as handle:
+        json.dump(result, handle)
+    os.replace(tmp, os.path.join(out, "result.json"))
+
+print(f"fake workload: {mode}", flush=True)
+if mode == "pass":
+    write("pass")
+elif mode == "die":
+    os._exit(137)  # as if OOM-killed (PID 1 of a container cannot SIGKILL itself)
+elif mode == "pass-then-crash":
+    write("pass")
+    sys.exit(3)
+elif mode == "garbage":
+    with open(os.path.join(out, "result.json"), "w") as handle:
+        handle.write('{"schema_version": 1, "status": "pa')
+elif mode == "sleep":
+    print("sleeping", flush=True)
+    time.sleep(300)
+'''
+
+MANIFEST = {"image_tag": "envbuild-test/fake-workload:1", "context_hash": "fake",
+            "cell": {"flavor": "cpu", "accel_version": None, "torch": "2.13", "arch": None, "python": "3.11"}}
+
+
+def build_fake_workload_image(tools_image: str, workdir: Path) -> str:
+    ctx = workdir / "fake-workload"
+    (ctx / "workload").mkdir(parents=True)
+    (ctx / "workload" / "__init__.py").write_text("")
+    (ctx / "workload" / "__main__.py").write_text(FAKE_WORKLOAD)
+    (ctx / "manifest.json").write_text(json.dumps(MANIFEST))
+    (ctx / "Dockerfile").write_text(f"FROM {tools_image}\nCOPY workload /opt/fake/workload\n"
+                                    "ENV PYTHONPATH=/opt/fake\n")
+    build_image(ctx, MANIFEST["image_tag"], BuildOptions(network="host", force=True))
+    return MANIFEST["image_tag"]
