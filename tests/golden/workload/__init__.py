@@ -1,0 +1,1 @@
+"""A stand-in workload package for golden-file tests (the real workload/ changes independently)."""

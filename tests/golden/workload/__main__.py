@@ -1,0 +1,1 @@
+print("golden stand-in workload")

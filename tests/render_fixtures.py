@@ -1,0 +1,35 @@
+"""Helpers shared by the render tests: the golden cells, a fixed stand-in workload, tree comparison."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from builder.render import StaticFiles
+from builder.resolve import Request
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+GOLDEN_WORKLOAD = GOLDEN_DIR / "workload"
+GOLDEN_FILES = ("Dockerfile", "requirements.lock", "manifest.json")
+
+#: The cells the issue asks golden files for: name -> request.
+GOLDEN_CELLS = {
+    "rocm6.1.2-torch2.3-source": Request(accel_version="6.1.2", torch="2.3"),
+    "rocm6.2-torch2.4-source": Request(accel_version="6.2", torch="2.4"),
+    "rocm6.2-torch2.5-wheel": Request(accel_version="6.2", torch="2.5"),
+    "cpu-torch2.13": Request(flavor="cpu", torch="2.13"),
+}
+
+
+def golden_static() -> StaticFiles:
+    """Context files with the stand-in workload, so goldens do not change when workload/ does."""
+    return StaticFiles.read(GOLDEN_WORKLOAD)
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under root."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

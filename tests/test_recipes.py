@@ -1,0 +1,141 @@
+"""recipes/ data rules, series parsing, and the resolver's choices."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from builder.paths import RECIPES_DIR
+from builder.recipes import RecipeError, load, version_key
+from builder.resolve import Request, ResolveError, all_plans, resolve
+
+
+def test_every_release_and_torch_line_cites_a_source():
+    recipes = load()
+    for flavor, releases in recipes.releases.items():
+        assert releases, flavor
+        for release in releases.values():
+            assert release.source and release.base_image
+    for line in recipes.torch.values():
+        assert line.source and line.version.startswith(line.line + ".")
+
+
+def test_rocm_releases_match_the_verified_facts():
+    rocm = load().releases["rocm"]
+    assert set(rocm) >= {"6.1.2", "6.2"}
+    assert rocm["6.1.2"].amdgpu_install == "6.1.60102" and rocm["6.2"].amdgpu_install == "6.2.60200"
+    assert rocm["6.2"].base_image == "rocm/dev-ubuntu-22.04:6.2" and rocm["6.2"].codename == "jammy"
+    for release in rocm.values():
+        assert set(release.archs) == {"gfx942", "gfx90a", "gfx908", "gfx1100", "gfx1030"}
+
+
+def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
+    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (FACTS.md): check every cell's pins."""
+    for plan in all_plans():
+        major = int(plan.stack["transformers"].split(".")[0])
+        if major >= 5:
+            assert version_key(plan.torch.line) >= (2, 6), plan.cell.key
+            assert version_key(plan.cell.python) >= (3, 11), plan.cell.key
+        if plan.stack["accelerate"].startswith("0.33"):  # accelerate 0.33 requires numpy < 2
+            assert plan.stack["numpy"].startswith("1."), plan.cell.key
+
+
+def test_auto_route_per_official_wheel_table():
+    cases = {
+        ("6.2", "2.5"): ("wheel", "torch==2.5.1+rocm6.2"),
+        ("6.1.2", "2.4"): ("wheel", "torch==2.4.1+rocm6.1"),
+        ("6.1.2", "2.5"): ("wheel", "torch==2.5.1+rocm6.1"),
+        ("6.2", "2.4"): ("source", "torch==2.4.1"),
+        ("6.1.2", "2.3"): ("source", "torch==2.3.1"),
+        ("6.2", "2.6"): ("source", "torch==2.6.0"),  # 2.6.0's wheel is rocm6.2.4, not 6.2
+    }
+    for (rocm, torch), (route, requirement) in cases.items():
+        plan = resolve(Request(accel_version=rocm, torch=torch))
+        assert (plan.torch_source, plan.torch_requirement) == (route, requirement), (rocm, torch)
+        assert ("auto chose a source build" in plan.torch_source_reason) == (route == "source")
+
+
+def test_defaults_and_exact_release_request():
+    plan = resolve(Request(accel_version="6.2", torch="2.4.1"))
+    assert plan.cell.key == "rocm6.2-torch2.4-gfx90a-py3.10"
+    assert plan.base_image == "rocm/dev-ubuntu-22.04:6.2" and plan.amdgpu_install == ""
+
+
+def test_forced_source_build_where_a_wheel_exists():
+    plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
+    assert plan.torch_source == "source" and plan.stages[1] == "torch-source"
+
+
+def test_install_rocm_starts_from_ubuntu_with_the_exact_amdgpu_install():
+    plan = resolve(Request(accel_version="6.1.2", torch="2.3", install_accel=True))
+    assert plan.base_image == "ubuntu:22.04" and plan.amdgpu_install == "6.1.60102"
+    with pytest.raises(ResolveError, match="no installer route"):
+        resolve(Request(flavor="cpu", torch="2.13", install_accel=True))
+
+
+def test_every_known_cell_resolves_back_to_itself():
+    plans = all_plans()
+    keys = [p.cell.key for p in plans]
+    assert len(keys) == len(set(keys))
+    for plan in plans:
+        cell = plan.cell
+        again = resolve(Request(flavor=cell.flavor, accel_version=cell.accel_version, torch=cell.torch,
+                                arch=cell.arch, python=cell.python))
+        assert again == plan
+
+
+@pytest.fixture
+def recipes_copy(tmp_path):
+    root = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, root)
+    load.cache_clear()
+    yield root
+    load.cache_clear()
+
+
+PATCH = """From: envbuild
+Subject: example
+
+Why: shows the header a patch needs.
+Upstream: https://github.com/pytorch/pytorch/pull/1
+
+diff --git a/a.txt b/a.txt
+"""
+
+
+def test_series_with_patches_and_commits_is_parsed_with_hashes(recipes_copy):
+    series_dir = recipes_copy / "patches" / "torch-2.4"
+    (series_dir / "0001-example.patch").write_text(PATCH)
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    (series_dir / "series").write_text(
+        f"# comment\npatch 0001-example.patch\ncommit {sha} https://github.com/pytorch/pytorch/pull/2#x  # why\n"
+    )
+    entries = load(recipes_copy).patch_series("2.4")
+    assert [(e.kind, e.ref) for e in entries] == [("patch", "0001-example.patch"), ("commit", sha)]
+    assert len(entries[0].sha256) == 64 and entries[1].url == "https://github.com/pytorch/pytorch/pull/2#x"
+
+
+@pytest.mark.parametrize(
+    "series, patch, message",
+    [
+        ("patch 0001-missing.patch\n", None, "does not exist"),
+        ("patch 0001-example.patch\n", "diff --git a/a b/a\n", "needs 'Why:' and 'Upstream:'"),
+        ("commit abc123 https://x\n", None, "series:1: expected"),
+        ("cherry-pick 0001-example.patch\n", PATCH, "series:1: expected"),
+    ],
+)
+def test_bad_series_is_rejected_with_file_and_line(recipes_copy, series, patch, message):
+    series_dir = recipes_copy / "patches" / "torch-2.4"
+    if patch is not None:
+        (series_dir / "0001-example.patch").write_text(patch)
+    (series_dir / "series").write_text(series)
+    with pytest.raises(RecipeError, match=message):
+        load(recipes_copy)
+
+
+def test_hf_stack_missing_for_a_torch_line_is_a_recipe_error(recipes_copy):
+    text = (recipes_copy / "hf-stack.toml").read_text()
+    (recipes_copy / "hf-stack.toml").write_text(text.replace('[stack."2.6"]', '[stack."2.6-gone"]'))
+    with pytest.raises(RecipeError, match='no \\[stack."2.6"\\]'):
+        load(recipes_copy)

@@ -1,0 +1,170 @@
+"""Rendering: golden files, determinism, content hash, manifest, wheelhouse and output-dir handling.
+
+Regenerate the golden files after an intended change: ENVBUILD_UPDATE_GOLDEN=1 pytest tests/test_render.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder.paths import IMAGES_DIR
+from builder.render import RenderError, StaticFiles, context_files, render
+from builder.resolve import Request, resolve
+from tests.render_fixtures import GOLDEN_CELLS, GOLDEN_DIR, GOLDEN_FILES, golden_static, tree_digest
+
+UPDATE = os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1"
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CELLS))
+def test_golden(name, tmp_path):
+    rendered = render(resolve(GOLDEN_CELLS[name]), tmp_path / "ctx", golden_static())
+    for file in GOLDEN_FILES:
+        golden = GOLDEN_DIR / name / file
+        actual = (rendered.out_dir / file).read_text()
+        if UPDATE:
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(actual)
+        assert actual == golden.read_text(), f"{file} of {name} differs from {golden} (ENVBUILD_UPDATE_GOLDEN=1 to accept)"
+
+
+def test_golden_routes_are_the_ones_the_issue_names():
+    routes = {name: resolve(req).torch_source for name, req in GOLDEN_CELLS.items()}
+    assert routes == {
+        "rocm6.1.2-torch2.3-source": "source",
+        "rocm6.2-torch2.4-source": "source",
+        "rocm6.2-torch2.5-wheel": "wheel",
+        "cpu-torch2.13": "wheel",
+    }
+
+
+def test_same_request_gives_byte_identical_context(tmp_path):
+    request = Request(accel_version="6.2", torch="2.4")
+    first = render(resolve(request), tmp_path / "a")
+    second = render(resolve(request), tmp_path / "b")
+    assert tree_digest(first.out_dir) == tree_digest(second.out_dir)
+    assert first.context_hash == second.context_hash and first.image_tag == second.image_tag
+    again = render(resolve(request), tmp_path / "a")  # re-render over an earlier context
+    assert tree_digest(again.out_dir) == tree_digest(second.out_dir)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        Request(accel_version="6.2", torch="2.4", python="3.11"),
+        Request(accel_version="6.2", torch="2.4", arch="gfx942"),
+        Request(accel_version="6.2", torch="2.4", base_image="example.org/rocm:6.2"),
+        Request(accel_version="6.2", torch="2.4", install_accel=True),
+    ],
+    ids=["python", "arch", "base-image", "install-rocm"],
+)
+def test_any_changed_input_changes_the_hash(changed):
+    base, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
+    other, _ = context_files(resolve(changed))
+    base_manifest, other_manifest = json.loads(base["manifest.json"]), json.loads(other["manifest.json"])
+    assert base_manifest["context_hash"] != other_manifest["context_hash"]
+    assert base_manifest["recipe_hash"] != other_manifest["recipe_hash"]
+
+
+def test_workload_edit_changes_hash_but_not_the_torch_layers(tmp_path):
+    plan = resolve(Request(accel_version="6.2", torch="2.4"))
+    edited = tmp_path / "workload"
+    edited.mkdir()
+    (edited / "__main__.py").write_text("print('edited')\n")
+    before, manifest_before = context_files(plan, golden_static())
+    after, manifest_after = context_files(plan, StaticFiles.read(edited))
+    assert manifest_before["context_hash"] != manifest_after["context_hash"]
+    assert manifest_before["recipe_hash"] == manifest_after["recipe_hash"]
+    hash_label = re.compile(rb"io\.envbuild\.context-hash=\w+")
+    assert hash_label.sub(b"", before["Dockerfile"]) == hash_label.sub(b"", after["Dockerfile"])
+    # the workload is copied after every RUN step: editing it rebuilds no torch/stack layer
+    lines = before["Dockerfile"].decode().splitlines()
+    copy_workload = next(i for i, line in enumerate(lines) if line.startswith("COPY workload/"))
+    assert not any(line.startswith(("RUN", "FROM")) for line in lines[copy_workload:])
+
+
+def test_wheelhouse_is_excluded_from_the_hash_and_kept(tmp_path):
+    plan = resolve(Request(flavor="cpu", torch="2.13"))
+    first = render(plan, tmp_path / "ctx")
+    assert (first.out_dir / "wheelhouse").is_dir()
+    (first.out_dir / "wheelhouse" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"x")
+    second = render(plan, tmp_path / "ctx")
+    assert second.context_hash == first.context_hash
+    assert (second.out_dir / "wheelhouse" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").exists()
+
+
+def test_manifest_lists_every_input_with_its_hash(tmp_path):
+    rendered = render(resolve(Request(accel_version="6.2", torch="2.4")), tmp_path / "ctx")
+    manifest = json.loads((rendered.out_dir / "manifest.json").read_text())
+    assert manifest == rendered.manifest
+    assert manifest["cell"] == {
+        "flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10"
+    }
+    assert manifest["torch"]["version"] == "2.4.1" and manifest["torch"]["git_tag"] == "v2.4.1"
+    assert manifest["stack"]["transformers"].startswith("4.")
+    on_disk = tree_digest(rendered.out_dir)
+    hashed = {p: d for p, d in on_disk.items() if p != "manifest.json" and not p.startswith("wheelhouse/")}
+    assert manifest["files"] == hashed
+    assert {"Dockerfile", "requirements.lock", "patches/series", "common/apply_patches.sh"} <= set(hashed)
+    assert any(p.startswith("workload/") for p in hashed)
+    assert rendered.image_tag == f"envbuild/rocm6.2-torch2.4-gfx90a-py3.10:{rendered.context_hash[:12]}"
+    dockerfile = rendered.dockerfile.read_text()
+    assert f"io.envbuild.context-hash={rendered.context_hash}" in dockerfile
+    assert f"io.envbuild.recipe-hash={manifest['recipe_hash']}" in dockerfile
+    for label, value in manifest["labels"].items():
+        assert label in dockerfile, label
+
+
+def test_context_hash_is_reproducible_from_the_written_files(tmp_path):
+    """Anyone can check a context: hash the files with the Dockerfile's context-hash label emptied."""
+    rendered = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx")
+    digests = tree_digest(rendered.out_dir)
+    dockerfile = rendered.dockerfile.read_bytes().replace(rendered.context_hash.encode(), b'""')
+    digests["Dockerfile"] = hashlib.sha256(dockerfile).hexdigest()
+    lines = "".join(
+        f"{d}  {p}\n" for p, d in sorted(digests.items()) if p != "manifest.json" and not p.startswith("wheelhouse/")
+    )
+    assert hashlib.sha256(lines.encode()).hexdigest() == rendered.context_hash
+
+
+def test_refuses_to_replace_a_directory_that_is_not_a_context(tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(RenderError, match="not an envbuild build context"):
+        render(resolve(Request(flavor="cpu", torch="2.13")), precious)
+    assert [p.name for p in precious.iterdir()] == ["notes.txt"]
+
+
+def test_source_build_context_carries_the_patch_series_and_wheel_context_does_not():
+    source, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
+    wheel, _ = context_files(resolve(Request(accel_version="6.2", torch="2.5")))
+    assert "patches/series" in source and "patches/series" not in wheel
+    assert b"AS torch-source-build" in source["Dockerfile"] and b"AS torch-wheel" not in source["Dockerfile"]
+    assert b"AS torch-wheel" in wheel["Dockerfile"] and b"AS torch-source" not in wheel["Dockerfile"]
+    assert b"ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm6.2\n" in wheel["Dockerfile"]
+    assert b"ARG TORCH_INDEX_URL=\n" in source["Dockerfile"]
+
+
+def test_every_network_step_mounts_the_optional_ca_secret_and_pip_steps_the_wheelhouse():
+    files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
+    steps = re.split(r"\n(?=[A-Z]+ )", files["Dockerfile"].decode())
+    runs = [s for s in steps if s.startswith("RUN ")]
+    assert runs and all("--mount=type=secret,id=envbuild_ca,required=false" in s for s in runs)
+    pip_steps = [s for s in runs if re.search(r"install_torch_wheel|build_torch|sentencepiece|python_stack", s)]
+    assert len(pip_steps) == 4
+    assert all("--mount=type=bind,source=wheelhouse,target=/wheelhouse" in s for s in pip_steps)
+    assert b"envbuild_ca" not in b"".join(v for k, v in files.items() if k.startswith("COPY"))
+    assert "# syntax=" not in files["Dockerfile"].decode()
+
+
+def test_install_scripts_are_valid_bash():
+    for script in sorted((IMAGES_DIR / "common").glob("*.sh")):
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{script.name}: {result.stderr}"
