@@ -137,6 +137,7 @@ def _cell_page(summary: CellSummary, out_dir: Path) -> dict:
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
         "build": build,
+        "host": json.dumps(latest["host"], indent=2, sort_keys=True) if (latest or {}).get("host") else None,
         "probes": [_pick(p, _PROBE_KEYS) for p in (latest or {}).get("probes") or []],
         "history": list(reversed(summary.events)),
         "flips": list(reversed(summary.flips)),

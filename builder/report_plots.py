@@ -8,7 +8,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 _DPI = 96
 
@@ -64,7 +63,8 @@ def throughput_history(results: list[dict], path: Path) -> Path | None:
         ax.plot([i for i, _ in series], [v for _, v in series], marker="o")
         ax.set_title(f"{name} per run")
         ax.set_xlabel("run (oldest first)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xticks(range(1, len(results) + 1, max(1, len(results) // 10)))
+        ax.set_xlim(0.5, len(results) + 0.5)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     return _save(fig, path)

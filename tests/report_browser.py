@@ -27,6 +27,17 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def require_chromium() -> None:
+    """Skip the calling test without Chromium; fail it instead under CI=true, where it must be installed."""
+    import pytest
+
+    if chromium_path():
+        return
+    if os.environ.get("CI"):
+        pytest.fail("CI=true but chromium is not installed (apt-get install -y chromium)", pytrace=False)
+    pytest.skip("chromium is not installed (apt-get install -y chromium)")
+
+
 @dataclass
 class PageReport:
     console: list[dict] = field(default_factory=list)  # {"level", "text"}

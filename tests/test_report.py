@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -15,7 +14,7 @@ from builder.matrix import summarize
 from builder.report import build_report
 from builder.store import MatrixStore
 from matrix_fixtures import cpu_result, failed_result, make_result, with_probe_failure
-from report_browser import chromium_path, inspect_page
+from report_browser import inspect_page, require_chromium
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"
@@ -105,17 +104,9 @@ def test_report_command_writes_the_site(tmp_path):
     assert f"cells/{CPU_KEY}.html" in (tmp_path / "site" / "index.html").read_text()
 
 
-def _need_chromium():
-    if chromium_path():
-        return
-    if os.environ.get("CI"):
-        pytest.fail("CI=true but chromium is not installed (apt-get install -y chromium)", pytrace=False)
-    pytest.skip("chromium is not installed (apt-get install -y chromium)")
-
-
 @pytest.mark.slow
 def test_index_renders_in_headless_chromium_without_console_errors(site, tmp_path):
-    _need_chromium()
+    require_chromium()
     out, index = site
     shot = tmp_path / "index.png"
     page = inspect_page(index.as_uri(), shot, "({entries: Array.from(document.querySelectorAll("
@@ -128,7 +119,7 @@ def test_index_renders_in_headless_chromium_without_console_errors(site, tmp_pat
 
 @pytest.mark.slow
 def test_cell_page_renders_with_its_plots_loaded(site, tmp_path):
-    _need_chromium()
+    require_chromium()
     out, _ = site
     shot = tmp_path / "cell.png"
     page = inspect_page((out / "cells" / f"{ROCM_KEY}.html").as_uri(), shot,

@@ -1,0 +1,47 @@
+"""End to end: a run recorded by `envbuild run workload --local` appears in `envbuild report` (and in Chromium)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from builder.cells import Cell
+from builder.matrix import run_verdict
+from report_browser import inspect_page, require_chromium
+
+ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
+
+
+@pytest.mark.slow
+def test_a_local_workload_run_appears_in_the_report(tmp_path):
+    db, run_dir, site = tmp_path / "m.db", tmp_path / "run", tmp_path / "site"
+    # A short real fine-tune (the smoke preset capped at 8 steps): whether it learns is the workload's
+    # test; here the point is that what it recorded reaches the report.
+    run = subprocess.run([*ENVBUILD, "run", "workload", "--local", "--out", str(run_dir), "--db", str(db),
+                          "--", "--max-steps", "8"], capture_output=True, text=True, timeout=600)
+    result_path = run_dir / "result.json"
+    assert run.returncode in (0, 1) and result_path.is_file(), run.stdout[-2000:] + run.stderr[-2000:]
+    result = json.loads(result_path.read_text())
+    key, verdict = Cell.from_result(result).key, run_verdict(result)
+
+    report = subprocess.run([*ENVBUILD, "report", "-o", str(site), "--db", str(db)],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-2000:]
+    data = {c["key"]: c for c in json.loads((site / "data.json").read_text())["cells"]}
+    assert data[key]["status"] == verdict
+    assert [r["run_id"] for r in data[key]["runs"]] == [result["run_id"]]
+    page = (site / "cells" / f"{key}.html").read_text()
+    assert result["run_id"] in page and result["versions"]["torch"] in page
+    assert f'data-cell="{key}" data-status="{verdict}"' in (site / "index.html").read_text()
+
+    require_chromium()
+    shot = tmp_path / "cell.png"
+    seen = inspect_page((site / "cells" / f"{key}.html").as_uri(), shot,
+                        "({status: document.getElementById('cell-status').textContent,"
+                        " images: Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)})")
+    assert seen.errors == []
+    assert seen.value["status"] == verdict and seen.value["images"] and all(seen.value["images"])
+    print(f"screenshot: {shot}")
