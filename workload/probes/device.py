@@ -133,7 +133,7 @@ def device_discovery(ctx: ProbeContext) -> dict:
     values.update(
         gpu_name=props.name,
         arch=arch,
-        gcn_arch_name=getattr(props, "gcnArchName", None),
+        gcn_arch_name=props.gcnArchName if rocm else None,  # on CUDA torch fills it with the name
         arch_list=arch_list,
         total_memory_gib=round(props.total_memory / 2**30, 1),
     )
