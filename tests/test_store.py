@@ -150,3 +150,18 @@ def test_reopening_an_existing_database_keeps_its_rows(tmp_path):
         store.record_run(make_result())
     with MatrixStore.open(db) as store:
         assert len(store.runs()) == 1 and store.schema_version == SCHEMA_VERSION
+
+
+def test_an_older_schema_is_migrated_in_place_keeping_its_rows(tmp_path, monkeypatch):
+    from builder import store as store_module
+
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        store.record_run(make_result())
+    v2 = "ALTER TABLE runs ADD COLUMN reviewed INTEGER NOT NULL DEFAULT 0; CREATE INDEX runs_reviewed ON runs(reviewed)"
+    monkeypatch.setattr(store_module, "MIGRATIONS", (*store_module.MIGRATIONS, v2))
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    with MatrixStore.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION + 1 and len(store.runs()) == 1
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT reviewed FROM runs").fetchall() == [(0,)]
