@@ -27,12 +27,25 @@ SAMPLES = [
 ]
 
 
-def load_tokenizer(tokenizer: Any):
-    """A tokenizer object as given, or loaded from a directory with AutoTokenizer."""
-    if isinstance(tokenizer, (str, os.PathLike)):
-        from transformers import AutoTokenizer
+def _bare_sentencepiece_dir(path: str) -> bool:
+    """Only a tokenizer.model (the workload's tiny tokenizer): AutoTokenizer cannot tell its class."""
+    return os.path.isfile(os.path.join(path, "tokenizer.model")) and not os.path.isfile(
+        os.path.join(path, "tokenizer_config.json"))
 
-        return AutoTokenizer.from_pretrained(os.fspath(tokenizer))
+
+def _load(path: str, use_fast: bool = True):
+    import transformers
+
+    if _bare_sentencepiece_dir(path):
+        name = "GemmaTokenizerFast" if use_fast else "GemmaTokenizer"  # transformers 5: GemmaTokenizer only
+        return (getattr(transformers, name, None) or transformers.GemmaTokenizer).from_pretrained(path)
+    return transformers.AutoTokenizer.from_pretrained(path, use_fast=use_fast)
+
+
+def load_tokenizer(tokenizer: Any):
+    """A tokenizer object as given, or loaded from a directory."""
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return _load(os.fspath(tokenizer))
     return tokenizer
 
 
@@ -54,9 +67,7 @@ def _slow_fast_pair(tok: Any):
 
     if int(transformers.__version__.split(".")[0]) >= 5 or not _source_dir(tok):
         return None
-    from transformers import AutoTokenizer
-
-    other = AutoTokenizer.from_pretrained(_source_dir(tok), use_fast=not tok.is_fast)
+    other = _load(_source_dir(tok), use_fast=not tok.is_fast)
     if other.is_fast == tok.is_fast:
         return None
     return (other, tok) if tok.is_fast else (tok, other)
