@@ -19,10 +19,18 @@ db_option = click.option(
 _STYLE = {"pass": "green", "partial": "yellow", "fail": "red", "untested": "dim"}
 
 
-def open_store(db: Path | None) -> MatrixStore:
-    """The store for a command, or a ClickException saying why it cannot be opened."""
+def open_store(db: Path | None, *, must_exist: bool = False) -> MatrixStore:
+    """The store for a command, or a ClickException saying why it cannot be opened.
+
+    `must_exist`: for commands that only read, a missing file is an error rather than a new empty matrix.
+    """
+    path = db or default_db_path()
+    if must_exist and not path.exists():
+        raise click.ClickException(
+            f"no matrix database at {path}: record a run (`envbuild run workload`), import results"
+            f" (`envbuild matrix import`), or point --db / ${DB_ENV_VAR} at an existing one")
     try:
-        return MatrixStore.connect(db or default_db_path())
+        return MatrixStore.connect(path)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -37,7 +45,7 @@ def matrix() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_cells(db: Path | None, as_json: bool) -> None:
     """One line per recorded cell: status (pass / partial / fail), failure class, runs, last pass."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     try:
         summaries = summarize(store)
     finally:
@@ -61,7 +69,7 @@ def list_cells(db: Path | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def show(cell_key: str, db: Path | None, as_json: bool) -> None:
     """Everything recorded for one CELL (a key from `envbuild matrix list`)."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     try:
         summaries = {s.key: s for s in summarize(store)}
     finally:
@@ -138,7 +146,7 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool)
               help="Write to this file instead of stdout.")
 def export(db: Path | None, as_json: bool, output: Path | None) -> None:
     """Every cell with its verdict, builds and runs (full result.json), as JSON."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     try:
         data = export_data(summarize(store))
     finally:

@@ -25,7 +25,7 @@ def report(out_dir: Path, db: Path | None, with_recipes: bool) -> None:
         cells = recipe_cells() if with_recipes else []
     except RecipeCellsError as exc:
         raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):

@@ -100,8 +100,11 @@ def test_list_show_and_export_report_the_verdicts(tmp_path):
 
 
 def test_unknown_cell_is_a_usage_error(tmp_path):
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.record_run(cpu_result())
     result = _invoke("matrix", "show", "rocm9.9-torch0.1-py3.0", db=tmp_path / "m.db")
     assert result.exit_code == 2 and "no cell 'rocm9.9-torch0.1-py3.0'" in result.output
+    assert f"known: {CPU_KEY}" in result.output
 
 
 def test_corrupt_database_is_a_clear_error(tmp_path):
@@ -141,3 +144,12 @@ def test_history_has_last_pass_and_flips_and_build_failures(tmp_path):
     assert s.last_pass_at == "2026-12-01T12:00:00Z"
     assert [(a.verdict, b.verdict) for a, b in s.flips] == [("pass", "fail"), ("fail", "pass"), ("pass", "fail")]
     assert summaries[recipe_only.key].status == "untested" and summaries[recipe_only.key].in_recipes
+
+
+@pytest.mark.parametrize("args", [("matrix", "list"), ("matrix", "export", "--json"), ("report", "-o", "site")])
+def test_reading_commands_do_not_create_a_missing_database(tmp_path, args, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "missing.db"
+    result = _invoke(*args, db=db)
+    assert result.exit_code == 1 and "no matrix database at" in result.output
+    assert not db.exists()
