@@ -18,6 +18,7 @@ from pathlib import Path
 
 import docker.errors
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from builder.build_log import BuildFailure, PlainLog, Vertex, diagnose
@@ -42,6 +43,7 @@ class BuildOptions:
     cache_to: tuple[str, ...] = ()
     push: bool = False
     force: bool = False  # build even when the tag exists locally
+    no_cache: bool = False  # ignore BuildKit's cache (a cold build)
     build_args: dict[str, str] = field(default_factory=dict)
 
 
@@ -106,6 +108,8 @@ def build_command(tool: BuildTool, context_dir: Path, tag: str, options: BuildOp
     argv = [*tool.argv, "--progress=plain", "--tag", tag]
     if tool.kind == "buildx":
         argv.append("--load")  # the image must land in the local engine for skip checks and runs
+    if options.no_cache:
+        argv.append("--no-cache")
     if options.network:
         argv += ["--network", options.network]
     if options.ca_cert:
@@ -145,7 +149,7 @@ def image_exists(tag: str) -> str | None:
 def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOptions(),
                 console: Console | None = None, log_path: Path | None = None) -> BuildOutcome:
     """Build `context_dir` as `tag` unless that tag already exists locally; push when asked."""
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     context_dir = Path(context_dir)
     if not (context_dir / "Dockerfile").is_file():
         raise BuildError(f"{context_dir}: no Dockerfile (render the context first: `envbuild render`)")
@@ -183,7 +187,7 @@ def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOption
 
 def _step_label(vertex: Vertex) -> str:
     name = " ".join(vertex.name.split())
-    return name if len(name) <= 110 else name[:107] + "..."
+    return escape(name if len(name) <= 110 else name[:107] + "...")
 
 
 def _is_step(vertex: Vertex) -> bool:
@@ -213,7 +217,7 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Consol
                 if vertex is None or not _is_step(vertex):
                     continue
                 if vertex.state == "running":
-                    last = f"  [dim]{vertex.output[-1][:80]}[/]" if vertex.output else ""
+                    last = f"  [dim]{escape(vertex.output[-1][:80])}[/]" if vertex.output else ""
                     progress.update(task, description=f"{_step_label(vertex)}{last}")
                 elif vertex.number not in reported and vertex.state in ("done", "cached"):
                     reported.add(vertex.number)

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from builder.build import BuildError, BuildInterrupted, BuildOptions, build_image, default_log_path, read_manifest
 from builder.cells import Cell
 from builder.cli_matrix import db_option, open_store
+from builder.cli_render import plan_from_options, plan_table, request_options
+from builder.render import RenderError, render
 from builder.engine import EngineUnavailable
 from builder.store import StoreError
 
@@ -26,8 +29,11 @@ def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry:
 
 
 @click.command("image")
+@request_options
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to render the context [default: ./envbuild-contexts/<cell>].")
 @click.option("--context", "context_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Build this rendered context dir (from `envbuild render`) instead of rendering a request.")
+              help="Build this rendered context dir (from `envbuild render`) instead of a request.")
 @click.option("--tag", help="Image tag [default: the content-hash tag of the context's manifest].")
 @click.option("--registry", help="Registry/namespace to prefix the tag with (for --push).")
 @click.option("--ca-cert", type=click.Path(path_type=Path),
@@ -42,31 +48,45 @@ def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry:
               "type=inline without buildx).")
 @click.option("--push", is_flag=True, help="Push the image after building (or when it exists already).")
 @click.option("--force", is_flag=True, help="Build even when the content-hash tag exists locally.")
+@click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (a cold build).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Full build log [default: <context>.build.log next to the context dir].")
 @click.option("--dry-run", is_flag=True, help="Print the plan, stages, tag and Dockerfile path; build nothing.")
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
-def image(context_dir: Path | None, tag: str | None, registry: str | None, ca_cert: Path | None,
-          network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...], cache_to: tuple[str, ...],
-          push: bool, force: bool, log_path: Path | None, dry_run: bool, db: Path | None, no_record: bool) -> None:
-    """Build an environment image with BuildKit; the tag is the context's content hash, so an unchanged
-    request is skipped. On failure: the failing step, its last output lines and a failure class."""
-    console = Console(stderr=True)
+def image(out: Path | None, context_dir: Path | None, tag: str | None, registry: str | None,
+          ca_cert: Path | None, network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...],
+          cache_to: tuple[str, ...], push: bool, force: bool, no_cache: bool, log_path: Path | None, dry_run: bool,
+          db: Path | None, no_record: bool, **request) -> None:
+    """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
+
+    The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
+    step, its last output lines and a failure class. Exit code 0 built/skipped, 1 failed, 130 interrupted."""
+    console = Console(stderr=True, soft_wrap=True)
+    if ca_cert and not ca_cert.is_file():
+        raise click.BadParameter(f"{ca_cert}: no such file", param_hint="--ca-cert")
+    if wheelhouse and not wheelhouse.is_dir():
+        raise click.BadParameter(f"{wheelhouse}: not a directory", param_hint="--wheelhouse")
+    plan = None
     if context_dir is None:
-        raise click.UsageError("give --context DIR (a rendered build context)")
-    if not (context_dir / "Dockerfile").is_file():
+        if request["torch"] is None:
+            raise click.UsageError("give a request (e.g. --rocm 6.2 --torch 2.4) or --context DIR")
+        plan = plan_from_options(**request)
+        context_dir = out or Path("envbuild-contexts") / plan.cell.key
+        try:
+            context_dir = render(plan, context_dir).dockerfile.parent
+        except RenderError as exc:
+            raise click.UsageError(str(exc)) from exc
+    elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
     manifest = read_manifest(context_dir)
     tag = _tag_of(context_dir, manifest, tag, registry)
-    if ca_cert and not ca_cert.is_file():
-        raise click.BadParameter(f"{ca_cert}: no such file", param_hint="--ca-cert")
     if dry_run:
-        _print_dry_run(context_dir, manifest, tag)
+        _print_dry_run(context_dir, manifest, tag, plan)
         return
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, push=push,
-                           force=force)
+                           force=force, no_cache=no_cache)
     try:
         outcome = build_image(context_dir, tag, options, console, log_path)
     except BuildInterrupted as exc:
@@ -87,20 +107,25 @@ def image(context_dir: Path | None, tag: str | None, registry: str | None, ca_ce
         _record(db, manifest, tag, "pass", outcome.log_path, outcome, None, None, console)
 
 
-def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str) -> None:
+def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str, plan) -> None:
     manifest = manifest or {}
+    if plan is not None:
+        Console().print(plan_table(plan, f"plan for {plan.cell.key}"))
+        click.echo(f"torch:      {plan.torch_source} ({plan.torch_source_reason})")
     click.echo(f"context:    {context_dir.resolve()}")
     click.echo(f"Dockerfile: {(context_dir / 'Dockerfile').resolve()}")
     click.echo(f"image tag:  {tag}")
-    if manifest.get("stages"):
-        click.echo("stages:     " + " -> ".join(str(s) for s in manifest["stages"]))
+    stages = plan.stages if plan is not None else manifest.get("stages")
+    if stages:
+        click.echo("stages:     " + " -> ".join(str(s) for s in stages))
     click.echo(f"build log:  {default_log_path(context_dir)}")
-    click.echo("manifest:\n" + json.dumps(manifest, indent=2))
+    if plan is None:
+        click.echo("manifest:\n" + json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
 
 
 def _print_failure(exc: BuildError, console: Console) -> None:
     failure = exc.failure
-    console.print(f"[red]build failed[/] at step [bold]{failure.step}[/]")
+    console.print(f"[red]build failed[/] at step [bold]{escape(failure.step)}[/]")
     console.print(f"failure class: [bold]{failure.failure_class}[/] - {failure.hint}")
     if failure.message:
         console.print(f"error: {failure.message}", highlight=False, markup=False)
@@ -131,3 +156,7 @@ def _record(db: Path | None, manifest: dict | None, tag: str, status: str, log_p
     finally:
         store.close()
     console.print(f"recorded the build in {store.path}")
+
+
+# --torch is required for a request but not with --context (checked in the command instead).
+next(p for p in image.params if p.name == "torch").required = False

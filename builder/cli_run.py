@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from builder.cli_matrix import db_option, open_store
 from builder.container import ContainerRun, RunError, RunRequest, run_in_container
@@ -49,7 +50,7 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     """
     if image and local:
         raise click.UsageError("--image and --local exclude each other: pick one")
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
@@ -65,7 +66,7 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
         raise click.ClickException(str(exc)) from exc
     result_path = Path(out_dir).resolve() / RESULT_NAME
     style = "green" if result["status"] == "pass" else "red"
-    detail = f" ({result.get('error_class')}: {result.get('error')})" if result["status"] != "pass" else ""
+    detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
     console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
     if not no_record:
         _record(db, result, result_path, console)

@@ -18,6 +18,7 @@ from pathlib import Path
 import docker.errors
 from docker.types import DeviceRequest, Mount
 from rich.console import Console
+from rich.markup import escape
 
 from builder.build import MANIFEST_LABEL
 from builder.doctor import HostView, host_record, kfd_gpus
@@ -151,7 +152,7 @@ def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
 
 def run_in_container(run: ContainerRun, console: Console | None = None, host: HostView | None = None) -> dict:
     """Run the workload in `run.image`, stream its output, collect and complete result.json."""
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     host = host or HostView()
     client = docker_client()
     try:
@@ -180,16 +181,16 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
         if hf_cache.is_dir():
             mounts.append(Mount(HF_MOUNT, str(hf_cache), type="bind", read_only=True))
             environment["HF_HOME"] = HF_MOUNT
-    if data:
-        mounts.append(Mount(DATA_MOUNT, str(data), type="bind", read_only=True))
-        data_arg = DATA_MOUNT
+    if data:  # a file keeps its name (the workload tells JSONL from CSV by it)
+        data_arg = DATA_MOUNT if data.is_dir() else f"{DATA_MOUNT}/{data.name}"
+        mounts.append(Mount(data_arg, str(data), type="bind", read_only=True))
     if os.environ.get("HF_TOKEN"):
         environment["HF_TOKEN"] = os.environ["HF_TOKEN"]  # handed to the engine, never printed
 
     name = f"envbuild-run-{uuid.uuid4().hex[:12]}"
     command = workload_args(run, model_arg, data_arg, OUT_MOUNT)
-    console.print(f"running [bold]{run.image}[/] ({flavor}) as {name}: "
-                  f"{' '.join(WORKLOAD_ENTRYPOINT + command)}; output -> {out_dir}")
+    console.print(escape(f"running {run.image} ({flavor}) as {name}: "
+                         f"{' '.join(WORKLOAD_ENTRYPOINT + command)}; output -> {out_dir}"))
     user = None if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
     started = time.time()
     container = None

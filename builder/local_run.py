@@ -10,6 +10,7 @@ import sys
 import time
 
 from rich.console import Console
+from rich.markup import escape
 
 from builder.container import RunError, RunRequest, check_data, resolve_model, workload_args
 from builder.doctor import HostView, host_record
@@ -32,7 +33,7 @@ def local_versions() -> dict:
 
 def run_local(request: RunRequest, console: Console | None = None, host: HostView | None = None) -> dict:
     """`python -m workload train ...` as a subprocess of this interpreter; collect and complete its result."""
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     if request.gpus:
         raise RunError("--gpus needs --image: a --local run uses this machine's CPU")
     hub_id, model_dir = resolve_model(request.model)
@@ -41,7 +42,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     model_arg = str(model_dir) if model_dir else hub_id
     argv = [sys.executable, "-m", "workload",
             *workload_args(request, model_arg, str(data) if data else None, str(out_dir))]
-    console.print(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}")
+    console.print(escape(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
     started = time.time()
     failure_class, failure = None, ""
     proc = subprocess.Popen(argv)

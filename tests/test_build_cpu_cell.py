@@ -1,0 +1,104 @@
+"""End to end on a real engine: build the cpu cell from the local base, run the tiny workload in it.
+
+Built once per module like a user would (local base, proxy CA as a secret, `--network host`, the CPU
+torch wheel as wheelhouse); BuildKit's cache makes later sessions fast. Set ENVBUILD_TEST_WHEELHOUSE
+to a dir holding the torch 2.13.0+cpu wheel where /opt/wheels does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.build import MANIFEST_LABEL
+from builder.cli import main
+from builder.store import MatrixStore, validate_result
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+TORCH_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
+def _wheelhouse(work: Path) -> Path | None:
+    source = Path(os.environ.get("ENVBUILD_TEST_WHEELHOUSE", "/opt/wheels"))
+    if not (source / TORCH_WHEEL).is_file():
+        return None  # torch then comes from the PyTorch CPU index
+    wheels = work / "wheels"
+    wheels.mkdir()
+    try:
+        os.link(source / TORCH_WHEEL, wheels / TORCH_WHEEL)
+    except OSError:
+        (wheels / TORCH_WHEEL).symlink_to(source / TORCH_WHEEL)
+    return wheels
+
+
+@pytest.fixture(scope="module")
+def cpu_cell(tmp_path_factory, local_base):
+    """(build command, its CliRunner result, seconds, work dir) for the cpu cell."""
+    work = tmp_path_factory.mktemp("cpu-cell")
+    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base,
+               "-o", str(work / "ctx"), "--ca-cert", str(CA), "--network", "host", "--db", str(work / "m.db")]
+    wheels = _wheelhouse(work)
+    if wheels:
+        command += ["--wheelhouse", str(wheels)]
+    started = time.monotonic()
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 0, result.output
+    return command, result, time.monotonic() - started, work
+
+
+def _tag(result) -> str:
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_cpu_cell_builds_with_manifest_labels(cpu_cell, docker_engine):
+    _, result, _, work = cpu_cell
+    tag = _tag(result)
+    manifest = json.loads((work / "ctx" / "manifest.json").read_text())
+    assert tag == manifest["image_tag"]
+    image = docker_engine.images.get(tag)
+    assert json.loads(image.labels[MANIFEST_LABEL])["cell"] == manifest["cell"]
+    history = " ".join(str(h.get("CreatedBy")) for h in image.history())
+    assert "BEGIN CERTIFICATE" not in history
+    seen = docker_engine.containers.run(tag, ["sh", "-c", "ls /run/secrets 2>/dev/null | wc -l; "
+                                              "python -c 'import torch, sentencepiece; print(torch.__version__)'"],
+                                        remove=True).decode().split()
+    assert seen == ["0", "2.13.0+cpu"]
+    with MatrixStore.open(work / "m.db") as store:
+        builds = store.builds()
+    assert [(b["status"], b["image_tag"]) for b in builds] == [("pass", tag)]
+
+
+def test_unchanged_request_is_skipped(cpu_cell):
+    command, first, _, _ = cpu_cell
+    again = CliRunner().invoke(main, command)
+    assert again.exit_code == 0, again.output
+    assert "skipped" in again.output and "already exists locally" in again.output
+    assert _tag(again) == _tag(first)
+
+
+def test_workload_runs_in_the_image_end_to_end(cpu_cell, docker_engine):
+    _, build, _, work = cpu_cell
+    tag, out = _tag(build), work / "run"
+    result = CliRunner().invoke(main, ["run", "workload", "--image", tag, "--out", str(out),
+                                       "--db", str(work / "m.db")])
+    record = json.loads((out / "result.json").read_text())
+    assert result.exit_code == 0, (result.output, record.get("error"))
+    validate_result(record)
+    assert record["status"] == "pass" and record["error_class"] is None
+    assert record["versions"]["torch"] == "2.13.0+cpu" and record["hardware"]["device_type"] == "cpu"
+    assert record["metrics"]["eval_after"]["accuracy"] > record["metrics"]["eval_before"]["accuracy"]
+    assert (out / record["artifacts"]["adapter_dir"]).is_dir()
+    assert record["image"]["tag"] == tag and record["image"]["digest"] == docker_engine.images.get(tag).id
+    assert record["image"]["manifest"]["cell"]["flavor"] == "cpu"
+    assert {c["name"]: c["status"] for c in record["host"]["checks"]}["docker_engine"] == "pass"
+    assert docker_engine.containers.list(all=True, filters={"label": "org.envbuild.run"}) == []
+    with MatrixStore.open(work / "m.db") as store:
+        runs, builds = store.runs(), store.builds()
+    assert [r["result"]["run_id"] for r in runs] == [record["run_id"]]
+    assert runs[0]["build_id"] == builds[0]["id"]
