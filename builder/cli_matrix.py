@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.matrix import CellSummary, export_data, summarize, summary_line, summary_record
-from builder.store import DB_ENV_VAR, InvalidResultError, MatrixStore, StoreError, default_db_path, validate_result
+from builder.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path, validate_result
 
 db_option = click.option(
     "--db", "db", type=click.Path(dir_okay=False, path_type=Path), envvar=DB_ENV_VAR, default=None,
