@@ -295,7 +295,6 @@ def test_arch_supported(arch, arch_list, rocm, ok):
 # --- MIOpen / hipBLASLt -------------------------------------------------------------------------
 
 def test_dir_writable(tmp_path):
-    assert device is not None
     assert rocm_libs.dir_writable(str(tmp_path / "new" / "miopen")) == (True, "")
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -342,3 +341,46 @@ def test_collective_smoke_reuses_an_existing_group(tmp_path):
         assert dist.is_initialized(), "a group the caller made must be left alone"
     finally:
         dist.destroy_process_group()
+
+
+class _FakeBlasChoice:
+    """Stands in for torch.backends.cuda.preferred_blas_library, as torch on some arch would answer."""
+
+    def __init__(self, grants_lt: bool):
+        self.current, self.grants_lt, self.calls = "_BlasBackend.Cublas", grants_lt, []
+
+    def __call__(self, backend=None):
+        self.calls.append(backend)
+        if backend is not None:
+            if backend == "cublaslt" and not self.grants_lt:
+                import warnings
+
+                warnings.warn("Attempting to use hipBLASLt on an unsupported architecture! "
+                              "Overriding blas backend to hipblas")
+            else:
+                self.current = "_BlasBackend.Cublaslt" if backend == "cublaslt" else backend
+        return self.current
+
+
+def test_hipblaslt_check_skips_when_torch_refuses_the_arch():
+    choose = _FakeBlasChoice(grants_lt=False)
+    status, values, message = rocm_libs.lt_gemm_check(CPU, choose)
+    assert status == "skip" and "falls back" in message
+    assert "unsupported architecture" in values["torch_warning"]
+
+
+def test_hipblaslt_check_runs_the_gemm_and_restores_the_preference():
+    choose = _FakeBlasChoice(grants_lt=True)
+    status, values, _ = rocm_libs.lt_gemm_check(CPU, choose)
+    assert status == "pass" and values["addmm_rel_error"] < 4 * 2**-8
+    assert choose.calls[-1] == "_BlasBackend.Cublas" and choose.current == "_BlasBackend.Cublas"
+
+
+def test_hipblaslt_check_fails_when_the_gemm_raises():
+    def old_torch_addmm(*args):  # what torch before pytorch#138267 did on an unsupported arch
+        raise RuntimeError("Attempting to use hipBLASLt on a unsupported architecture!")
+
+    choose = _FakeBlasChoice(grants_lt=True)
+    status, _, message = rocm_libs.lt_gemm_check(CPU, choose, addmm=old_torch_addmm)
+    assert status == "fail" and "unsupported architecture" in message
+    assert choose.current == "_BlasBackend.Cublas"

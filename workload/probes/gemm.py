@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from ._common import PASS, SKIP, ProbeContext, dtype_name, result, unit_roundoff, worst
+from ._common import FAIL, PASS, SKIP, ProbeContext, dtype_name, result, unit_roundoff, worst
 
 GPU_SHAPES = [(4096, 2048, 64), (4096, 3072, 64)]  # (tokens, hidden, r): Gemma 2B / 7B widths
 CPU_SHAPES = [(128, 256, 16)]
@@ -84,14 +84,14 @@ def gemm_accuracy(ctx: ProbeContext, matmul: Callable = device_lora_matmul) -> d
                 out = matmul(x.to(ctx.device), a.to(ctx.device), b.to(ctx.device))
             except RuntimeError as exc:  # e.g. a CPU build without this half matmul
                 values[f"{key}_error"] = str(exc).splitlines()[0]
-                statuses.append(SKIP if not ctx.on_gpu else "fail")
+                statuses.append(SKIP if not ctx.on_gpu else FAIL)
                 problems.append(f"{key}: {values[f'{key}_error']}")
                 continue
             ref = (x.double() @ a.double()) @ b.double()
             metrics = compare_to_reference(out, ref)
             values.update({f"{key}_{k}": v for k, v in metrics.items()})
             broken = judge(metrics, dtype)
-            statuses.append("fail" if broken else PASS)
+            statuses.append(FAIL if broken else PASS)
             problems += [f"{key}: {p}" for p in broken]
     values["rel_error_limit_u"] = REL_ERROR_LIMIT_U
     values["scale_bias_limit_u"] = SCALE_BIAS_LIMIT_U
