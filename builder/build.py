@@ -205,7 +205,7 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Consol
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
         console=console, transient=True,
     ) as progress:
-        sink.write("$ " + " ".join(argv) + "\n")
+        sink.write(f"# builder: {tool.describe}\n$ " + " ".join([*(f"{k}={v}" for k, v in tool.env.items()), *argv]) + "\n")
         task = progress.add_task("starting BuildKit", total=None)
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", bufsize=1, env=env, start_new_session=True)

@@ -155,6 +155,10 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
 UNKNOWN = FailureClass("unknown", "read the last lines of the failing step above and the full log", ())
 
 
+_EVIDENCE = re.compile(r"\b(error|fatal|failed|cannot|could not|not found|no such|killed|denied)\b", re.I)
+_NOISE = re.compile(r'^\s*(File ".*", line \d+|\^+$|note: |╰─>|\[end of output\]|ERROR: Failed building wheel)')
+
+
 @dataclass(frozen=True)
 class BuildFailure:
     """What a failed build tells the user: the step, its last output lines and the failure class."""
@@ -164,9 +168,10 @@ class BuildFailure:
     hint: str
     message: str
     tail: tuple[str, ...]
+    evidence: tuple[str, ...] = ()  # the step's first lines that look like the cause (errors, not found, ...)
 
 
-def diagnose(log: PlainLog, tail_lines: int = 25) -> BuildFailure:
+def diagnose(log: PlainLog, tail_lines: int = 25, evidence_lines: int = 8) -> BuildFailure:
     """Classify a failed build from its parsed log."""
     vertex = log.failed
     if vertex is not None:
@@ -179,4 +184,6 @@ def diagnose(log: PlainLog, tail_lines: int = 25) -> BuildFailure:
     text = "\n".join([*output, message, *trailer[-5:]])
     found = next((c for c in FAILURE_CLASSES if c.matches(step, text)), UNKNOWN)
     tail = tuple(output[-tail_lines:]) if output else tuple(trailer[-tail_lines:])
-    return BuildFailure(step, found.name, found.hint, message, tail)
+    evidence = [line.strip() for line in output if _EVIDENCE.search(line) and not _NOISE.match(line)]
+    evidence = tuple(dict.fromkeys(line for line in evidence if line not in tail))[:evidence_lines]
+    return BuildFailure(step, found.name, found.hint, message, tail, evidence)

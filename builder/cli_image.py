@@ -129,6 +129,10 @@ def _print_failure(exc: BuildError, console: Console) -> None:
     console.print(f"failure class: [bold]{failure.failure_class}[/] - {failure.hint}")
     if failure.message:
         console.print(f"error: {failure.message}", highlight=False, markup=False)
+    if failure.evidence:
+        console.print("lines that look like the cause:")
+        for line in failure.evidence:
+            console.print(f"  > {line}", highlight=False, markup=False)
     if failure.tail:
         console.print("last lines of the step:")
         for line in failure.tail:

@@ -47,7 +47,7 @@ def test_missing_base_image(tmp_path, docker_engine):
     result = build_cli(ctx, "envbuild-test/missing-base:1", "--network", "host")
     assert result.exit_code == 1
     assert "base_image_unavailable" in result.output and "load metadata for" in result.output
-    assert (tmp_path / "ctx.build.log").read_text().startswith("$ ")
+    assert (tmp_path / "ctx.build.log").read_text().startswith("# builder: ")
     assert_absent(docker_engine, "envbuild-test/missing-base:1")
 
 
@@ -114,7 +114,7 @@ def test_proxies_pass_through_without_appearing_in_the_log(tmp_path, local_base,
     try:
         seen = docker_engine.containers.run(tag, ["cat", "/proxies"], remove=True).decode().strip()
         assert seen == f"{proxy}|localhost,.internal"
-        assert "s3cret" not in outcome.log_path.read_text().splitlines()[0]  # the command line
+        assert "s3cret" not in outcome.log_path.read_text()  # neither the command line nor the output
         image_env = " ".join(docker_engine.images.get(tag).attrs["Config"].get("Env") or [])
         assert "s3cret" not in image_env
     finally:
@@ -196,3 +196,21 @@ def test_ctrl_c_stops_the_build_and_tags_nothing(tmp_path, local_base, docker_en
     assert proc.returncode == 130, output
     assert "interrupted" in output
     assert_absent(docker_engine, tag)
+
+
+def test_cause_lines_are_picked_out_of_a_long_step():
+    log = PlainLog()
+    lines = ["-- Detecting CXX compile features - done",
+             "CMake Error at ExternalProject.cmake:2790 (message):",
+             "  error: could not find git for clone of abseil-cpp-populate",
+             *[f'  File "/usr/lib/python3.11/x{i}.py", line {i}, in run' for i in range(40)],
+             "ERROR: Failed building wheel for sentencepiece"]
+    log.feed("#9 [sentencepiece 2/2] RUN pip wheel --no-binary sentencepiece sentencepiece")
+    for line in lines:
+        log.feed(f"#9 98.0 {line}")
+    log.feed("#9 ERROR: executor failed running [/bin/sh -c pip wheel]: exit code: 1")
+    failure = diagnose(log)
+    assert failure.failure_class == "compile_error"
+    assert failure.evidence == ("CMake Error at ExternalProject.cmake:2790 (message):",
+                                "error: could not find git for clone of abseil-cpp-populate")
+    assert len(failure.tail) == 25 and failure.tail[-1] == lines[-1]
