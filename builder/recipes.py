@@ -53,17 +53,17 @@ class Release(_Frozen):
 
     version: str
     base_image: str
-    base_digest: str
-    os_image: str
+    base_digest: str = ""  # sha256:... when verified; FROM then pins image@digest
+    os_image: str = ""  # plain OS image for the installer route
     ubuntu: str = ""
     codename: str
-    amdgpu_install: str
-    archs: tuple[str, ...]
+    amdgpu_install: str = ""  # amdgpu-install package version ("" = no installer route)
+    archs: tuple[str, ...] = ()
     wheel_suffixes: tuple[str, ...]
     system_python: str
     pythons: tuple[str, ...]
-    python_ppa: str
-    default_arch: str
+    python_ppa: str = ""
+    default_arch: str = ""
     source: str
 
 

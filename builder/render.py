@@ -15,7 +15,6 @@ import jinja2
 from builder import __version__
 from builder.context import labels, lock_file, template_vars
 from builder.paths import IMAGES_DIR, WORKLOAD_DIR
-from builder.recipes import load
 from builder.resolve import Plan
 
 MANIFEST = "manifest.json"
@@ -104,10 +103,9 @@ def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[s
     """
     static = static or StaticFiles.read()
     files = {"requirements.lock": lock_file(plan).encode(), f"{WHEELHOUSE}/.keep": b"", **static.files}
-    if plan.torch_source == "source":
-        patches = load().patches_dir(plan.torch.line)
-        files["patches/series"] = (patches / "series").read_bytes()
-        files |= {f"patches/{p.ref}": (patches / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
+    if plan.patch_dir is not None:
+        files["patches/series"] = (plan.patch_dir / "series").read_bytes()
+        files |= {f"patches/{p.ref}": (plan.patch_dir / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
     files["Dockerfile"] = _dockerfile(plan, "")
     context_hash = hash_files(file_hashes(files, static.hashes))
     files["Dockerfile"] = _dockerfile(plan, context_hash)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cached_property
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -49,6 +50,7 @@ class Plan(BaseModel):
     amdgpu_install: str  # amdgpu-install package version to install, "" when the base has ROCm
     stack: dict[str, str]  # package -> version (HF stack + numpy + sentencepiece)
     patches: tuple[PatchEntry, ...]
+    patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
     stages: tuple[str, ...]
 
     @property
@@ -143,6 +145,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         amdgpu_install=amdgpu_install,
         stack=recipes.stacks[torch.line],
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
+        patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         stages=("base", f"torch-{source}", "sentencepiece", "runtime"),
     )
 

@@ -139,3 +139,61 @@ def test_hf_stack_missing_for_a_torch_line_is_a_recipe_error(recipes_copy):
     (recipes_copy / "hf-stack.toml").write_text(text.replace('[stack."2.6"]', '[stack."2.6-gone"]'))
     with pytest.raises(RecipeError, match='no \\[stack."2.6"\\]'):
         load(recipes_copy)
+
+
+CUDA_FLAVOR = """
+[flavor.cuda]
+description = "test-only flavor added as data"
+releases_file = "cuda.toml"
+label = "CUDA"
+versioned = true
+torch_sources = ["wheel", "source"]
+wheel_index = "https://download.pytorch.org/whl/{suffix}"
+local_version = "{suffix}"
+arch_env = "TORCH_CUDA_ARCH_LIST"
+build_env = { USE_CUDA = "1", USE_ROCM = "0" }
+source_prepare = ""
+compile_job_mem_mb = 4608
+"""
+CUDA_RELEASES = """
+[release."12.4"]
+base_image = "example.invalid/cuda-devel:12.4-ubuntu22.04"
+codename = "jammy"
+archs = ["sm_80", "sm_90"]
+default_arch = "sm_90"
+wheel_suffixes = ["cu124"]
+system_python = "3.10"
+pythons = ["3.10"]
+source = "test data, not a verified fact"
+"""
+
+
+def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
+    """Adding a flavor touches recipes/ only: it resolves, renders and lints without Python changes."""
+    from builder.render import context_files
+
+    (recipes_copy / "flavors.toml").write_text((recipes_copy / "flavors.toml").read_text() + CUDA_FLAVOR)
+    (recipes_copy / "cuda.toml").write_text(CUDA_RELEASES)
+    torch = (recipes_copy / "torch.toml").read_text()
+    (recipes_copy / "torch.toml").write_text(
+        torch.replace('[torch."2.5"]\nflavors = ["rocm"]', '[torch."2.5"]\nflavors = ["rocm", "cuda"]')
+        .replace('wheel_suffixes = ["rocm6.1", "rocm6.2"]', 'wheel_suffixes = ["rocm6.1", "rocm6.2", "cu124"]')
+    )
+    recipes = load(recipes_copy)
+    wheel = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5"), recipes)
+    assert wheel.cell.key == "cuda12.4-torch2.5-sm_90-py3.10"
+    assert wheel.torch_requirement == "torch==2.5.1+cu124" and wheel.torch_source == "wheel"
+    source = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source"), recipes)
+    dockerfile = context_files(wheel)[0]["Dockerfile"].decode()
+    assert "install_rocm" not in dockerfile and "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124" in dockerfile
+    path = tmp_path / "Dockerfile"
+    path.write_bytes(context_files(source)[0]["Dockerfile"])
+    assert "ARG TORCH_CUDA_ARCH_LIST=sm_90" in path.read_text() and "USE_CUDA=1" in path.read_text()
+    import subprocess
+
+    from builder.paths import IMAGES_DIR
+
+    lint = subprocess.run(["hadolint", "--config", str(IMAGES_DIR / "hadolint.yaml"), str(path)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout
+    with pytest.raises(ResolveError, match="arch 'gfx90a' is not supported by CUDA 12.4"):
+        resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", arch="gfx90a"), recipes)

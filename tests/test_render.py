@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
