@@ -41,7 +41,6 @@ class BuildOptions:
     wheelhouse: Path | None = None  # wheels for air-gapped installs
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
-    push: bool = False
     force: bool = False  # build even when the tag exists locally
     no_cache: bool = False  # ignore BuildKit's cache (a cold build)
     build_args: dict[str, str] = field(default_factory=dict)
@@ -148,7 +147,7 @@ def image_exists(tag: str) -> str | None:
 
 def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOptions(),
                 console: Console | None = None, log_path: Path | None = None) -> BuildOutcome:
-    """Build `context_dir` as `tag` unless that tag already exists locally; push when asked."""
+    """Build `context_dir` as `tag` unless that tag already exists locally."""
     console = console or Console(stderr=True, soft_wrap=True)
     context_dir = Path(context_dir)
     if not (context_dir / "Dockerfile").is_file():
@@ -180,8 +179,6 @@ def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOption
         image_id = client.images.get(tag).id
         outcome = BuildOutcome(tag, False, time.monotonic() - started, log_path, tool.describe, image_id)
         console.print(f"[green]built[/] {tag} in {outcome.seconds:.1f}s")
-    if options.push:
-        push_image(client, tag, console)
     return outcome
 
 
@@ -246,12 +243,19 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def push_image(client, tag: str, console: Console) -> None:
+class PushError(RuntimeError):
+    """The registry refused or could not be reached; the image stays built locally."""
+
+
+def push_image(tag: str, console: Console) -> None:
     """Push `tag` to its registry, failing clearly on the first error the engine reports."""
     repository, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
     console.print(f"pushing {tag}")
-    for event in client.images.push(repository, tag=version, stream=True, decode=True):
-        if "error" in event:
-            raise BuildError(f"push of {tag} failed: {event['error']} "
-                             "(log in with `docker login <registry>`; the tag's registry part says where it goes)")
+    hint = "log in with `docker login <registry>`; the tag's registry part (--registry) says where it goes"
+    try:
+        for event in docker_client().images.push(repository, tag=version, stream=True, decode=True):
+            if "error" in event:
+                raise PushError(f"push of {tag} failed: {event['error']} ({hint})")
+    except docker.errors.APIError as exc:
+        raise PushError(f"push of {tag} failed: {exc.explanation or exc} ({hint})") from exc
     console.print(f"[green]pushed[/] {tag}")

@@ -10,7 +10,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.build import BuildError, BuildInterrupted, BuildOptions, build_image, default_log_path, read_manifest
+from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image, default_log_path,
+                           push_image, read_manifest)
 from builder.cells import Cell
 from builder.cli_matrix import db_option, open_store
 from builder.cli_render import plan_from_options, plan_table, request_options
@@ -85,8 +86,8 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         _print_dry_run(context_dir, manifest, tag, plan)
         return
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
-                           wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, push=push,
-                           force=force, no_cache=no_cache)
+                           wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
+                           no_cache=no_cache)
     try:
         outcome = build_image(context_dir, tag, options, console, log_path)
     except BuildInterrupted as exc:
@@ -102,9 +103,14 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         sys.exit(1)
     except EngineUnavailable as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(tag)
     if not no_record and not outcome.skipped:
         _record(db, manifest, tag, "pass", outcome.log_path, outcome, None, None, console)
+    if push:
+        try:
+            push_image(tag, console)
+        except (PushError, EngineUnavailable) as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(tag)
 
 
 def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str, plan) -> None:

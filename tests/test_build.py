@@ -214,3 +214,16 @@ def test_cause_lines_are_picked_out_of_a_long_step():
     assert failure.evidence == ("CMake Error at ExternalProject.cmake:2790 (message):",
                                 "error: could not find git for clone of abseil-cpp-populate")
     assert len(failure.tail) == 25 and failure.tail[-1] == lines[-1]
+
+
+def test_push_to_an_unreachable_registry_fails_clearly(tmp_path, local_base, docker_engine):
+    ctx = context(tmp_path, f"FROM {local_base}\nRUN echo push-me > /p\n")
+    result = CliRunner().invoke(main, ["image", "--context", str(ctx), "--tag", "envbuild-test/push:1",
+                                       "--registry", "localhost:1", "--network", "host", "--push", "--no-record"])
+    try:
+        assert result.exit_code == 1
+        assert "push of localhost:1/envbuild-test/push:1 failed" in result.output
+        assert "connection refused" in result.output and "docker login" in result.output
+        docker_engine.images.get("localhost:1/envbuild-test/push:1")  # built and kept locally
+    finally:
+        docker_engine.images.remove("localhost:1/envbuild-test/push:1", force=True)
