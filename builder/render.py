@@ -102,11 +102,18 @@ def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[s
     Pass one `static` snapshot to render many plans without re-reading the shared files.
     """
     static = static or StaticFiles.read()
-    files = {"requirements.lock": lock_file(plan).encode(), f"{WHEELHOUSE}/.keep": b"", **static.files}
+    dockerfile = _dockerfile(plan, "")
+    used = dockerfile.decode()
+    files = {
+        "requirements.lock": lock_file(plan).encode(),
+        f"{WHEELHOUSE}/.keep": b"",
+        # only the scripts this Dockerfile copies: editing another step's script changes no other context
+        **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
+    }
     if plan.patch_dir is not None:
         files["patches/series"] = (plan.patch_dir / "series").read_bytes()
         files |= {f"patches/{p.ref}": (plan.patch_dir / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
-    files["Dockerfile"] = _dockerfile(plan, "")
+    files["Dockerfile"] = dockerfile
     context_hash = hash_files(file_hashes(files, static.hashes))
     files["Dockerfile"] = _dockerfile(plan, context_hash)
     image_tag = f"envbuild/{plan.cell.key}:{context_hash[:12]}"

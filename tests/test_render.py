@@ -167,3 +167,17 @@ def test_install_scripts_are_valid_bash():
     for script in sorted((IMAGES_DIR / "common").glob("*.sh")):
         result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert result.returncode == 0, f"{script.name}: {result.stderr}"
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CELLS))
+def test_every_copy_source_is_in_the_context_and_no_unused_script_is(name):
+    files, _ = context_files(resolve(GOLDEN_CELLS[name]), golden_static())
+    dockerfile = files["Dockerfile"].decode()
+    sources = set()
+    for line in dockerfile.splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            sources.update(line.split()[1:-1])
+    for source in sources:
+        assert source in files or any(p.startswith(source) for p in files), source
+    scripts = {p for p in files if p.startswith("common/")}
+    assert scripts == {s for s in sources if s.startswith("common/")}
