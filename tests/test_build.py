@@ -227,3 +227,17 @@ def test_push_to_an_unreachable_registry_fails_clearly(tmp_path, local_base, doc
         docker_engine.images.get("localhost:1/envbuild-test/push:1")  # built and kept locally
     finally:
         docker_engine.images.remove("localhost:1/envbuild-test/push:1", force=True)
+
+
+def test_inline_cache_export_and_import(tmp_path, local_base, docker_engine):
+    ctx = context(tmp_path, f"FROM {local_base}\nRUN echo cache-me > /c\n")
+    try:
+        first = build_image(ctx, "envbuild-test/cache:1", BuildOptions(network="host", force=True,
+                                                                     cache_to=("type=inline",)))
+        assert "exporting cache" in first.log_path.read_text()
+        second = build_image(ctx, "envbuild-test/cache:2", BuildOptions(network="host", force=True,
+                                                                      cache_from=("envbuild-test/cache:1",)))
+        assert "importing cache manifest from envbuild-test/cache:1" in second.log_path.read_text()
+    finally:
+        for tag in ("envbuild-test/cache:1", "envbuild-test/cache:2"):
+            docker_engine.images.remove(tag, force=True)
