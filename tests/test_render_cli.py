@@ -17,6 +17,7 @@ def invoke(*args):
 BAD_REQUESTS = {
     "unknown-rocm": (["--rocm", "6.3", "--torch", "2.4"], ["unknown ROCm release '6.3'", "6.2"]),
     "unknown-torch": (["--rocm", "6.2", "--torch", "2.9"], ["unknown torch '2.9'", "2.6"]),
+    "unpinned-torch-release": (["--rocm", "6.2", "--torch", "2.4.0"], ["not the release envbuild pins for line 2.4 (2.4.1)", "--torch 2.4"]),
     "unknown-arch": (["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90"], ["'gfx90' is not supported by ROCm 6.2", "gfx90a"]),
     "arch-not-in-release": (["--rocm", "6.1.2", "--torch", "2.3", "--arch", "gfx1201"], ["not supported by ROCm 6.1.2", "gfx1100"]),
     "unknown-python": (["--rocm", "6.2", "--torch", "2.4", "--python", "3.7"], ["Python 3.7 is not available", "3.9"]),
