@@ -78,6 +78,8 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
             context_dir = render(plan, context_dir).dockerfile.parent
         except RenderError as exc:
             raise click.UsageError(str(exc)) from exc
+    elif request["torch"] is not None or request["rocm"] is not None:
+        raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
     elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
     manifest = read_manifest(context_dir)

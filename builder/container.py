@@ -225,8 +225,8 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
                 container.remove(force=True)
             except docker.errors.APIError:
                 console.print(f"[yellow]could not remove container {name}; remove it with `docker rm -f {name}`")
-    cell = (manifest or {}).get("cell") or {}
-    versions = {**(manifest or {}).get("versions", {}), **{k: cell.get(k) for k in ("python", "torch") if cell.get(k)}}
+    cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
+    versions = {k: cell.get(k) for k in ("python", "torch")}
     return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
                     finished=time.time(), versions=versions, host=host_record(host), image=image_block(image))
 

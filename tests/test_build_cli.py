@@ -37,5 +37,7 @@ def test_bad_requests_exit_2(tmp_path):
     empty.mkdir()
     no_dockerfile = runner.invoke(main, ["image", "--context", str(empty)])
     assert no_dockerfile.exit_code == 2 and "no Dockerfile" in no_dockerfile.output
+    both = runner.invoke(main, ["image", "--context", str(empty), "--torch", "2.13"])
+    assert both.exit_code == 2 and "drop the request flags" in both.output
     no_ca = runner.invoke(main, ["image", "--context", str(empty), "--ca-cert", str(tmp_path / "ca.pem")])
     assert no_ca.exit_code == 2 and "ca.pem" in no_ca.output
