@@ -1,0 +1,112 @@
+"""Tiny models of every Gemma family: build, LoRA, forward, train steps, adapter save/reload; plus MFU/batching."""
+
+import pytest
+import torch
+
+from workload import models
+from workload.batching import collate, encode, padded_length, train_batches
+from workload.dataset import load_dataset
+from workload.environment import peak_tflops
+from workload.errors import UnsupportedFamily
+from workload.metrics import macro_f1, mfu
+from workload.models import apply_lora, load_adapter, load_base, make_trainable_fp32, save_adapter
+from workload.presets import PRESETS
+from workload.train import Tokenised, train
+
+DATA = load_dataset()
+
+
+@pytest.mark.parametrize("model_id,family", [("tiny-gemma", "gemma"), ("tiny-gemma2", "gemma2"),
+                                             ("tiny-gemma3", "gemma3_text"), ("tiny-gemma4", "gemma4_text")])
+def test_tiny_family_trains_and_round_trips(tmp_path, model_id, family):
+    texts = [e.text for e in DATA.train]
+    loaded = load_base(model_id, len(DATA.labels), work_dir=tmp_path / "base", tokenizer_texts=texts)
+    assert loaded.family == family
+    loaded.model = apply_lora(loaded.model, 8, 16, 0.0, PRESETS["smoke"].target_modules)
+    make_trainable_fp32(loaded.model)
+    trainable = {n for n, p in loaded.model.named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable) and any("score" in n for n in trainable)
+    assert not any("embed" in n or "mlp" in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
+    ids = encode(loaded.tokenizer, texts, 64)
+    labels = [DATA.labels.index(e.label) for e in DATA.train]
+    stats = train(loaded.model, Tokenised(ids, labels, ids[:4], labels[:4]),
+                  PRESETS["smoke"].replace(max_steps=2, log_every=1), device=torch.device("cpu"), dtype="fp32",
+                  pad_id=loaded.tokenizer.pad_token_id)
+    assert stats.steps == 2 and all(loss == loss for _, loss in stats.train_loss)
+    for name, p in loaded.model.named_parameters():
+        if name not in trainable:
+            assert torch.equal(before[name], p.detach()), f"frozen parameter {name} changed"
+    assert any(not torch.equal(before[n], p.detach()) for n, p in loaded.model.named_parameters() if n in trainable)
+
+    save_adapter(loaded, tmp_path / "adapter", DATA.labels, {"max_length": 64})
+    reloaded, tokenizer, labels2, meta = load_adapter(tmp_path / "adapter")
+    assert labels2 == DATA.labels and meta["family"] == family
+    input_ids, mask = collate(ids[:5], tokenizer.pad_token_id, 8, 64)
+    loaded.model.eval()
+    with torch.no_grad():
+        expected = loaded.model(input_ids=input_ids, attention_mask=mask).logits
+        got = reloaded(input_ids=input_ids, attention_mask=mask).logits
+    assert torch.allclose(expected, got, atol=1e-5)
+
+
+def test_padding_does_not_change_the_prediction(tmp_path):
+    texts = [e.text for e in DATA.train]
+    loaded = load_base("tiny-gemma4", 7, work_dir=tmp_path / "b", tokenizer_texts=texts)
+    ids = encode(loaded.tokenizer, texts[:3], 64)
+    loaded.model.eval()
+    with torch.no_grad():
+        tight = loaded.model(*collate(ids, 0, 1, 64)).logits
+        padded = loaded.model(*collate(ids, 0, 32, 64)).logits
+    assert torch.allclose(tight, padded, atol=1e-5)
+
+
+def test_missing_family_is_reported_clearly(tmp_path, monkeypatch):
+    real = models._hf()
+
+    class WithoutGemma4:  # a transformers release that predates Gemma 4
+        def __getattr__(self, name):
+            if name.startswith("Gemma4"):
+                raise AttributeError(name)
+            return getattr(real, name)
+
+    monkeypatch.setattr(models, "_hf", WithoutGemma4)
+    with pytest.raises(UnsupportedFamily, match=r"transformers .* has no Gemma4Text.*gemma4_text.*not supported"):
+        load_base("tiny-gemma4", 7, work_dir=tmp_path, tokenizer_texts=["a b c"] * 20)
+
+
+def test_hub_loading_path_with_local_files(tmp_path):
+    """The hub-id/local-path loader, fed a checkpoint directory written by transformers itself."""
+    texts = [e.text for e in DATA.train]
+    tiny = load_base("tiny-gemma3", 7, work_dir=tmp_path / "ckpt", tokenizer_texts=texts)
+    tiny.model.save_pretrained(tmp_path / "ckpt")
+    again = load_base(str(tmp_path / "ckpt"), 7)
+    assert again.family == "gemma3_text" and again.tokenizer.pad_token_id == 0
+    with pytest.raises(models.ModelError, match="cannot load"):
+        load_base(str(tmp_path / "nothing-here"), 7)
+
+
+def test_peak_table_and_mfu():
+    assert peak_tflops("AMD Instinct MI250X / MI250") == 191.5
+    assert peak_tflops("AMD Instinct MI300X") == 1307.0
+    assert peak_tflops("NVIDIA H200") == 989.0 and peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert peak_tflops("NVIDIA H100 PCIe") is None and peak_tflops(None) is None
+    assert mfu(1000.0, 2_000_000_000, 989.0) == pytest.approx(1000 * 4 * 2e9 / 989e12)
+    assert mfu(1000.0, 10, None) is None
+
+
+def test_macro_f1():
+    assert macro_f1([0, 1, 1], [0, 1, 0], 2) == pytest.approx((2 / 3 + 2 / 3) / 2)
+    assert macro_f1([0, 0], [0, 0], 3) == pytest.approx(1 / 3)
+
+
+def test_bucketing_covers_every_sample_with_few_shapes():
+    lengths = [int(x) for x in torch.randint(5, 500, (800,), generator=torch.Generator().manual_seed(0))]
+    batches = train_batches(lengths, 16, seed=0, bucket_batches=50)
+    assert sorted(i for b in batches for i in b) == list(range(800))
+    widths = {padded_length(max(lengths[i] for i in b), 64, 512) for b in batches}
+    assert widths <= set(range(64, 513, 64))
+    waste = sum(padded_length(max(lengths[i] for i in b), 64, 512) * len(b) for b in batches) / sum(lengths)
+    plain = train_batches(lengths, 16, seed=0, bucket_batches=1)
+    plain_waste = sum(max(lengths[i] for i in b) * len(b) for b in plain) / sum(lengths)
+    assert waste < plain_waste

@@ -1,0 +1,96 @@
+"""`python -m workload train|probe|predict` (also what `envbuild run workload` calls)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .presets import PRESETS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m workload", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="LoRA fine-tune a Gemma classifier and write result.json + adapter")
+    t.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
+    t.add_argument("--out", type=Path, help="directory for result.json and adapter/")
+    t.add_argument("--model", help="hub id, local path, or tiny-gemma / tiny-gemma2 / tiny-gemma3 / tiny-gemma4")
+    t.add_argument("--revision", help="model revision (branch, tag or commit) for hub ids")
+    t.add_argument("--data", help="JSONL or CSV with text and label columns (default: the bundled sample)")
+    t.add_argument("--text-column", default="text")
+    t.add_argument("--label-column", default="label")
+    t.add_argument("--labels", help="comma-separated label names, or 'auto' to take them from the data")
+    t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm GPUs are cuda too)")
+    t.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"])
+    t.add_argument("--attn", dest="attn_implementation", help="attention implementation: sdpa, eager, auto")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--max-steps", type=int)
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--lr", dest="learning_rate", type=float)
+    t.add_argument("--max-length", type=int)
+    t.add_argument("--warmup-steps", type=int)
+    t.add_argument("--lora-r", type=int)
+    t.add_argument("--pad-multiple", type=int)
+    t.add_argument("--gradient-checkpointing", action="store_true", default=None)
+    t.add_argument("--min-accuracy", type=float, help="fail with did_not_learn below this eval accuracy")
+    t.add_argument("--no-probes", action="store_true", help="skip the environment probes")
+    t.add_argument("--quiet", action="store_true")
+
+    r = sub.add_parser("probe", help="run the environment probes and write result.json")
+    r.add_argument("--out", type=Path)
+    r.add_argument("--device", default="auto")
+    r.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+
+    d = sub.add_parser("predict", help="classify texts with a saved adapter (JSON lines on stdout)")
+    d.add_argument("--adapter", type=Path, required=True, help="the adapter/ directory a train run wrote")
+    d.add_argument("texts", nargs="*", help="texts to classify (default: one per line on stdin)")
+    d.add_argument("--device", default="auto")
+    d.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    return p
+
+
+def _recipe(args):
+    labels = None
+    if args.labels:
+        labels = None if args.labels == "auto" else tuple(x.strip() for x in args.labels.split(",") if x.strip())
+    recipe = PRESETS[args.preset].replace(
+        model=args.model, dtype=args.dtype, attn_implementation=args.attn_implementation, seed=args.seed,
+        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, max_length=args.max_length, warmup_steps=args.warmup_steps,
+        lora_r=args.lora_r, pad_multiple=args.pad_multiple, gradient_checkpointing=args.gradient_checkpointing,
+        min_accuracy=args.min_accuracy)
+    if args.labels:
+        recipe = recipe.replace(labels=labels) if labels else _with_auto_labels(recipe)
+    return recipe
+
+
+def _with_auto_labels(recipe):
+    import dataclasses
+
+    return dataclasses.replace(recipe, labels=None)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "train":
+        from .runner import train_command
+
+        code, _ = train_command(_recipe(args), out_dir=args.out, dataset_path=args.data, device_name=args.device,
+                                revision=args.revision, probes=not args.no_probes, text_column=args.text_column,
+                                label_column=args.label_column, quiet=args.quiet)
+        return code
+    if args.command == "probe":
+        from .runner import probe_command
+
+        code, _ = probe_command(args.out, args.device, args.dtype)
+        return code
+    from .predict import predict
+
+    texts = args.texts or [line.strip() for line in sys.stdin if line.strip()]
+    for row in predict(args.adapter, texts, device_name=args.device, dtype=args.dtype):
+        print(json.dumps(row, ensure_ascii=False))
+    return 0

@@ -1,0 +1,66 @@
+"""Data parallelism under torchrun (WORLD_SIZE > 1): nccl on GPUs (RCCL on ROCm), gloo on CPU."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_TIMEOUT_S = 300
+
+
+@dataclass
+class Dist:
+    active: bool = False
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def wrap(self, model):
+        if not self.active:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not self.active:
+            return tensor
+        import torch.distributed as td
+
+        tensor = tensor.clone()
+        td.all_reduce(tensor, op=td.ReduceOp.SUM)
+        return tensor
+
+    def shutdown(self) -> None:
+        if self.active:
+            import torch.distributed as td
+
+            if td.is_initialized():
+                td.destroy_process_group()
+
+
+def init_from_env() -> Dist:
+    """Join the process group torchrun describes; a single process when WORLD_SIZE is unset or 1."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    import torch.distributed as td
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    timeout = datetime.timedelta(seconds=float(os.environ.get("WORKLOAD_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        td.init_process_group("nccl", timeout=timeout, device_id=device)
+    else:
+        device = torch.device("cpu")
+        td.init_process_group("gloo", timeout=timeout)
+    return Dist(active=True, rank=rank, world_size=world, device=device)

@@ -1,0 +1,60 @@
+"""Failures the workload reports in result.json, each with its `error_class`."""
+
+from __future__ import annotations
+
+
+class WorkloadError(Exception):
+    """A failure with a result-schema `error_class` and the status it maps to."""
+
+    error_class = "exception"
+    status = "error"
+
+
+class DataError(WorkloadError):
+    """The dataset file is unusable; the message names the file and, where it applies, the line."""
+
+    error_class = "data_error"
+
+    def __init__(self, path, message: str, line: int | None = None):
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {message}")
+        self.path, self.line = str(path), line
+
+
+class ModelError(WorkloadError):
+    """The model could not be loaded or built."""
+
+    error_class = "model_error"
+
+
+class UnsupportedFamily(WorkloadError):
+    """The installed transformers has no implementation of the requested Gemma family."""
+
+    error_class = "unsupported_family"
+
+
+class NonFiniteLoss(WorkloadError):
+    """Loss or gradient norm became NaN/inf: training diverged."""
+
+    error_class = "nan_loss"
+    status = "fail"
+
+
+class DidNotLearn(WorkloadError):
+    """Training finished but evaluation accuracy is not clearly above chance."""
+
+    error_class = "did_not_learn"
+    status = "fail"
+
+
+class ProbeFailure(WorkloadError):
+    """At least one environment probe failed."""
+
+    error_class = "probe_failure"
+    status = "fail"
+
+
+class DistributedTimeout(WorkloadError):
+    """A collective did not complete in time (a rank died or hung)."""
+
+    error_class = "distributed_timeout"

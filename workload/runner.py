@@ -1,0 +1,195 @@
+"""The `train` and `probe` commands: run, classify any failure, and always write a result."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import torch
+
+from . import environment as env
+from .errors import DidNotLearn, ProbeFailure, WorkloadError
+from .presets import Recipe
+from .result import finish, new_result, write_result
+
+
+def _log(message: str) -> None:
+    print(f"[workload] {message}", file=sys.stderr, flush=True)
+
+
+def _classify(exc: BaseException) -> tuple[str, str, str]:
+    """(status, error_class, one-line message) for any exception."""
+    if isinstance(exc, WorkloadError):
+        return exc.status, exc.error_class, str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "error", "interrupted", "interrupted (KeyboardInterrupt/SIGINT)"
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return "error", "oom", f"out of memory: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return "error", "exception", f"{type(exc).__name__}: {first}"
+
+
+def run_probes(device: torch.device, tokenizer=None, dtype=None) -> list[dict] | None:
+    """The probes package's results, or None when it is not installed (this workload runs without it)."""
+    try:
+        from .probes import run_probes as probes_entry
+    except ImportError as e:
+        if getattr(e, "name", "") and not e.name.endswith("probes"):
+            raise
+        _log("probes package not present: skipping probes")
+        return None
+    return probes_entry(device, tokenizer=tokenizer, dtype=dtype)
+
+
+def _probe_failure(probes: list[dict] | None) -> str | None:
+    failed = [p.get("name", "?") for p in probes or [] if p.get("status") == "fail"]
+    return f"probe(s) failed: {', '.join(failed)}" if failed else None
+
+
+def _finalise(result: dict, out_dir: Path | None, exc: BaseException | None) -> int:
+    if exc is None:
+        finish(result, "pass")
+    else:
+        status, error_class, message = _classify(exc)
+        finish(result, status, error_class, message)
+        if not isinstance(exc, (WorkloadError, KeyboardInterrupt)):
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    if out_dir is not None:
+        path = write_result(out_dir, result)
+        _log(f"{result['status']}{' (' + result['error_class'] + ')' if result['error_class'] else ''}: {path}")
+    if result["status"] != "pass":
+        _log(f"{result['status']}: {result['error_class']}: {result['error']}")
+    return 0 if result["status"] == "pass" else 1
+
+
+def probe_command(out_dir: Path | None, device_name: str = "auto", dtype: str = "auto") -> tuple[int, dict]:
+    result = new_result("probe")
+    exc = None
+    try:
+        result["versions"] = env.versions()
+        device = env.pick_device(device_name)
+        result["hardware"] = env.hardware(device)
+        probes = run_probes(device, dtype=env.TORCH_DTYPES[env.resolve_dtype(dtype, device)])
+        if probes is None:
+            raise WorkloadError("the probes package (workload.probes) is not installed in this environment")
+        result["probes"] = probes
+        failure = _probe_failure(probes)
+        if failure:
+            raise ProbeFailure(failure)
+    except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised only for interrupts
+        exc = e
+    return _finalise(result, out_dir, exc), result
+
+
+def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | None = None,
+                  device_name: str = "auto", revision: str | None = None, probes: bool = True,
+                  text_column: str = "text", label_column: str = "label", quiet: bool = False) -> tuple[int, dict]:
+    """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json."""
+    from . import distributed
+
+    result = new_result("train")
+    exc = None
+    dist = distributed.init_from_env()
+    scratch = Path(tempfile.mkdtemp(prefix="workload-"))
+    try:
+        result["versions"] = env.versions()
+        device = dist.device if dist.active else env.pick_device(device_name)
+        result["hardware"] = env.hardware(device)
+        dtype = env.resolve_dtype(recipe.dtype, device)
+        result["config"] = _config_block(recipe, dtype, dist.world_size)
+        _train(result, recipe, device, dtype, dist, dataset_path, revision, probes, text_column, label_column,
+               out_dir, scratch, quiet)
+    except BaseException as e:  # noqa: BLE001 - recorded in the result
+        exc = e
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        dist.shutdown()
+    if not dist.is_main:
+        return (0 if exc is None else 1), result
+    return _finalise(result, out_dir, exc), result
+
+
+def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
+    return {"preset": recipe.preset, "seed": recipe.seed, "dtype": dtype,
+            "attn_implementation": recipe.attn_implementation, "lora": recipe.lora_dict(),
+            "learning_rate": recipe.learning_rate, "batch_size": recipe.batch_size, "epochs": recipe.epochs,
+            "max_steps": recipe.max_steps, "max_length": recipe.max_length, "warmup_steps": recipe.warmup_steps,
+            "weight_decay": recipe.weight_decay, "gradient_checkpointing": recipe.gradient_checkpointing,
+            "pad_multiple": recipe.pad_multiple, "world_size": world_size}
+
+
+def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_probes, text_column, label_column,
+           out_dir, scratch, quiet) -> None:
+    from .batching import encode
+    from .dataset import load_dataset
+    from .metrics import mfu
+    from .models import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
+                         save_adapter)
+    from .train import Tokenised, evaluate, train
+
+    torch.manual_seed(recipe.seed)
+    data = load_dataset(dataset_path, labels=recipe.labels, eval_fraction=recipe.eval_fraction, seed=recipe.seed,
+                        text_col=text_column, label_col=label_column)
+    result["dataset"] = data.summary()
+    loaded = load_base(recipe.model, len(data.labels), torch_dtype=env.TORCH_DTYPES[dtype],
+                       attn=recipe.attn_implementation, revision=revision, seed=recipe.seed,
+                       work_dir=scratch / "base", tokenizer_texts=[e.text for e in data.train])
+    base = loaded.model
+    result["config"]["attn_implementation"] = getattr(base.config, "_attn_implementation", None)
+    if with_probes:
+        probes = run_probes(device, tokenizer=loaded.tokenizer, dtype=env.TORCH_DTYPES[dtype])
+        result["probes"] = probes or []
+    if recipe.gradient_checkpointing:
+        hf = base.model if isinstance(base, LastTokenClassifier) else base
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    loaded.model = apply_lora(base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules)
+    make_trainable_fp32(loaded.model)
+    model = loaded.model.to(device)
+    n_all, n_trainable, n_non_embedding = count_parameters(model)
+    result["model"] = {"id": recipe.model, "revision": revision, "family": loaded.family,
+                       "num_parameters": n_all, "trainable_parameters": n_trainable,
+                       "non_embedding_parameters": n_non_embedding}
+    label_ids = {name: i for i, name in enumerate(data.labels)}
+    tok = Tokenised(encode(loaded.tokenizer, [e.text for e in data.train], recipe.max_length),
+                    [label_ids[e.label] for e in data.train],
+                    encode(loaded.tokenizer, [e.text for e in data.eval], recipe.max_length),
+                    [label_ids[e.label] for e in data.eval])
+    pad_id = loaded.tokenizer.pad_token_id
+    eval_kwargs = dict(device=device, dtype=dtype, pad_id=pad_id, recipe=recipe, num_labels=len(data.labels))
+    metrics = {"eval_before": evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)}
+    result["metrics"] = metrics
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    train_model = dist.wrap(model)
+
+    def progress(step, total, loss):
+        if not quiet and dist.is_main:
+            _log(f"step {step}/{total} loss {loss:.4f}")
+
+    stats = train(train_model, tok, recipe, device=device, dtype=dtype, pad_id=pad_id, on_step=progress,
+                  ddp_rank=dist.rank, ddp_world=dist.world_size, reduce_sum=dist.all_reduce_sum)
+    peak = result["hardware"]["peak_tflops"]
+    metrics.update({
+        "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
+        "steps": stats.steps, "train_seconds": round(stats.seconds, 3),
+        "samples_per_s": round(stats.samples_per_s, 3), "tokens_per_s": round(stats.tokens_per_s, 1),
+        "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, dist.world_size),
+        "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
+    })
+    metrics["eval_after"] = evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)
+    if out_dir is not None and dist.is_main:
+        save_adapter(loaded, Path(out_dir) / "adapter", data.labels,
+                     {"max_length": recipe.max_length, "dataset_sha256": data.sha256})
+        result["artifacts"] = {"adapter_dir": "adapter"}
+    after = metrics["eval_after"]["accuracy"]
+    if after < recipe.min_accuracy:
+        raise DidNotLearn(f"eval accuracy after training {after:.3f} is below {recipe.min_accuracy:.3f} "
+                          f"(chance {1 / len(data.labels):.3f}, before training "
+                          f"{metrics['eval_before']['accuracy']:.3f})")
+    failure = _probe_failure(result["probes"])
+    if failure:
+        raise ProbeFailure(failure)
