@@ -15,6 +15,7 @@ if [ -z "${MAX_JOBS:-}" ]; then
 fi
 echo "MAX_JOBS=$MAX_JOBS (available memory ${avail_mb:-?} MB, $(nproc) CPUs)"
 export MAX_JOBS CCACHE_DIR=/root/.cache/ccache
+# setup.py hands BUILD_*/USE_*/CMAKE_* environment variables to CMake (tools/setup_helpers/cmake.py)
 export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_HIP_COMPILER_LAUNCHER=ccache
 export PYTORCH_BUILD_VERSION="$TORCH_VERSION" PYTORCH_BUILD_NUMBER=1
 python setup.py bdist_wheel
