@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -74,8 +76,26 @@ def _with_auto_labels(recipe):
     return dataclasses.replace(recipe, labels=None)
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (docker stop, torchrun tearing down ranks) ends the run like Ctrl-C: result `interrupted`."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    with _sigterm_as_interrupt():
+        return _dispatch(args)
+
+
+def _dispatch(args) -> int:
     if args.command == "train":
         from .runner import train_command
 

@@ -195,12 +195,14 @@ def _load_tiny_base(base_dir: Path, num_labels: int, torch_dtype, attn: str | No
     return cls.from_pretrained(str(base_dir), num_labels=num_labels, **kwargs), tokenizer, family
 
 
-def apply_lora(model: nn.Module, r: int, alpha: int, dropout: float, target_modules) -> nn.Module:
-    """Wrap with LoRA on `target_modules`; the `score` head is trained in full (modules_to_save)."""
+def apply_lora(model: nn.Module, r: int, alpha: int, dropout: float, target_modules,
+               train_embeddings: bool = False) -> nn.Module:
+    """Wrap with LoRA on `target_modules`; the `score` head (and optionally `embed_tokens`) is trained in full."""
     from peft import LoraConfig, get_peft_model
 
+    full = ["score"] + (["embed_tokens"] if train_embeddings else [])
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        modules_to_save=["score"], bias="none")
+                        modules_to_save=full, bias="none")
     return get_peft_model(model, config)
 
 

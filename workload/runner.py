@@ -20,15 +20,21 @@ def _log(message: str) -> None:
     print(f"[workload] {message}", file=sys.stderr, flush=True)
 
 
-def _classify(exc: BaseException) -> tuple[str, str, str]:
+_PEER_LOST = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe",
+              "connection refused", "socket closed")
+
+
+def _classify(exc: BaseException, distributed: bool = False) -> tuple[str, str, str]:
     """(status, error_class, one-line message) for any exception."""
     if isinstance(exc, WorkloadError):
         return exc.status, exc.error_class, str(exc)
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    if distributed and not isinstance(exc, KeyboardInterrupt) and any(s in str(exc).lower() for s in _PEER_LOST):
+        return "error", "distributed_timeout", f"a collective failed (a rank died or hung): {first}"
     if isinstance(exc, KeyboardInterrupt):
         return "error", "interrupted", "interrupted (KeyboardInterrupt/SIGINT)"
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return "error", "oom", f"out of memory: {str(exc).splitlines()[0] if str(exc) else exc!r}"
-    first = str(exc).splitlines()[0] if str(exc) else ""
     return "error", "exception", f"{type(exc).__name__}: {first}"
 
 
@@ -49,11 +55,11 @@ def _probe_failure(probes: list[dict] | None) -> str | None:
     return f"probe(s) failed: {', '.join(failed)}" if failed else None
 
 
-def _finalise(result: dict, out_dir: Path | None, exc: BaseException | None) -> int:
+def _finalise(result: dict, out_dir: Path | None, exc: BaseException | None, distributed: bool = False) -> int:
     if exc is None:
         finish(result, "pass")
     else:
-        status, error_class, message = _classify(exc)
+        status, error_class, message = _classify(exc, distributed)
         finish(result, status, error_class, message)
         if not isinstance(exc, (WorkloadError, KeyboardInterrupt)):
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
@@ -92,11 +98,14 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
 
     result = new_result("train")
     exc = None
-    dist = distributed.init_from_env()
     scratch = Path(tempfile.mkdtemp(prefix="workload-"))
+    dist = distributed.Dist()
     try:
+        dist = distributed.init_from_env()
         result["versions"] = env.versions()
         device = dist.device if dist.active else env.pick_device(device_name)
+        if dist.active:
+            _log(f"rank {dist.rank}/{dist.world_size} on {device}")
         result["hardware"] = env.hardware(device)
         dtype = env.resolve_dtype(recipe.dtype, device)
         result["config"] = _config_block(recipe, dtype, dist.world_size)
@@ -107,9 +116,11 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         dist.shutdown()
-    if not dist.is_main:
+    if not dist.is_main:  # rank 0 alone writes the result
+        if exc is not None:
+            _log(f"rank {dist.rank}: {_classify(exc, True)[2]}")
         return (0 if exc is None else 1), result
-    return _finalise(result, out_dir, exc), result
+    return _finalise(result, out_dir, exc, dist.active), result
 
 
 def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
@@ -145,7 +156,8 @@ def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_pro
     if recipe.gradient_checkpointing:
         hf = base.model if isinstance(base, LastTokenClassifier) else base
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    loaded.model = apply_lora(base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules)
+    loaded.model = apply_lora(base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules,
+                              recipe.train_embeddings)
     make_trainable_fp32(loaded.model)
     model = loaded.model.to(device)
     n_all, n_trainable, n_non_embedding = count_parameters(model)

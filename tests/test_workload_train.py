@@ -1,0 +1,128 @@
+"""The smoke fine-tune end to end (CLI, learning, result.json, adapter, predict) and the training guards."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workload import runner
+from workload.dataset import load_dataset
+from workload.presets import EMOTIONS
+
+from workload_fixtures import RESULT_KEYS, quick_train
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """`python -m workload train --preset smoke` exactly as CI and `envbuild run workload --local` run it."""
+    out = tmp_path_factory.mktemp("smoke")
+    proc = subprocess.run([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--out", str(out),
+                           "--quiet"], capture_output=True, text=True, timeout=600)
+    return proc, out
+
+
+def test_smoke_passes_and_learns(smoke_run):
+    proc, out = smoke_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert RESULT_KEYS <= set(result) and result["schema_version"] == 1
+    assert result["status"] == "pass" and result["error_class"] is None and result["command"] == "train"
+    metrics = result["metrics"]
+    chance = 1 / len(EMOTIONS)
+    assert metrics["eval_after"]["accuracy"] >= 2.4 * chance
+    assert metrics["eval_after"]["accuracy"] > metrics["eval_before"]["accuracy"] + 0.15
+    losses = [loss for _, loss in metrics["curves"]["train_loss"]]
+    assert len(losses) == metrics["steps"] and sum(losses[-10:]) < sum(losses[:10]) * 0.7
+    assert metrics["samples_per_s"] > 0 and metrics["tokens_per_s"] > metrics["samples_per_s"]
+    assert metrics["mfu"] is None and result["hardware"]["device_type"] == "cpu"
+    assert result["dataset"]["labels"] == list(EMOTIONS) and len(result["dataset"]["sha256"]) == 64
+    assert result["config"]["lora"]["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert result["model"]["family"] == "gemma" and 0 < result["model"]["trainable_parameters"] < \
+        result["model"]["num_parameters"]
+    assert {p["name"] for p in result["probes"]} >= {"gemm_accuracy", "tokenizer_integrity"}
+    assert not list(out.glob(".result-*"))  # the atomic write left no temp file
+
+
+def test_predict_round_trip_matches_eval_accuracy(smoke_run):
+    proc, out = smoke_run
+    result = json.loads((out / "result.json").read_text())
+    adapter = out / result["artifacts"]["adapter_dir"]
+    assert (adapter / "adapter_model.safetensors").is_file() and (adapter / "label_map.json").is_file()
+    data = load_dataset(labels=EMOTIONS, seed=result["config"]["seed"])
+    texts = [e.text for e in data.eval]
+    pred = subprocess.run([sys.executable, "-m", "workload", "predict", "--adapter", str(adapter)],
+                          input="\n".join(texts), capture_output=True, text=True, timeout=300)
+    assert pred.returncode == 0, pred.stderr[-2000:]
+    rows = [json.loads(line) for line in pred.stdout.splitlines()]
+    assert [r["text"] for r in rows] == texts
+    assert all(r["label"] in EMOTIONS and 0 < r["confidence"] <= 1 for r in rows)
+    accuracy = sum(r["label"] == e.label for r, e in zip(rows, data.eval)) / len(rows)
+    assert abs(accuracy - result["metrics"]["eval_after"]["accuracy"]) <= 1 / len(rows) + 1e-9
+
+
+def test_nan_guard_fails_the_run(tmp_path):
+    code, result = quick_train(tmp_path, learning_rate=1e30, max_steps=12)
+    assert code == 1 and result["status"] == "fail" and result["error_class"] == "nan_loss"
+    written = json.loads((tmp_path / "result.json").read_text())  # strict JSON: no NaN literals
+    assert written["status"] == "fail" and "diverged" in written["error"]
+
+
+def test_same_seed_gives_same_losses():
+    _, a = quick_train(max_steps=4)
+    _, b = quick_train(max_steps=4)
+    _, c = quick_train(max_steps=4, seed=7)
+    assert a["metrics"]["curves"] == b["metrics"]["curves"]
+    assert a["metrics"]["curves"]["train_loss"] != c["metrics"]["curves"]["train_loss"]
+
+
+def test_fp16_amp_keeps_trainable_params_fp32_and_trains():
+    code, result = quick_train(dtype="fp16", max_steps=3)
+    assert code == 0 and result["config"]["dtype"] == "fp16"
+    assert all(loss == loss for _, loss in result["metrics"]["curves"]["train_loss"])
+
+
+def test_fp16_trainable_params_are_what_breaks_naive_amp():
+    """The failure the workload avoids: GradScaler refuses fp16 gradients."""
+    layer = torch.nn.Linear(4, 2).half()
+    optimizer = torch.optim.AdamW(layer.parameters())
+    scaler = torch.amp.GradScaler("cpu")
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = layer(torch.randn(3, 4).half()).float().sum()
+    scaler.scale(loss).backward()
+    with pytest.raises(ValueError, match="unscale FP16 gradients"):
+        scaler.unscale_(optimizer)
+
+
+def test_did_not_learn_is_a_failure(tmp_path):
+    code, result = quick_train(tmp_path, min_accuracy=1.01)
+    assert code == 1 and result["error_class"] == "did_not_learn" and result["status"] == "fail"
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_interrupt_is_recorded_never_pass(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("workload.train.train", interrupted)
+    code, result = quick_train(tmp_path)
+    written = json.loads((tmp_path / "result.json").read_text())
+    assert code == 1 and written["status"] == "error" and written["error_class"] == "interrupted"
+    assert written["metrics"]["eval_before"]["accuracy"] >= 0  # partial measurements are kept
+
+
+def test_failed_probe_fails_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "run_probes", lambda *a, **k: [
+        {"name": "gemm_accuracy", "status": "fail", "values": {"rel_error": 0.5}, "message": "bad GEMM"}])
+    code, result = quick_train(tmp_path, probes=True)
+    assert code == 1 and result["error_class"] == "probe_failure" and "gemm_accuracy" in result["error"]
+
+
+def test_probe_command_dispatches_to_probes(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "workload", "probe", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["command"] == "probe" and result["metrics"] is None and result["model"] is None
+    assert {p["name"] for p in result["probes"]} >= {"device_discovery", "gemm_accuracy"}
+    assert (proc.returncode == 0) == (result["status"] == "pass")
