@@ -36,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--max-length", type=int)
     t.add_argument("--warmup-steps", type=int)
     t.add_argument("--lora-r", type=int)
+    t.add_argument("--lora-dropout", type=float)
     t.add_argument("--pad-multiple", type=int)
     t.add_argument("--gradient-checkpointing", action="store_true", default=None)
     t.add_argument("--min-accuracy", type=float, help="fail with did_not_learn below this eval accuracy")
@@ -63,7 +64,7 @@ def _recipe(args):
         model=args.model, dtype=args.dtype, attn_implementation=args.attn_implementation, seed=args.seed,
         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, max_length=args.max_length, warmup_steps=args.warmup_steps,
-        lora_r=args.lora_r, pad_multiple=args.pad_multiple, gradient_checkpointing=args.gradient_checkpointing,
+        lora_r=args.lora_r, lora_dropout=args.lora_dropout, pad_multiple=args.pad_multiple, gradient_checkpointing=args.gradient_checkpointing,
         min_accuracy=args.min_accuracy)
     if args.labels:
         recipe = recipe.replace(labels=labels) if labels else _with_auto_labels(recipe)

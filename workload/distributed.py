@@ -59,7 +59,10 @@ def init_from_env() -> Dist:
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-        td.init_process_group("nccl", timeout=timeout, device_id=device)
+        try:
+            td.init_process_group("nccl", timeout=timeout, device_id=device)
+        except TypeError:  # torch releases without the device_id argument
+            td.init_process_group("nccl", timeout=timeout)
     else:
         device = torch.device("cpu")
         td.init_process_group("gloo", timeout=timeout)
