@@ -46,8 +46,8 @@ def cpu_cell(tmp_path_factory, local_base):
     wheels = _wheelhouse(work)
     if wheels:
         command += ["--wheelhouse", str(wheels)]
-    started = time.monotonic()
-    result = CliRunner().invoke(main, command)
+    started = time.monotonic()  # --force: build (and record) even if an earlier session left the tag
+    result = CliRunner().invoke(main, [*command, "--force"])
     assert result.exit_code == 0, result.output
     return command, result, time.monotonic() - started, work
 
