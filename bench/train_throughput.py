@@ -166,6 +166,8 @@ def main(argv=None) -> int:
     p.add_argument("--eval-samples", type=int, default=512)
     p.add_argument("--tiny", action="store_true", help="tiny model (a quick check, e.g. on CPU)")
     p.add_argument("--no-variants", action="store_true", help="skip the workload run without length bucketing")
+    p.add_argument("--warmup", type=int, default=30,
+                   help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up")
     p.add_argument("--loss-tolerance", type=float, default=0.05, help="max |eval loss difference| (absolute)")
     p.add_argument("--out", type=Path, help="write the numbers as JSON here")
     args = p.parse_args(argv)
@@ -183,6 +185,9 @@ def main(argv=None) -> int:
               "lengths": length_stats(train_ids), "steps": args.steps, "batch_size": recipe.batch_size}
     print(json.dumps(header), flush=True)
 
+    if args.warmup:
+        print("warm-up (not counted):", flush=True)
+        run_baseline(shape, data, recipe, device, args.warmup)
     runs = [run_baseline(shape, data, recipe, device, args.steps),
             run_workload(shape, data, recipe, device, args.steps, "workload")]
     if not args.no_variants:
