@@ -1,0 +1,22 @@
+"""The throughput benchmark script runs end to end (tiny model on CPU; its numbers are not asserted)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_script_compares_both_loops(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--tiny", "--steps", "4",
+                           "--warmup", "0", "--no-variants", "--eval-samples", "16", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ratio (workload / baseline) samples/s" in proc.stdout
+    report = json.loads(out.read_text())
+    assert [r["name"] for r in report["runs"]] == ["hf_trainer_baseline", "workload"]
+    assert all(r["samples"] == 4 * 16 and r["samples_per_s"] > 0 for r in report["runs"])
+    assert report["summary"]["ratio_samples_per_s"] > 0
+    assert report["header"]["lengths"]["median"] in range(35, 65)
