@@ -126,3 +126,30 @@ def test_probe_command_dispatches_to_probes(tmp_path):
     assert result["command"] == "probe" and result["metrics"] is None and result["model"] is None
     assert {p["name"] for p in result["probes"]} >= {"device_discovery", "gemm_accuracy"}
     assert (proc.returncode == 0) == (result["status"] == "pass")
+
+
+def test_killed_runs_never_leave_a_pass(tmp_path):
+    """SIGTERM mid-training is recorded as interrupted; SIGKILL leaves the not-finished envelope."""
+    import signal
+
+    term, kill = tmp_path / "term", tmp_path / "kill"
+    cmd = [sys.executable, "-m", "workload", "train", "--preset", "smoke", "--no-probes"]
+    proc = subprocess.Popen(cmd + ["--out", str(term)], stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "step " in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    result = json.loads((term / "result.json").read_text())
+    assert result["status"] == "error" and result["error_class"] == "interrupted" and result["finished_at"]
+
+    proc = subprocess.Popen(cmd + ["--out", str(kill)], stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "step " in line:
+            proc.kill()
+            break
+    proc.wait(timeout=60)
+    result = json.loads((kill / "result.json").read_text())
+    assert result["status"] == "error" and result["error_class"] == "interrupted"
+    assert result["finished_at"] is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
@@ -57,24 +58,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _recipe(args):
-    labels = None
-    if args.labels:
-        labels = None if args.labels == "auto" else tuple(x.strip() for x in args.labels.split(",") if x.strip())
     recipe = PRESETS[args.preset].replace(
         model=args.model, dtype=args.dtype, attn_implementation=args.attn_implementation, seed=args.seed,
         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, max_length=args.max_length, warmup_steps=args.warmup_steps,
         lora_r=args.lora_r, lora_dropout=args.lora_dropout, pad_multiple=args.pad_multiple, gradient_checkpointing=args.gradient_checkpointing,
         min_accuracy=args.min_accuracy)
+    if args.labels == "auto":
+        return dataclasses.replace(recipe, labels=None)
     if args.labels:
-        recipe = recipe.replace(labels=labels) if labels else _with_auto_labels(recipe)
+        return recipe.replace(labels=tuple(x.strip() for x in args.labels.split(",") if x.strip()))
     return recipe
-
-
-def _with_auto_labels(recipe):
-    import dataclasses
-
-    return dataclasses.replace(recipe, labels=None)
 
 
 @contextlib.contextmanager

@@ -52,9 +52,3 @@ class ProbeFailure(WorkloadError):
 
     error_class = "probe_failure"
     status = "fail"
-
-
-class DistributedTimeout(WorkloadError):
-    """A collective did not complete in time (a rank died or hung)."""
-
-    error_class = "distributed_timeout"

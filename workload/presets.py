@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 EMOTIONS = ("anger", "disgust", "fear", "joy", "neutral", "sadness", "surprise")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -38,7 +38,6 @@ class Recipe:
     min_accuracy: float = 0.0  # eval accuracy after training below this -> did_not_learn
     max_steps: int | None = None
     log_every: int = 10
-    extra: dict = field(default_factory=dict)
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

@@ -71,9 +71,17 @@ def _finalise(result: dict, out_dir: Path | None, exc: BaseException | None, dis
     return 0 if result["status"] == "pass" else 1
 
 
+def _write_placeholder(result: dict, out_dir: Path | None) -> None:
+    """Write the not-finished envelope first: a run killed outright (SIGKILL, OOM killer) leaves
+    status "error"/"interrupted" behind, never a stale or missing result."""
+    if out_dir is not None:
+        write_result(out_dir, result)
+
+
 def probe_command(out_dir: Path | None, device_name: str = "auto", dtype: str = "auto") -> tuple[int, dict]:
     result = new_result("probe")
     exc = None
+    _write_placeholder(result, out_dir)
     try:
         result["versions"] = env.versions()
         device = env.pick_device(device_name)
@@ -102,6 +110,8 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
     dist = distributed.Dist()
     try:
         dist = distributed.init_from_env()
+        if dist.is_main:
+            _write_placeholder(result, out_dir)
         result["versions"] = env.versions()
         device = dist.device if dist.active else env.pick_device(device_name)
         if dist.active:
