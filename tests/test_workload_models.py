@@ -75,13 +75,17 @@ def test_missing_family_is_reported_clearly(tmp_path, monkeypatch):
         load_base("tiny-gemma4", 7, work_dir=tmp_path, tokenizer_texts=["a b c"] * 20)
 
 
-def test_hub_loading_path_with_local_files(tmp_path):
-    """The hub-id/local-path loader, fed a checkpoint directory written by transformers itself."""
+@pytest.mark.parametrize("model_id,family", [("tiny-gemma3", "gemma3_text"), ("tiny-gemma4", "gemma4_text")])
+def test_hub_loading_path_with_local_files(tmp_path, model_id, family):
+    """The hub-id/local-path loader, fed a checkpoint directory written by transformers' save_pretrained."""
     texts = [e.text for e in DATA.train]
-    tiny = load_base("tiny-gemma3", 7, work_dir=tmp_path / "ckpt", tokenizer_texts=texts)
-    tiny.model.save_pretrained(tmp_path / "ckpt")
-    again = load_base(str(tmp_path / "ckpt"), 7)
-    assert again.family == "gemma3_text" and again.tokenizer.pad_token_id == 0
+    load_base(model_id, 7, work_dir=tmp_path / "ckpt", tokenizer_texts=texts)  # writes weights + tokenizer
+    again = load_base(str(tmp_path / "ckpt"), 7, torch_dtype=torch.bfloat16)
+    assert again.family == family and again.tokenizer.pad_token_id == 0
+    assert {p.dtype for n, p in again.model.named_parameters() if "score" not in n} == {torch.bfloat16}
+    ids = torch.tensor([encode(again.tokenizer, ["我很害怕"], 16)[0]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert again.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.shape == (1, 7)
     with pytest.raises(models.ModelError, match="cannot load"):
         load_base(str(tmp_path / "nothing-here"), 7)
 

@@ -153,3 +153,11 @@ def test_killed_runs_never_leave_a_pass(tmp_path):
     result = json.loads((kill / "result.json").read_text())
     assert result["status"] == "error" and result["error_class"] == "interrupted"
     assert result["finished_at"] is None
+
+
+def test_gradient_checkpointing_gives_the_same_losses():
+    _, plain = quick_train(max_steps=3, lora_dropout=0.0)
+    _, checkpointed = quick_train(max_steps=3, lora_dropout=0.0, gradient_checkpointing=True)
+    assert checkpointed["config"]["gradient_checkpointing"] is True
+    for (_, a), (_, b) in zip(plain["metrics"]["curves"]["train_loss"], checkpointed["metrics"]["curves"]["train_loss"]):
+        assert abs(a - b) < 1e-4

@@ -138,10 +138,10 @@ def _pretrained_model(model_id: str, revision: str | None, num_labels: int, torc
     try:
         if family == "gemma4_text":
             backbone = _transformers_class("Gemma4TextModel", family).from_pretrained(model_id, **kwargs)
-            return LastTokenClassifier(backbone, num_labels).to(torch.float32), family
+            return LastTokenClassifier(backbone, num_labels), family
         if family == "gemma4":
             full = _transformers_class("Gemma4Model", family).from_pretrained(model_id, **kwargs)
-            return LastTokenClassifier(full.language_model, num_labels).to(torch.float32), family
+            return LastTokenClassifier(full.language_model, num_labels), family
         cls = _transformers_class(SEQ_CLS_CLASSES[family], family)
         return cls.from_pretrained(model_id, num_labels=num_labels, **kwargs), family
     except OSError as e:
