@@ -16,14 +16,15 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from builder import recipes
 from builder.engine import EngineUnavailable, detect_build_tool, docker_client
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
-#: Host kernel lines AMD validated for the ROCm releases envbuild pins (major.minor of `uname -r`).
-#: Source: ROCm/rocm-install-on-linux docs/reference/system-requirements.rst at docs/6.1.2 and docs/6.2.0
-#: (Ubuntu 22.04 5.15 GA / 6.2, 6.5 HWE; 20.04 5.15 HWE; 24.04 6.8 GA; 22.04.5 6.8 HWE preview).
-VALIDATED_KERNELS = {"6.1.2": ("5.15", "6.2", "6.5"), "6.2": ("5.15", "6.5", "6.8")}
+
+def validated_kernels() -> dict[str, tuple[str, ...]]:
+    """ROCm release -> host kernel lines AMD validated for it (recipes/rocm.toml `host_kernels`, with sources)."""
+    return {v: r.host_kernels for v, r in recipes.load().releases["rocm"].items() if r.host_kernels}
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,12 @@ def _check_kernel(host: HostView) -> Check:
     if not release:
         return Check("kernel", WARN, "kernel release unknown (no /proc/sys/kernel/osrelease)")
     line = ".".join(release.split(".")[:2])
-    validated = {rocm: line in lines for rocm, lines in VALIDATED_KERNELS.items()}
-    ok = [rocm for rocm, good in validated.items() if good]
+    validated = validated_kernels()
+    ok = [rocm for rocm, lines in validated.items() if line in lines]
     if ok:
         return Check("kernel", PASS, f"{release} (a validated kernel line for ROCm {', '.join(ok)})")
     return Check("kernel", WARN, f"{release}: not a kernel line AMD validated for ROCm "
-                 f"{', '.join(VALIDATED_KERNELS)} ({', '.join(sorted({k for v in VALIDATED_KERNELS.values() for k in v}))})",
+                 f"{', '.join(validated)} ({', '.join(sorted({k for v in validated.values() for k in v}))})",
                  "containers share the host kernel: use a validated kernel (e.g. Ubuntu 22.04 5.15 GA) "
                  "if GPU jobs misbehave")
 

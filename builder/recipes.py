@@ -58,6 +58,7 @@ class Release(_Frozen):
     ubuntu: str = ""
     codename: str
     amdgpu_install: str = ""  # amdgpu-install package version ("" = no installer route)
+    host_kernels: tuple[str, ...] = ()  # host kernel lines validated for this release (doctor checks)
     archs: tuple[str, ...] = ()
     wheel_suffixes: tuple[str, ...]
     system_python: str
