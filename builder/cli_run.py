@@ -68,11 +68,28 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     style = "green" if result["status"] == "pass" else "red"
     detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
     console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
+    if summary := _summary(result):
+        console.print(summary)
     if not no_record:
         _record(db, result, result_path, console)
     if result["status"] == "pass":
         return
     sys.exit(EXIT_INTERRUPTED if result.get("error_class") == "interrupted" else 1)
+
+
+def _summary(result: dict) -> str:
+    """One line of what was measured: accuracy before -> after, throughput, probe verdicts."""
+    parts = []
+    metrics = result.get("metrics") or {}
+    before, after = metrics.get("eval_before") or {}, metrics.get("eval_after") or {}
+    if "accuracy" in before and "accuracy" in after:
+        parts.append(f"eval accuracy {before['accuracy']:.3f} -> {after['accuracy']:.3f}")
+    if metrics.get("samples_per_s"):
+        parts.append(f"{metrics['samples_per_s']:.1f} samples/s")
+    if probes := result.get("probes"):
+        counts = {s: sum(p["status"] == s for p in probes) for s in ("pass", "fail", "skip")}
+        parts.append("probes " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return "; ".join(parts)
 
 
 def _record(db: Path | None, result: dict, result_path: Path, console: Console) -> None:
