@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from . import launch
 from .presets import PRESETS
 
 
@@ -17,7 +18,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workload", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="LoRA fine-tune a Gemma classifier and write result.json + adapter")
+    # No abbreviations: a data-parallel run hands these arguments on through torchrun's own parser.
+    t = sub.add_parser("train", help="LoRA fine-tune a Gemma classifier and write result.json + adapter",
+                       allow_abbrev=False)
     t.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
     t.add_argument("--out", type=Path, help="directory for result.json and adapter/")
     t.add_argument("--model", help="hub id, local path, or tiny-gemma / tiny-gemma2 / tiny-gemma3 / tiny-gemma4")
@@ -27,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--label-column", default="label")
     t.add_argument("--labels", help="comma-separated label names, or 'auto' to take them from the data")
     t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm GPUs are cuda too)")
+    t.add_argument("--nproc", type=_nproc, default="auto",
+                   help="data-parallel processes: auto = one per visible GPU (1 on the CPU); N > 1 on the CPU "
+                        "starts N gloo processes. A plain start re-launches itself under torchrun")
     t.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"])
     t.add_argument("--attn", dest="attn_implementation", help="attention implementation: sdpa, eager, auto")
     t.add_argument("--seed", type=int)
@@ -57,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _nproc(text: str):
+    try:
+        return launch.parse_nproc(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _recipe(args):
     recipe = PRESETS[args.preset].replace(
         model=args.model, dtype=args.dtype, attn_implementation=args.attn_implementation, seed=args.seed,
@@ -85,15 +98,33 @@ def _sigterm_as_interrupt():
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     with _sigterm_as_interrupt():
-        return _dispatch(args)
+        return _dispatch(args, argv)
 
 
-def _dispatch(args) -> int:
+def _launch_size(args) -> int:
+    """Ranks to start from this plain process (1: train here); a usage error exits with code 2."""
+    if launch.under_launcher():
+        return 1
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        return launch.resolve_nproc(args.nproc, args.device, gpus)
+    except launch.LaunchRequestError as exc:
+        _parser().error(str(exc))
+
+
+def _dispatch(args, argv: list[str]) -> int:
     if args.command == "train":
-        from .runner import train_command
+        from .runner import launch_train_command, train_command
 
+        nproc = _launch_size(args)
+        if nproc > 1:
+            code, _ = launch_train_command(_recipe(args), argv, nproc, out_dir=args.out, device_name=args.device)
+            return code
         code, _ = train_command(_recipe(args), out_dir=args.out, dataset_path=args.data, device_name=args.device,
                                 revision=args.revision, probes=not args.no_probes, text_column=args.text_column,
                                 label_column=args.label_column, quiet=args.quiet)

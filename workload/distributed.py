@@ -39,6 +39,16 @@ class Dist:
         td.all_reduce(tensor, op=td.ReduceOp.SUM)
         return tensor
 
+    def all_gather_object(self, obj) -> list:
+        """Every rank's `obj`, in rank order (a single process: [obj])."""
+        if not self.active:
+            return [obj]
+        import torch.distributed as td
+
+        gathered = [None] * self.world_size
+        td.all_gather_object(gathered, obj)
+        return gathered
+
     def shutdown(self) -> None:
         if self.active:
             import torch.distributed as td
@@ -47,8 +57,10 @@ class Dist:
                 td.destroy_process_group()
 
 
-def init_from_env() -> Dist:
-    """Join the process group torchrun describes; a single process when WORLD_SIZE is unset or 1."""
+def init_from_env(device_name: str = "auto") -> Dist:
+    """Join the process group torchrun describes; a single process when WORLD_SIZE is unset or 1.
+
+    Each rank takes GPU LOCAL_RANK (nccl) unless there is no GPU or `device_name` is "cpu" (gloo)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Dist()
@@ -56,7 +68,7 @@ def init_from_env() -> Dist:
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     timeout = datetime.timedelta(seconds=float(os.environ.get("WORKLOAD_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and device_name != "cpu":
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 
 from . import environment as env
+from . import launch
 from .errors import DidNotLearn, ProbeFailure, WorkloadError
 from .presets import Recipe
 from .result import finish, new_result, write_result
@@ -109,7 +111,7 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
     scratch = Path(tempfile.mkdtemp(prefix="workload-"))
     dist = distributed.Dist()
     try:
-        dist = distributed.init_from_env()
+        dist = distributed.init_from_env(device_name)
         if dist.is_main:
             _write_placeholder(result, out_dir)
         result["versions"] = env.versions()
@@ -117,6 +119,7 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
         if dist.active:
             _log(f"rank {dist.rank}/{dist.world_size} on {device}")
         result["hardware"] = env.hardware(device)
+        _check_visible_devices(device)
         dtype = env.resolve_dtype(recipe.dtype, device)
         result["config"] = _config_block(recipe, dtype, dist.world_size)
         _train(result, recipe, device, dtype, dist, dataset_path, revision, probes, text_column, label_column,
@@ -131,6 +134,48 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
             _log(f"rank {dist.rank}: {_classify(exc, True)[2]}")
         return (0 if exc is None else 1), result
     return _finalise(result, out_dir, exc, dist.active), result
+
+
+def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, out_dir: Path | None,
+                         device_name: str = "auto") -> tuple[int, dict]:
+    """Data parallelism from a plain start: re-run `train_argv` under torchrun with `nproc` ranks
+    (workload/launch.py) and return (exit code, the result as it stands in out_dir)."""
+    result = new_result("train")
+    try:
+        result["versions"] = env.versions()
+        device = env.pick_device(device_name)
+        result["hardware"] = env.hardware(device)
+        result["config"] = _config_block(recipe, recipe.dtype, nproc)
+        _check_visible_devices(device)
+        _write_placeholder(result, out_dir)  # stays only if rank 0 never writes (then: process_died)
+        command = launch.torchrun_command(train_argv, nproc)
+        _log(f"launching {nproc} processes: {' '.join(command[1:])}")
+    except BaseException as e:  # noqa: BLE001 - recorded in the result
+        return _finalise(result, out_dir, e), result
+    code, signum = launch.run_supervised(command)
+    return launch.reconcile(out_dir, result, code, signum), result
+
+
+def _check_visible_devices(device: torch.device) -> None:
+    if device.type != "cuda":
+        return
+    problem = launch.visible_devices_problem(os.environ, bool(torch.version.hip), torch.cuda.device_count())
+    if problem:
+        raise launch.VisibleDevicesMismatch(problem)
+
+
+def merge_rank_probes(per_rank: list[list[dict]]) -> list[dict]:
+    """Rank 0's probe records, each marked `fail` where any other rank's record of that probe failed
+    (multi-GPU health: one bad GPU fails the run), with `values.failed_ranks` and the ranks' messages."""
+    merged = [dict(record, values=dict(record.get("values") or {})) for record in per_rank[0]]
+    for record in merged:
+        failed = [(rank, other) for rank, records in enumerate(per_rank) for other in records
+                  if other.get("name") == record["name"] and other.get("status") == "fail"]
+        if failed and any(rank > 0 for rank, _ in failed):
+            record["status"] = "fail"
+            record["values"]["failed_ranks"] = [rank for rank, _ in failed]
+            record["message"] = "; ".join(f"rank {rank}: {other.get('message', '')}" for rank, other in failed)
+    return merged
 
 
 def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
@@ -162,7 +207,7 @@ def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_pro
     result["config"]["attn_implementation"] = getattr(base.config, "_attn_implementation", None)
     if with_probes:
         probes = run_probes(device, tokenizer=loaded.tokenizer, dtype=env.TORCH_DTYPES[dtype])
-        result["probes"] = probes or []
+        result["probes"] = merge_rank_probes(dist.all_gather_object(probes or []))
     if recipe.gradient_checkpointing:
         hf = base.model if isinstance(base, LastTokenClassifier) else base
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
