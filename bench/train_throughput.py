@@ -28,12 +28,21 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workload import environment as env  # noqa: E402
-from workload.models import apply_lora, count_parameters, make_trainable_fp32  # noqa: E402
+from workload.models import LastTokenClassifier, apply_lora, count_parameters, make_trainable_fp32  # noqa: E402
+from workload.metrics import mfu  # noqa: E402
 from workload.presets import PRESETS  # noqa: E402
 from workload.train import Tokenised, evaluate, train  # noqa: E402
 
 GEMMA_2B = dict(vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
                 num_attention_heads=8, num_key_value_heads=1, head_dim=256)
+# Gemma 4 text decoder at transformers' Gemma4TextConfig defaults, which its docstring calls similar to
+# google/gemma-4-e2b-it (hidden 2304, 30 layers, 8 heads, 4 KV heads, head_dim 256, intermediate 9216, vocab 262144,
+# 256-wide per-layer inputs, sliding window 512); the released checkpoint's config was not reachable to compare.
+GEMMA4_E2B = dict(family="gemma4_text")
+TINY_GEMMA4 = dict(family="gemma4_text", vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=16, global_head_dim=16,
+                   hidden_size_per_layer_input=16, vocab_size_per_layer_input=1000, sliding_window=128,
+                   layer_types=["sliding_attention", "full_attention"])
 TINY = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=1, head_dim=16)
 PAD, EOS, BOS = 0, 1, 2
@@ -62,11 +71,29 @@ def length_stats(ids) -> dict:
             "p95": lengths[int(0.95 * len(lengths))], "max": lengths[-1]}
 
 
+class _Gemma4Classifier(LastTokenClassifier):
+    """The workload's Gemma 4 head, plus the loss HF Trainer needs when labels are passed (baseline only)."""
+
+    def forward(self, input_ids, attention_mask=None, labels=None, **_):
+        out = super().forward(input_ids, attention_mask)
+        if labels is not None:
+            out.loss = F.cross_entropy(out.logits.float(), labels)
+        return out
+
+
 def build_model(shape: dict, device, seed: int, dtype: str):
+    ids = dict(pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
+    torch.manual_seed(seed)
+    if shape.get("family") == "gemma4_text":
+        from transformers import Gemma4TextConfig, Gemma4TextModel
+
+        config = Gemma4TextConfig(**{k: v for k, v in shape.items() if k != "family"}, **ids)
+        with torch.device(device):
+            model = _Gemma4Classifier(Gemma4TextModel._from_config(config, attn_implementation="sdpa"), NUM_LABELS)
+        return model.to(env.TORCH_DTYPES[dtype])
     from transformers import GemmaConfig, GemmaForSequenceClassification
 
-    config = GemmaConfig(**shape, num_labels=NUM_LABELS, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
-    torch.manual_seed(seed)
+    config = GemmaConfig(**shape, num_labels=NUM_LABELS, **ids)
     with torch.device(device):
         model = GemmaForSequenceClassification._from_config(config, attn_implementation="sdpa")
     return model.to(env.TORCH_DTYPES[dtype])
@@ -127,8 +154,29 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
     _reset_memory(device)
     stats = train(model, data, recipe.replace(max_steps=steps, epochs=1), device=device, dtype=recipe.dtype,
                   pad_id=PAD)
+    levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
+                                              "pack_length", "compile", "lr_scaling")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
-                   extra={"final_train_loss": stats.train_loss[-1][1]})
+                   extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
+                          "warmup_seconds": round(stats.warmup_seconds, 1), "learning_rate": stats.learning_rate,
+                          "warmup_steps": stats.warmup_steps, "levers": levers})
+
+
+def attempt(run, *args) -> dict:
+    """One benchmark run; a failure is recorded (and the next run goes on), never hidden."""
+    try:
+        return run(*args)
+    except Exception as e:  # noqa: BLE001 - reported in the output
+        print(json.dumps({"name": args[-1] if isinstance(args[-1], str) else run.__name__,
+                          "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}), flush=True)
+        return {"name": args[-1] if isinstance(args[-1], str) else run.__name__,
+                "error": f"{type(e).__name__}: {e}"[:2000]}
+    finally:
+        import torch._dynamo
+        torch._dynamo.reset()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, extra) -> dict:
@@ -136,8 +184,12 @@ def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, 
         if device.type == "cuda" else (None, None)
     ev = evaluate(model, data.eval_ids, data.eval_labels, device=device, dtype=recipe.dtype, pad_id=PAD,
                   recipe=recipe, num_labels=NUM_LABELS)
+    n_non_embedding = count_parameters(model)[2]
+    peak_tflops = env.hardware(device)["peak_tflops"] if device.type == "cuda" else None
+    rate = mfu(tokens / seconds, n_non_embedding, peak_tflops)
     out = {"name": name, "steps": steps, "samples": samples, "seconds": round(seconds, 3),
            "samples_per_s": round(samples / seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+           "mfu": round(rate, 4) if rate is not None else None,
            "peak_allocated_gb": round(peak[0] / 1e9, 2) if peak[0] else None,
            "peak_reserved_gb": round(peak[1] / 1e9, 2) if peak[1] else None,
            "eval_loss": round(ev["loss"], 4), "eval_accuracy": round(ev["accuracy"], 4), **extra}
@@ -164,8 +216,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=200, help="optimizer steps per run (16 samples each)")
     p.add_argument("--eval-samples", type=int, default=512)
-    p.add_argument("--tiny", action="store_true", help="tiny model (a quick check, e.g. on CPU)")
-    p.add_argument("--no-variants", action="store_true", help="skip the workload run without length bucketing")
+    p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b", help="model shape")
+    p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
+    p.add_argument("--variants", default="seed_eager,throughput_eager",
+                   help="extra runs, comma-separated: seed_eager, throughput_eager ('' for none)")
+    p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
     p.add_argument("--warmup", type=int, default=30,
                    help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up")
     p.add_argument("--loss-tolerance", type=float, default=0.05, help="max |eval loss difference| (absolute)")
@@ -175,10 +230,12 @@ def main(argv=None) -> int:
     device = env.pick_device("auto")
     dtype = "bf16" if device.type == "cuda" else "fp32"
     recipe = PRESETS["seed"].replace(dtype=dtype, log_every=50)
-    shape = TINY if args.tiny else GEMMA_2B
+    shape = {("gemma-2b", False): GEMMA_2B, ("gemma-2b", True): TINY, ("gemma4-e2b", False): GEMMA4_E2B,
+             ("gemma4-e2b", True): TINY_GEMMA4}[args.shape, args.tiny]
+    vocab = shape.get("vocab_size", 262144)
     n = args.steps * recipe.batch_size
-    train_ids, train_labels = synthetic_data(n, shape["vocab_size"], seed=1)
-    eval_ids, eval_labels = synthetic_data(args.eval_samples, shape["vocab_size"], seed=2)
+    train_ids, train_labels = synthetic_data(n, vocab, seed=1)
+    eval_ids, eval_labels = synthetic_data(args.eval_samples, vocab, seed=2)
     data = Tokenised(train_ids, train_labels, eval_ids, eval_labels)
     header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "versions": env.versions(), "shape": shape, "dtype": dtype,
@@ -187,22 +244,45 @@ def main(argv=None) -> int:
 
     if args.warmup:
         print("warm-up (not counted):", flush=True)
-        run_baseline(shape, data, recipe, device, args.warmup)
-    runs = [run_baseline(shape, data, recipe, device, args.steps),
-            run_workload(shape, data, recipe, device, args.steps, "workload")]
-    if not args.no_variants:
-        runs.append(run_workload(shape, data, recipe.replace(bucket_batches=1), device, args.steps,
-                                 "workload_no_bucketing"))
+        attempt(run_baseline, shape, data, recipe, device, args.warmup)
+    runs = [attempt(run_baseline, shape, data, recipe, device, args.steps),
+            attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed")]
+    variants = set(args.variants.split(",")) if args.variants else set()
+    if "seed_eager" in variants:  # the seed preset without compiled layers
+        runs.append(attempt(run_workload, shape, data, recipe.replace(compile=False), device, args.steps,
+                            "workload_seed_eager"))
+    throughput = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
+    if args.tiny:
+        throughput = throughput.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
+    per_step = throughput.tokens_per_step // 68 + 1
+    t_ids, t_labels = synthetic_data(args.throughput_steps * per_step, vocab, seed=3)
+    t_data = Tokenised(t_ids, t_labels, eval_ids, eval_labels)
+    if "throughput_eager" in variants:
+        runs.append(attempt(run_workload, shape, t_data, throughput.replace(compile=False), device,
+                            args.throughput_steps, "workload_throughput_eager"))
+    runs.append(attempt(run_workload, shape, t_data, throughput,
+                        device, args.throughput_steps, "workload_throughput"))
     base, ours = runs[0], runs[1]
+    if "error" in base or "error" in ours:
+        print("a reference run failed: no ratio", flush=True)
+        if args.out:
+            args.out.write_text(json.dumps({"header": header, "runs": runs, "summary": None}, indent=1))
+        return 1
     ratio = ours["samples_per_s"] / base["samples_per_s"]
     loss_diff = abs(ours["eval_loss"] - base["eval_loss"])
     summary = {"ratio_samples_per_s": round(ratio, 3),
                "ratio_tokens_per_s": round(ours["tokens_per_s"] / base["tokens_per_s"], 3),
-               "eval_loss_diff": round(loss_diff, 4), "eval_loss_within_tolerance": loss_diff <= args.loss_tolerance}
+               "eval_loss_diff": round(loss_diff, 4), "eval_loss_within_tolerance": loss_diff <= args.loss_tolerance,
+               "seed_peak_alloc_not_above_baseline": (ours["peak_allocated_gb"] or 0) <= (base["peak_allocated_gb"] or 0),
+               "ratios": {r["name"]: round(r["samples_per_s"] / base["samples_per_s"], 3)
+                          for r in runs if "error" not in r}}
     print()
-    print(f"{'run':<24}{'samples/s':>11}{'tokens/s':>11}{'peak alloc GB':>15}{'eval loss':>11}")
+    print(f"{'run':<28}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'peak alloc GB':>15}{'eval loss':>11}")
     for r in runs:
-        print(f"{r['name']:<24}{r['samples_per_s']:>11.1f}{r['tokens_per_s']:>11.0f}"
+        if "error" in r:
+            print(f"{r['name']:<28} FAILED: {r['error'][:200]}")
+            continue
+        print(f"{r['name']:<28}{r['samples_per_s']:>11.1f}{r['tokens_per_s']:>11.0f}{(r['mfu'] or 0) * 100:>7.1f}%"
               f"{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}")
     print(f"ratio (workload / baseline) samples/s: {ratio:.2f}x; eval loss diff {loss_diff:.4f} "
           f"({'within' if summary['eval_loss_within_tolerance'] else 'OUTSIDE'} tolerance {args.loss_tolerance})")

@@ -38,6 +38,14 @@ class Recipe:
     min_accuracy: float = 0.0  # eval accuracy after training below this -> did_not_learn
     max_steps: int | None = None
     log_every: int = 10
+    # Speed levers (docs/workload.md, "Training speed"); all off in the plain path.
+    micro_batch_tokens: int | None = None  # cap padded tokens per forward: gradient accumulation inside a step
+    tokens_per_step: int | None = None  # a token budget per optimizer step instead of `batch_size` samples
+    bucket_lengths: tuple[int, ...] | None = None  # with tokens_per_step: pad to these lengths (few shapes)
+    pack: bool = False  # with tokens_per_step and no buckets: padding-free rows of `pack_length` tokens
+    pack_length: int = 1024
+    lr_scaling: str = "none"  # none | sqrt | linear in the mean samples per step relative to `batch_size`
+    compile: bool = False  # torch.compile each decoder layer (static shapes; warm-up excluded from timing)
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -52,7 +60,12 @@ PRESETS = {
     # batch 16, 3 epochs, max length 512, warmup 100, weight decay 0.01, 7 emotion classes.
     "seed": Recipe(preset="seed", model="google/gemma-2b", lora_r=64, lora_alpha=16, lora_dropout=0.1,
                    learning_rate=2e-4, batch_size=16, epochs=3, max_length=512, warmup_steps=100,
-                   weight_decay=0.01, min_accuracy=2 / len(EMOTIONS)),
+                   weight_decay=0.01, min_accuracy=2 / len(EMOTIONS),
+                   # Speed levers that keep the recipe's 16 samples per step: batches padded to 64/128/256/512
+                   # tokens (few shapes), a step over 4096 padded tokens run as micro-batches (gradient
+                   # accumulation inside the step: the same update up to rounding; it also caps peak memory),
+                   # and decoder layers compiled on GPUs (one graph per shape: (16,64) (16,128) (16,256) (8,512)).
+                   bucket_lengths=(64, 128, 256, 512), micro_batch_tokens=4096, compile=True),
     # Tiny random-initialised Gemma on CPU: proves the pipeline end to end and that it learns, in seconds.
     # Its random embeddings carry no meaning, so they are trained too (LoRA alone on random features
     # memorises the training texts and generalises poorly).
@@ -61,3 +74,12 @@ PRESETS = {
                     weight_decay=0.01, dtype="fp32", pad_multiple=8, train_embeddings=True, min_accuracy=0.45,
                     log_every=6),
 }
+
+# `throughput`: a token budget per optimizer step (16 packed rows of 1024 tokens, run as 2 micro-batches of
+# 8 rows; a few hundred samples of ~68 tokens) instead of 16 samples, padding-free, layers compiled. The learning rate scales with the
+# square root of the samples per step relative to the seed recipe's 16 (lr = 2e-4 * sqrt(mean samples per step
+# / 16)), and warmup keeps the seed recipe's warmup in samples (100 steps * 16 samples), both computed from
+# the epoch's schedule at run time.
+PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput", tokens_per_step=16384,
+                                            bucket_lengths=None, pack=True, pack_length=1024,
+                                            micro_batch_tokens=8192, lr_scaling="sqrt", compile=True)

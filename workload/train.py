@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from .batching import collate, eval_batches, train_batches
+from .batching import (bucket_length, collate, collate_packed, eval_batches, packed_steps, padded_length,
+                       token_budget_batches, train_batches)
 from .errors import NonFiniteLoss
 from .metrics import accuracy, macro_f1
 from .presets import Recipe
+from .speed import compile_layers, packed_logits, uncompile_layers
 
 
 @dataclass
@@ -31,7 +34,11 @@ class TrainStats:
     steps: int = 0
     samples: int = 0
     tokens: int = 0  # non-pad
+    padded_tokens: int = 0  # what the forwards processed, pad included
     seconds: float = 0.0
+    warmup_seconds: float = 0.0  # compilation warm-up, outside `seconds`
+    learning_rate: float = 0.0  # after lr_scaling
+    warmup_steps: int = 0
 
     @property
     def samples_per_s(self) -> float:
@@ -103,55 +110,188 @@ def _check_finite(stats: TrainStats, losses: list, norms: list, first_step: int,
                                 "(lower the learning rate, or use bf16/fp32 instead of fp16)")
 
 
+@dataclass
+class Step:
+    """One optimizer step: its samples, and for packed steps the rows they are packed into."""
+
+    samples: list[int]
+    rows: list[list[int]] | None = None
+
+
+def plan_epoch(lengths: list[int], recipe: Recipe, seed: int) -> list[Step]:
+    """One epoch's optimizer steps: `batch_size` samples each (plain), or a token budget per step, either
+    bucketed by length (`bucket_lengths`) or packed into rows of `pack_length` tokens."""
+    if not recipe.tokens_per_step:  # bucket_lengths then only sets the padded widths
+        if recipe.pack:
+            raise ValueError("pack needs tokens_per_step (a token budget per optimizer step)")
+        return [Step(b) for b in train_batches(lengths, recipe.batch_size, seed=seed,
+                                               bucket_batches=recipe.bucket_batches)]
+    if recipe.bucket_lengths:
+        if recipe.pack:
+            raise ValueError("choose either pack or bucket_lengths, not both")
+        return [Step(b) for b in token_budget_batches(lengths, recipe.tokens_per_step, recipe.bucket_lengths,
+                                                      seed=seed)]
+    if recipe.max_length > recipe.pack_length:
+        raise ValueError(f"pack_length {recipe.pack_length} must be at least max_length {recipe.max_length}")
+    rows_per_step = max(1, recipe.tokens_per_step // recipe.pack_length)
+    return [Step([i for row in rows for i in row], rows)
+            for rows in packed_steps(lengths, recipe.pack_length, rows_per_step, seed=seed)]
+
+
+def _pad_width(lengths: list[int], recipe: Recipe) -> int:
+    longest = max(lengths)
+    if recipe.bucket_lengths:
+        return min(recipe.max_length, bucket_length(longest, recipe.bucket_lengths))
+    return padded_length(longest, recipe.pad_multiple, recipe.max_length)
+
+
+def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0, world: int = 1) -> list[dict]:
+    """The forwards of one step (gradient accumulation when `micro_batch_tokens` caps a forward's padded tokens).
+    Padded: {"samples", "width"}; packed: {"rows", "n_rows"} (a fixed row count, so one shape)."""
+    cap = recipe.micro_batch_tokens
+    if recipe.pack:
+        rows_per_step = max(1, recipe.tokens_per_step // recipe.pack_length)
+        per = min(rows_per_step, max(1, cap // recipe.pack_length)) if cap else rows_per_step
+        return [{"rows": step.rows[i:i + per], "n_rows": per} for i in range(0, len(step.rows), per)]
+    width = _pad_width([lengths[i] for i in step.samples], recipe)
+    per = max(world, cap // width) if cap else len(step.samples)
+    out = []
+    for i in range(0, len(step.samples), per):
+        mine = step.samples[i:i + per][rank::world]
+        if not mine:
+            raise ValueError(f"a micro-batch of {per} samples leaves rank {rank} of {world} without samples")
+        out.append({"samples": mine, "width": width})
+    return out
+
+
+def _forward(model, micro: dict, data: Tokenised, recipe: Recipe, device, dtype: str, pad_id: int, pin: bool):
+    """(logits, targets, padded tokens) of one micro-batch."""
+    if "rows" in micro:
+        input_ids, position_ids, ends = collate_packed([[data.train_ids[i] for i in row] for row in micro["rows"]],
+                                                       pad_id, recipe.pack_length, micro["n_rows"], pin=pin)
+        samples = [i for row in micro["rows"] for i in row]
+    else:
+        samples = micro["samples"]
+        input_ids, mask = collate([data.train_ids[i] for i in samples], pad_id, recipe.pad_multiple,
+                                  recipe.max_length, pin=pin, width=micro["width"])
+    target = torch.tensor([data.train_labels[i] for i in samples])
+    if pin:
+        target = target.pin_memory()
+    target = target.to(device, non_blocking=True)
+    input_ids = input_ids.to(device, non_blocking=True)
+    with autocast(device, dtype):
+        if "rows" in micro:
+            logits = packed_logits(model, input_ids, position_ids.to(device, non_blocking=True),
+                                   ends.to(device, non_blocking=True))
+        else:
+            logits = model(input_ids=input_ids, attention_mask=mask.to(device, non_blocking=True)).logits
+    return logits, target, input_ids.numel()
+
+
+def scaled_schedule(recipe: Recipe, schedule: list[Step]) -> tuple[float, int]:
+    """(learning rate, warmup steps) for a schedule whose steps hold a different number of samples than the
+    recipe's `batch_size`: lr scaled by sqrt (or linearly in) mean samples per step / batch_size; warmup kept
+    in samples."""
+    if recipe.lr_scaling == "none" or not schedule:
+        return recipe.learning_rate, recipe.warmup_steps
+    ratio = sum(len(s.samples) for s in schedule) / len(schedule) / recipe.batch_size
+    if recipe.lr_scaling not in ("sqrt", "linear"):
+        raise ValueError(f"lr_scaling must be none, sqrt or linear, not {recipe.lr_scaling!r}")
+    factor = math.sqrt(ratio) if recipe.lr_scaling == "sqrt" else ratio
+    return recipe.learning_rate * factor, max(1, round(recipe.warmup_steps / ratio))
+
+
+def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, world, params) -> None:
+    """One forward/backward per distinct micro-batch shape (compilation happens here, outside the timing);
+    the gradients are thrown away."""
+    lengths = [len(x) for x in data.train_ids]
+    seen = set()
+    for step in schedule:
+        for micro in micro_batches(step, lengths, recipe, rank, world):
+            shape = ("rows", micro["n_rows"]) if "rows" in micro else (len(micro["samples"]), micro["width"])
+            if shape in seen:
+                continue
+            seen.add(shape)
+            logits, target, _ = _forward(model, micro, data, recipe, device, dtype, pad_id, pin)
+            F.cross_entropy(logits.float(), target).backward()
+    for p in params:
+        p.grad = None
+    _sync(device)
+
+
 def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype: str, pad_id: int,
           on_step=None, ddp_rank: int = 0, ddp_world: int = 1, reduce_sum=None) -> TrainStats:
     """Train `model` (its trainable parameters) for the recipe's epochs (or max_steps).
 
-    Batches are length-bucketed and padded to a multiple of `recipe.pad_multiple`. Under data parallelism each
-    of `ddp_world` ranks takes its slice of every global batch of `recipe.batch_size` samples."""
+    Steps come from `plan_epoch`; each runs as one or more micro-batches (`micro_batches`). Under data
+    parallelism each of `ddp_world` ranks takes its slice of every micro-batch of the global step."""
+    if recipe.pack and ddp_world > 1:
+        raise ValueError("packed batches are not supported with several processes yet: use bucket_lengths")
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(x) for x in data.train_ids]
-    epochs = [train_batches(lengths, recipe.batch_size, seed=recipe.seed + epoch, bucket_batches=recipe.bucket_batches)
-              for epoch in range(recipe.epochs)]
-    schedule = [b for epoch in epochs for b in epoch]
+    schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
     if recipe.max_steps:
         schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[:recipe.max_steps]
-    optimizer, scheduler = make_optimizer(params, recipe, device, len(schedule))
+    learning_rate, warmup_steps = scaled_schedule(recipe, schedule)
+    optimizer, scheduler = make_optimizer(params, recipe.replace(learning_rate=learning_rate,
+                                                                 warmup_steps=warmup_steps), device, len(schedule))
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "fp16"))
     stats, pending_loss, pending_norm = TrainStats(), [], []
+    stats.learning_rate, stats.warmup_steps = learning_rate, warmup_steps
     pin = device.type == "cuda"
     model.train()
-    _sync(device)
-    start = time.perf_counter()
-    for step, global_batch in enumerate(schedule, start=1):
-        batch = global_batch[ddp_rank::ddp_world]
-        input_ids, mask = collate([data.train_ids[i] for i in batch], pad_id, recipe.pad_multiple,
-                                  recipe.max_length, pin=pin)
-        target = torch.tensor([data.train_labels[i] for i in batch])
-        if pin:
-            target = target.pin_memory()
-        input_ids, mask = input_ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
-        target = target.to(device, non_blocking=True)
-        with autocast(device, dtype):
-            logits = model(input_ids=input_ids, attention_mask=mask).logits
-        # Mean over the global batch: each rank's sum / global batch size, summed again by the DDP all-reduce.
-        loss = F.cross_entropy(logits.float(), target, reduction="sum") / len(global_batch) * ddp_world
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        pending_loss.append(loss.detach().float() / ddp_world)
-        pending_norm.append(norm.detach().float())
-        stats.steps, stats.samples = step, stats.samples + len(global_batch)
-        stats.tokens += sum(lengths[i] for i in global_batch)
-        if step % recipe.log_every == 0 or step == len(schedule):
-            _check_finite(stats, pending_loss, pending_norm, step - len(pending_loss) + 1, dtype, reduce_sum)
-            pending_loss, pending_norm = [], []
-            if on_step:
-                on_step(step, len(schedule), stats.train_loss[-1][1])
-    _sync(device)
-    stats.seconds = time.perf_counter() - start
+    # Compiled layers on GPUs only (inductor's CPU compile costs more than it saves on short runs), unless
+    # WORKLOAD_COMPILE_BACKEND names a backend (tests: "aot_eager" exercises the same path on the CPU quickly).
+    backend = os.environ.get("WORKLOAD_COMPILE_BACKEND")
+    compiled = compile_layers(model, backend=backend or "inductor") \
+        if recipe.compile and (device.type == "cuda" or backend) else 0
+    # No KV cache in training: transformers would otherwise build one per forward (and compiled layers would
+    # recompile per layer on its state).
+    configs = [m.config for m in model.modules() if getattr(getattr(m, "config", None), "use_cache", False)]
+    for config in configs:
+        config.use_cache = False
+    try:
+        if compiled:
+            _sync(device)
+            begin = time.perf_counter()
+            _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank, ddp_world, params)
+            stats.warmup_seconds = time.perf_counter() - begin
+        _sync(device)
+        start = time.perf_counter()
+        for step_no, step in enumerate(schedule, start=1):
+            n_global = len(step.samples)
+            micros = micro_batches(step, lengths, recipe, ddp_rank, ddp_world)
+            step_loss = torch.zeros((), device=device)
+            for k, micro in enumerate(micros):
+                sync_now = k == len(micros) - 1 or not hasattr(model, "no_sync")
+                with contextlib.nullcontext() if sync_now else model.no_sync():
+                    logits, target, padded = _forward(model, micro, data, recipe, device, dtype, pad_id, pin)
+                    # Mean over the global step: each micro-batch's sum / step size (x world: DDP averages).
+                    loss = F.cross_entropy(logits.float(), target, reduction="sum") / n_global * ddp_world
+                    scaler.scale(loss).backward()
+                step_loss += loss.detach().float() / ddp_world
+                stats.padded_tokens += padded
+            scaler.unscale_(optimizer)
+            norm = torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            pending_loss.append(step_loss)
+            pending_norm.append(norm.detach().float())
+            stats.steps, stats.samples = step_no, stats.samples + n_global
+            stats.tokens += sum(lengths[i] for i in step.samples)
+            if step_no % recipe.log_every == 0 or step_no == len(schedule):
+                _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype, reduce_sum)
+                pending_loss, pending_norm = [], []
+                if on_step:
+                    on_step(step_no, len(schedule), stats.train_loss[-1][1])
+        _sync(device)
+        stats.seconds = time.perf_counter() - start
+    finally:
+        if compiled:
+            uncompile_layers(model)
+        for config in configs:
+            config.use_cache = True
+    stats.padded_tokens *= ddp_world  # each rank counted its own share
     return stats

@@ -1,0 +1,204 @@
+"""Training-speed levers (docs/workload.md, "Training speed"): each gives the plain path's results.
+
+Tiny random Gemma classifiers on the CPU, fp32, LoRA dropout 0 (so that two paths draw no different masks)."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from workload.batching import collate, collate_packed, packed_steps, token_budget_batches
+from workload.models import apply_lora, make_trainable_fp32
+from workload.presets import PRESETS
+from workload.speed import compile_layers, decoder_layers, packed_logits, uncompile_layers
+from workload.train import Tokenised, evaluate, plan_epoch, scaled_schedule, train
+
+CPU = torch.device("cpu")
+PAD, EOS, BOS = 0, 1, 2
+
+
+def _lengths(n, seed=0):
+    rng = random.Random(seed)
+    return [int(min(200, max(4, rng.lognormvariate(3.2, 0.8)))) for _ in range(n)]
+
+
+def _data(n_train=96, n_eval=32, vocab=300):
+    rng = random.Random(1)
+
+    def rows(n):
+        ids = [[BOS] + [rng.randrange(10, vocab) for _ in range(n - 2)] + [EOS] for n in _lengths(n, rng.random())]
+        return ids, [x[1] % 7 for x in ids]  # label: a function of the first word, learnable
+
+    (tr, trl), (ev, evl) = rows(n_train), rows(n_eval)
+    return Tokenised(tr, trl, ev, evl)
+
+
+def _model(family="gemma", seed=0):
+    import transformers
+
+    common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=1, head_dim=16, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
+    torch.manual_seed(seed)
+    if family == "gemma4_text":
+        from workload.models import LastTokenClassifier
+
+        config = transformers.Gemma4TextConfig(**common, global_head_dim=16, hidden_size_per_layer_input=8,
+                                               vocab_size_per_layer_input=300, sliding_window=16,
+                                               layer_types=["sliding_attention", "full_attention"])
+        base = LastTokenClassifier(transformers.Gemma4TextModel._from_config(config, attn_implementation="sdpa"), 7)
+    else:
+        config = transformers.GemmaConfig(**common, num_labels=7)
+        base = transformers.GemmaForSequenceClassification._from_config(config, attn_implementation="sdpa")
+    model = apply_lora(base, 8, 16, 0.0, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    make_trainable_fp32(model)
+    return model
+
+
+def _recipe(**changes):
+    base = PRESETS["seed"].replace(dtype="fp32", lora_dropout=0.0, log_every=1, max_steps=4, epochs=1,
+                                   warmup_steps=2, learning_rate=2e-3, max_length=256)
+    import dataclasses
+    return dataclasses.replace(base, **{"compile": False, "bucket_lengths": None, "micro_batch_tokens": None,
+                                        **changes})
+
+
+def _run(recipe, family="gemma", data=None):
+    data = data or _data()
+    model = _model(family)
+    stats = train(model, data, recipe, device=CPU, dtype="fp32", pad_id=PAD)
+    ev = evaluate(model, data.eval_ids, data.eval_labels, device=CPU, dtype="fp32", pad_id=PAD, recipe=recipe,
+                  num_labels=7)
+    return [loss for _, loss in stats.train_loss], ev, stats
+
+
+def _assert_same(a, b, tol=2e-5):
+    (la, eva, _), (lb, evb, _) = a, b
+    assert len(la) == len(lb) == 4
+    assert max(abs(x - y) for x, y in zip(la, lb)) < tol, (la, lb)
+    assert abs(eva["loss"] - evb["loss"]) < tol and eva["accuracy"] == evb["accuracy"]
+
+
+def test_packed_steps_cover_every_sample_once_in_nearly_full_rows():
+    lengths = _lengths(3000)
+    steps = packed_steps(lengths, 256, 4, seed=3)
+    flat = [i for step in steps for row in step for i in row]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in row) <= 256 for step in steps for row in step)
+    assert sum(len(step) != 4 for step in steps) <= 1  # only the last step may be short
+    assert sum(lengths) / (256 * sum(len(step) for step in steps)) > 0.9  # rows are nearly full
+    assert packed_steps(lengths, 256, 4, seed=3) == steps and packed_steps(lengths, 256, 4, seed=4) != steps
+    with pytest.raises(ValueError, match="does not fit"):
+        packed_steps([300], 256, 4, seed=0)
+
+
+def test_token_budget_batches_use_few_shapes_within_budget():
+    lengths = _lengths(2000)
+    buckets = (32, 64, 128, 256)
+    batches = token_budget_batches(lengths, 1024, buckets, seed=0)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        width = next(w for w in buckets if w >= max(lengths[i] for i in b))
+        assert len(b) <= 1024 // width and all(lengths[i] <= width for i in b)
+    shapes = {(len(b), next(w for w in buckets if w >= max(lengths[i] for i in b))) for b in batches}
+    assert len(shapes) <= 2 * len(buckets)  # one full shape per bucket plus each bucket's last batch
+
+
+def test_collate_packed_restarts_positions_and_marks_sample_ends():
+    rows = [[[5, 6, 7], [8, 9]], [[4]]]
+    ids, pos, ends = collate_packed(rows, PAD, 6, 3)
+    assert ids.tolist() == [[5, 6, 7, 8, 9, 0], [4, 0, 0, 0, 0, 0], [0] * 6]
+    assert pos.tolist() == [[0, 1, 2, 0, 1, 0], [0, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5]]
+    assert ends.tolist() == [2, 4, 6]
+
+
+@pytest.mark.parametrize("family", ["gemma", "gemma4_text"])
+def test_packed_forward_equals_padded_forward_logits_and_gradients(family):
+    data = _data(n_train=12)
+    model = _model(family)
+    samples = list(range(12))
+    rows = [samples[:5], samples[5:9], samples[9:]]
+    assert max(sum(len(data.train_ids[i]) for i in r) for r in rows) <= 512
+    ids, pos, ends = collate_packed([[data.train_ids[i] for i in r] for r in rows], PAD, 512, 4)
+    packed = packed_logits(model, ids, pos, ends)
+    order = [i for r in rows for i in r]
+    pids, mask = collate([data.train_ids[i] for i in order], PAD, 8, 512)
+    padded = model(input_ids=pids, attention_mask=mask).logits
+    torch.testing.assert_close(packed, padded, atol=2e-5, rtol=1e-4)
+    target = torch.tensor([data.train_labels[i] for i in order])
+    grads = []
+    for logits in (packed, padded):
+        model.zero_grad()
+        F.cross_entropy(logits, target).backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in model.parameters() if p.requires_grad])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_micro_batches_reproduce_whole_batch_losses():
+    _assert_same(_run(_recipe()), _run(_recipe(micro_batch_tokens=128)))
+
+
+def test_bucket_widths_reproduce_multiple_of_8_padding():
+    _assert_same(_run(_recipe(pad_multiple=8)), _run(_recipe(bucket_lengths=(32, 64, 128, 256))))
+
+
+def test_packing_reproduces_padded_losses_on_the_same_steps():
+    budget = dict(tokens_per_step=1024, pack_length=256)
+    plain = _run(_recipe(**budget))
+    packed = _run(_recipe(**budget, pack=True, micro_batch_tokens=512))
+    _assert_same(plain, packed)
+    assert packed[2].padded_tokens == 4 * 1024 and plain[2].padded_tokens > 0
+
+
+def test_compiled_layers_reproduce_eager_losses(monkeypatch):
+    """The compile path (regional compile, warm-up outside the timing, eager again afterwards) with the quick
+    aot_eager backend on the CPU; inductor itself runs in the GPU benchmark (bench/train_throughput.py)."""
+    import torch._dynamo
+
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
+    eager = _run(_recipe(**budget))
+    assert not counters["stats"]["unique_graphs"]
+    monkeypatch.setenv("WORKLOAD_COMPILE_BACKEND", "aot_eager")
+    compiled = _run(_recipe(**budget, compile=True))
+    assert counters["stats"]["unique_graphs"] >= 1  # the layers really ran as captured graphs
+    _assert_same(eager, compiled)
+    assert compiled[2].warmup_seconds > 0 and eager[2].warmup_seconds == 0
+    torch._dynamo.reset()
+
+
+def test_compile_layers_wraps_every_decoder_layer_and_undoes_it():
+    model = _model()
+    assert compile_layers(model, backend="eager") == 2 == len(decoder_layers(model))
+    assert all(layer._compiled_call_impl is not None for layer in decoder_layers(model))
+    uncompile_layers(model)
+    assert all(layer._compiled_call_impl is None for layer in decoder_layers(model))
+
+
+def test_lr_scales_with_sqrt_of_samples_per_step_and_warmup_keeps_samples():
+    data = _data(n_train=400)
+    recipe = _recipe(tokens_per_step=2048, pack_length=256, pack=True, lr_scaling="sqrt", learning_rate=2e-4,
+                     warmup_steps=100)
+    steps = plan_epoch([len(x) for x in data.train_ids], recipe, seed=0)
+    mean = sum(len(s.samples) for s in steps) / len(steps)
+    lr, warmup = scaled_schedule(recipe, steps)
+    assert mean > 16 and lr == pytest.approx(2e-4 * (mean / 16) ** 0.5)
+    assert warmup == round(100 * 16 / mean)
+    assert scaled_schedule(recipe.replace(lr_scaling="linear"), steps)[0] == pytest.approx(2e-4 * mean / 16)
+
+
+def test_presets_and_bad_combinations():
+    seed, fast = PRESETS["seed"], PRESETS["throughput"]
+    assert seed.batch_size == 16 and seed.tokens_per_step is None and seed.micro_batch_tokens == 4096
+    assert fast.tokens_per_step and fast.pack and fast.lr_scaling == "sqrt" and fast.bucket_lengths is None
+    lengths = [10] * 20
+    with pytest.raises(ValueError, match="tokens_per_step"):
+        plan_epoch(lengths, _recipe(pack=True), seed=0)
+    with pytest.raises(ValueError, match="pack_length"):
+        plan_epoch(lengths, _recipe(tokens_per_step=512, pack=True, pack_length=128, max_length=256), seed=0)
+    with pytest.raises(ValueError, match="several processes"):
+        train(_model(), _data(n_train=8), _recipe(tokens_per_step=512, pack=True, pack_length=256), device=CPU,
+              dtype="fp32", pad_id=PAD, ddp_world=2)
