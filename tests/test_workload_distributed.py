@@ -111,6 +111,8 @@ def test_a_killed_rank_ends_the_launched_run_with_an_error(tmp_path):
     os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
     result, elapsed = _finish(proc, tmp_path)
     assert result["status"] == "error" and result["error_class"] in ("process_died", "distributed_timeout"), result
+    if result["error_class"] == "process_died":  # torchrun saw the death first and stopped rank 0
+        assert "rank 1 (local_rank 1) failed first: exit code -9 (SIGKILL)" in result["error"]
     assert result["config"]["world_size"] == 2
     assert elapsed < 60
 
@@ -121,6 +123,24 @@ def test_sigterm_to_the_parent_reaches_the_ranks_and_records_interrupted(tmp_pat
     result, elapsed = _finish(proc, tmp_path)
     assert result["status"] == "error" and result["error_class"] == "interrupted", result
     assert elapsed < 60
+
+
+def test_a_signal_landing_in_a_finalizer_still_interrupts_the_run():
+    """torchrun stops ranks with SIGTERM; raised inside a __del__, the KeyboardInterrupt would be dropped."""
+    from workload.cli import _signals_as_interrupt
+
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(100000))  # the handler runs here, inside __del__
+
+    previous, start = signal.getsignal(signal.SIGTERM), time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="signal 15"):
+        with _signals_as_interrupt():
+            Finalised()
+            time.sleep(5)
+    assert time.monotonic() - start < 2
+    assert signal.getsignal(signal.SIGTERM) is previous
 
 
 HUNG_RANK = """
@@ -196,6 +216,39 @@ def test_ranks_get_the_arguments_without_nproc():
                             "--max_restarts=0", "--monitor_interval=1", "-m", "workload"]
 
 
+def test_torchrun_hands_every_train_option_to_the_ranks_unchanged():
+    """torchrun's own parser sees the ranks' arguments: none may be taken for (or clash with) its options."""
+    from torch.distributed.run import get_args_parser
+
+    from workload.cli import _parser
+
+    subcommands = next(a for a in _parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    argv = ["train"]
+    for action in subcommands.choices["train"]._actions:
+        if action.option_strings and action.dest != "help":
+            argv += [action.option_strings[0], *([] if action.nargs == 0 else ["1"])]
+    parsed = get_args_parser().parse_args(launch.torchrun_command(argv, 2)[3:])
+    assert (parsed.module, parsed.training_script, parsed.nproc_per_node, parsed.max_restarts) == (True, "workload", "2", 0)
+    assert parsed.training_script_args == launch.rank_argv(argv) and "--nproc" not in parsed.training_script_args
+    assert len(parsed.training_script_args) > 30
+
+
+def test_root_cause_is_read_from_torchruns_failure_summary():
+    summary = """workload FAILED
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 100)
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_14:08:12
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 101)  (SIGKILL)
+"""
+    assert launch.root_cause(summary) == "rank 3 (local_rank 1) failed first: exit code -9 (SIGKILL)"
+    assert launch.root_cause("no summary") is None
+
+
 def _written(tmp_path, status, error_class):
     write_result(tmp_path, dict(new_result("train"), status=status, error_class=error_class))
 
@@ -215,9 +268,10 @@ def test_reconcile_never_leaves_a_pass_for_a_failed_launch(tmp_path, rank0, code
     write_result(tmp_path, envelope)
     if rank0:
         _written(tmp_path, *rank0)
-    exit_code = launch.reconcile(tmp_path, envelope, code, signum)
+    exit_code = launch.reconcile(tmp_path, envelope, code, signum, "rank 1 (local_rank 1) failed first: exit code 1")
     result = json.loads((tmp_path / "result.json").read_text())
     assert (result["status"], result["error_class"]) == expected
+    assert ("rank 1 (local_rank 1) failed first" in result["error"]) == (expected[1] == "process_died")
     assert exit_code == (0 if expected[0] == "pass" else 1)
 
 

@@ -84,23 +84,40 @@ def _recipe(args):
     return recipe
 
 
+def _in_finalizer(frame) -> bool:
+    """True while a __del__ runs: an exception raised there is printed and dropped, never seen by the run."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM (docker stop, torchrun tearing down ranks) ends the run like Ctrl-C: result `interrupted`."""
+def _signals_as_interrupt():
+    """SIGTERM (docker stop, torchrun tearing down ranks) and SIGINT end the run like Ctrl-C: result
+    `interrupted`. A signal that arrives inside a finalizer is raised again 50 ms later (SIGALRM), else it
+    would be lost and the run would carry on."""
     def handler(signum, frame):
+        if _in_finalizer(frame):
+            signal.signal(signal.SIGALRM, lambda _s, f: handler(signum, f))
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
-    with _sigterm_as_interrupt():
+    with _signals_as_interrupt():
         return _dispatch(args, argv)
 
 

@@ -10,11 +10,14 @@ Ranks know they were launched because torchrun sets WORLD_SIZE; they never launc
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Mapping
@@ -136,11 +139,38 @@ def _kill_all(proc: subprocess.Popen) -> None:
             pass
 
 
-def run_supervised(command: list[str], grace_s: float = STOP_GRACE_S) -> tuple[int, int | None]:
-    """Run torchrun; forward SIGINT/SIGTERM to it; (exit code, first signal received or None).
+def root_cause(torchrun_log: str) -> str | None:
+    """"rank R (local_rank L) failed: exitcode ..." from the failure summary torchrun prints last, or None."""
+    block = torchrun_log.rsplit("Root Cause", 1)
+    rank = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", block[-1]) if len(block) == 2 else None
+    code = re.search(r"exitcode\s*:\s*(.+)", block[-1]) if rank else None
+    if not (rank and code):
+        return None
+    exit_text = " ".join(re.sub(r"\(pid:\s*\d+\)", "", code.group(1)).split())
+    return f"rank {rank.group(1)} (local_rank {rank.group(2)}) failed first: exit code {exit_text}"
+
+
+def _tee(stream, tail: collections.deque) -> None:
+    """Copy torchrun's (and the ranks') stderr to ours, keeping the last lines for root_cause()."""
+    sink = getattr(sys.stderr, "buffer", None)
+    for line in iter(stream.readline, b""):
+        if sink is not None:
+            sink.write(line)
+            sink.flush()
+        else:
+            sys.stderr.write(line.decode("utf-8", "replace"))
+        tail.append(line.decode("utf-8", "replace"))
+
+
+def run_supervised(command: list[str], grace_s: float = STOP_GRACE_S) -> tuple[int, int | None, str | None]:
+    """Run torchrun; forward SIGINT/SIGTERM to it; (exit code, first signal received or None, root cause).
 
     A second signal, or torchrun still running `grace_s` after the first, kills torchrun and every rank."""
-    proc = subprocess.Popen(command, start_new_session=True)  # a terminal's Ctrl-C reaches torchrun once, via us
+    # Its own session: a terminal's Ctrl-C reaches torchrun once, through us.
+    proc = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE)
+    tail: collections.deque = collections.deque(maxlen=200)
+    reader = threading.Thread(target=_tee, args=(proc.stderr, tail), daemon=True, name="torchrun-stderr")
+    reader.start()
     received: list[tuple[int, float]] = []
 
     def forward(signum, frame):
@@ -162,10 +192,11 @@ def run_supervised(command: list[str], grace_s: float = STOP_GRACE_S) -> tuple[i
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return code, (received[0][0] if received else None)
+    reader.join(timeout=5)  # a rank that outlived torchrun may hold the pipe open: do not wait for it
+    return code, (received[0][0] if received else None), (root_cause("".join(tail)) if code else None)
 
 
-def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | None) -> int:
+def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | None, cause: str | None = None) -> int:
     """Make result.json truthful after torchrun ended; the exit code of the whole run (0 only for a pass).
 
     `envelope` is the placeholder the parent wrote (its run_id tells whether rank 0 ever wrote). Kept as
@@ -189,7 +220,7 @@ def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | Non
         message = f"interrupted ({signal.Signals(signum).name}); torchrun stopped the training processes"
     else:
         error_class = "process_died"
-        message = (f"a training process failed (torchrun exit code {code}; torchrun's log names the rank) "
+        message = (f"a training process failed ({cause or f'torchrun exit code {code}; its log names the rank'}) "
                    "and torchrun stopped the others")
     result = dict(written) if by_rank0 else dict(envelope)
     if by_rank0:

@@ -34,7 +34,7 @@ def _classify(exc: BaseException, distributed: bool = False) -> tuple[str, str, 
     if distributed and not isinstance(exc, KeyboardInterrupt) and any(s in str(exc).lower() for s in _PEER_LOST):
         return "error", "distributed_timeout", f"a collective failed (a rank died or hung): {first}"
     if isinstance(exc, KeyboardInterrupt):
-        return "error", "interrupted", "interrupted (KeyboardInterrupt/SIGINT)"
+        return "error", "interrupted", f"interrupted ({exc or 'KeyboardInterrupt/SIGINT'})"
     if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
         return "error", "oom", f"out of memory: {str(exc).splitlines()[0] if str(exc) else exc!r}"
     return "error", "exception", f"{type(exc).__name__}: {first}"
@@ -152,8 +152,8 @@ def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, o
         _log(f"launching {nproc} processes: {' '.join(command[1:])}")
     except BaseException as e:  # noqa: BLE001 - recorded in the result
         return _finalise(result, out_dir, e), result
-    code, signum = launch.run_supervised(command)
-    return launch.reconcile(out_dir, result, code, signum), result
+    code, signum, cause = launch.run_supervised(command)
+    return launch.reconcile(out_dir, result, code, signum, cause), result
 
 
 def _check_visible_devices(device: torch.device) -> None:
