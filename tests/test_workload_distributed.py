@@ -268,8 +268,10 @@ def test_reconcile_never_leaves_a_pass_for_a_failed_launch(tmp_path, rank0, code
     write_result(tmp_path, envelope)
     if rank0:
         _written(tmp_path, *rank0)
-    exit_code = launch.reconcile(tmp_path, envelope, code, signum, "rank 1 (local_rank 1) failed first: exit code 1")
+    exit_code, returned = launch.reconcile(tmp_path, envelope, code, signum,
+                                           "rank 1 (local_rank 1) failed first: exit code 1")
     result = json.loads((tmp_path / "result.json").read_text())
+    assert {k: v for k, v in returned.items() if not k.startswith("_")} == result
     assert (result["status"], result["error_class"]) == expected
     assert ("rank 1 (local_rank 1) failed first" in result["error"]) == (expected[1] == "process_died")
     assert exit_code == (0 if expected[0] == "pass" else 1)

@@ -166,22 +166,27 @@ def run_supervised(command: list[str], grace_s: float = STOP_GRACE_S) -> tuple[i
     """Run torchrun; forward SIGINT/SIGTERM to it; (exit code, first signal received or None, root cause).
 
     A second signal, or torchrun still running `grace_s` after the first, kills torchrun and every rank."""
-    # Its own session: a terminal's Ctrl-C reaches torchrun once, through us.
-    proc = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE)
-    tail: collections.deque = collections.deque(maxlen=200)
-    reader = threading.Thread(target=_tee, args=(proc.stderr, tail), daemon=True, name="torchrun-stderr")
-    reader.start()
     received: list[tuple[int, float]] = []
+    proc: subprocess.Popen | None = None
 
     def forward(signum, frame):
         received.append((signum, time.monotonic()))
-        if len(received) == 1:
+        if proc is not None and len(received) == 1:
             proc.send_signal(signum)
-        else:
+        elif proc is not None:
             _kill_all(proc)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    tail: collections.deque = collections.deque(maxlen=200)
     try:
+        if received:  # stopped before anything started
+            return 128 + received[0][0], received[0][0], None
+        # Its own session: a terminal's Ctrl-C reaches torchrun once, through us.
+        proc = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE)
+        reader = threading.Thread(target=_tee, args=(proc.stderr, tail), daemon=True, name="torchrun-stderr")
+        reader.start()
+        if received:  # a signal that came while it was starting
+            proc.send_signal(received[0][0])
         while True:
             try:
                 code = proc.wait(timeout=1.0)
@@ -196,25 +201,27 @@ def run_supervised(command: list[str], grace_s: float = STOP_GRACE_S) -> tuple[i
     return code, (received[0][0] if received else None), (root_cause("".join(tail)) if code else None)
 
 
-def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | None, cause: str | None = None) -> int:
-    """Make result.json truthful after torchrun ended; the exit code of the whole run (0 only for a pass).
+def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | None,
+              cause: str | None = None) -> tuple[int, dict | None]:
+    """Make result.json truthful after torchrun ended: (exit code of the whole run, 0 only for a pass;
+    the final result, None without out_dir).
 
     `envelope` is the placeholder the parent wrote (its run_id tells whether rank 0 ever wrote). Kept as
     rank 0 wrote it: a pass with every rank exiting 0, and any specific failure (distributed_timeout,
     data_error, did_not_learn, ...). Rewritten: a pass while another rank failed, rank 0's `interrupted`
     when torchrun stopped it because another rank died, and a result rank 0 never wrote."""
     if out_dir is None:
-        return 0 if code == 0 and signum is None else 1
+        return (0 if code == 0 and signum is None else 1), None
     try:
         written = json.loads((Path(out_dir) / RESULT_FILE).read_text())
     except (OSError, ValueError):
         written = None
     by_rank0 = isinstance(written, dict) and written.get("run_id") != envelope["run_id"]
     if by_rank0 and code == 0 and signum is None:
-        return 0 if written.get("status") == "pass" else 1
+        return (0 if written.get("status") == "pass" else 1), written
     if by_rank0 and written.get("status") != "pass" and (
             written.get("error_class") != "interrupted" or signum is not None):
-        return 1
+        return 1, written
     if signum is not None:
         error_class = "interrupted"
         message = f"interrupted ({signal.Signals(signum).name}); torchrun stopped the training processes"
@@ -224,8 +231,9 @@ def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | Non
                    "and torchrun stopped the others")
     result = dict(written) if by_rank0 else dict(envelope)
     if by_rank0:
-        message += f"; rank 0 had recorded {written.get('status')}/{written.get('error_class')}"
+        message += f"; rank 0 had recorded {written.get('status')}" + (
+            f" ({written['error_class']})" if written.get("error_class") else "")
         result["_t0"] = envelope["_t0"]
     write_result(out_dir, finish(result, "error", error_class, message))
     print(f"[workload] error ({error_class}): {message}", file=sys.stderr, flush=True)
-    return 1
+    return 1, result

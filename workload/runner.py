@@ -139,7 +139,7 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
 def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, out_dir: Path | None,
                          device_name: str = "auto") -> tuple[int, dict]:
     """Data parallelism from a plain start: re-run `train_argv` under torchrun with `nproc` ranks
-    (workload/launch.py) and return (exit code, the result as it stands in out_dir)."""
+    (workload/launch.py); (exit code, the final result: rank 0's, corrected if a rank failed)."""
     result = new_result("train")
     try:
         result["versions"] = env.versions()
@@ -150,10 +150,11 @@ def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, o
         _write_placeholder(result, out_dir)  # stays only if rank 0 never writes (then: process_died)
         command = launch.torchrun_command(train_argv, nproc)
         _log(f"launching {nproc} processes: {' '.join(command[1:])}")
+        code, signum, cause = launch.run_supervised(command)
     except BaseException as e:  # noqa: BLE001 - recorded in the result
         return _finalise(result, out_dir, e), result
-    code, signum, cause = launch.run_supervised(command)
-    return launch.reconcile(out_dir, result, code, signum, cause), result
+    code, final = launch.reconcile(out_dir, result, code, signum, cause)
+    return code, final or result
 
 
 def _check_visible_devices(device: torch.device) -> None:
