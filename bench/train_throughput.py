@@ -1,13 +1,21 @@
-"""Training throughput: this workload's loop vs the plain HF Trainer + peft baseline, one process, one device.
+"""Training throughput: this workload's presets vs the plain HF Trainer + peft baseline, one process, one device.
 
-Both train the seed recipe (LoRA r=64/alpha=16/dropout 0.1 on q/k/v/o, full `score` head, lr 2e-4, warmup 100,
-weight decay 0.01, 16 samples per optimizer step) on the same randomly initialised gemma-2b-shaped classifier and
-the same synthetic variable-length data (log-normal lengths: median ~49, mean ~68, p95 ~187, capped at 512), in bf16.
-The baseline pads each batch to its longest sample (dynamic padding); the workload buckets by length and pads to a
-multiple of 64. Prints samples/s, non-pad tokens/s, peak memory, final eval loss and the speed ratio.
+All runs train the seed recipe's hyperparameters (LoRA r=64/alpha=16/dropout 0.1 on q/k/v/o, full `score` head,
+lr 2e-4, warmup 100, weight decay 0.01) on the same randomly initialised classifier (gemma-2b shape, or the Gemma 4
+text shape with --shape gemma4-e2b) and the same synthetic variable-length data (log-normal lengths: median ~49,
+mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
+  hf_trainer_baseline        16 samples per step, each batch padded to its longest sample (dynamic padding)
+  workload_seed              the `seed` preset: 16 samples per step, widths 64/128/256/512, micro-batches of at
+                             most 4096 padded tokens, compiled decoder layers (warm-up compile not timed)
+  workload_seed_eager        the same without compiled layers                          (--variants seed_eager)
+  workload_throughput_eager  the `throughput` preset without compiled layers     (--variants throughput_eager)
+  workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 1024-token
+                             rows, lr scaled by sqrt(samples per step / 16), compiled layers
+Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
+dense bf16 peak), peak memory, final eval loss, and the ratios to the baseline; --out writes them as JSON.
 
-    python bench/train_throughput.py                 # gemma-2b shape on the GPU (the reported numbers)
-    python bench/train_throughput.py --tiny --steps 6  # a CPU check that the script runs
+    python bench/train_throughput.py --steps 200 --throughput-steps 40 --out bench.json   # on the GPU
+    python bench/train_throughput.py --tiny --steps 6                                     # a CPU check
 """
 
 from __future__ import annotations
