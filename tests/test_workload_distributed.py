@@ -228,7 +228,8 @@ def test_torchrun_hands_every_train_option_to_the_ranks_unchanged():
         if action.option_strings and action.dest != "help":
             argv += [action.option_strings[0], *([] if action.nargs == 0 else ["1"])]
     parsed = get_args_parser().parse_args(launch.torchrun_command(argv, 2)[3:])
-    assert (parsed.module, parsed.training_script, parsed.nproc_per_node, parsed.max_restarts) == (True, "workload", "2", 0)
+    assert parsed.module and parsed.training_script == "workload"
+    assert (parsed.nproc_per_node, parsed.max_restarts, parsed.standalone) == ("2", 0, True)
     assert parsed.training_script_args == launch.rank_argv(argv) and "--nproc" not in parsed.training_script_args
     assert len(parsed.training_script_args) > 30
 
