@@ -199,6 +199,49 @@ def test_presets_and_bad_combinations():
         plan_epoch(lengths, _recipe(pack=True), seed=0)
     with pytest.raises(ValueError, match="pack_length"):
         plan_epoch(lengths, _recipe(tokens_per_step=512, pack=True, pack_length=128, max_length=256), seed=0)
-    with pytest.raises(ValueError, match="several processes"):
+    with pytest.raises(ValueError, match="reduce_sum"):
         train(_model(), _data(n_train=8), _recipe(tokens_per_step=512, pack=True, pack_length=256), device=CPU,
               dtype="fp32", pad_id=PAD, ddp_world=2)
+
+
+def _packed_rank(rank, world, port, out):
+    import json
+    import torch.distributed as td
+    from torch.nn.parallel import DistributedDataParallel
+
+    td.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+
+    def reduce_sum(t):
+        t = t.clone()
+        td.all_reduce(t)
+        return t
+
+    try:
+        recipe = _recipe(tokens_per_step=1024, pack_length=256, pack=True, micro_batch_tokens=256)
+        model = DistributedDataParallel(_model())
+        stats = train(model, _data(), recipe, device=CPU, dtype="fp32", pad_id=PAD, ddp_rank=rank, ddp_world=world,
+                      reduce_sum=reduce_sum)
+        lora = [p.detach().sum().item() for n, p in model.module.named_parameters() if p.requires_grad]
+        (out / f"rank{rank}.json").write_text(json.dumps({"losses": stats.train_loss, "params": lora}))
+    finally:
+        td.destroy_process_group()
+
+
+def test_packed_steps_under_data_parallelism_match_one_process(tmp_path):
+    """Two gloo ranks, each packing its share of every step's rows, train like one process (same losses and
+    the same parameters on both ranks)."""
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_packed_rank, args=(2, port, tmp_path), nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    single = _run(_recipe(tokens_per_step=1024, pack_length=256, pack=True, micro_batch_tokens=256))[0]
+    for rank in ranks:
+        assert max(abs(a - b) for (_, a), b in zip(rank["losses"], single)) < 2e-5
+    assert ranks[0]["params"] == pytest.approx(ranks[1]["params"], abs=1e-6)

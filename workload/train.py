@@ -149,10 +149,11 @@ def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0,
     """The forwards of one step (gradient accumulation when `micro_batch_tokens` caps a forward's padded tokens).
     Padded: {"samples", "width"}; packed: {"rows", "n_rows"} (a fixed row count, so one shape)."""
     cap = recipe.micro_batch_tokens
-    if recipe.pack:
+    if recipe.pack:  # each rank packs its share of the step's rows (it may be empty on a short last step)
         rows_per_step = max(1, recipe.tokens_per_step // recipe.pack_length)
-        per = min(rows_per_step, max(1, cap // recipe.pack_length)) if cap else rows_per_step
-        return [{"rows": step.rows[i:i + per], "n_rows": per} for i in range(0, len(step.rows), per)]
+        per = min(-(-rows_per_step // world), max(1, cap // recipe.pack_length) if cap else rows_per_step)
+        mine = step.rows[rank::world]
+        return [{"rows": mine[i:i + per], "n_rows": per} for i in range(0, len(mine), per)]
     width = _pad_width([lengths[i] for i in step.samples], recipe)
     per = max(world, cap // width) if cap else len(step.samples)
     out = []
@@ -219,14 +220,24 @@ def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, wo
     _sync(device)
 
 
+def _average_gradients(params, reduce_sum, world: int) -> None:
+    """Average the trainable gradients over the ranks with one summed flat buffer (missing ones count as 0)."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = reduce_sum(torch.cat([g.reshape(-1) for g in grads])) / world
+    at = 0
+    for p, g in zip(params, grads):
+        p.grad = flat[at:at + g.numel()].view_as(g).clone()
+        at += g.numel()
+
+
 def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype: str, pad_id: int,
           on_step=None, ddp_rank: int = 0, ddp_world: int = 1, reduce_sum=None) -> TrainStats:
     """Train `model` (its trainable parameters) for the recipe's epochs (or max_steps).
 
     Steps come from `plan_epoch`; each runs as one or more micro-batches (`micro_batches`). Under data
     parallelism each of `ddp_world` ranks takes its slice of every micro-batch of the global step."""
-    if recipe.pack and ddp_world > 1:
-        raise ValueError("packed batches are not supported with several processes yet: use bucket_lengths")
+    if recipe.pack and ddp_world > 1 and reduce_sum is None:
+        raise ValueError("packed batches with several processes need reduce_sum (a sum over the ranks)")
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(x) for x in data.train_ids]
     schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
@@ -239,6 +250,10 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     stats, pending_loss, pending_norm = TrainStats(), [], []
     stats.learning_rate, stats.warmup_steps = learning_rate, warmup_steps
     pin = device.type == "cuda"
+    # Packed forwards call the backbone directly, past DDP's forward, so DDP does not sync their gradients:
+    # they are averaged over the ranks by hand, once per step.
+    manual_sync = recipe.pack and ddp_world > 1
+    forward_model = model.module if manual_sync and hasattr(model, "module") else model
     model.train()
     # Compiled layers on GPUs only (inductor's CPU compile costs more than it saves on short runs), unless
     # WORKLOAD_COMPILE_BACKEND names a backend (tests: "aot_eager" exercises the same path on the CPU quickly).
@@ -254,7 +269,9 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
         if compiled:
             _sync(device)
             begin = time.perf_counter()
-            _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank, ddp_world, params)
+            # Warm-up through the unwrapped module: DDP would sync (and ranks may see different shapes).
+            _warm_up(getattr(model, "module", model), schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank,
+                     ddp_world, params)
             stats.warmup_seconds = time.perf_counter() - begin
         _sync(device)
         start = time.perf_counter()
@@ -265,12 +282,15 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
             for k, micro in enumerate(micros):
                 sync_now = k == len(micros) - 1 or not hasattr(model, "no_sync")
                 with contextlib.nullcontext() if sync_now else model.no_sync():
-                    logits, target, padded = _forward(model, micro, data, recipe, device, dtype, pad_id, pin)
+                    logits, target, padded = _forward(forward_model, micro, data, recipe, device, dtype, pad_id,
+                                                      pin)
                     # Mean over the global step: each micro-batch's sum / step size (x world: DDP averages).
                     loss = F.cross_entropy(logits.float(), target, reduction="sum") / n_global * ddp_world
                     scaler.scale(loss).backward()
                 step_loss += loss.detach().float() / ddp_world
                 stats.padded_tokens += padded
+            if manual_sync:
+                _average_gradients(params, reduce_sum, ddp_world)
             scaler.unscale_(optimizer)
             norm = torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
             scaler.step(optimizer)
