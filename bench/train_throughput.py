@@ -167,7 +167,8 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
                           "warmup_seconds": round(stats.warmup_seconds, 1), "learning_rate": stats.learning_rate,
-                          "warmup_steps": stats.warmup_steps, "levers": levers})
+                          "warmup_steps": stats.warmup_steps, "compile_error": stats.compile_error,
+                          "levers": levers})
 
 
 def attempt(run, *args) -> dict:

@@ -170,6 +170,25 @@ def test_compiled_layers_reproduce_eager_losses(monkeypatch):
     torch._dynamo.reset()
 
 
+def test_a_failing_compiler_falls_back_to_eager_and_is_recorded(monkeypatch):
+    import torch._dynamo
+
+    import workload.train as train_module
+
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("no compiler for this GPU")
+
+    real = train_module.compile_layers
+    monkeypatch.setattr(train_module, "compile_layers", lambda model, backend: real(model, backend=broken_backend))
+    monkeypatch.setenv("WORKLOAD_COMPILE_BACKEND", "broken")
+    torch._dynamo.reset()
+    budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
+    fallback = _run(_recipe(**budget, compile=True))
+    torch._dynamo.reset()
+    _assert_same(_run(_recipe(**budget)), fallback)
+    assert "no compiler for this GPU" in fallback[2].compile_error
+
+
 def test_compile_layers_wraps_every_decoder_layer_and_undoes_it():
     model = _model()
     assert compile_layers(model, backend="eager") == 2 == len(decoder_layers(model))

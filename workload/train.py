@@ -39,6 +39,7 @@ class TrainStats:
     warmup_seconds: float = 0.0  # compilation warm-up, outside `seconds`
     learning_rate: float = 0.0  # after lr_scaling
     warmup_steps: int = 0
+    compile_error: str | None = None  # set when compiled layers were asked for but failed (the run went eager)
 
     @property
     def samples_per_s(self) -> float:
@@ -220,6 +221,12 @@ def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, wo
     _sync(device)
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    head = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else "")
+    return f"{type(exc).__name__}: {head}"[:500]
+
+
 def _average_gradients(params, reduce_sum, world: int) -> None:
     """Average the trainable gradients over the ranks with one summed flat buffer (missing ones count as 0)."""
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -258,8 +265,13 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     # Compiled layers on GPUs only (inductor's CPU compile costs more than it saves on short runs), unless
     # WORKLOAD_COMPILE_BACKEND names a backend (tests: "aot_eager" exercises the same path on the CPU quickly).
     backend = os.environ.get("WORKLOAD_COMPILE_BACKEND")
-    compiled = compile_layers(model, backend=backend or "inductor") \
-        if recipe.compile and (device.type == "cuda" or backend) else 0
+    compiled = 0
+    if recipe.compile and (device.type == "cuda" or backend):
+        try:
+            compiled = compile_layers(model, backend=backend or "inductor")
+        except Exception as e:  # noqa: BLE001 - an environment without a working compiler trains eager
+            stats.compile_error = _first_line(e)
+            uncompile_layers(model)
     # No KV cache in training: transformers would otherwise build one per forward (and compiled layers would
     # recompile per layer on its state).
     configs = [m.config for m in model.modules() if getattr(getattr(m, "config", None), "use_cache", False)]
@@ -270,8 +282,17 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
             _sync(device)
             begin = time.perf_counter()
             # Warm-up through the unwrapped module: DDP would sync (and ranks may see different shapes).
-            _warm_up(getattr(model, "module", model), schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank,
-                     ddp_world, params)
+            try:
+                _warm_up(getattr(model, "module", model), schedule, data, recipe, device, dtype, pad_id, pin,
+                         ddp_rank, ddp_world, params)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as e:  # noqa: BLE001 - compilation failed: the same loop runs eager (recorded)
+                stats.compile_error = _first_line(e)
+                uncompile_layers(model)
+                compiled = 0
+                for p in params:
+                    p.grad = None
             stats.warmup_seconds = time.perf_counter() - begin
         _sync(device)
         start = time.perf_counter()
