@@ -151,6 +151,17 @@ def test_packing_reproduces_padded_losses_on_the_same_steps():
     assert packed[2].padded_tokens == 4 * 1024 and plain[2].padded_tokens > 0
 
 
+def test_packing_falls_back_to_padded_steps_where_transformers_cannot_mask_it(monkeypatch):
+    import workload.train as train_module
+
+    budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
+    packed = _run(_recipe(**budget))
+    monkeypatch.setattr(train_module, "packing_supported", lambda: False)
+    fallback = _run(_recipe(**budget))
+    assert packed[2].packed and not fallback[2].packed
+    _assert_same(packed, fallback)
+
+
 def test_compiled_layers_reproduce_eager_losses(monkeypatch):
     """The compile path (regional compile, warm-up outside the timing, eager again afterwards) with the quick
     aot_eager backend on the CPU; inductor itself runs in the GPU benchmark (bench/train_throughput.py)."""

@@ -17,6 +17,16 @@ def classifier_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     return inner.model, inner.score
 
 
+def packing_supported() -> bool:
+    """Whether the installed transformers masks packed sequences by their position ids (masking_utils, 4.5x+).
+    Older releases would let samples in one row attend to each other, so packing must not be used there."""
+    try:
+        from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def packed_logits(model: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
                   ends: torch.Tensor) -> torch.Tensor:
     """Logits of every sample of a packed batch (`batching.collate_packed`): the backbone runs without an

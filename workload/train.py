@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -16,7 +17,7 @@ from .batching import (bucket_length, collate, collate_packed, eval_batches, pac
 from .errors import NonFiniteLoss
 from .metrics import accuracy, macro_f1
 from .presets import Recipe
-from .speed import compile_layers, packed_logits, uncompile_layers
+from .speed import compile_layers, packed_logits, packing_supported, uncompile_layers
 
 
 @dataclass
@@ -40,6 +41,7 @@ class TrainStats:
     learning_rate: float = 0.0  # after lr_scaling
     warmup_steps: int = 0
     compile_error: str | None = None  # set when compiled layers were asked for but failed (the run went eager)
+    packed: bool = False  # packing ran (False when asked for but the installed transformers cannot mask it)
 
     @property
     def samples_per_s(self) -> float:
@@ -247,6 +249,8 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
         raise ValueError("packed batches with several processes need reduce_sum (a sum over the ranks)")
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(x) for x in data.train_ids]
+    if recipe.pack and not packing_supported():  # the same steps, laid out as padded batches
+        recipe = dataclasses.replace(recipe, pack=False)
     schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
     if recipe.max_steps:
         schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[:recipe.max_steps]
@@ -256,6 +260,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "fp16"))
     stats, pending_loss, pending_norm = TrainStats(), [], []
     stats.learning_rate, stats.warmup_steps = learning_rate, warmup_steps
+    stats.packed = recipe.pack
     pin = device.type == "cuda"
     # Packed forwards call the backbone directly, past DDP's forward, so DDP does not sync their gradients:
     # they are averaged over the ranks by hand, once per step.
