@@ -161,3 +161,18 @@ def test_gradient_checkpointing_gives_the_same_losses():
     assert checkpointed["config"]["gradient_checkpointing"] is True
     for (_, a), (_, b) in zip(plain["metrics"]["curves"]["train_loss"], checkpointed["metrics"]["curves"]["train_loss"]):
         assert abs(a - b) < 1e-4
+
+
+def test_result_records_the_schedule_that_really_ran(tmp_path):
+    """A token-budget preset trains with a scaled lr: the result shows the effective one, not the recipe's."""
+    from workload.presets import PRESETS
+
+    budget = PRESETS["throughput"]
+    code, result = quick_train(tmp_path, max_steps=2, tokens_per_step=budget.tokens_per_step, pack=True,
+                               pack_length=budget.pack_length, lr_scaling="sqrt", compile=True)
+    assert code == 0, result.get("error")
+    config, metrics = result["config"], result["metrics"]
+    assert config["learning_rate"] > config["base_learning_rate"] == PRESETS["smoke"].learning_rate
+    assert config["speed"]["packed"] and config["speed"]["tokens_per_step"] == budget.tokens_per_step
+    assert config["speed"]["compiled_layers"] == 0  # compiled layers are GPU-only: the CPU ran eager
+    assert metrics["padded_tokens"] >= metrics["tokens_per_s"] * metrics["train_seconds"] * 0.99

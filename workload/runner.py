@@ -185,7 +185,11 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
             "learning_rate": recipe.learning_rate, "batch_size": recipe.batch_size, "epochs": recipe.epochs,
             "max_steps": recipe.max_steps, "max_length": recipe.max_length, "warmup_steps": recipe.warmup_steps,
             "weight_decay": recipe.weight_decay, "gradient_checkpointing": recipe.gradient_checkpointing,
-            "pad_multiple": recipe.pad_multiple, "world_size": world_size}
+            "pad_multiple": recipe.pad_multiple, "world_size": world_size, "min_accuracy": recipe.min_accuracy,
+            "speed": {"tokens_per_step": recipe.tokens_per_step, "micro_batch_tokens": recipe.micro_batch_tokens,
+                      "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
+                      "pack": recipe.pack, "pack_length": recipe.pack_length, "lr_scaling": recipe.lr_scaling,
+                      "compile": recipe.compile}}
 
 
 def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_probes, text_column, label_column,
@@ -240,9 +244,15 @@ def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_pro
     stats = train(train_model, tok, recipe, device=device, dtype=dtype, pad_id=pad_id, on_step=progress,
                   ddp_rank=dist.rank, ddp_world=dist.world_size, reduce_sum=dist.all_reduce_sum)
     peak = result["hardware"]["peak_tflops"]
+    # what the loop really used: the scaled learning rate and warmup, packing and compilation as they ran
+    result["config"].update(base_learning_rate=recipe.learning_rate, learning_rate=stats.learning_rate,
+                            warmup_steps=stats.warmup_steps)
+    result["config"]["speed"].update(packed=stats.packed, compiled_layers=stats.compiled_layers,
+                                     compile_error=stats.compile_error)
     metrics.update({
         "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
         "steps": stats.steps, "train_seconds": round(stats.seconds, 3),
+        "warmup_seconds": round(stats.warmup_seconds, 3), "padded_tokens": stats.padded_tokens,
         "samples_per_s": round(stats.samples_per_s, 3), "tokens_per_s": round(stats.tokens_per_s, 1),
         "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, dist.world_size),
         "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,

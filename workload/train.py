@@ -40,6 +40,7 @@ class TrainStats:
     warmup_seconds: float = 0.0  # compilation warm-up, outside `seconds`
     learning_rate: float = 0.0  # after lr_scaling
     warmup_steps: int = 0
+    compiled_layers: int = 0  # decoder layers that ran compiled (0: eager, e.g. on the CPU)
     compile_error: str | None = None  # set when compiled layers were asked for but failed (the run went eager)
     packed: bool = False  # packing ran (False when asked for but the installed transformers cannot mask it)
 
@@ -299,6 +300,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                 for p in params:
                     p.grad = None
             stats.warmup_seconds = time.perf_counter() - begin
+        stats.compiled_layers = compiled
         _sync(device)
         start = time.perf_counter()
         for step_no, step in enumerate(schedule, start=1):
