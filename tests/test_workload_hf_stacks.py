@@ -1,0 +1,72 @@
+"""The workload under the older Hugging Face stacks the recipes pin for torch < 2.6 (transformers 4.x).
+
+Each distinct stack of recipes/hf-stack.toml is installed from PyPI into a virtual environment that
+shares this interpreter's torch (the CPU build), and the real smoke fine-tune runs in it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.recipes import load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _transformers4_stacks() -> dict[str, dict[str, str]]:
+    """One representative torch line per distinct transformers 4.x pin."""
+    chosen: dict[str, dict[str, str]] = {}
+    for line, stack in sorted(load().stacks.items()):
+        if stack["transformers"].startswith("4.") and stack["transformers"] not in chosen:
+            chosen[stack["transformers"]] = stack
+    return chosen
+
+
+STACKS = _transformers4_stacks()
+
+
+@pytest.fixture(scope="module", params=sorted(STACKS), ids=lambda v: f"transformers-{v}")
+def stack_python(request, tmp_path_factory) -> tuple[str, Path]:
+    venv = tmp_path_factory.mktemp("hf-stack") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    pins = [f"{name}=={version}" for name, version in sorted(STACKS[request.param].items())]
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--only-binary", "sentencepiece", *pins],
+                             capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr[-2000:]
+    return request.param, python
+
+
+def _train(python: Path, out: Path, *args: str) -> tuple[int, dict]:
+    proc = subprocess.run([str(python), "-m", "workload", "train", "--preset", "smoke", "--quiet",
+                           "--out", str(out), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return proc.returncode, json.loads((out / "result.json").read_text())
+
+
+def test_stacks_cover_the_transformers_4_lines():
+    assert {"4.44.2", "4.46.3"} <= set(STACKS)
+
+
+@pytest.mark.slow
+def test_smoke_fine_tune_learns_under_the_pinned_stack(stack_python, tmp_path):
+    version, python = stack_python
+    code, result = _train(python, tmp_path / "out")
+    assert result["versions"]["transformers"] == version
+    assert code == 0 and result["status"] == "pass", result.get("error")
+    assert result["metrics"]["eval_after"]["accuracy"] > result["metrics"]["eval_before"]["accuracy"] + 0.15
+    assert {p["status"] for p in result["probes"] if p["name"] == "tokenizer_integrity"} == {"pass"}
+
+
+@pytest.mark.slow
+def test_a_family_the_stack_lacks_is_named_clearly(stack_python, tmp_path):
+    """Gemma 3 arrived in transformers 4.50: the 4.44/4.46 stacks must say so, not crash obscurely."""
+    version, python = stack_python
+    code, result = _train(python, tmp_path / "out", "--model", "tiny-gemma3", "--no-probes")
+    assert code != 0 and result["status"] != "pass"
+    assert result["error_class"] == "unsupported_family"
+    assert version in result["error"]
