@@ -69,16 +69,21 @@ def versions() -> dict:
     }
 
 
+def device_arch(device: torch.device | int) -> str:
+    """The GPU target: the gcnArchName base on ROCm ("gfx90a", pytorch#107477), "sm_XY" on CUDA."""
+    props = torch.cuda.get_device_properties(device)
+    if torch.version.hip:
+        return props.gcnArchName.split(":")[0]
+    return f"sm_{props.major}{props.minor}"
+
+
 def hardware(device: torch.device) -> dict:
     """GPU identity; `gpu_count` is how many GPUs this process sees."""
     if device.type != "cuda":
         return {"device_type": "cpu", "vendor": "cpu", "gpu_name": None, "arch": None, "gpu_count": 0,
                 "peak_tflops": None}
     props = torch.cuda.get_device_properties(device)
-    if torch.version.hip:
-        vendor, arch = "amd", getattr(props, "gcnArchName", "").split(":")[0] or None
-    else:
-        vendor, arch = "nvidia", f"sm_{props.major}{props.minor}"
-    return {"device_type": "cuda", "vendor": vendor, "gpu_name": props.name, "arch": arch,
+    vendor = "amd" if torch.version.hip else "nvidia"
+    return {"device_type": "cuda", "vendor": vendor, "gpu_name": props.name, "arch": device_arch(device) or None,
             "gpu_count": torch.cuda.device_count(),
             "peak_tflops": peak_tflops(props.name)}

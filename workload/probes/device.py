@@ -8,6 +8,7 @@ from typing import Mapping
 
 import torch
 
+from ..environment import device_arch
 from ._common import FAIL, PASS, SKIP, ProbeContext, is_rocm, result, synchronize
 
 VISIBLE_DEVICE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -97,13 +98,6 @@ def arch_supported(arch: str, arch_list: list[str], rocm: bool) -> bool:
         if kind == "compute" and (emaj, emin) <= (major, minor):
             return True
     return False
-
-
-def device_arch(index: int) -> str:
-    props = torch.cuda.get_device_properties(index)
-    if is_rocm():
-        return props.gcnArchName.split(":")[0]
-    return f"sm_{props.major}{props.minor}"
 
 
 def device_discovery(ctx: ProbeContext) -> dict:
