@@ -46,6 +46,7 @@ class Recipe:
     pack_length: int = 1024
     lr_scaling: str = "none"  # none | sqrt | linear in the mean samples per step relative to `batch_size`
     compile: bool = False  # torch.compile each decoder layer (static shapes; warm-up excluded from timing)
+    graph_capture: bool = False  # with compile: replay each compiled layer as a CUDA/HIP graph per shape
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

@@ -1,0 +1,125 @@
+"""Where a training step's GPU time goes: kernel time by kind (GEMM, attention, inductor-fused Triton, eager
+elementwise, optimizer, copies) and how much of the wall time the GPU sits idle, for one preset.
+
+It answers whether hand-written fused kernels (RMSNorm, RoPE, GeGLU, loss) or another attention backend could
+still pay: their ceiling is the share of time of the kernels they would replace. Same model, data and recipe
+as bench/train_throughput.py; the preset runs once untimed (compilation), then `--steps` steps under
+torch.profiler.
+
+    python bench/step_profile.py --preset throughput --steps 8 --out profile.json     # on the GPU
+    python bench/step_profile.py --tiny --preset seed --steps 2                         # a CPU check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from train_throughput import GEMMA4_E2B, GEMMA_2B, PAD, TINY, TINY_GEMMA4, build_model, synthetic_data  # noqa: E402
+
+from workload import environment as env  # noqa: E402
+from workload.models import apply_lora, make_trainable_fp32  # noqa: E402
+from workload.presets import PRESETS  # noqa: E402
+from workload.train import Tokenised, train  # noqa: E402
+
+# Kernel kinds by name, first match wins. GEMM names: cuBLAS/cuBLASLt/CUTLASS (gemm, nvjet, xmma, cutlass) and
+# rocBLAS/hipBLASLt/Tensile (Cijk_...); attention: PyTorch's flash / memory-efficient / cuDNN / CK fmha kernels.
+KINDS = [
+    ("attention", re.compile(r"fmha|flash|attention|attn|mem_eff|cudnn_sdpa", re.I)),
+    ("gemm", re.compile(r"gemm|nvjet|xmma|cutlass|Cijk_|cublas|hipblaslt|splitk", re.I)),
+    ("optimizer", re.compile(r"multi_tensor|adam", re.I)),
+    ("triton (inductor-fused)", re.compile(r"^triton_|^triton", re.I)),
+    ("copy / memset", re.compile(r"memcpy|memset|copy", re.I)),
+]
+
+
+def kind_of(name: str) -> str:
+    for kind, pattern in KINDS:
+        if pattern.search(name):
+            return kind
+    return "other (eager elementwise, reductions, indexing)"
+
+
+def kernel_breakdown(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """(seconds of device time per kind, top kernels by time) from a finished profiler."""
+    by_kind: dict[str, float] = {}
+    kernels = []
+    for evt in prof.key_averages():
+        if evt.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        seconds = evt.self_device_time_total / 1e6
+        if seconds <= 0:
+            continue
+        by_kind[kind_of(evt.key)] = by_kind.get(kind_of(evt.key), 0.0) + seconds
+        kernels.append((evt.key, seconds))
+    return by_kind, sorted(kernels, key=lambda k: -k[1])[:15]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=["seed", "throughput"], default="throughput")
+    p.add_argument("--steps", type=int, default=8, help="profiled optimizer steps")
+    p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b")
+    p.add_argument("--tiny", action="store_true", help="tiny model of that family (a CPU check)")
+    p.add_argument("--eager", action="store_true", help="without compiled layers")
+    p.add_argument("--out", type=Path, help="write the breakdown as JSON here")
+    args = p.parse_args(argv)
+
+    device = env.pick_device("auto")
+    dtype = "bf16" if device.type == "cuda" else "fp32"
+    shape = {("gemma-2b", False): GEMMA_2B, ("gemma-2b", True): TINY, ("gemma4-e2b", False): GEMMA4_E2B,
+             ("gemma4-e2b", True): TINY_GEMMA4}[args.shape, args.tiny]
+    recipe = PRESETS[args.preset].replace(dtype=dtype, log_every=1000, compile=not args.eager)
+    if args.tiny:
+        recipe = recipe.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
+    per_step = (recipe.tokens_per_step // 68 + 1) if recipe.tokens_per_step else recipe.batch_size
+    ids, labels = synthetic_data(args.steps * per_step, shape.get("vocab_size", 262144), seed=1)
+    data = Tokenised(ids, labels, ids[:8], labels[:8])
+    model = apply_lora(build_model(shape, device, recipe.seed, recipe.dtype), recipe.lora_r, recipe.lora_alpha,
+                       recipe.lora_dropout, recipe.target_modules)
+    make_trainable_fp32(model)
+    print(f"untimed pass ({args.steps} steps; compiles on the GPU) ...", flush=True)
+    first = train(model, data, recipe.replace(max_steps=args.steps, epochs=1), device=device, dtype=dtype,
+                  pad_id=PAD)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    print(f"profiled pass ({args.steps} steps) ...", flush=True)
+    with torch.profiler.profile(activities=activities) as prof:
+        begin = time.perf_counter()
+        stats = train(model, data, recipe.replace(max_steps=args.steps, epochs=1), device=device, dtype=dtype,
+                      pad_id=PAD)
+        wall = time.perf_counter() - begin
+    by_kind, top = kernel_breakdown(prof)
+    kernel_total = sum(by_kind.values())
+    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "versions": env.versions(), "shape": shape, "preset": args.preset, "compiled_layers": stats.compiled_layers,
+           "compile_error": stats.compile_error, "steps": stats.steps, "samples": stats.samples,
+           "loop_seconds": round(stats.seconds, 4), "profiled_wall_seconds": round(wall, 4),
+           "unprofiled_loop_seconds": round(first.seconds, 4), "kernel_seconds": round(kernel_total, 4),
+           "gpu_busy_fraction": round(kernel_total / stats.seconds, 4) if stats.seconds else None,
+           "by_kind": {k: {"seconds": round(v, 4), "share": round(v / kernel_total, 4) if kernel_total else None}
+                       for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+           "top_kernels": [{"name": n[:160], "seconds": round(s, 4)} for n, s in top]}
+    print(json.dumps(out, indent=1), flush=True)
+    if kernel_total:
+        print(f"\n{'kind':<50}{'seconds':>10}{'share':>8}")
+        for kind, row in out["by_kind"].items():
+            print(f"{kind:<50}{row['seconds']:>10.3f}{row['share'] * 100:>7.1f}%")
+        print(f"GPU busy {out['gpu_busy_fraction'] * 100:.1f}% of the loop's {stats.seconds:.2f} s "
+              f"(the loop without the profiler: {first.seconds:.2f} s)")
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
