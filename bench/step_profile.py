@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     shape = {("gemma-2b", False): GEMMA_2B, ("gemma-2b", True): TINY, ("gemma4-e2b", False): GEMMA4_E2B,
              ("gemma4-e2b", True): TINY_GEMMA4}[args.shape, args.tiny]
     recipe = PRESETS[args.preset].replace(dtype=dtype, log_every=1000, compile=not args.eager)
-    if args.tiny:
+    if args.tiny and recipe.pack:  # rows the tiny model's 512 positions hold
         recipe = recipe.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
     per_step = (recipe.tokens_per_step // 68 + 1) if recipe.tokens_per_step else recipe.batch_size
     ids, labels = synthetic_data(args.steps * per_step, shape.get("vocab_size", 262144), seed=1)

@@ -8,11 +8,9 @@ mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
   workload_seed              the `seed` preset: 16 samples per step, widths 64/128/256/512, micro-batches of at
                              most 4096 padded tokens, compiled decoder layers (warm-up compile not timed)
   workload_seed_eager        the same without compiled layers                          (--variants seed_eager)
-  workload_seed_graphs       the same, each compiled layer replayed as a CUDA/HIP graph (--variants seed_graphs)
   workload_throughput_eager  the `throughput` preset without compiled layers     (--variants throughput_eager)
-  workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 1024-token
+  workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
                              rows, lr scaled by sqrt(samples per step / 16), compiled layers
-  workload_throughput_graphs the same, each compiled layer replayed as a graph      (--variants throughput_graphs)
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
 dense bf16 peak), peak memory, final eval loss, and the ratios to the baseline; --out writes them as JSON.
 
@@ -165,7 +163,7 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
     stats = train(model, data, recipe.replace(max_steps=steps, epochs=1), device=device, dtype=recipe.dtype,
                   pad_id=PAD)
     levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
-                                              "pack_length", "compile", "graph_capture", "lr_scaling")}
+                                              "pack_length", "compile", "lr_scaling")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
                           "warmup_seconds": round(stats.warmup_seconds, 1), "learning_rate": stats.learning_rate,
@@ -231,8 +229,7 @@ def main(argv=None) -> int:
     p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b", help="model shape")
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
     p.add_argument("--variants", default="seed_eager,throughput_eager",
-                   help="extra runs, comma-separated: seed_eager, seed_graphs, throughput_eager, "
-                        "throughput_graphs ('' for none)")
+                   help="extra runs, comma-separated: seed_eager, throughput_eager ('' for none)")
     p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
     p.add_argument("--warmup", type=int, default=30,
                    help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up")
@@ -264,9 +261,6 @@ def main(argv=None) -> int:
     if "seed_eager" in variants:  # the seed preset without compiled layers
         runs.append(attempt(run_workload, shape, data, recipe.replace(compile=False), device, args.steps,
                             "workload_seed_eager"))
-    if "seed_graphs" in variants:  # the seed preset with graph capture of the compiled layers
-        runs.append(attempt(run_workload, shape, data, recipe.replace(graph_capture=True), device, args.steps,
-                            "workload_seed_graphs"))
     throughput = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
     if args.tiny:
         throughput = throughput.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
@@ -278,9 +272,6 @@ def main(argv=None) -> int:
                             args.throughput_steps, "workload_throughput_eager"))
     runs.append(attempt(run_workload, shape, t_data, throughput,
                         device, args.throughput_steps, "workload_throughput"))
-    if "throughput_graphs" in variants:
-        runs.append(attempt(run_workload, shape, t_data, throughput.replace(graph_capture=True), device,
-                            args.throughput_steps, "workload_throughput_graphs"))
     base, ours = runs[0], runs[1]
     if "error" in base or "error" in ours:
         print("a reference run failed: no ratio", flush=True)

@@ -189,7 +189,7 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
             "speed": {"tokens_per_step": recipe.tokens_per_step, "micro_batch_tokens": recipe.micro_batch_tokens,
                       "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
                       "pack": recipe.pack, "pack_length": recipe.pack_length, "lr_scaling": recipe.lr_scaling,
-                      "compile": recipe.compile, "graph_capture": recipe.graph_capture}}
+                      "compile": recipe.compile}}
 
 
 def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_probes, text_column, label_column,

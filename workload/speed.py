@@ -44,11 +44,10 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
             if name.split(".")[-1] == "layers" and isinstance(module, nn.ModuleList) for layer in module]
 
 
-def compile_layers(model: nn.Module, *, backend: str = "inductor", graph_capture: bool = False) -> int:
+def compile_layers(model: nn.Module, *, backend: str = "inductor") -> int:
     """Regional compilation: `torch.compile` each decoder layer (static shapes, one graph per input shape,
     shared by all layers since they run the same code), leaving the data-dependent parts (masks, pooling) eager.
-    `graph_capture` (inductor only) records each layer's kernels as a CUDA/HIP graph per shape and replays it
-    (mode "reduce-overhead"). Returns the number of layers compiled."""
+    Returns the number of layers compiled."""
     import torch._dynamo
 
     layers = decoder_layers(model)
@@ -58,9 +57,8 @@ def compile_layers(model: nn.Module, *, backend: str = "inductor", graph_capture
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     if hasattr(torch._dynamo.config, "recompile_limit"):
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    options = {"mode": "reduce-overhead"} if graph_capture and backend == "inductor" else {"backend": backend}
     for layer in layers:
-        layer.compile(dynamic=False, **options)
+        layer.compile(backend=backend, dynamic=False)
     return len(layers)
 
 

@@ -184,8 +184,6 @@ def _forward(model, micro: dict, data: Tokenised, recipe: Recipe, device, dtype:
         target = target.pin_memory()
     target = target.to(device, non_blocking=True)
     input_ids = input_ids.to(device, non_blocking=True)
-    if recipe.graph_capture:  # the previous micro-batch's graph outputs are consumed: replays may reuse them
-        torch.compiler.cudagraph_mark_step_begin()
     with autocast(device, dtype):
         if "rows" in micro:
             logits = packed_logits(model, input_ids, position_ids.to(device, non_blocking=True),
@@ -276,7 +274,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     compiled = 0
     if recipe.compile and (device.type == "cuda" or backend):
         try:
-            compiled = compile_layers(model, backend=backend or "inductor", graph_capture=recipe.graph_capture)
+            compiled = compile_layers(model, backend=backend or "inductor")
         except Exception as e:  # noqa: BLE001 - an environment without a working compiler trains eager
             stats.compile_error = _first_line(e)
             uncompile_layers(model)
