@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from train_throughput import GEMMA4_E2B, GEMMA_2B, PAD, TINY, TINY_GEMMA4, build_model, synthetic_data  # noqa: E402
+from train_throughput import PAD, build_model, model_shape, synthetic_data  # noqa: E402
 
 from workload import environment as env  # noqa: E402
 from workload.models import apply_lora, make_trainable_fp32  # noqa: E402
@@ -75,8 +75,7 @@ def main(argv=None) -> int:
 
     device = env.pick_device("auto")
     dtype = "bf16" if device.type == "cuda" else "fp32"
-    shape = {("gemma-2b", False): GEMMA_2B, ("gemma-2b", True): TINY, ("gemma4-e2b", False): GEMMA4_E2B,
-             ("gemma4-e2b", True): TINY_GEMMA4}[args.shape, args.tiny]
+    shape = model_shape(args.shape, args.tiny)
     recipe = PRESETS[args.preset].replace(dtype=dtype, log_every=1000, compile=not args.eager)
     if args.tiny and recipe.pack:  # rows the tiny model's 512 positions hold
         recipe = recipe.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)

@@ -57,6 +57,12 @@ PAD, EOS, BOS = 0, 1, 2
 NUM_LABELS = 7
 
 
+def model_shape(name: str, tiny: bool) -> dict:
+    """The config fields of a --shape (gemma-2b | gemma4-e2b), or of that family's tiny CPU model."""
+    return {("gemma-2b", False): GEMMA_2B, ("gemma-2b", True): TINY, ("gemma4-e2b", False): GEMMA4_E2B,
+            ("gemma4-e2b", True): TINY_GEMMA4}[name, tiny]
+
+
 def synthetic_data(n: int, vocab: int, seed: int) -> tuple[list[list[int]], list[int]]:
     """Random token sequences with log-normal lengths; the label is marked by planted class-specific tokens."""
     rng = random.Random(seed)
@@ -240,8 +246,7 @@ def main(argv=None) -> int:
     device = env.pick_device("auto")
     dtype = "bf16" if device.type == "cuda" else "fp32"
     recipe = PRESETS["seed"].replace(dtype=dtype, log_every=50)
-    shape = {("gemma-2b", False): GEMMA_2B, ("gemma-2b", True): TINY, ("gemma4-e2b", False): GEMMA4_E2B,
-             ("gemma4-e2b", True): TINY_GEMMA4}[args.shape, args.tiny]
+    shape = model_shape(args.shape, args.tiny)
     vocab = shape.get("vocab_size", 262144)
     n = args.steps * recipe.batch_size
     train_ids, train_labels = synthetic_data(n, vocab, seed=1)
