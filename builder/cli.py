@@ -28,3 +28,5 @@ main.add_command(cli_image.image)
 from builder import cli_render  # noqa: E402
 main.add_command(cli_render.recipes_group)
 main.add_command(cli_render.render_command)
+from builder import cli_inspect  # noqa: E402
+main.add_command(cli_inspect.inspect)

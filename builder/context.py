@@ -26,12 +26,14 @@ def build_args(plan: Plan) -> dict[str, str]:
             "OS_CODENAME": release.codename,
             "AMDGPU_INSTALL_VERSION": plan.amdgpu_install,
         }
+    if plan.os_packages:
+        args["OS_PACKAGES"] = " ".join(plan.os_packages)
     args |= {
         "PYTHON_VERSION": plan.cell.python,
         "SYSTEM_PYTHON": release.system_python,
         "PYTHON_PPA": release.python_ppa,
-        "TORCH_VERSION": torch.version,
-        "TORCH_REQUIREMENT": plan.torch_requirement,
+        "VENV_PINS": _pins(plan.build_tools.venv),
+        "TORCH_VERSION": plan.torch_version,
         "TORCH_INDEX_URL": plan.wheel_index_url,
     }
     if plan.torch_source == "source":
@@ -42,9 +44,14 @@ def build_args(plan: Plan) -> dict[str, str]:
             "MAX_JOBS": "",
             "COMPILE_JOB_MEM_MB": str(plan.flavor.compile_job_mem_mb),
             "TORCH_SOURCE_PREPARE": plan.flavor.source_prepare,
+            "TORCH_BUILD_PINS": _pins(plan.build_tools.torch_build),
         }
     args["SENTENCEPIECE_VERSION"] = plan.stack["sentencepiece"]
     return args
+
+
+def _pins(pins: dict[str, str]) -> str:
+    return " ".join(f"{name}=={version}" for name, version in sorted(pins.items()))
 
 
 def labels(plan: Plan, context_hash: str) -> dict[str, str]:
@@ -60,7 +67,7 @@ def labels(plan: Plan, context_hash: str) -> dict[str, str]:
         "io.envbuild.accel-version": cell.accel_version or "",
         "io.envbuild.arch": cell.arch or "",
         "io.envbuild.python": cell.python,
-        "io.envbuild.torch": plan.torch_requirement.removeprefix("torch=="),
+        "io.envbuild.torch": plan.torch_version,
         "io.envbuild.torch-source": plan.torch_source,
         "io.envbuild.stack": ",".join(f"{k}=={v}" for k, v in sorted(plan.stack.items())),
         "io.envbuild.patches": ",".join(f"{p.ref}={p.sha256 or p.url}" for p in plan.patches),
@@ -69,21 +76,31 @@ def labels(plan: Plan, context_hash: str) -> dict[str, str]:
     }
     if plan.amdgpu_install:
         values["io.envbuild.amdgpu-install"] = plan.amdgpu_install
+    if plan.compile_unavailable:
+        values["io.envbuild.torch-compile"] = f"unavailable: {plan.compile_unavailable}"
     return dict(sorted(values.items()))
 
 
 def template_vars(plan: Plan, context_hash: str) -> dict:
     """Everything images/Dockerfile.j2 and images/stages/*.j2 read."""
     args = build_args(plan)
-    base_args = ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA"]
+    base_args = ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA", "VENV_PINS"]
+    if plan.os_packages:
+        base_args.insert(0, "OS_PACKAGES")
     if plan.release.amdgpu_install:
         base_args = ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION", *base_args]
+    runtime_env = {"PYTHONPATH": "/opt/envbuild"}
+    if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
+        runtime_env["ENVBUILD_TORCH_COMPILE_UNAVAILABLE"] = plan.compile_unavailable
     return {
         "cell_key": plan.cell.key,
         "stages": list(plan.stages),
         "args": [f"{name}={_quote(value) if value else ''}" for name, value in args.items()],
         "base_args": base_args,
         "accel_install_step": bool(plan.release.amdgpu_install),
+        "os_packages_step": bool(plan.os_packages),
+        "torch_build_args": ["TORCH_BUILD_PINS"],
+        "runtime_env": [f"{k}={_quote(v)}" for k, v in runtime_env.items()],
         "torch_stage": plan.torch_stage,
         "arch_env": plan.flavor.arch_env,
         "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
@@ -94,11 +111,27 @@ def template_vars(plan: Plan, context_hash: str) -> dict:
 
 
 def lock_file(plan: Plan) -> str:
-    """requirements.lock: the pinned Python stack of the image (torch pinned without its local label)."""
-    pins = dict(plan.stack) | {"torch": plan.torch.version}
+    """requirements.lock: the pinned Python stack of the image. torch is not in it: its own stage installs
+    and checks the exact build (TORCH_VERSION), and the stack is installed with torch held at that build."""
     lines = [
-        f"# Python stack for {plan.cell.key}: recipes/hf-stack.toml [stack.\"{plan.torch.line}\"] + torch.",
-        "# Installed with `pip install -c requirements.lock -r requirements.lock` (image: pip-freeze.txt has the rest).",
-        *(f"{name}=={version}" for name, version in sorted(pins.items())),
+        f"# Python stack for {plan.cell.key}: recipes/hf-stack.toml [stack.\"{plan.torch.line}\"].",
+        f"# torch {plan.torch_version} comes from its own stage; image: /opt/envbuild/pip-freeze.txt has the rest.",
+        *(f"{name}=={version}" for name, version in sorted(plan.stack.items())),
     ]
     return "\n".join(lines) + "\n"
+
+
+def expectations(plan: Plan) -> dict:
+    """expect.json: what images/common/verify_image.py checks at the end of the build."""
+    release = plan.release
+    return {
+        "cell": plan.cell.key,
+        "flavor": plan.flavor.name,
+        "backend": plan.flavor.backend,
+        "backend_version": release.version if plan.flavor.backend and plan.flavor.versioned else None,
+        "arch": plan.cell.arch,
+        "torch": {"version": plan.torch_version, "by_path": plan.torch_source == "source"},
+        "sentencepiece": plan.stack["sentencepiece"],
+        "lock": dict(sorted(plan.stack.items())),
+        "compile_unavailable": plan.compile_unavailable or None,
+    }

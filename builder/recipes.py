@@ -39,6 +39,16 @@ class Flavor(_Frozen):
     build_env: dict[str, str]
     source_prepare: str
     compile_job_mem_mb: int
+    backend: str = ""  # torch.version attribute a torch of this flavor sets ("hip", "cuda"; "" for cpu)
+    source_local_version: str = ""  # local version label of a source-built wheel ("{version}" = the release)
+    source_compile: str = ""  # why torch.compile cannot work on a source-built torch ("" = it can)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in ("", "hip", "cuda"):
+            raise ValueError(f"backend must be '', 'hip' or 'cuda', got {value!r}")
+        return value
 
     @field_validator("torch_sources")
     @classmethod
@@ -65,6 +75,7 @@ class Release(_Frozen):
     pythons: tuple[str, ...]
     python_ppa: str = ""
     default_arch: str = ""
+    source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
     source: str
 
 
@@ -85,6 +96,13 @@ class TorchLine(_Frozen):
         return low <= version_key(python) <= high
 
 
+class BuildTools(_Frozen):
+    """Pinned tools that build images (recipes/build-tools.toml): the venv's pip/setuptools/wheel, cmake..."""
+
+    venv: dict[str, str]  # installed into the image venv right after it is made
+    torch_build: dict[str, str]  # constraints for a torch source build
+
+
 class PatchEntry(_Frozen):
     """One line of a series file: a local patch file or an upstream commit fetched at build time."""
 
@@ -102,6 +120,7 @@ class Recipes(_Frozen):
     releases: dict[str, dict[str, Release]]  # flavor -> version -> release
     torch: dict[str, TorchLine]
     stacks: dict[str, dict[str, str]] = Field(description="torch line -> package -> version")
+    build_tools: BuildTools
     digest: str  # sha256 over every recipe file: changes when any data changes
 
     def torch_lines(self, flavor: str) -> list[str]:
@@ -175,8 +194,10 @@ def load(root: Path = RECIPES_DIR) -> Recipes:
         }
         torch = {line: TorchLine(line=line, **d) for line, d in _toml(root / "torch.toml")["torch"].items()}
         stacks = {line: dict(d) for line, d in _toml(root / "hf-stack.toml")["stack"].items()}
+        build_tools = BuildTools(**_toml(root / "build-tools.toml"))
         recipes = Recipes(
-            root=root, flavors=flavors, releases=releases, torch=torch, stacks=stacks, digest=_digest(root)
+            root=root, flavors=flavors, releases=releases, torch=torch, stacks=stacks, build_tools=build_tools,
+            digest=_digest(root),
         )
     except (ValidationError, KeyError) as exc:
         raise RecipeError(f"invalid recipe data under {root}: {exc}") from exc

@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from builder import __version__
-from builder.context import labels, lock_file, template_vars
+from builder.context import expectations, labels, lock_file, template_vars
 from builder.paths import IMAGES_DIR, WORKLOAD_DIR
 from builder.resolve import Plan
 
@@ -106,6 +106,7 @@ def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[s
     used = dockerfile.decode()
     files = {
         "requirements.lock": lock_file(plan).encode(),
+        "expect.json": (json.dumps(expectations(plan), indent=2, sort_keys=True) + "\n").encode(),
         f"{WHEELHOUSE}/.keep": b"",
         # only the scripts this Dockerfile copies: editing another step's script changes no other context
         **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from builder.cells import Cell
-from builder.recipes import Flavor, PatchEntry, Recipes, Release, TorchLine, load, version_key
+from builder.recipes import BuildTools, Flavor, PatchEntry, Recipes, Release, TorchLine, load, version_key
 
 
 class ResolveError(Exception):
@@ -44,11 +44,14 @@ class Plan(BaseModel):
     torch: TorchLine
     torch_source: Literal["wheel", "source"]
     torch_source_reason: str
-    torch_requirement: str  # e.g. "torch==2.5.1+rocm6.2" (wheel) or "torch==2.4.1" (source build)
+    torch_requirement: str  # "torch==2.5.1+rocm6.2" (official wheel) or "torch==2.4.1+rocm6.2" (source build)
     wheel_index_url: str  # "" for a source build
     base_image: str  # reference used in FROM (with @digest when one is known)
     amdgpu_install: str  # amdgpu-install package version to install, "" when the base has ROCm
     stack: dict[str, str]  # package -> version (HF stack + numpy + sentencepiece)
+    os_packages: tuple[str, ...]  # accelerator packages installed in the base (source route: the libs torch links)
+    build_tools: BuildTools
+    compile_unavailable: str  # why torch.compile cannot work in this image ("" = it can)
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
     stages: tuple[str, ...]
@@ -56,6 +59,11 @@ class Plan(BaseModel):
     @property
     def torch_stage(self) -> str:
         return f"torch-{self.torch_source}"
+
+    @property
+    def torch_version(self) -> str:
+        """The exact version the image's torch must report, local label included ("2.4.1+rocm6.2")."""
+        return self.torch_requirement.removeprefix("torch==")
 
     def pinned(self) -> dict:
         """The resolved inputs as plain data (goes into manifest.json and the recipe hash)."""
@@ -74,10 +82,17 @@ class Plan(BaseModel):
                 "source": self.torch_source,
                 "reason": self.torch_source_reason,
                 "requirement": self.torch_requirement,
+                "expected_version": self.torch_version,
+                "backend": self.flavor.backend or None,
+                "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None},
                 "wheel_index_url": self.wheel_index_url or None,
                 "git_tag": self.torch.git_tag if self.torch_source == "source" else None,
             },
             "stack": dict(sorted(self.stack.items())),
+            "os_packages": list(self.os_packages),
+            "build_tools": {"venv": dict(sorted(self.build_tools.venv.items())),
+                            "torch_build": dict(sorted(self.build_tools.torch_build.items()))
+                            if self.torch_source == "source" else {}},
             "patches": [p.model_dump() for p in self.patches],
             "stages": list(self.stages),
             "sources": {"release": self.release.source, "torch": self.torch.source},
@@ -105,6 +120,10 @@ class Plan(BaseModel):
         if self.torch_source == "source":
             rows.append(("torch git tag", self.torch.git_tag))
             rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
+        if self.os_packages:
+            rows.append(("OS packages", " ".join(self.os_packages)))
+        if self.compile_unavailable:
+            rows.append(("torch.compile", f"unavailable: {self.compile_unavailable}"))
         rows += [(name, version) for name, version in sorted(self.stack.items())]
         rows += [("stages", " -> ".join(self.stages)), ("recipe hash", self.recipe_hash[:12])]
         return rows
@@ -122,10 +141,10 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     base_image, amdgpu_install = _base(request, flavor, release)
     if source == "wheel":
         local = flavor.local_version.format(suffix=suffix)
-        requirement = f"torch=={torch.version}+{local}"
         index = flavor.wheel_index.format(suffix=suffix)
-    else:
-        requirement, index = f"torch=={torch.version}", ""
+    else:  # a source build stamps its own local label, as official wheels carry one ("2.4.1+rocm6.2")
+        local, index = flavor.source_local_version.format(version=release.version), ""
+    requirement = f"torch=={torch.version}" + (f"+{local}" if local else "")
     return Plan(
         cell=Cell(
             flavor=flavor.name,
@@ -144,9 +163,13 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         base_image=base_image,
         amdgpu_install=amdgpu_install,
         stack=recipes.stacks[torch.line],
+        os_packages=release.source_build_packages if source == "source" else (),
+        build_tools=recipes.build_tools,
+        compile_unavailable=flavor.source_compile if source == "source" else "",
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
-        stages=("base", f"torch-{source}", "sentencepiece", "runtime"),
+        stages=("base", "torch-src", "torch-source-build", "torch-source", "sentencepiece", "runtime")
+        if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
     )
 
 

@@ -69,6 +69,17 @@ def test_cpu_cell_builds_with_manifest_labels(cpu_cell, docker_engine):
                                               "python -c 'import torch, sentencepiece; print(torch.__version__)'"],
                                         remove=True).decode().split()
     assert seen == ["0", "2.13.0+cpu"]
+    # the image proved itself at the end of its build (images/common/verify_image.py)
+    verify = json.loads(docker_engine.containers.run(tag, ["cat", "/opt/envbuild/verify.json"], remove=True))
+    assert verify["ok"] and verify["cell"] == manifest["cell_key"]
+    assert {c["name"] for c in verify["checks"]} >= {"torch version", "sentencepiece built here", "cpu-only torch"}
+    if (work / "wheels").is_dir():  # torch came from the wheelhouse file, by path, no index
+        script = ("import importlib.metadata as m, json; d = m.distribution('torch'); "
+                  "print(json.loads(d.read_text('direct_url.json'))['url']); "
+                  "print(sorted(x.metadata['Name'] for x in m.distributions() if x.metadata['Name'].startswith('nvidia')))")
+        url, nvidia = docker_engine.containers.run(tag, ["python", "-c", script], remove=True).decode().split("\n")[:2]
+        assert url == f"file:///wheelhouse/{TORCH_WHEEL}".replace("+", "%2B") or url.endswith(TORCH_WHEEL), url
+        assert nvidia == "[]"  # PyPI's torch 2.13.0 of the same version (a CUDA build) was never chosen
     with MatrixStore.open(work / "m.db") as store:
         builds = store.builds()
     assert [(b["status"], b["image_tag"]) for b in builds] == [("pass", tag)]

@@ -46,9 +46,9 @@ def test_auto_route_per_official_wheel_table():
         ("6.2", "2.5"): ("wheel", "torch==2.5.1+rocm6.2"),
         ("6.1.2", "2.4"): ("wheel", "torch==2.4.1+rocm6.1"),
         ("6.1.2", "2.5"): ("wheel", "torch==2.5.1+rocm6.1"),
-        ("6.2", "2.4"): ("source", "torch==2.4.1"),
-        ("6.1.2", "2.3"): ("source", "torch==2.3.1"),
-        ("6.2", "2.6"): ("source", "torch==2.6.0"),  # 2.6.0's wheel is rocm6.2.4, not 6.2
+        ("6.2", "2.4"): ("source", "torch==2.4.1+rocm6.2"),  # a source build stamps its local label
+        ("6.1.2", "2.3"): ("source", "torch==2.3.1+rocm6.1.2"),
+        ("6.2", "2.6"): ("source", "torch==2.6.0+rocm6.2"),  # 2.6.0's wheel is rocm6.2.4, not 6.2
     }
     for (rocm, torch), (route, requirement) in cases.items():
         plan = resolve(Request(accel_version=rocm, torch=torch))
@@ -64,7 +64,10 @@ def test_defaults_and_exact_release_request():
 
 def test_forced_source_build_where_a_wheel_exists():
     plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
-    assert plan.torch_source == "source" and plan.stages[1] == "torch-source"
+    assert plan.torch_source == "source" and plan.torch_stage == "torch-source"
+    assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "sentencepiece", "runtime")
+    assert plan.torch_version == "2.5.1+rocm6.2"  # the local label a source build stamps, as the wheel has
+    assert plan.os_packages and "rocm-libs" in plan.os_packages and plan.compile_unavailable
 
 
 def test_install_rocm_starts_from_ubuntu_with_the_exact_amdgpu_install():

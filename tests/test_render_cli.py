@@ -75,7 +75,7 @@ def test_cpu_render_with_local_base_image(tmp_path):
     assert result.exit_code == 0, result.output
     dockerfile = (tmp_path / "ctx" / "Dockerfile").read_text()
     assert "ARG BASE_IMAGE=envbuild-local/debian:bookworm\n" in dockerfile
-    assert "ARG TORCH_REQUIREMENT=torch==2.13.0+cpu\n" in dockerfile
+    assert "ARG TORCH_VERSION=2.13.0+cpu\n" in dockerfile
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu\n" in dockerfile
 
 

@@ -275,3 +275,23 @@ def test_packed_steps_under_data_parallelism_match_one_process(tmp_path):
     for rank in ranks:
         assert max(abs(a - b) for (_, a), b in zip(rank["losses"], single)) < 2e-5
     assert ranks[0]["params"] == pytest.approx(ranks[1]["params"], abs=1e-6)
+
+
+def test_an_image_without_a_compiler_trains_eager_and_says_why(monkeypatch):
+    """Source-built ROCm cells carry ENVBUILD_TORCH_COMPILE_UNAVAILABLE (no pytorch-triton-rocm): a compiling
+    preset then never tries, runs the same steps eager, and records the image's reason."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from workload.speed import COMPILE_UNAVAILABLE_ENV
+
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setenv("WORKLOAD_COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setenv(COMPILE_UNAVAILABLE_ENV, "no pytorch-triton-rocm in this image")
+    budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
+    skipped = _run(_recipe(**budget, compile=True))
+    assert not counters["stats"]["unique_graphs"]  # nothing was compiled
+    assert skipped[2].compiled_layers == 0 and skipped[2].warmup_seconds == 0
+    assert skipped[2].compile_error == "unavailable in this image: no pytorch-triton-rocm in this image"
+    _assert_same(_run(_recipe(**budget)), skipped)

@@ -44,6 +44,9 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
             if name.split(".")[-1] == "layers" and isinstance(module, nn.ModuleList) for layer in module]
 
 
+#: Set in an image whose torch cannot compile (its value says why); the training loop then stays eager.
+COMPILE_UNAVAILABLE_ENV = "ENVBUILD_TORCH_COMPILE_UNAVAILABLE"
+
 def compile_layers(model: nn.Module, *, backend: str = "inductor") -> int:
     """Regional compilation: `torch.compile` each decoder layer (static shapes, one graph per input shape,
     shared by all layers since they run the same code), leaving the data-dependent parts (masks, pooling) eager.

@@ -17,7 +17,7 @@ from .batching import (bucket_length, collate, collate_packed, eval_batches, pac
 from .errors import NonFiniteLoss
 from .metrics import accuracy, macro_f1
 from .presets import Recipe
-from .speed import compile_layers, packed_logits, packing_supported, uncompile_layers
+from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
 
 
 @dataclass
@@ -271,8 +271,13 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     # Compiled layers on GPUs only (inductor's CPU compile costs more than it saves on short runs), unless
     # WORKLOAD_COMPILE_BACKEND names a backend (tests: "aot_eager" exercises the same path on the CPU quickly).
     backend = os.environ.get("WORKLOAD_COMPILE_BACKEND")
+    # An image whose torch cannot compile says so (envbuild sets this on source-built ROCm torch without Triton):
+    # the run goes eager from the start and records why, instead of failing into the fallback below.
+    unavailable = os.environ.get(COMPILE_UNAVAILABLE_ENV)
     compiled = 0
-    if recipe.compile and (device.type == "cuda" or backend):
+    if recipe.compile and (device.type == "cuda" or backend) and unavailable:
+        stats.compile_error = f"unavailable in this image: {unavailable}"
+    elif recipe.compile and (device.type == "cuda" or backend):
         try:
             compiled = compile_layers(model, backend=backend or "inductor")
         except Exception as e:  # noqa: BLE001 - an environment without a working compiler trains eager

@@ -1,4 +1,7 @@
-# Python $PYTHON_VERSION (from the base image, the OS, or $PYTHON_PPA) and the image venv /opt/venv.
+# Python $PYTHON_VERSION (from the base image, the OS, or $PYTHON_PPA when the OS lacks it), the image venv
+# /opt/venv, and the venv's own pinned pip/setuptools/wheel ($VENV_PINS): a venv made from the OS Python
+# starts with the OS's pip (Ubuntu 22.04: 22.0.2, Debian 12: 23.0.1) and no `wheel`, which cannot build
+# setup.py-only sdists such as sentencepiece 0.2.0 (recipes/build-tools.toml says where each pin comes from).
 source "$(dirname "$0")/lib.sh"
 py="python${PYTHON_VERSION}"
 usable() {
@@ -8,7 +11,9 @@ raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"
 PY
 }
 if ! usable; then
-  if [ -n "${PYTHON_PPA:-}" ] && [ "$PYTHON_VERSION" != "${SYSTEM_PYTHON:-}" ]; then
+  apt-get update -qq
+  if ! apt-cache show "$py-venv" >/dev/null 2>&1 && [ -n "${PYTHON_PPA:-}" ]; then
+    echo "the OS has no $py; adding $PYTHON_PPA"
     apt_install software-properties-common gpg-agent
     add-apt-repository -y "$PYTHON_PPA"
   fi
@@ -16,4 +21,9 @@ if ! usable; then
   apt_clean
 fi
 "$py" -m venv /opt/venv
+read -r -a pins <<<"${VENV_PINS:-}"
+if [ "${#pins[@]}" -gt 0 ]; then
+  pip_install "${pins[@]}"
+fi
 /opt/venv/bin/python --version
+/opt/venv/bin/python -m pip --version

@@ -1,0 +1,134 @@
+"""The image proves itself at the end of its build: what got installed is what the manifest pinned.
+
+Usage: python verify_image.py EXPECT_JSON OUT_JSON   (EXPECT_JSON is the context's expect.json)
+
+Checks, each a line of output; any failure fails the build with what was expected and what was found:
+- torch: the exact version (local label included) from its distribution metadata and torch.__version__,
+  installed by path when the route says so (a source build's wheel, never an index's same-version wheel);
+- the backend: torch.version.hip set (rocm) with the release's major.minor, torch.version.cuda (cuda),
+  neither (cpu);
+- the arch: the requested GPU arch in the list torch was compiled for. torch.cuda.get_arch_list() returns []
+  without a visible GPU in torch 2.3-2.6 (it checks is_available() first), so the compiled list is read
+  with torch._C._cuda_getArchFlags(), which get_arch_list itself splits; plus the code objects found in
+  torch/lib (workload.codeobjects), when they can be read;
+- sentencepiece: installed from the wheel built in the image (a local `linux_*` wheel from a file), not a
+  PyPI binary (`manylinux`);
+- every pin of requirements.lock equals the installed version.
+OUT_JSON records every check and the arch coverage.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def _name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _direct_url(dist: str) -> str:
+    text = md.distribution(dist).read_text("direct_url.json")
+    return json.loads(text).get("url", "") if text else ""
+
+
+def _wheel_tags(dist: str) -> list[str]:
+    text = md.distribution(dist).read_text("WHEEL") or ""
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")]
+
+
+def compiled_archs(torch) -> list[str]:
+    """The GPU archs torch was compiled for, without needing a visible GPU (base names: gfx90a, sm_90)."""
+    flags = None
+    getter = getattr(torch._C, "_cuda_getArchFlags", None)
+    if getter is not None:
+        flags = getter()
+    if not flags:
+        flags = " ".join(torch.cuda.get_arch_list())
+    return sorted({item.split(":")[0] for item in re.split(r"[\s;]+", flags or "") if item})
+
+
+def check_torch(expect: dict, checks: list) -> None:
+    import torch
+
+    want = expect["torch"]["version"]
+    installed = md.version("torch")
+    checks.append(("torch version", installed == want == torch.__version__,
+                   f"expected {want}; metadata {installed}, torch.__version__ {torch.__version__}"))
+    if expect["torch"]["by_path"]:
+        url = _direct_url("torch")
+        checks.append(("torch installed by path", url.startswith("file://"),
+                       f"expected the built wheel from a file; direct_url.json says {url or 'an index'}"))
+    backend, prefix = expect["backend"], expect.get("backend_version")
+    hip, cuda = torch.version.hip, torch.version.cuda
+    if backend == "hip":
+        ok = hip is not None and (not prefix or hip.split(".")[:2] == prefix.split(".")[:2])
+        checks.append(("torch.version.hip", ok, f"expected HIP {prefix}.x; found hip={hip} cuda={cuda}"))
+    elif backend == "cuda":
+        ok = cuda is not None and (not prefix or cuda.split(".")[:2] == prefix.split(".")[:2])
+        checks.append(("torch.version.cuda", ok, f"expected CUDA {prefix}.x; found cuda={cuda} hip={hip}"))
+    else:
+        checks.append(("cpu-only torch", hip is None and cuda is None, f"found hip={hip} cuda={cuda}"))
+    if expect.get("arch"):
+        archs = compiled_archs(torch)
+        checks.append((f"compiled for {expect['arch']}", expect["arch"] in archs,
+                       f"torch was compiled for {', '.join(archs) or 'no GPU arch'}; kernels on {expect['arch']} "
+                       "would fail with 'HIP error: invalid device function'"))
+
+
+def check_sentencepiece(expect: dict, checks: list) -> None:
+    version, tags, url = md.version("sentencepiece"), _wheel_tags("sentencepiece"), _direct_url("sentencepiece")
+    built_here = url.startswith("file://") and bool(tags) and not any("manylinux" in t for t in tags)
+    checks.append(("sentencepiece built here", built_here and version == expect["sentencepiece"],
+                   f"expected {expect['sentencepiece']} from the wheel built in the image; found {version}, "
+                   f"tags {tags}, from {url or 'an index'}"))
+
+
+def check_lock(expect: dict, checks: list) -> None:
+    installed: dict[str, str] = {}
+    for dist in md.distributions():  # the first on sys.path wins, as for import and importlib.metadata.version
+        installed.setdefault(_name(dist.metadata["Name"]), dist.version)
+    wrong = {n: (v, installed.get(_name(n))) for n, v in expect["lock"].items() if installed.get(_name(n)) != v}
+    checks.append((f"{len(expect['lock'])} pins of requirements.lock installed", not wrong,
+                   "; ".join(f"{n}: pinned {v}, installed {got or 'nothing'}" for n, (v, got) in wrong.items())))
+
+
+def arch_coverage(expect: dict, checks: list) -> dict | None:
+    if not expect.get("arch") or expect["backend"] != "hip":
+        return None
+    from workload.codeobjects import coverage, torch_paths
+
+    cov = coverage(torch_paths()[:1], expect["arch"])  # torch/lib: the kernels torch itself launches
+    if cov.verdict != "unknown":
+        checks.append((f"code objects for {expect['arch']} in torch/lib", cov.verdict == "present",
+                       f"missing in {', '.join(cov.missing_in())}; found {', '.join(cov.archs)}"))
+    return cov.to_json()
+
+
+def main(expect_path: str, out_path: str) -> int:
+    expect = json.loads(Path(expect_path).read_text())
+    checks: list[tuple[str, bool, str]] = []
+    check_torch(expect, checks)
+    check_sentencepiece(expect, checks)
+    check_lock(expect, checks)
+    coverage = arch_coverage(expect, checks)
+    for name, ok, detail in checks:
+        print(f"verify: {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
+    record = {"cell": expect["cell"], "ok": all(ok for _, ok, _ in checks),
+              "checks": [{"name": n, "ok": ok, "detail": None if ok else d} for n, ok, d in checks],
+              "arch_coverage": coverage}
+    Path(out_path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    if not record["ok"]:
+        print(f"verify: the image does not match its manifest ({expect['cell']}); see the FAIL lines above",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    sys.exit(main(sys.argv[1], sys.argv[2]))
