@@ -137,6 +137,16 @@ def build_command(tool: BuildTool, context_dir: Path, tag: str, options: BuildOp
     return argv
 
 
+def read_verify(tag: str) -> dict | None:
+    """The image's own verify record (/opt/envbuild/verify.json, written at the end of its build), if any."""
+    try:
+        raw = docker_client().containers.run(tag, ["cat", "/opt/envbuild/verify.json"], entrypoint=[],
+                                             remove=True, network_mode="none", stderr=False)
+        return json.loads(raw)
+    except (docker.errors.APIError, docker.errors.ContainerError, ValueError):
+        return None
+
+
 def image_exists(tag: str) -> str | None:
     """The local image id of `tag`, or None."""
     try:

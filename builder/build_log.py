@@ -93,6 +93,13 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
         (r"^\[internal\] load metadata for ", r"^\[[^\]]*\d+/\d+\] FROM "),
     ),
     FailureClass(
+        "image_verify_failed",
+        "the built image does not match its manifest (images/common/verify_image.py): the FAIL lines say "
+        "what was expected and found -- another torch build, a GPU arch it was not compiled for, a binary "
+        "sentencepiece, or a pin pip did not honour",
+        (r"^verify: FAIL ", r"verify: the image does not match its manifest"),
+    ),
+    FailureClass(
         "patch_does_not_apply",
         "a patch of the patch set no longer applies to this source version: rebase it or drop it "
         "from the series for this version in recipes/",

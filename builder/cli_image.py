@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image, default_log_path,
-                           push_image, read_manifest)
+                           push_image, read_manifest, read_verify)
 from builder.cells import Cell
 from builder.cli_matrix import db_option, open_store
 from builder.cli_render import plan_from_options, plan_table, request_options
@@ -105,8 +105,14 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         sys.exit(1)
     except EngineUnavailable as exc:
         raise click.ClickException(str(exc)) from exc
+    verify = None if outcome.skipped else read_verify(tag)
+    if verify is not None:
+        coverage = verify.get("arch_coverage") or {}
+        arch = f"; {coverage['arch']} code objects: {coverage['verdict']}" if coverage.get("arch") else ""
+        console.print(f"verify: {len(verify.get('checks', []))} checks passed in the image{escape(arch)}")
     if not no_record and not outcome.skipped:
-        _record(db, manifest, tag, "pass", outcome.log_path, outcome, None, None, console)
+        recorded = manifest if verify is None or manifest is None else {**manifest, "verify": verify}
+        _record(db, recorded, tag, "pass", outcome.log_path, outcome, None, None, console)
     if push:
         try:
             push_image(tag, console)

@@ -113,3 +113,25 @@ def test_workload_runs_in_the_image_end_to_end(cpu_cell, docker_engine):
         runs, builds = store.runs(), store.builds()
     assert [r["result"]["run_id"] for r in runs] == [record["run_id"]]
     assert runs[0]["build_id"] == builds[0]["id"]
+
+
+def test_an_image_that_does_not_match_its_manifest_fails_its_build(cpu_cell, tmp_path):
+    """The verify step is the last layer: an expectation the installed image does not meet (here a pin pip
+    never installed) fails the build with its own failure class, from the cached layers in seconds."""
+    import shutil
+
+    from builder.build import BuildError, BuildOptions, build_image
+
+    _, _, _, work = cpu_cell
+    ctx = tmp_path / "ctx"
+    shutil.copytree(work / "ctx", ctx)
+    expect = json.loads((ctx / "expect.json").read_text())
+    expect["lock"]["peft"] = "0.0.1"
+    (ctx / "expect.json").write_text(json.dumps(expect))
+    options = BuildOptions(network="host", ca_cert=CA if CA.is_file() else None, force=True,
+                           wheelhouse=work / "wheels" if (work / "wheels").is_dir() else None)
+    with pytest.raises(BuildError) as raised:
+        build_image(ctx, "envbuild-test/verify-mismatch:1", options, log_path=tmp_path / "build.log")
+    failure = raised.value.failure
+    assert failure is not None and failure.failure_class == "image_verify_failed", failure
+    assert any("peft: pinned 0.0.1, installed 0.21.2" in line for line in failure.evidence + failure.tail)

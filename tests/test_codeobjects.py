@@ -108,3 +108,32 @@ def test_target_ids_reduce_to_base_archs():
     assert target_arch("hipv4-amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-") == "gfx90a"
     assert target_arch("hip-amdgcn-amd-amdhsa-gfx1100") == "gfx1100"
     assert target_arch("host-x86_64-unknown-linux") is None
+
+
+def test_probe_fails_when_the_device_arch_has_no_code_objects(fat_binary, tmp_path, monkeypatch):
+    """The arch_code_objects probe on a (simulated) ROCm GPU whose arch is gfx942, with the torch library dir
+    holding the real fat binary (gfx90a + gfx908): the probe names the arch and the file that lacks it."""
+    import types
+
+    import torch
+
+    import workload.probes.code_objects as probe
+    from workload.probes import run_probes
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy(fat_binary, lib / "libtorch_hip.so")
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133-dd7f95766", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-"))
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "gfx90a gfx908", raising=False)
+    monkeypatch.setattr(probe, "torch_paths", lambda: [lib])
+    record = probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))
+    assert record["status"] == "fail"
+    assert record["values"]["arch"] == "gfx942" and record["values"]["code_object_archs"] == ["gfx908", "gfx90a"]
+    assert f"no gfx942 code objects in {lib / 'libtorch_hip.so'}" in record["message"]
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(gcnArchName="gfx90a:sramecc+:xnack-"))
+    assert probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))["status"] == "pass"
+    monkeypatch.undo()
+    assert run_probes("cpu", only=["arch_code_objects"])[0]["status"] == "skip"

@@ -1,7 +1,10 @@
 """The workload under the older Hugging Face stacks the recipes pin for torch < 2.6 (transformers 4.x).
 
 Each distinct stack of recipes/hf-stack.toml is installed from PyPI into a virtual environment that
-shares this interpreter's torch (the CPU build), and the real smoke fine-tune runs in it.
+shares this interpreter's torch (the CPU build), from the `requirements.lock` rendered for a ROCm cell of
+that line and with the same pip command as images/common/install_python_stack.sh, and the real smoke
+fine-tune runs in it. (sentencepiece comes from PyPI's binary wheel here; its source build at the ROCm
+pin runs in tests/test_rocm_route_docker.py.)
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from builder.recipes import load
+from builder.render import context_files
+from builder.resolve import all_plans
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +32,12 @@ def _transformers4_stacks() -> dict[str, dict[str, str]]:
     return chosen
 
 
+def _rocm_lock(transformers: str) -> bytes:
+    """The requirements.lock rendered for the first ROCm cell whose stack pins this transformers."""
+    plan = next(p for p in all_plans(flavor="rocm") if p.stack["transformers"] == transformers)
+    return context_files(plan)[0]["requirements.lock"]
+
+
 STACKS = _transformers4_stacks()
 
 
@@ -35,9 +46,10 @@ def stack_python(request, tmp_path_factory) -> tuple[str, Path]:
     venv = tmp_path_factory.mktemp("hf-stack") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
-    pins = [f"{name}=={version}" for name, version in sorted(STACKS[request.param].items())]
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--only-binary", "sentencepiece", *pins],
-                             capture_output=True, text=True)
+    lock = venv.parent / "requirements.lock"
+    lock.write_bytes(_rocm_lock(request.param))
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--only-binary", "sentencepiece",
+                              "-c", str(lock), "-r", str(lock)], capture_output=True, text=True)
     assert install.returncode == 0, install.stderr[-2000:]
     return request.param, python
 

@@ -17,6 +17,7 @@ import torch
 
 from ._common import ProbeContext, run_guarded
 from .attention import sdpa_vs_math
+from .code_objects import arch_code_objects
 from .collective import collective_smoke, multi_rank_collective
 from .device import bf16_support, device_discovery
 from .gemm import gemm_accuracy
@@ -26,6 +27,7 @@ from .tokenizer import tokenizer_integrity
 
 PROBES: dict[str, Callable[[ProbeContext], dict]] = {
     "device_discovery": device_discovery,
+    "arch_code_objects": arch_code_objects,
     "bf16_support": bf16_support,
     "gemm_accuracy": gemm_accuracy,
     "rmsnorm_stability": rmsnorm_stability,
