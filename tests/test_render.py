@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -185,3 +186,63 @@ def test_every_copy_source_is_in_the_context_and_no_unused_script_is(name):
         assert source in files or any(p.startswith(source) for p in files), source
     scripts = {p for p in files if p.startswith("common/")}
     assert scripts == {s for s in sources if s.startswith("common/")}
+
+
+def _stage(dockerfile: str, name: str) -> str:
+    """The text of one stage of a rendered Dockerfile (from its FROM line to the next stage's comment)."""
+    start = dockerfile.index(f" AS {name}\n")
+    end = dockerfile.find("\n# --- ", start)
+    return dockerfile[start:] if end == -1 else dockerfile[start:end]
+
+
+def test_the_torch_build_stages_do_not_depend_on_the_hf_stack(tmp_path):
+    """Defect 6: the hours-long torch build must not rebuild when only the HF stack changes: its stages COPY
+    no requirements.lock, and their text and the files they copy stay the same under another stack."""
+    import shutil
+
+    from builder.paths import RECIPES_DIR
+    from builder.recipes import load
+
+    plan = resolve(Request(accel_version="6.2", torch="2.4"))
+    root = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, root)
+    stack = (root / "hf-stack.toml").read_text().replace('transformers = "4.44.2"', 'transformers = "4.44.1"')
+    (root / "hf-stack.toml").write_text(stack)
+    other = resolve(Request(accel_version="6.2", torch="2.4"), load(root))
+    assert other.stack["transformers"] == "4.44.1" != plan.stack["transformers"]
+    before, _ = context_files(plan, golden_static())
+    after, _ = context_files(other, golden_static())
+    assert before["requirements.lock"] != after["requirements.lock"]
+    for name in ("base", "torch-src", "torch-source-build", "torch-source"):
+        text = _stage(before["Dockerfile"].decode(), name)
+        assert "requirements.lock" not in text and "expect.json" not in text, name
+        assert text == _stage(after["Dockerfile"].decode(), name), name
+        for source in re.findall(r"^COPY (?!--from)(.+) /opt/envbuild/", text, re.M):
+            for path in source.split():
+                assert all(before[p] == after[p] for p in before if p == path or p.startswith(path)), path
+
+
+def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
+    """Defect 3: cmake 4.x rejects the old cmake_minimum_required of torch 2.3-2.6's third-party code. pip
+    resolves, from PyPI, what build_torch.sh asks for -- the tag's requirements.txt naming plain `cmake`,
+    constrained and extended by the rendered TORCH_BUILD_PINS -- and gets a 3.x cmake (without the pins:
+    the newest, 4.x)."""
+    plan = resolve(Request(accel_version="6.2", torch="2.4"))
+    dockerfile = context_files(plan)[0]["Dockerfile"].decode()
+    assert "ARG TORCH_BUILD_PINS\n" in _stage(dockerfile, "torch-source-build")
+    pins = re.search(r'^ARG TORCH_BUILD_PINS="(.+)"$', dockerfile, re.M).group(1).split()
+    script = (IMAGES_DIR / "common" / "build_torch.sh").read_text()
+    assert 'pip_install -c "$constraints" -r requirements.txt "${pins[@]}"' in script  # the command below
+    (tmp_path / "requirements.txt").write_text("cmake\nninja\n")
+    (tmp_path / "constraints.txt").write_text("\n".join(pins) + "\n")
+
+    def resolved(*extra: str) -> dict[str, str]:
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
+                               "--report", str(tmp_path / "report.json"), "-r", str(tmp_path / "requirements.txt"),
+                               *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads((tmp_path / "report.json").read_text())
+        return {i["metadata"]["name"]: i["metadata"]["version"] for i in report["install"]}
+
+    assert resolved("-c", str(tmp_path / "constraints.txt"), *pins)["cmake"] == "3.31.10"
+    assert int(resolved()["cmake"].split(".")[0]) >= 4  # what an unpinned build got
