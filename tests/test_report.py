@@ -49,17 +49,22 @@ def test_site_has_pages_plots_summary_and_data(site):
     assert index == out / "index.html"
     for key in (ROCM_KEY, CPU_KEY, FAIL_KEY, BUILD_FAIL_KEY, UNTESTED.key):
         assert (out / "cells" / f"{key}.html").is_file()
-    for name in ("curves", "accuracy", "throughput"):
-        png = (out / "plots" / f"{ROCM_KEY}-{name}.png").read_bytes()
-        assert png.startswith(PNG_MAGIC) and len(png) > 5000
-    assert not (out / "plots" / f"{UNTESTED.key}-curves.png").exists()
+    for name, labels in (("curves", ("optimizer step", "loss (nats per token)")),
+                         ("accuracy", ("score (fraction, 1 = perfect)",)),
+                         ("throughput", ("samples/s", "MFU (% of peak)", "run day (2026, MM-DD)"))):
+        svg = (out / "plots" / f"{ROCM_KEY}-{name}.svg").read_text()
+        assert svg.startswith("<svg") and all(f">{label}</text>" in svg for label in labels), name
+    assert not (out / "plots" / f"{UNTESTED.key}-curves.svg").exists()
     data = json.loads((out / "data.json").read_text())
     status = {c["key"]: (c["status"], c["failure_class"]) for c in data["cells"]}
     assert status == {ROCM_KEY: ("pass", None), CPU_KEY: ("partial", None), FAIL_KEY: ("fail", "oom"),
                       BUILD_FAIL_KEY: ("fail", "build:network"), UNTESTED.key: ("untested", None)}
+    cell_data = json.loads((out / "data" / f"{ROCM_KEY}.json").read_text())
+    assert len(cell_data["runs"]) == 2 and len(cell_data["history"]) == 2
     summary = (out / "summary.md").read_text()
     assert "2 pass" not in summary and "1 pass, 1 partial (passed with probe warnings), 2 fail, 1 untested" in summary
-    assert f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | oom | HIP out of memory &lt;tried 2 GiB&gt; | 1 | never |" in summary
+    assert (f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | not listed | 2026-12-02 13:00 | AMD Instinct MI250X × 1"
+            " | 52.1 | 21.0% | 1 | oom | HIP out of memory &lt;tried 2 GiB&gt; |") in summary
 
 
 def test_grid_shows_every_cell_with_status_class_and_note(site):
@@ -77,7 +82,7 @@ def test_grid_shows_every_cell_with_status_class_and_note(site):
 def test_cell_page_shows_digest_probes_versions_and_history(site):
     out, _ = site
     html = (out / "cells" / f"{ROCM_KEY}.html").read_text()
-    assert "plots/" + ROCM_KEY + "-curves.png" in html and "0.140 → 0.710" in html and "21.0%" in html
+    assert "plots/" + ROCM_KEY + "-curves.svg" in html and "0.140 → 0.710" in html and "21.0%" in html
     assert "2.4.1+rocm6.2" in html and "sdpa_vs_math" in html
     assert "last pass 2026-12-02T10:00:00Z" in html and "2 recorded verdict(s)" in html
     assert "sha256:" + "d" * 64 in html  # from the older run: the newest run carries no image block
@@ -89,9 +94,11 @@ def test_site_references_nothing_outside_itself(site):
     out, _ = site
     for page in [*out.glob("*.html"), *out.glob("cells/*.html"), out / "style.css"]:
         text = page.read_text()
-        assert not re.search(r"(src|href)=\"(https?:)?//", text), page
+        assert not re.search(r"src=\"(https?:)?//", text), page  # nothing is loaded from elsewhere
+        cited = re.findall(r'href="((?:https?:)?//[^"]*)"', text)  # links out: only the vendor sources cited
+        assert all(url.startswith("https://rocm.docs.amd.com/") for url in cited), page
         assert "@import" not in text and "url(" not in text, page
-        for ref in re.findall(r'(?:src|href)="([^"#]+)"', text):
+        for ref in re.findall(r'(?:src|href)="(?!https://)([^"#]+)"', text):
             assert (page.parent / ref).resolve().exists(), f"{page.name} links to missing {ref}"
 
 
