@@ -166,11 +166,12 @@ def _environments() -> tuple[Environment, Environment]:
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!~|])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def markdown_text(value) -> str:
     """Any value as inert Markdown table-cell text: one line, HTML entities, Markdown syntax backslashed."""
-    text = " ".join(str("" if value is None else value).split())
+    text = " ".join(_CONTROL.sub(" ", str("" if value is None else value)).split())
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     return _MD_SPECIAL.sub(r"\\\1", text)
 
