@@ -10,7 +10,7 @@ from rich.console import Console
 from builder.cli_matrix import db_option, open_store, plain, warn_damaged
 from builder.matrix import VERDICTS, summarize
 from builder.recipe_cells import RecipeCellsError, recipe_cells
-from builder.report import ReportError, build_report
+from builder.report import HISTORY_ROWS, ReportError, build_report
 
 
 @click.command("report")
@@ -35,14 +35,13 @@ def report(out_dir: Path, db: Path | None, with_recipes: bool, include_host_deta
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):
-            summaries = summarize(store, cells)
+            summaries = summarize(store, cells, runs_per_cell=HISTORY_ROWS)
+        with console.status("writing the site"):
+            index = build_report(store, summaries, out_dir, host_details=include_host_details)
+    except ReportError as exc:
+        raise click.UsageError(str(exc)) from exc
     finally:
         store.close()
     warn_damaged(store)
-    try:
-        with console.status("writing the site"):
-            index = build_report(summaries, out_dir, host_details=include_host_details)
-    except ReportError as exc:
-        raise click.UsageError(str(exc)) from exc
     counts = ", ".join(f"{sum(s.status == v for s in summaries)} {v}" for v in VERDICTS)
     click.echo(f"wrote {plain(index)} ({len(summaries)} cells: {counts})")

@@ -106,24 +106,24 @@ class CellSummary:
 
 
 def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = (), *,
-              with_runs: bool = True) -> list[CellSummary]:
+              with_runs: bool = True, runs_per_cell: int | None = None) -> list[CellSummary]:
     """A summary per cell: every recorded cell plus every recipe cell, ordered by key.
 
-    Verdicts come from the runs' columns; `with_runs` also loads each run's full result.json
-    (`CellSummary.runs`: what `show`, `export` and the report need, `list` does not). Rows that
-    do not parse are skipped and listed in `store.damaged`.
+    Verdicts come from the runs' columns; `with_runs` also loads the runs' full result.json
+    (`CellSummary.runs`: what `show`, `export` and the report need, `list` does not), only the
+    newest `runs_per_cell` of each cell when given. Rows that do not parse are skipped and listed
+    in `store.damaged`.
     """
     summaries: dict[str, CellSummary] = {c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells}
     for cell in store.cells():
         summaries.setdefault(cell.key, CellSummary(cell=cell))
     if with_runs:
-        for row in store.runs():
+        for row in store.runs(last=runs_per_cell):
             if row["cell_key"] in summaries:
                 summaries[row["cell_key"]].runs.append(row)
-        readable = {row["result"]["run_id"] for s in summaries.values() for row in s.runs}
     events: dict[str, list[Event]] = {}
     for row in store.run_events():
-        if row["cell_key"] in summaries and (not with_runs or row["run_id"] in readable):
+        if row["cell_key"] in summaries:
             events.setdefault(row["cell_key"], []).append(_run_event(row))
     for build in store.builds():
         if build["cell_key"] in summaries:

@@ -23,7 +23,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from builder import __version__, report_plots, vendor_support
 from builder.matrix import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
 from builder.slug import safe_slug
-from builder.store import utc_now
+from builder.store import MatrixStore, utc_now
 
 TEMPLATES_DIR = Path(__file__).with_name("report_templates")
 MARKER = ".envbuild-report"  # marks a folder as a report this command may replace
@@ -68,19 +68,21 @@ class GridRow:
     entries: dict[str, list[IndexEntry]]  # torch line -> entries (one per Python line)
 
 
-def build_report(summaries: list[CellSummary], out_dir: Path, *, generated_at: str | None = None,
-                 vendor: dict | None = None, host_details: bool = False) -> Path:
+def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path, *,
+                 generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
-    `host_details`: publish each run's full host record (hostname, kernel command line, ...); by
-    default only PUBLIC_HOST_KEYS and the GPU count are.
+    `summaries`: from `summarize(store, ..., runs_per_cell=HISTORY_ROWS)` (pages show the newest runs;
+    the per-cell data files get every run straight from `store`). `host_details`: publish each run's
+    full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
+    GPU count are.
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     build_dir = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.building-"))
     try:
-        _write_site(summaries, build_dir, generated_at or utc_now(),
+        _write_site(store, summaries, build_dir, generated_at or utc_now(),
                     vendor_support.load() if vendor is None else vendor, host_details)
         _swap(build_dir, out_dir)
     except BaseException:
@@ -118,7 +120,7 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_site(summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
+def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
                 host_details: bool) -> None:
     html, md = _environments()
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
@@ -129,15 +131,19 @@ def _write_site(summaries: list[CellSummary], root: Path, generated_at: str, ven
     for sub in ("cells", "plots", "data", "logs"):
         (root / sub).mkdir()
     entries = {s.key: _index_entry(s, vendor) for s in summaries}
+    throughput: dict[str, list[dict]] = {}
+    for row in store.train_metrics():
+        throughput.setdefault(row["cell_key"], []).append(row)
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
-        page = _cell_page(summary, entry, root, host_details)
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []))
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
-        record = summary_record(summary)
-        record["runs"] = [_published_result(r, host_details) for r in record["runs"]]
-        (root / "data" / f"{entry.slug}.json").write_text(json.dumps(record, sort_keys=True, default=str))
+        record = {k: v for k, v in summary_record(summary).items() if k != "runs"}
+        runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
+        (root / "data" / f"{entry.slug}.json").write_text(
+            json.dumps(record, sort_keys=True, default=str)[:-1] + ', "runs": [' + ", ".join(runs) + "]}")
         index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
                             "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
     torch_lines, rows = _grid(summaries, entries)
@@ -229,15 +235,15 @@ def _grid(summaries: list[CellSummary], entries: dict[str, IndexEntry]) -> tuple
     return torch_lines, [rows[k] for k in sorted(rows)]
 
 
-def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details: bool) -> dict:
+def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details: bool,
+               throughput: list[dict]) -> dict:
     """Everything one cell page shows, with its plots drawn and logs copied into the site."""
     latest, train = summary.latest_run, summary.latest_train_run
     plots = {"curves": None, "accuracy": None}
     if train:
         plots["curves"] = report_plots.training_curves(train, root / "plots" / f"{entry.slug}-curves.svg")
         plots["accuracy"] = report_plots.accuracy_before_after(train, root / "plots" / f"{entry.slug}-accuracy.svg")
-    train_results = [r["result"] for r in summary.runs if r["result"].get("command") == "train"]
-    plots["throughput"] = report_plots.throughput_history(train_results, root / "plots" / f"{entry.slug}-throughput.svg")
+    plots["throughput"] = report_plots.throughput_history(throughput, root / "plots" / f"{entry.slug}-throughput.svg")
     image = _latest_image(summary)
     run_logs = {row["result"]["run_id"]: _copy_log(_run_log(row), root) for row in summary.runs[-HISTORY_ROWS:]}
     builds = [{**b, "log_link": _copy_log(b.get("log_path"), root)} for b in summary.builds[-HISTORY_ROWS:]]
@@ -305,12 +311,6 @@ def _copy_log(path, root: Path) -> str | None:
     name = f"logs/{safe_slug(str(source.resolve()))}.txt"
     (root / name).write_bytes(data)
     return name
-
-
-def _published_result(result: dict, host_details: bool) -> dict:
-    if host_details or not result.get("host"):
-        return result
-    return {**result, "host": public_host(result["host"])}
 
 
 def _rows(mapping) -> list[tuple[str, str]]:

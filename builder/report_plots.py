@@ -108,13 +108,12 @@ def accuracy_before_after(result: dict, path: Path) -> Path | None:
     return _save([panel], path)
 
 
-def throughput_history(results: list[dict], path: Path) -> Path | None:
-    """Samples/s and MFU of a cell's train runs per day: the median line and the min-max band."""
+def throughput_history(runs: list[dict], path: Path) -> Path | None:
+    """Samples/s and MFU of a cell's train runs ({at, samples_per_s, mfu}) per day: median line, min-max band."""
     days: dict[str, list[dict]] = {}
-    for r in results:
-        m = r.get("metrics") or {}
+    for m in runs:
         if _finite(m.get("samples_per_s")):
-            days.setdefault((r.get("finished_at") or r.get("started_at") or "?")[:10], []).append(m)
+            days.setdefault((m.get("at") or "?")[:10], []).append(m)
     if not days:
         return None
     order = sorted(days)

@@ -374,14 +374,21 @@ class MatrixStore:
                 self.damaged.append(DamagedRow("cells", row_id, key, "coordinates", _first_error(exc)))
         return out
 
-    def runs(self, cell_key: str | None = None) -> list[dict]:
-        """Recorded runs (oldest first), each the stored result.json plus `cell_key`, `row_id`, `build_id`."""
+    def runs(self, cell_key: str | None = None, *, last: int | None = None) -> list[dict]:
+        """Recorded runs (oldest first), each the stored result.json plus `cell_key`, `row_id`, `build_id`.
+
+        `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
+        """
         sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
-               " runs.source, runs.recorded_at FROM runs JOIN cells ON cells.id = runs.cell_id")
-        args: tuple = ()
+               " runs.source, runs.recorded_at FROM runs JOIN cells ON cells.id = runs.cell_id WHERE 1")
+        args: list = []
         if cell_key is not None:
-            sql += " WHERE cells.key = ?"
-            args = (cell_key,)
+            sql += " AND cells.key = ?"
+            args.append(cell_key)
+        if last is not None:
+            sql += (" AND runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id"
+                    " ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs) WHERE n <= ?)")
+            args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
         for row_id, run_id, key, build_id, blob, source, recorded_at in self._conn.execute(sql, args):
@@ -391,21 +398,54 @@ class MatrixStore:
                             "recorded_at": recorded_at, "result": result})
         return out
 
+    def runs_json(self, cell_key: str, *, host_keys: tuple[str, ...] | None = None) -> list[str]:
+        """A cell's stored result.json texts (oldest first, unparsed: fast at any size), damaged rows left out.
+
+        `host_keys`: keep only these keys of each run's `host` block, plus `gpu_count` (None: all of it).
+        """
+        column = "runs.result_json"
+        args: list = []
+        if host_keys is not None:
+            pairs = ", ".join(f"?, runs.result_json -> ?" for _ in host_keys)
+            column = (f"CASE WHEN json_type(runs.result_json, '$.host') = 'object' THEN json_set(runs.result_json,"
+                      f" '$.host', json_object({pairs}, 'gpu_count',"
+                      " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END")
+            for key in host_keys:
+                args += [key, f"$.host.{key}"]
+        cur = self._conn.execute(
+            f"SELECT {column} FROM runs JOIN cells ON cells.id = runs.cell_id WHERE cells.key = ?"
+            " AND json_valid(runs.result_json) ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
+            [*args, cell_key])
+        return [row[0] for row in cur]
+
+    def train_metrics(self) -> list[dict]:
+        """Every readable train run's cell_key, time (`at`), samples_per_s and mfu, oldest first (no parsing)."""
+        cur = self._conn.execute(
+            "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
+            " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu')"
+            " FROM runs JOIN cells ON cells.id = runs.cell_id"
+            " WHERE runs.command = 'train' AND json_valid(runs.result_json) ORDER BY at, runs.id")
+        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu} for k, at, sps, mfu in cur]
+
     def run_events(self) -> list[dict]:
-        """Every readable run as the few columns a verdict needs (no result.json parsing), oldest first.
+        """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
 
         Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated).
+        A row whose status column is damaged is skipped and noted.
         """
         cur = self._conn.execute(
-            "SELECT cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
+            "SELECT runs.id, cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
             " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
             " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail')"
-            " FROM runs JOIN cells ON cells.id = runs.cell_id"
-            " WHERE json_valid(runs.result_json) ORDER BY at, runs.id")
+            " FROM runs JOIN cells ON cells.id = runs.cell_id ORDER BY at, runs.id")
         names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes")
-        events = [dict(zip(names, row)) for row in cur]
-        for row_id, run_id in self._conn.execute("SELECT id, run_id FROM runs WHERE NOT json_valid(result_json)"):
-            self.damaged.append(DamagedRow("runs", row_id, run_id, "result_json", "not valid JSON"))
+        events = []
+        for row_id, *row in cur:
+            event = dict(zip(names, row))
+            if event["status"] in RUN_STATUSES and isinstance(event["at"], str):
+                events.append(event)
+            else:
+                self.damaged.append(DamagedRow("runs", row_id, str(event["run_id"]), "status", "not a run status"))
         return events
 
     def builds(self, cell_key: str | None = None) -> list[dict]:

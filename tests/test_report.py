@@ -32,15 +32,23 @@ def site(tmp_path_factory):
     with MatrixStore.open(tmp / "m.db") as store:
         store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
                                      image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}))
-        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"))
+        store.record_run(failed_result("nan_loss", "loss became NaN at step 3", finished_at="2026-12-01T18:00:00Z"))
+        run_dir = tmp / "runs" / "latest"
+        run_dir.mkdir(parents=True)
+        (run_dir / "container.log").write_text("step 1 loss 1.95\nstep 4 loss 0.90\n")
+        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"), source=str(run_dir / "result.json"))
+        (tmp / "build.log").write_text("#1 [internal] load build definition\n")
+        store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10"),
+                           status="pass", image_tag="envbuild/rocm:abc", image_digest="sha256:" + "d" * 64,
+                           duration_s=321.0, log_path=tmp / "build.log", created_at="2026-12-01T09:00:00Z")
         store.record_run(with_probe_failure(cpu_result()))
         store.record_run(failed_result("oom", "HIP out of memory <tried 2 GiB>",
                                        image={"manifest": {"cell": fail_cell}}))
         store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx942", python="3.10"),
                            status="fail", failure_class="network", error="pip could not reach the index")
         summaries = summarize(store, [UNTESTED])
-    out = tmp / "site"
-    index = build_report(summaries, out, generated_at="2026-12-02T14:00:00Z")
+        out = tmp / "site"
+        index = build_report(store, summaries, out, generated_at="2026-12-02T14:00:00Z")
     return out, index
 
 
@@ -60,7 +68,7 @@ def test_site_has_pages_plots_summary_and_data(site):
     assert status == {ROCM_KEY: ("pass", None), CPU_KEY: ("partial", None), FAIL_KEY: ("fail", "oom"),
                       BUILD_FAIL_KEY: ("fail", "build:network"), UNTESTED.key: ("untested", None)}
     cell_data = json.loads((out / "data" / f"{ROCM_KEY}.json").read_text())
-    assert len(cell_data["runs"]) == 2 and len(cell_data["history"]) == 2
+    assert len(cell_data["runs"]) == 3 and len(cell_data["history"]) == 3
     summary = (out / "summary.md").read_text()
     assert "2 pass" not in summary and "1 pass, 1 partial (passed with probe warnings), 2 fail, 1 untested" in summary
     assert (f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | not listed | 2026-12-02 13:00 | AMD Instinct MI250X × 1"
@@ -84,8 +92,13 @@ def test_cell_page_shows_digest_probes_versions_and_history(site):
     html = (out / "cells" / f"{ROCM_KEY}.html").read_text()
     assert "plots/" + ROCM_KEY + "-curves.svg" in html and "0.140 → 0.710" in html and "21.0%" in html
     assert "2.4.1+rocm6.2" in html and "sdpa_vs_math" in html
-    assert "last pass 2026-12-02T10:00:00Z" in html and "2 recorded verdict(s)" in html
+    assert "last pass 2026-12-02T10:00:00Z" in html and "3 recorded verdict(s)" in html
     assert "sha256:" + "d" * 64 in html  # from the older run: the newest run carries no image block
+    assert "envbuild image --rocm 6.2 --torch 2.4 --arch gfx90a --python 3.10" in html
+    assert "envbuild run workload --image envbuild/rocm:abc --gpus all" in html
+    logs = re.findall(r'href="\.\./(logs/[^"]+)">log<', html)
+    assert len(logs) == 2 and {(out / log).read_text()[:4] for log in logs} == {"step", "#1 ["}
+    assert '<span class="flaky">flaky</span>' in html and "device_count</td><td><code>1</code>" in html
     fail = (out / "cells" / f"{FAIL_KEY}.html").read_text()
     assert "oom" in fail and "HIP out of memory" in fail
 
@@ -134,3 +147,37 @@ def test_cell_page_renders_with_its_plots_loaded(site, tmp_path):
     assert page.errors == []
     assert page.value == [True, True, True]
     print(f"screenshot: {shot}")
+
+
+@pytest.mark.slow
+def test_index_filters_by_arch_rocm_release_and_status(site, tmp_path):
+    require_chromium()
+    _, index = site
+    shot = tmp_path / "filtered.png"
+    page = inspect_page(index.as_uri(), shot, _FILTER_SCRIPT)
+    assert page.errors == []
+    v = page.value
+    assert len(v["all"]) == 5 and v["shown_all"] == "5 of 5 cells"
+    assert sorted(v["status=fail"]) == sorted([FAIL_KEY, BUILD_FAIL_KEY]) and v["grid_fail"] == 2
+    assert sorted(v["arch=gfx942"]) == sorted([FAIL_KEY, BUILD_FAIL_KEY])
+    assert v["rocm=cpu"] == [CPU_KEY] and v["shown_cpu"] == "1 of 5 cells" and v["grid_rows_cpu"] == 1
+    assert v["rocm=6.2&status=untested"] == [UNTESTED.key]
+    print(f"screenshot (filtered to ROCm 6.2): {shot}")
+
+
+_FILTER_SCRIPT = """(() => {
+  const f = document.getElementById('filters');
+  const set = (arch, rocm, status) => { f.arch.value = arch; f.rocm.value = rocm; f.status.value = status;
+                                       f.dispatchEvent(new Event('change')); };
+  const rows = () => Array.from(document.querySelectorAll('#cells tbody tr')).filter(r => !r.hidden).map(r => r.dataset.cell);
+  const grid = () => Array.from(document.querySelectorAll('#matrix-grid a.entry')).filter(a => !a.hidden).length;
+  const gridRows = () => Array.from(document.querySelectorAll('#matrix-grid tbody tr')).filter(r => !r.hidden).length;
+  const out = {all: rows(), shown_all: document.getElementById('shown').textContent};
+  set('', '', 'fail'); out['status=fail'] = rows(); out.grid_fail = grid();
+  set('gfx942', '', ''); out['arch=gfx942'] = rows();
+  set('', 'cpu', ''); out['rocm=cpu'] = rows(); out.shown_cpu = document.getElementById('shown').textContent;
+  out.grid_rows_cpu = gridRows();
+  set('', '6.2', 'untested'); out['rocm=6.2&status=untested'] = rows();
+  set('', '6.2', '');
+  return out;
+})()"""

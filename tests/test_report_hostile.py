@@ -108,15 +108,15 @@ def test_a_failed_report_leaves_the_previous_site_whole(hostile_site, tmp_path, 
     out = tmp_path / "site"
     with MatrixStore.open(db, readonly=True) as store:
         summaries = summarize(store)
-    build_report(summaries, out, generated_at="2026-12-02T14:00:00Z")
-    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        build_report(store, summaries, out, generated_at="2026-12-02T14:00:00Z")
+        before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
-    def broken(*_):
-        raise RuntimeError("disk full")
+        def broken(*_):
+            raise RuntimeError("disk full")
 
-    monkeypatch.setattr("builder.report_plots.throughput_history", broken)
-    with pytest.raises(RuntimeError, match="disk full"):
-        build_report(summaries, out, generated_at="2026-12-03T14:00:00Z")
+        monkeypatch.setattr("builder.report_plots.throughput_history", broken)
+        with pytest.raises(RuntimeError, match="disk full"):
+            build_report(store, summaries, out, generated_at="2026-12-03T14:00:00Z")
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["site"]  # no half-built folder left beside it
 
@@ -124,7 +124,8 @@ def test_a_failed_report_leaves_the_previous_site_whole(hostile_site, tmp_path, 
 def test_a_folder_that_is_not_a_report_is_never_replaced(hostile_site, tmp_path):
     _, db = hostile_site
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(ReportError, match="not empty and holds no envbuild report"):
-        build_report([], tmp_path)
+    with MatrixStore.open(db, readonly=True) as store, \
+            pytest.raises(ReportError, match="not empty and holds no envbuild report"):
+        build_report(store, [], tmp_path)
     result = CliRunner().invoke(main, ["report", "-o", str(tmp_path), "--db", str(db)])
     assert result.exit_code == 2 and (tmp_path / "notes.txt").read_text() == "mine"
