@@ -23,6 +23,7 @@ class Panel:
         self.series: list[tuple[str, list[tuple[float, float]]]] = []
         self.band: list[tuple[float, float, float]] = []
         self.bars: list[tuple[str, float, float]] = []  # (label, before, after)
+        self.y_max: float | None = None  # the top of the y axis at least this (e.g. 1 for fractions)
 
     def svg(self, x0: float) -> str:
         xs = [x for _, pts in self.series for x, _ in pts] + [x for x, _, _ in self.band]
@@ -33,7 +34,7 @@ class Panel:
         x_lo, x_hi = (min(xs), max(xs)) if xs else (0, 1)
         if x_hi == x_lo:
             x_lo, x_hi = x_lo - 1, x_hi + 1
-        y_ticks = _nice_ticks(min(0.0, min(ys, default=0)), max(ys, default=1) or 1)
+        y_ticks = _nice_ticks(min(0.0, min(ys, default=0)), max([*ys, self.y_max or 0]) or 1)
         y_lo, y_hi = y_ticks[0], y_ticks[-1]
         pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
@@ -68,6 +69,9 @@ class Panel:
             if len(self.series) > 1 or self.band:
                 out.append(f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14 + 14 * i}" class="legend" fill="{color}">'
                            f'{escape(label)}</text>')
+        if self.band:
+            out.append(f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14 + 14 * len(self.series)}" class="legend"'
+                       ' fill="#57606a">shaded: lowest to highest run of the day</text>')
         for i, (label, before, after) in enumerate(self.bars):
             for j, value in enumerate((before, after)):
                 x, w = px(i + 0.15 + 0.36 * j), pw / len(self.bars) * 0.34
@@ -105,6 +109,7 @@ def accuracy_before_after(result: dict, path: Path) -> Path | None:
     panel = Panel("eval before / after fine-tuning", "metric", "score (fraction, 1 = perfect)",
                   x_ticks=[])
     panel.bars = [(n.replace("_", " "), before.get(n) or 0.0, after.get(n) or 0.0) for n in names]
+    panel.y_max = 1.0
     return _save([panel], path)
 
 
@@ -118,7 +123,9 @@ def throughput_history(runs: list[dict], path: Path) -> Path | None:
         return None
     order = sorted(days)
     step = max(1, len(order) // 6)
-    ticks = [(i, d[5:] if len(order) > 1 else d) for i, d in enumerate(order) if i % step == 0]
+    one_year = len(order) > 1 and order[0][:4] == order[-1][:4]
+    ticks = [(i, d[5:] if one_year else d) for i, d in enumerate(order) if i % step == 0]
+    x_label = f"run day ({order[0][:4]}, MM-DD, UTC)" if one_year else "run day (UTC)"
     panels = []
     for key, title, unit, scale in (("samples_per_s", "training throughput", "samples/s", 1),
                                     ("mfu", "model FLOPs utilization", "MFU (% of peak)", 100)):
@@ -126,7 +133,7 @@ def throughput_history(runs: list[dict], path: Path) -> Path | None:
         rows = [(i, v) for i, v in rows if v]
         if not rows:
             continue
-        panel = Panel(f"{title} per day", f"run day ({order[0][:4]}, MM-DD)", unit, x_ticks=ticks)
+        panel = Panel(f"{title} per day", x_label, unit, x_ticks=ticks)
         panel.series.append(("median of the day's runs", [(i, median(v)) for i, v in rows]))
         if any(len(v) > 1 for _, v in rows):
             panel.band = [(i, min(v), max(v)) for i, v in rows]

@@ -59,7 +59,7 @@ def test_site_has_pages_plots_summary_and_data(site):
         assert (out / "cells" / f"{key}.html").is_file()
     for name, labels in (("curves", ("optimizer step", "loss (nats per token)")),
                          ("accuracy", ("score (fraction, 1 = perfect)",)),
-                         ("throughput", ("samples/s", "MFU (% of peak)", "run day (2026, MM-DD)"))):
+                         ("throughput", ("samples/s", "MFU (% of peak)", "run day (2026, MM-DD, UTC)"))):
         svg = (out / "plots" / f"{ROCM_KEY}-{name}.svg").read_text()
         assert svg.startswith("<svg") and all(f">{label}</text>" in svg for label in labels), name
     assert not (out / "plots" / f"{UNTESTED.key}-curves.svg").exists()

@@ -32,7 +32,11 @@ def test_a_local_workload_run_appears_in_the_report(tmp_path):
     assert report.returncode == 0, report.stderr[-2000:]
     data = {c["key"]: c for c in json.loads((site / "data.json").read_text())["cells"]}
     assert data[key]["status"] == verdict
-    assert [r["run_id"] for r in data[key]["runs"]] == [result["run_id"]]
+    assert data[key]["runs"] == 1
+    cell_data = json.loads((site / data[key]["data"]).read_text())
+    assert [r["run_id"] for r in cell_data["runs"]] == [result["run_id"]]
+    published_host = cell_data["runs"][0].get("host") or {}
+    assert "hostname" not in published_host and "kernel_cmdline" not in published_host
     page = (site / "cells" / f"{key}.html").read_text()
     assert result["run_id"] in page and result["versions"]["torch"] in page
     assert f'data-cell="{key}" data-status="{verdict}"' in (site / "index.html").read_text()
