@@ -337,9 +337,9 @@ def _value_text(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, list):
-        return ", ".join(_value_text(v) for v in value) or "-"
+        return "; ".join(_value_text(v) for v in value) or "-"
     if isinstance(value, dict):
-        return "-"
+        return ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(value.items())) or "-"
     return str(value)
 
 

@@ -155,3 +155,28 @@ def test_importing_a_db_counts_every_run(tmp_path):
     db = tmp_path / "m.db"
     assert "imported 2 new run(s), 0 already recorded" in _invoke("matrix", "import", str(other), "--db", str(db)).output
     assert "imported 0 new run(s), 2 already recorded" in _invoke("matrix", "import", str(other), "--db", str(db)).output
+
+
+def test_an_unsafe_cell_recorded_by_an_older_envbuild_is_skipped_not_written_anywhere(tmp_path):
+    """A key like `rocm6.2-torch2.4-../../x-py3.10` already in a file: reads skip it, the report stays inside -o."""
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        store.record_run(make_result())
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("INSERT INTO cells (key, flavor, accel_version, torch, arch, python) VALUES"
+                     " ('rocm6.2-torch2.4-../../x-py3.10', 'rocm', '6.2', '2.4', '../../x', '3.10')")
+        evil = dict(make_result(), run_id="e" * 32)
+        conn.execute("INSERT INTO runs (run_id, cell_id, command, status, result_json, recorded_at)"
+                     " VALUES (?, 2, 'train', 'pass', ?, '2026-12-02T13:00:00Z')", (evil["run_id"], json.dumps(evil)))
+    conn.close()
+    (tmp_path / "work").mkdir()
+    site = tmp_path / "work" / "site"
+    result = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes"])
+    assert result.exit_code == 0, result.output
+    assert "warning: skipped cells row 2 (rocm6.2-torch2.4-../../x-py3.10)" in result.stderr
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["site"]
+    assert [p.name for p in (site / "cells").iterdir()] == [f"{ROCM_KEY}.html"]
+    assert not (tmp_path / "x").exists()
+    check = _invoke("matrix", "check", "--db", str(db))
+    assert check.exit_code == 1 and "cells row 2" in check.output and "'../../x' is not valid" in check.output
