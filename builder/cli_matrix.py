@@ -145,7 +145,7 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
     builds_added = 0
     store = open_store(target)
     try:
-        for file, runs in databases:
+        for file, _ in databases:
             added, outcomes = store.merge_from(file, replace=replace)
             builds_added += added
             for outcome, n in outcomes.items():

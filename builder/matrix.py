@@ -138,17 +138,19 @@ def export_data(summaries: list[CellSummary]) -> dict:
     return {"format": "envbuild-matrix", "version": 1, "cells": [summary_record(s) for s in summaries]}
 
 
-def summary_record(s: CellSummary) -> dict:
-    """One cell: its coordinates, verdict, history, builds and runs."""
-    return {
+def summary_record(s: CellSummary, *, with_runs: bool = True) -> dict:
+    """One cell: its coordinates, verdict, history, builds and (`with_runs`) runs."""
+    record = {
         **summary_line(s),
         "cell": s.cell.model_dump(),
         "history": [{"at": e.at, "verdict": e.verdict, "kind": e.kind, "id": e.ident,
                      "failure_class": e.failure_class, "note": e.note} for e in s.events],
         "flips": [{"at": b.at, "from": a.verdict, "to": b.verdict} for a, b in s.flips],
         "builds": s.builds,
-        "runs": [row["result"] for row in s.runs],
     }
+    if with_runs:
+        record["runs"] = [row["result"] for row in s.runs]
+    return record
 
 
 def summary_line(s: CellSummary) -> dict:

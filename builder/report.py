@@ -140,7 +140,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
         page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []))
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
-        record = {k: v for k, v in summary_record(summary).items() if k != "runs"}
+        record = summary_record(summary, with_runs=False)
         runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
         (root / "data" / f"{entry.slug}.json").write_text(
             json.dumps(record, sort_keys=True, default=str)[:-1] + ', "runs": [' + ", ".join(runs) + "]}")
