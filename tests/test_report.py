@@ -85,6 +85,11 @@ def test_grid_shows_every_cell_with_status_class_and_note(site):
     assert "build:network" in html and "probe warnings: sdpa_vs_math" in html
     for torch in ("2.3", "2.4", "2.5", "2.13"):
         assert f"<th>torch {torch}</th>" in html
+    rows = {key: row for key, row in re.findall(r'<tr data-cell="([^"]+)".*?>(.*?)</tr>', html, re.S)}
+    assert "CPU only" in rows[CPU_KEY] and "cpu cpu" not in html and "× 0" not in html
+    assert re.search(r"flaky.*2026-12-02 10:00.*AMD Instinct MI250X × 1.*52\.1.*21\.0%", rows[ROCM_KEY], re.S)
+    assert "flaky" not in rows[FAIL_KEY] and ">n/a<" in rows[CPU_KEY].replace("\n", "")
+    assert "not listed" in rows[ROCM_KEY] and "https://rocm.docs.amd.com/" in rows[ROCM_KEY]
 
 
 def test_cell_page_shows_digest_probes_versions_and_history(site):
