@@ -109,7 +109,8 @@ def test_importing_a_garbage_db_creates_no_matrix(tmp_path, monkeypatch, content
 
 
 @pytest.mark.parametrize("args", [("matrix", "list"), ("matrix", "import", "r.json"), ("report", "-o", "site"),
-                                  ("run", "workload", "--local", "--out", "run")])
+                                  ("run", "workload", "--local", "--out", "run"),
+                                  ("image", "--flavor", "cpu", "--torch", "2.13", "-o", "ctx")])
 def test_a_corrupt_database_is_exit_2_everywhere(tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
     _write(tmp_path / "r.json", cpu_result())
