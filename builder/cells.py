@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+# What a coordinate may hold: it becomes part of the cell key, which names files and URLs.
+_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z]+){0,3}")
+_FLAVOR = re.compile(r"[a-z][a-z0-9]{0,15}")
+_ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,39}")
 
 
 class Cell(BaseModel):
@@ -19,6 +26,21 @@ class Cell(BaseModel):
     torch: str
     arch: str | None = None
     python: str
+
+    @field_validator("flavor")
+    @classmethod
+    def _flavor(cls, value: str) -> str:
+        return _checked("flavor", value, _FLAVOR, "lower-case letters and digits, e.g. rocm")
+
+    @field_validator("accel_version", "torch", "python")
+    @classmethod
+    def _version(cls, value: str | None, info) -> str | None:
+        return None if value is None else _checked(info.field_name, value, _VERSION, "a release like 6.2 or 2.4")
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, value: str | None) -> str | None:
+        return None if value is None else _checked("arch", value, _ARCH, "a GPU target like gfx90a")
 
     @property
     def key(self) -> str:
@@ -54,3 +76,9 @@ class Cell(BaseModel):
 def _release_line(version: str, parts: int) -> str:
     """The first `parts` release fields: '2.4.1+rocm6.2' -> '2.4'; '6.2.41133-dd7f95766' -> '6.2'."""
     return ".".join(version.split("+")[0].split("-")[0].split(".")[:parts])
+
+
+def _checked(name: str, value: str, pattern: re.Pattern, expected: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(f"cell {name} {value!r} is not valid: expected {expected}")
+    return value

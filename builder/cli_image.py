@@ -13,7 +13,7 @@ from rich.markup import escape
 from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image, default_log_path,
                            push_image, read_manifest, read_verify)
 from builder.cells import Cell
-from builder.cli_matrix import db_option, open_store
+from builder.cli_matrix import db_option, open_store, preflight_store
 from builder.cli_render import plan_from_options, plan_table, request_options
 from builder.render import RenderError, render
 from builder.engine import EngineUnavailable
@@ -90,6 +90,8 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
                            no_cache=no_cache)
+    if not no_record:
+        preflight_store(db)
     try:
         outcome = build_image(context_dir, tag, options, console, log_path)
     except BuildInterrupted as exc:

@@ -1,38 +1,73 @@
-"""`envbuild matrix list | show CELL | import FILE... | export --json`: look into and feed the matrix."""
+"""`envbuild matrix list | show CELL | import FILE... | export --json | check`: look into and feed the matrix."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from builder.cells import Cell
 from builder.matrix import CellSummary, export_data, summarize, summary_line, summary_record
-from builder.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path, validate_result
+from builder.store import (DB_ENV_VAR, MatrixStore, StoreError, canonical_json, default_db_path,
+                           validate_result)
 
 db_option = click.option(
     "--db", "db", type=click.Path(dir_okay=False, path_type=Path), envvar=DB_ENV_VAR, default=None,
     help=f"Matrix database file [env {DB_ENV_VAR}; default ./envbuild-matrix.db].")
 
 _STYLE = {"pass": "green", "partial": "yellow", "fail": "red", "untested": "dim"}
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class DatabaseError(click.ClickException):
+    """The matrix file is missing, damaged or not a matrix: bad input, exit 2."""
+
+    exit_code = 2
 
 
 def open_store(db: Path | None, *, must_exist: bool = False) -> MatrixStore:
-    """The store for a command, or a ClickException saying why it cannot be opened.
+    """The store for a command, or a DatabaseError (exit 2) saying why it cannot be opened.
 
-    `must_exist`: for commands that only read, a missing file is an error rather than a new empty matrix.
+    `must_exist`: for commands that only read: the file is opened read-only, never created or grown.
     """
-    path = db or default_db_path()
-    if must_exist and not path.exists():
-        raise click.ClickException(
-            f"no matrix database at {path}: record a run (`envbuild run workload`), import results"
-            f" (`envbuild matrix import`), or point --db / ${DB_ENV_VAR} at an existing one")
     try:
-        return MatrixStore.connect(path)
+        return MatrixStore.connect(db or default_db_path(), readonly=must_exist)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise DatabaseError(str(exc)) from exc
+
+
+def preflight_store(db: Path | None) -> None:
+    """Before long work that records (a build, a run): the matrix file can be used; creates nothing."""
+    try:
+        MatrixStore.preflight(db or default_db_path())
+    except StoreError as exc:
+        raise DatabaseError(f"{exc} (checked before starting: nothing was run; or pass --no-record)") from exc
+
+
+def plain(text: object) -> str:
+    """Data made safe for a terminal line: no control characters (escape sequences), no line breaks."""
+    return _CONTROL.sub(" ", str(text)).replace("\n", " ")
+
+
+def warn_damaged(store: MatrixStore) -> None:
+    """Name each row the reads skipped (on stderr)."""
+    for row in {(r.table, r.row_id, r.column): r for r in store.damaged}.values():
+        click.echo(f"warning: skipped {plain(row)}; `envbuild matrix check` lists every such row", err=True)
+
+
+def _read(db: Path | None, *, with_runs: bool) -> list[CellSummary]:
+    store = open_store(db, must_exist=True)
+    try:
+        summaries = summarize(store, with_runs=with_runs)
+    finally:
+        store.close()
+    warn_damaged(store)
+    return summaries
 
 
 @click.group("matrix")
@@ -45,21 +80,17 @@ def matrix() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_cells(db: Path | None, as_json: bool) -> None:
     """One line per recorded cell: status (pass / partial / fail), failure class, runs, last pass."""
-    store = open_store(db, must_exist=True)
-    try:
-        summaries = summarize(store)
-    finally:
-        store.close()
+    summaries = _read(db, with_runs=False)
     if as_json:
         click.echo(json.dumps([summary_line(s) for s in summaries], indent=2))
         return
     table = Table()
     table.add_column("cell", no_wrap=True)
-    for name in ("status", "class / note", "runs", "builds", "last pass"):
+    for name in ("status", "class / note", "runs", "builds", "last pass", "flaky"):
         table.add_column(name)
     for s in summaries:
-        table.add_row(s.key, f"[{_STYLE[s.status]}]{s.status}[/]", _class_note(s), str(len(s.runs)),
-                      str(len(s.builds)), s.last_pass_at or "-")
+        table.add_row(Text(plain(s.key)), _status(s.status), Text(_class_note(s)), str(s.run_count),
+                      str(len(s.builds)), Text(plain(s.last_pass_at or "-")), "flaky" if s.flaky else "")
     Console().print(table)
 
 
@@ -69,14 +100,10 @@ def list_cells(db: Path | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def show(cell_key: str, db: Path | None, as_json: bool) -> None:
     """Everything recorded for one CELL (a key from `envbuild matrix list`)."""
-    store = open_store(db, must_exist=True)
-    try:
-        summaries = {s.key: s for s in summarize(store)}
-    finally:
-        store.close()
+    summaries = {s.key: s for s in _read(db, with_runs=True)}
     if cell_key not in summaries:
         known = ", ".join(summaries) or "none recorded yet"
-        raise click.BadParameter(f"no cell {cell_key!r} in the matrix (known: {known})", param_hint="CELL")
+        raise click.BadParameter(f"no cell {plain(cell_key)!r} in the matrix (known: {known})", param_hint="CELL")
     summary = summaries[cell_key]
     if as_json:
         click.echo(json.dumps(summary_record(summary), indent=2))
@@ -89,54 +116,52 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
 @db_option
 @click.option("--skip-invalid", is_flag=True,
               help="Import the valid files and warn about the rest (default: import nothing if any is invalid).")
-def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool) -> None:
+@click.option("--replace", is_flag=True,
+              help="A run_id already recorded with other content is overwritten (default: refused, nothing imported).")
+def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool, replace: bool) -> None:
     """Import result.json files and matrix databases (*.db, e.g. a CI job's, with its builds).
 
     A directory (e.g. unpacked CI artifacts) is searched for result.json and *.db files. Idempotent:
-    a run (same run_id) or build (same build_uid) already in the matrix is counted, not added again.
+    a run (same run_id, same content) or build (same build_uid) already in the matrix is counted, not
+    added again; the same run_id with other content is refused unless --replace. Exit 2 on bad input.
     """
-    results, databases, problems = [], [], []
-    for file in _import_files(paths):
-        if file.suffix == ".db":
-            databases.append(file)
-            continue
-        try:
-            result = json.loads(file.read_text())
-            validate_result(result)
-            results.append((file, result))
-        except (OSError, ValueError) as exc:  # InvalidResultError and JSONDecodeError are ValueErrors
-            problems.append(f"{file}: {exc}")
+    target = db or default_db_path()
+    results, databases, problems = _collect(paths, target)
     if not results and not databases and not problems:
         raise click.BadParameter("no result.json or *.db found under the given paths", param_hint="PATHS")
     if problems and not skip_invalid:
         raise click.BadParameter(
-            "not imported, invalid result files:\n  " + "\n  ".join(problems)
+            "not imported, invalid files:\n  " + "\n  ".join(problems)
             + "\n(fix them, or pass --skip-invalid to import the valid ones)", param_hint="PATHS")
-    runs_added = runs_present = builds_added = 0
-    store = open_store(db)
+    twice, recorded = _conflicts(target, results, databases, check_recorded=not replace)
+    if twice:
+        raise click.BadParameter("not imported, the same run_id with different content in the import:\n  "
+                                 + "\n  ".join(twice) + "\n(import one of each)", param_hint="PATHS")
+    if recorded:
+        raise click.BadParameter(
+            "not imported, runs already recorded with other content:\n  " + "\n  ".join(recorded)
+            + "\n(pass --replace to overwrite them with the imported ones)", param_hint="PATHS")
+    counts = {"new": 0, "identical": 0, "replaced": 0}
+    builds_added = 0
+    store = open_store(target)
     try:
-        for file in databases:
-            if file.resolve() == store.path.resolve():
-                continue
-            try:
-                added_builds, added_runs = store.merge_from(file)
-            except StoreError as exc:
-                if not skip_invalid:
-                    raise click.BadParameter(f"{file}: {exc}", param_hint="PATHS") from exc
-                problems.append(f"{file}: {exc}")
-                continue
-            builds_added += added_builds
-            runs_added += added_runs
+        for file, _ in databases:
+            added, outcomes = store.merge_from(file, replace=replace)
+            builds_added += added
+            for outcome, n in outcomes.items():
+                counts[outcome] += n
         for file, result in results:
-            recorded = store.record_run(result, source=str(file))
-            runs_added += recorded.inserted
-            runs_present += not recorded.inserted
+            counts[store.record_run(result, source=str(file), replace=replace).outcome] += 1
+    except StoreError as exc:
+        raise DatabaseError(f"{exc} (the files before it were imported; run the import again to finish)") from exc
     finally:
         store.close()
+    warn_damaged(store)
     for problem in problems:
         click.echo(f"skipped {problem}", err=True)
-    click.echo(f"imported {runs_added} new run(s), {runs_present} already recorded, {builds_added} new build(s),"
-               f" {len(problems)} skipped into {store.path}")
+    click.echo(f"imported {counts['new']} new run(s), {counts['identical']} already recorded,"
+               f" {counts['replaced']} replaced, {builds_added} new build(s), {len(problems)} skipped"
+               f" into {plain(store.path)}")
 
 
 @matrix.command("export")
@@ -146,11 +171,7 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool)
               help="Write to this file instead of stdout.")
 def export(db: Path | None, as_json: bool, output: Path | None) -> None:
     """Every cell with its verdict, builds and runs (full result.json), as JSON."""
-    store = open_store(db, must_exist=True)
-    try:
-        data = export_data(summarize(store))
-    finally:
-        store.close()
+    data = export_data(_read(db, with_runs=True))
     text = json.dumps(data, indent=2, sort_keys=True)
     if output:
         output.write_text(text + "\n")
@@ -158,27 +179,96 @@ def export(db: Path | None, as_json: bool, output: Path | None) -> None:
         click.echo(text)
 
 
+@matrix.command("check")
+@db_option
+def check(db: Path | None) -> None:
+    """List the rows whose stored JSON does not parse (reads skip them). Exit 1 when there are any."""
+    store = open_store(db, must_exist=True)
+    try:
+        damaged = store.check()
+    finally:
+        store.close()
+    for row in damaged:
+        click.echo(plain(row))
+    if damaged:
+        click.echo(f"{len(damaged)} damaged row(s) in {plain(store.path)}: the reads skip them; re-import"
+                   " their result.json files with --replace, or restore the file from a backup", err=True)
+        raise SystemExit(1)
+    click.echo(f"{plain(store.path)}: integrity ok, every row readable")
+
+
+def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[str]]:
+    """(result files with their dicts, databases with their runs, problems) for an import; reads only."""
+    results, databases, problems = [], [], []
+    for file in _import_files(paths):
+        if file.suffix == ".db":
+            if target.exists() and file.resolve() == target.resolve():
+                continue
+            try:
+                with MatrixStore.open(file, readonly=True) as source:
+                    runs = [row["result"] for row in source.runs()]
+                    for result in runs:
+                        validate_result(result)
+                    for build in source.builds():
+                        Cell(**build["cell"])
+                databases.append((file, runs))
+            except (StoreError, ValueError) as exc:
+                problems.append(f"{file}: {exc}")
+            continue
+        try:
+            result = json.loads(file.read_text())
+            validate_result(result)
+            results.append((file, result))
+        except (OSError, ValueError) as exc:  # InvalidResultError and JSONDecodeError are ValueErrors
+            problems.append(f"{file}: {exc}")
+    return results, databases, [plain(p) for p in problems]
+
+
+def _conflicts(target: Path, results: list, databases: list, *, check_recorded: bool) -> tuple[list, list]:
+    """(runs imported twice with different content, runs recorded in `target` with other content); reads only."""
+    incoming = [(file, r) for file, runs in databases for r in runs] + results
+    seen: dict[str, str] = {}
+    twice, recorded = [], []
+    for file, result in incoming:
+        content = canonical_json(result)
+        if seen.setdefault(result["run_id"], content) != content:
+            twice.append(f"run {plain(result['run_id'])} ({plain(file)})")
+    if check_recorded and target.exists() and target.stat().st_size:
+        store = open_store(target, must_exist=True)
+        try:
+            recorded = [f"run {plain(r['run_id'])} ({plain(file)}): recorded with other content in {plain(target)}"
+                        for file, r in incoming if store.classify_run(r) == "conflict"]
+        finally:
+            store.close()
+    return twice, recorded
+
+
+def _status(verdict: str) -> Text:
+    return Text(verdict, style=_STYLE.get(verdict, ""))
+
+
 def _class_note(s: CellSummary) -> str:
-    return " ".join(x for x in (s.failure_class, s.note) if x) or "-"
+    return plain(" ".join(x for x in (s.failure_class, s.note) if x) or "-")
 
 
 def _print_summary(s: CellSummary) -> None:
     console = Console()
-    console.print(f"[bold]{s.key}[/]  [{_STYLE[s.status]}]{s.status}[/]  {_class_note(s)}")
-    console.print(f"runs: {len(s.runs)}  builds: {len(s.builds)}  last pass: {s.last_pass_at or '-'}"
-                  f"  flips: {len(s.flips)}")
+    console.print(Text.assemble((plain(s.key), "bold"), "  ", _status(s.status), "  ", _class_note(s)))
+    console.print(Text(f"runs: {s.run_count}  builds: {len(s.builds)}  last pass: {plain(s.last_pass_at or '-')}"
+                       f"  flips: {len(s.flips)}" + ("  flaky" if s.flaky else "")))
     latest = s.latest_run
     if latest:
         image = latest.get("image") or {}
-        console.print(f"latest run {latest['run_id']} ({latest['command']}) {latest['status']}"
-                      f" at {latest.get('finished_at')}  image {image.get('digest') or image.get('tag') or '-'}")
+        console.print(Text(plain(f"latest run {latest['run_id']} ({latest['command']}) {latest['status']}"
+                                 f" at {latest.get('finished_at')}  image {image.get('digest') or image.get('tag') or '-'}")))
         probes = Table("probe", "status", "message")
         for p in latest.get("probes") or []:
-            probes.add_row(p["name"], p["status"], p.get("message") or "")
+            probes.add_row(Text(plain(p["name"])), _status(p["status"]), Text(plain(p.get("message") or "")))
         console.print(probes)
     history = Table("at", "verdict", "kind", "class", "note")
     for e in s.events:
-        history.add_row(e.at, f"[{_STYLE[e.verdict]}]{e.verdict}[/]", e.kind, e.failure_class or "", e.note)
+        history.add_row(Text(plain(e.at)), _status(e.verdict), e.kind, Text(plain(e.failure_class or "")),
+                        Text(plain(e.note)))
     console.print(history)
 
 

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.cli_matrix import db_option, open_store
+from builder.cli_matrix import db_option, open_store, preflight_store
 from builder.container import ContainerRun, RunError, RunRequest, run_in_container
 from builder.engine import EngineUnavailable
 from builder.local_run import run_local
@@ -53,6 +53,8 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
+    if not no_record:
+        preflight_store(db)
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
     try:
         if image:

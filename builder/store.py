@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from pydantic import ValidationError
+
 from builder.cells import Cell
 
 #: Environment variable naming the matrix database (the `--db` option reads it too).
@@ -102,6 +104,24 @@ class InvalidResultError(StoreError, ValueError):
     """A result.json that does not follow docs/result-schema.md."""
 
 
+class RunConflictError(StoreError):
+    """A run_id already recorded with other content (refused unless replace=True)."""
+
+
+@dataclass(frozen=True)
+class DamagedRow:
+    """A stored row whose JSON does not parse: reads skip it, `envbuild matrix check` lists it."""
+
+    table: str
+    row_id: int
+    ident: str  # run_id / build_uid / probe name
+    column: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.table} row {self.row_id} ({self.ident}): {self.column} unreadable ({self.problem})"
+
+
 def default_db_path() -> Path:
     """`$ENVBUILD_DB` if set, else `./envbuild-matrix.db` in the current directory."""
     return Path(os.environ.get(DB_ENV_VAR) or DEFAULT_DB_NAME)
@@ -113,12 +133,16 @@ def utc_now() -> str:
 
 @dataclass(frozen=True)
 class RecordedRun:
-    """What `record_run` did: the run's row id and whether this call inserted it (False: already there)."""
+    """What `record_run` did: outcome "new", "identical" (already there, nothing written) or "replaced"."""
 
     row_id: int
     run_id: str
     cell_key: str
-    inserted: bool
+    outcome: str
+
+    @property
+    def inserted(self) -> bool:
+        return self.outcome != "identical"
 
 
 class MatrixStore:
@@ -127,23 +151,29 @@ class MatrixStore:
     def __init__(self, conn: sqlite3.Connection, path: Path):
         self._conn = conn
         self.path = path
+        self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
 
     # ---- opening ---------------------------------------------------------------------------
     @classmethod
     @contextmanager
-    def open(cls, path: str | os.PathLike | None = None) -> Iterator["MatrixStore"]:
-        """Open (creating and migrating if needed) the database at `path` (default: `default_db_path()`)."""
-        store = cls.connect(path)
+    def open(cls, path: str | os.PathLike | None = None, *, readonly: bool = False) -> Iterator["MatrixStore"]:
+        """Open (creating and migrating if needed) the database at `path` (default: `default_db_path()`).
+
+        `readonly`: the file must exist and hold a current matrix; nothing is created, migrated or grown.
+        """
+        store = cls.connect(path, readonly=readonly)
         try:
             yield store
         finally:
             store.close()
 
     @classmethod
-    def connect(cls, path: str | os.PathLike | None = None) -> "MatrixStore":
+    def connect(cls, path: str | os.PathLike | None = None, *, readonly: bool = False) -> "MatrixStore":
         """Like `open`, without the context manager: call `close()` yourself."""
         db = Path(path) if path is not None else default_db_path()
         _check_header(db)
+        if readonly:
+            return cls(_connect_readonly(db), db)
         if not db.parent.exists():
             db.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -163,6 +193,25 @@ class MatrixStore:
 
     def close(self) -> None:
         self._conn.close()
+
+    @classmethod
+    def preflight(cls, path: str | os.PathLike | None = None) -> Path:
+        """Check, before long work that records into it, that `path` can be opened; creates nothing.
+
+        An existing file is opened read-only (header, integrity, schema); a new one needs a folder
+        that exists or can be made. Returns the path; raises StoreError.
+        """
+        db = Path(path) if path is not None else default_db_path()
+        _check_header(db)
+        if db.exists() and db.stat().st_size:
+            conn = _connect_readonly(db, require_current=False)
+            conn.close()
+            return db
+        folder = next((p for p in (db.parent, *db.parent.parents) if p.exists()), Path("."))
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise StoreError(f"cannot create matrix database {db}: {folder} is not a writable folder;"
+                             f" point --db / ${DB_ENV_VAR} elsewhere")
+        return db
 
     @property
     def schema_version(self) -> int:
@@ -228,19 +277,38 @@ class MatrixStore:
             )
             return cur.lastrowid
 
-    def record_run(self, result: dict, *, build_id: int | None = None, source: str | None = None) -> RecordedRun:
-        """Record a result.json (as a dict). Idempotent on `result["run_id"]`: a second call inserts nothing.
+    def classify_run(self, result: dict) -> str:
+        """"new", "identical" (same run_id, same content) or "conflict" (same run_id, other content)."""
+        row = self._conn.execute("SELECT result_json FROM runs WHERE run_id = ?", (result["run_id"],)).fetchone()
+        if row is None:
+            return "new"
+        return "identical" if row[0] == canonical_json(result) else "conflict"
 
-        Without `build_id`, the run is linked to the latest build whose image digest matches
+    def record_run(self, result: dict, *, build_id: int | None = None, source: str | None = None,
+                   replace: bool = False) -> RecordedRun:
+        """Record a result.json (as a dict). Idempotent on `result["run_id"]`: the same content again writes nothing.
+
+        The same run_id with other content raises RunConflictError, unless `replace` (the new content
+        wins). Without `build_id`, the run is linked to the latest build whose image digest matches
         `result["image"]["digest"]`, if there is one. `source` notes where it came from (a file path).
         """
         validate_result(result)
         cell = Cell.from_result(result)
         image = result.get("image") or {}
+        content = canonical_json(result)
+        outcome = "new"
         with self._write() as conn:
-            existing = conn.execute("SELECT id FROM runs WHERE run_id = ?", (result["run_id"],)).fetchone()
+            existing = conn.execute("SELECT id, result_json FROM runs WHERE run_id = ?", (result["run_id"],)).fetchone()
+            if existing and existing[1] == content:
+                return RecordedRun(existing[0], result["run_id"], cell.key, outcome="identical")
+            if existing and not replace:
+                raise RunConflictError(
+                    f"run {result['run_id']} is already recorded with other content; nothing was changed."
+                    " Pass --replace to overwrite it with this one")
             if existing:
-                return RecordedRun(existing[0], result["run_id"], cell.key, inserted=False)
+                conn.execute("DELETE FROM probes WHERE run_row = ?", (existing[0],))
+                conn.execute("DELETE FROM runs WHERE id = ?", (existing[0],))
+                outcome = "replaced"
             cell_id = _ensure_cell(conn, cell)
             if build_id is None and image.get("digest"):
                 row = conn.execute(
@@ -255,7 +323,7 @@ class MatrixStore:
                  result.get("error_class"), result.get("error"), result.get("started_at"),
                  result.get("finished_at"), result.get("wall_time_s"), image.get("tag"), image.get("digest"),
                  json.dumps(result["host"], sort_keys=True) if result.get("host") is not None else None,
-                 json.dumps(result, sort_keys=True), source, utc_now()),
+                 content, source, utc_now()),
             )
             row_id = cur.lastrowid
             conn.executemany(
@@ -263,17 +331,20 @@ class MatrixStore:
                 [(row_id, p["name"], p["status"], p.get("message") or "", json.dumps(p.get("values") or {}))
                  for p in result.get("probes") or []],
             )
-            return RecordedRun(row_id, result["run_id"], cell.key, inserted=True)
+            return RecordedRun(row_id, result["run_id"], cell.key, outcome=outcome)
 
-    def merge_from(self, other: str | os.PathLike) -> tuple[int, int]:
+    def merge_from(self, other: str | os.PathLike, *, replace: bool = False) -> tuple[int, dict[str, int]]:
         """Copy the builds and runs of another matrix file (e.g. a CI job's) into this one, idempotently.
 
-        Returns (builds added, runs added); rows already here (same build_uid / run_id) are skipped.
-        Each row is its own transaction: an interrupted merge is completed by running it again.
+        Returns (builds added, {"new"|"identical"|"replaced": runs}); rows already here (same build_uid /
+        identical run) are skipped. Each row is its own transaction: an interrupted merge is completed by
+        running it again. The other file is only read.
         """
-        with MatrixStore.open(other) as source:
+        with MatrixStore.open(other, readonly=True) as source:
             builds, runs = source.builds(), source.runs()
-        added_builds = added_runs = 0
+            self.damaged += source.damaged
+        added_builds = 0
+        outcomes = {"new": 0, "identical": 0, "replaced": 0}
         id_map: dict[int, int] = {}  # source build id -> build id here
         for build in builds:
             before = self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build["build_uid"],)).fetchone()
@@ -284,37 +355,104 @@ class MatrixStore:
                                          "created_at", "build_uid")})
             added_builds += before is None
         for row in runs:
-            recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"])
-            added_runs += recorded.inserted
-        return added_builds, added_runs
+            recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"],
+                                       replace=replace)
+            outcomes[recorded.outcome] += 1
+        return added_builds, outcomes
 
     # ---- reads -----------------------------------------------------------------------------
+    # Reads are tolerant: a row whose stored JSON does not parse (byte damage passes SQLite's
+    # integrity check) is skipped and noted in `self.damaged`, so one bad row never hides the rest.
     def cells(self) -> list[Cell]:
-        """Every cell that has a build or a run recorded, ordered by key."""
-        rows = self._conn.execute(
-            "SELECT flavor, accel_version, torch, arch, python FROM cells ORDER BY key").fetchall()
-        return [Cell(flavor=r[0], accel_version=r[1], torch=r[2], arch=r[3], python=r[4]) for r in rows]
+        """Every cell that has a build or a run recorded, ordered by key (unreadable coordinates skipped)."""
+        out = []
+        for row_id, key, *coords in self._conn.execute(
+                "SELECT id, key, flavor, accel_version, torch, arch, python FROM cells ORDER BY key"):
+            try:
+                out.append(Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords))))
+            except ValueError as exc:
+                self.damaged.append(DamagedRow("cells", row_id, key, "coordinates", _first_error(exc)))
+        return out
 
-    def runs(self, cell_key: str | None = None) -> list[dict]:
-        """Recorded runs (oldest first), each the stored result.json plus `cell_key`, `row_id`, `build_id`."""
-        sql = ("SELECT runs.id, cells.key, runs.build_id, runs.result_json, runs.source, runs.recorded_at"
-               " FROM runs JOIN cells ON cells.id = runs.cell_id")
-        args: tuple = ()
+    def runs(self, cell_key: str | None = None, *, last: int | None = None) -> list[dict]:
+        """Recorded runs (oldest first), each the stored result.json plus `cell_key`, `row_id`, `build_id`.
+
+        `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
+        """
+        sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
+               " runs.source, runs.recorded_at FROM runs JOIN cells ON cells.id = runs.cell_id WHERE 1")
+        args: list = []
         if cell_key is not None:
-            sql += " WHERE cells.key = ?"
-            args = (cell_key,)
+            sql += " AND cells.key = ?"
+            args.append(cell_key)
+        if last is not None:
+            sql += (" AND runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id"
+                    " ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs) WHERE n <= ?)")
+            args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
-        for row_id, key, build_id, result_json, source, recorded_at in self._conn.execute(sql, args):
-            out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
-                        "recorded_at": recorded_at, "result": json.loads(result_json)})
+        for row_id, run_id, key, build_id, blob, source, recorded_at in self._conn.execute(sql, args):
+            result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+            if result is not None:
+                out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
+                            "recorded_at": recorded_at, "result": result})
         return out
+
+    def runs_json(self, cell_key: str, *, host_keys: tuple[str, ...] | None = None) -> list[str]:
+        """A cell's stored result.json texts (oldest first, unparsed: fast at any size), damaged rows left out.
+
+        `host_keys`: keep only these keys of each run's `host` block, plus `gpu_count` (None: all of it).
+        """
+        column = "runs.result_json"
+        args: list = []
+        if host_keys is not None:
+            pairs = ", ".join(f"?, runs.result_json -> ?" for _ in host_keys)
+            column = (f"CASE WHEN json_type(runs.result_json, '$.host') = 'object' THEN json_set(runs.result_json,"
+                      f" '$.host', json_object({pairs}, 'gpu_count',"
+                      " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END")
+            for key in host_keys:
+                args += [key, f"$.host.{key}"]
+        cur = self._conn.execute(
+            f"SELECT {column} FROM runs JOIN cells ON cells.id = runs.cell_id WHERE cells.key = ?"
+            " AND json_valid(runs.result_json) ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
+            [*args, cell_key])
+        return [row[0] for row in cur]
+
+    def train_metrics(self) -> list[dict]:
+        """Every readable train run's cell_key, time (`at`), samples_per_s and mfu, oldest first (no parsing)."""
+        cur = self._conn.execute(
+            "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
+            " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu')"
+            " FROM runs JOIN cells ON cells.id = runs.cell_id"
+            " WHERE runs.command = 'train' AND json_valid(runs.result_json) ORDER BY at, runs.id")
+        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu} for k, at, sps, mfu in cur]
+
+    def run_events(self) -> list[dict]:
+        """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
+
+        Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated).
+        A row whose status column is damaged is skipped and noted.
+        """
+        cur = self._conn.execute(
+            "SELECT runs.id, cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
+            " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
+            " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail')"
+            " FROM runs JOIN cells ON cells.id = runs.cell_id ORDER BY at, runs.id")
+        names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes")
+        events = []
+        for row_id, *row in cur:
+            event = dict(zip(names, row))
+            if event["status"] in RUN_STATUSES and isinstance(event["at"], str):
+                events.append(event)
+            else:
+                self.damaged.append(DamagedRow("runs", row_id, str(event["run_id"]), "status", "not a run status"))
+        return events
 
     def builds(self, cell_key: str | None = None) -> list[dict]:
         """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates)."""
-        sql = ("SELECT builds.*, cells.key AS cell_key, cells.flavor AS cell_flavor,"
-               " cells.accel_version AS cell_accel_version, cells.torch AS cell_torch, cells.arch AS cell_arch,"
-               " cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
+        sql = ("SELECT builds.*, CAST(builds.manifest_json AS BLOB) AS manifest_blob, cells.key AS cell_key,"
+               " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
+               " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
         args: tuple = ()
         if cell_key is not None:
             sql += " WHERE cells.key = ?"
@@ -324,19 +462,68 @@ class MatrixStore:
         out = []
         for row in cur:
             build = dict(zip(names, row))
-            manifest = build.pop("manifest_json")
-            build["manifest"] = json.loads(manifest) if manifest else None
+            del build["manifest_json"]
+            blob = build.pop("manifest_blob")
+            build["manifest"] = None
+            if blob is not None:
+                build["manifest"] = self._json("builds", build["id"], build["build_uid"], "manifest_json", blob,
+                                               lambda v: isinstance(v, dict))
+                if build["manifest"] is None:
+                    continue
             build["cell"] = {name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")}
             out.append(build)
         return out
 
     def probe_rows(self, run_row: int) -> list[dict]:
         cur = self._conn.execute(
-            "SELECT name, status, message, values_json FROM probes WHERE run_row = ? ORDER BY name", (run_row,))
-        return [{"name": n, "status": s, "message": m, "values": json.loads(v or "{}")} for n, s, m, v in cur]
+            "SELECT name, status, message, CAST(values_json AS BLOB) FROM probes WHERE run_row = ? ORDER BY name",
+            (run_row,))
+        out = []
+        for name, status, message, blob in cur:
+            values = self._json("probes", run_row, name, "values_json", blob or b"{}", lambda v: isinstance(v, dict))
+            if values is not None:
+                out.append({"name": name, "status": status, "message": message, "values": values})
+        return out
+
+    def check(self) -> list[DamagedRow]:
+        """Every row whose stored JSON or cell coordinates do not parse (what the reads would skip)."""
+        self.damaged = []
+        self.cells()
+        self.runs()
+        self.builds()
+        for (row_id,) in self._conn.execute("SELECT id FROM runs ORDER BY id").fetchall():
+            self.probe_rows(row_id)
+        return list(self.damaged)
 
     def integrity_ok(self) -> bool:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def _json(self, table: str, row_id: int, ident: str, column: str, blob: bytes, valid) -> Any:
+        """The parsed JSON of one column, or None (and a DamagedRow noted) when it does not parse."""
+        try:
+            value = json.loads(bytes(blob).decode("utf-8"))
+            if valid(value):
+                return value
+            problem = "not the expected JSON object"
+        except (UnicodeDecodeError, ValueError) as exc:
+            problem = str(exc).splitlines()[0][:120]
+        self.damaged.append(DamagedRow(table, row_id, str(ident), column, problem))
+        return None
+
+
+def canonical_json(result: dict) -> str:
+    """How a result is stored and compared: sorted keys, default separators."""
+    return json.dumps(result, sort_keys=True)
+
+
+def _is_result(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("run_id", "status", "command"))
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return exc.errors()[0]["msg"].removeprefix("Value error, ")
+    return str(exc)
 
 
 def validate_result(result: Any) -> None:
@@ -361,6 +548,10 @@ def validate_result(result: Any) -> None:
     for probe in result.get("probes") or []:
         if not isinstance(probe, dict) or not probe.get("name") or probe.get("status") not in ("pass", "fail", "skip"):
             raise InvalidResultError(f"probe entry {probe!r} needs a name and a status pass|fail|skip")
+    try:
+        Cell.from_result(result)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InvalidResultError(f"result names no valid matrix cell: {_first_error(exc)}") from exc
 
 
 def _ensure_cell(conn: sqlite3.Connection, cell: Cell) -> int:
@@ -384,6 +575,35 @@ def _check_header(db: Path) -> None:
         raise StoreError(
             f"{db} is not an SQLite database (corrupt or another file); nothing was changed."
             f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
+
+
+def _connect_readonly(db: Path, *, require_current: bool = True) -> sqlite3.Connection:
+    """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched)."""
+    if not db.exists():
+        raise StoreError(
+            f"no matrix database at {db}: record a run (`envbuild run workload`), import results"
+            f" (`envbuild matrix import`), or point --db / ${DB_ENV_VAR} at an existing one")
+    if db.stat().st_size == 0:
+        raise StoreError(f"{db} is empty (0 bytes), not a matrix database; nothing was changed."
+                         f" Remove it, or point --db / ${DB_ENV_VAR} at an existing matrix")
+    try:
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open matrix database {db}: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _check_readable(conn, db)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            raise StoreError(f"{db} is an SQLite file but not a matrix database; nothing was changed."
+                             f" Point --db / ${DB_ENV_VAR} at a matrix")
+        if require_current and version < SCHEMA_VERSION:
+            raise StoreError(f"{db} has the older matrix schema {version} (this envbuild: {SCHEMA_VERSION});"
+                             " `envbuild matrix import` into it once upgrades it")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _check_readable(conn: sqlite3.Connection, db: Path) -> None:

@@ -56,9 +56,9 @@ def test_ci_job_databases_merge_builds_and_runs_once(tmp_path):
     db = tmp_path / "m.db"
     first = _invoke("matrix", "import", str(tmp_path / "artifacts"), db=db)
     assert first.exit_code == 0, first.output
-    assert "imported 1 new run(s), 1 already recorded, 2 new build(s)" in first.output
+    assert "imported 1 new run(s), 1 already recorded, 0 replaced, 2 new build(s)" in first.output
     again = _invoke("matrix", "import", str(tmp_path / "artifacts"), db=db)
-    assert "imported 0 new run(s), 1 already recorded, 0 new build(s)" in again.output
+    assert "imported 0 new run(s), 2 already recorded, 0 replaced, 0 new build(s)" in again.output  # the .db copy counts too
     with MatrixStore.open(db) as store:
         summaries = {s.key: s for s in summarize(store)}
         (merged_run,) = store.runs()
@@ -79,7 +79,7 @@ def test_an_invalid_file_imports_nothing_unless_skipped(tmp_path):
     with MatrixStore.open(db) as store:
         assert store.runs() == []
     skipped = _invoke("matrix", "import", "--skip-invalid", str(good), str(bad), db=db)
-    assert skipped.exit_code == 0 and "imported 1 new run(s), 0 already recorded, 0 new build(s), 1 skipped" in skipped.output
+    assert skipped.exit_code == 0 and "imported 1 new run(s), 0 already recorded, 0 replaced, 0 new build(s), 1 skipped" in skipped.output
 
 
 def test_list_show_and_export_report_the_verdicts(tmp_path):
@@ -111,7 +111,7 @@ def test_corrupt_database_is_a_clear_error(tmp_path):
     db = tmp_path / "m.db"
     db.write_bytes(b"not a database at all" * 100)
     result = _invoke("matrix", "list", db=db)
-    assert result.exit_code == 1 and "not an SQLite database" in result.output
+    assert result.exit_code == 2 and "not an SQLite database" in result.output
 
 
 @pytest.mark.parametrize("results, status, failure_class", [
@@ -151,5 +151,5 @@ def test_reading_commands_do_not_create_a_missing_database(tmp_path, args, monke
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "missing.db"
     result = _invoke(*args, db=db)
-    assert result.exit_code == 1 and "no matrix database at" in result.output
+    assert result.exit_code == 2 and "no matrix database at" in result.output
     assert not db.exists()

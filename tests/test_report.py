@@ -32,15 +32,23 @@ def site(tmp_path_factory):
     with MatrixStore.open(tmp / "m.db") as store:
         store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
                                      image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}))
-        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"))
+        store.record_run(failed_result("nan_loss", "loss became NaN at step 3", finished_at="2026-12-01T18:00:00Z"))
+        run_dir = tmp / "runs" / "latest"
+        run_dir.mkdir(parents=True)
+        (run_dir / "container.log").write_text("step 1 loss 1.95\nstep 4 loss 0.90\n")
+        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"), source=str(run_dir / "result.json"))
+        (tmp / "build.log").write_text("#1 [internal] load build definition\n")
+        store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10"),
+                           status="pass", image_tag="envbuild/rocm:abc", image_digest="sha256:" + "d" * 64,
+                           duration_s=321.0, log_path=tmp / "build.log", created_at="2026-12-01T09:00:00Z")
         store.record_run(with_probe_failure(cpu_result()))
         store.record_run(failed_result("oom", "HIP out of memory <tried 2 GiB>",
                                        image={"manifest": {"cell": fail_cell}}))
         store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx942", python="3.10"),
                            status="fail", failure_class="network", error="pip could not reach the index")
         summaries = summarize(store, [UNTESTED])
-    out = tmp / "site"
-    index = build_report(summaries, out, generated_at="2026-12-02T14:00:00Z")
+        out = tmp / "site"
+        index = build_report(store, summaries, out, generated_at="2026-12-02T14:00:00Z")
     return out, index
 
 
@@ -49,17 +57,22 @@ def test_site_has_pages_plots_summary_and_data(site):
     assert index == out / "index.html"
     for key in (ROCM_KEY, CPU_KEY, FAIL_KEY, BUILD_FAIL_KEY, UNTESTED.key):
         assert (out / "cells" / f"{key}.html").is_file()
-    for name in ("curves", "accuracy", "throughput"):
-        png = (out / "plots" / f"{ROCM_KEY}-{name}.png").read_bytes()
-        assert png.startswith(PNG_MAGIC) and len(png) > 5000
-    assert not (out / "plots" / f"{UNTESTED.key}-curves.png").exists()
+    for name, labels in (("curves", ("optimizer step", "loss (nats per token)")),
+                         ("accuracy", ("score (fraction, 1 = perfect)",)),
+                         ("throughput", ("samples/s", "MFU (% of peak)", "run day (2026, MM-DD, UTC)"))):
+        svg = (out / "plots" / f"{ROCM_KEY}-{name}.svg").read_text()
+        assert svg.startswith("<svg") and all(f">{label}</text>" in svg for label in labels), name
+    assert not (out / "plots" / f"{UNTESTED.key}-curves.svg").exists()
     data = json.loads((out / "data.json").read_text())
     status = {c["key"]: (c["status"], c["failure_class"]) for c in data["cells"]}
     assert status == {ROCM_KEY: ("pass", None), CPU_KEY: ("partial", None), FAIL_KEY: ("fail", "oom"),
                       BUILD_FAIL_KEY: ("fail", "build:network"), UNTESTED.key: ("untested", None)}
+    cell_data = json.loads((out / "data" / f"{ROCM_KEY}.json").read_text())
+    assert len(cell_data["runs"]) == 3 and len(cell_data["history"]) == 3
     summary = (out / "summary.md").read_text()
     assert "2 pass" not in summary and "1 pass, 1 partial (passed with probe warnings), 2 fail, 1 untested" in summary
-    assert f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | oom | HIP out of memory &lt;tried 2 GiB&gt; | 1 | never |" in summary
+    assert (f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | not listed | 2026-12-02 13:00 | AMD Instinct MI250X × 1"
+            " | 52.1 | 21.0% | 1 | oom | HIP out of memory &lt;tried 2 GiB&gt; |") in summary
 
 
 def test_grid_shows_every_cell_with_status_class_and_note(site):
@@ -72,15 +85,25 @@ def test_grid_shows_every_cell_with_status_class_and_note(site):
     assert "build:network" in html and "probe warnings: sdpa_vs_math" in html
     for torch in ("2.3", "2.4", "2.5", "2.13"):
         assert f"<th>torch {torch}</th>" in html
+    rows = {key: row for key, row in re.findall(r'<tr data-cell="([^"]+)".*?>(.*?)</tr>', html, re.S)}
+    assert "CPU only" in rows[CPU_KEY] and "cpu cpu" not in html and "× 0" not in html
+    assert re.search(r"flaky.*2026-12-02 10:00.*AMD Instinct MI250X × 1.*52\.1.*21\.0%", rows[ROCM_KEY], re.S)
+    assert "flaky" not in rows[FAIL_KEY] and ">n/a<" in rows[CPU_KEY].replace("\n", "")
+    assert "not listed" in rows[ROCM_KEY] and "https://rocm.docs.amd.com/" in rows[ROCM_KEY]
 
 
 def test_cell_page_shows_digest_probes_versions_and_history(site):
     out, _ = site
     html = (out / "cells" / f"{ROCM_KEY}.html").read_text()
-    assert "plots/" + ROCM_KEY + "-curves.png" in html and "0.140 → 0.710" in html and "21.0%" in html
+    assert "plots/" + ROCM_KEY + "-curves.svg" in html and "0.140 → 0.710" in html and "21.0%" in html
     assert "2.4.1+rocm6.2" in html and "sdpa_vs_math" in html
-    assert "last pass 2026-12-02T10:00:00Z" in html and "2 recorded verdict(s)" in html
+    assert "last pass 2026-12-02T10:00:00Z" in html and "3 recorded verdict(s)" in html
     assert "sha256:" + "d" * 64 in html  # from the older run: the newest run carries no image block
+    assert "envbuild image --rocm 6.2 --torch 2.4 --arch gfx90a --python 3.10" in html
+    assert "envbuild run workload --image envbuild/rocm:abc --gpus all" in html
+    logs = re.findall(r'href="\.\./(logs/[^"]+)">log<', html)
+    assert len(logs) == 2 and {(out / log).read_text()[:4] for log in logs} == {"step", "#1 ["}
+    assert '<span class="flaky">flaky</span>' in html and "device_count</td><td><code>1</code>" in html
     fail = (out / "cells" / f"{FAIL_KEY}.html").read_text()
     assert "oom" in fail and "HIP out of memory" in fail
 
@@ -89,9 +112,11 @@ def test_site_references_nothing_outside_itself(site):
     out, _ = site
     for page in [*out.glob("*.html"), *out.glob("cells/*.html"), out / "style.css"]:
         text = page.read_text()
-        assert not re.search(r"(src|href)=\"(https?:)?//", text), page
+        assert not re.search(r"src=\"(https?:)?//", text), page  # nothing is loaded from elsewhere
+        cited = re.findall(r'href="((?:https?:)?//[^"]*)"', text)  # links out: only the vendor sources cited
+        assert all(url.startswith("https://rocm.docs.amd.com/") for url in cited), page
         assert "@import" not in text and "url(" not in text, page
-        for ref in re.findall(r'(?:src|href)="([^"#]+)"', text):
+        for ref in re.findall(r'(?:src|href)="(?!https://)([^"#]+)"', text):
             assert (page.parent / ref).resolve().exists(), f"{page.name} links to missing {ref}"
 
 
@@ -127,3 +152,37 @@ def test_cell_page_renders_with_its_plots_loaded(site, tmp_path):
     assert page.errors == []
     assert page.value == [True, True, True]
     print(f"screenshot: {shot}")
+
+
+@pytest.mark.slow
+def test_index_filters_by_arch_rocm_release_and_status(site, tmp_path):
+    require_chromium()
+    _, index = site
+    shot = tmp_path / "filtered.png"
+    page = inspect_page(index.as_uri(), shot, _FILTER_SCRIPT)
+    assert page.errors == []
+    v = page.value
+    assert len(v["all"]) == 5 and v["shown_all"] == "5 of 5 cells"
+    assert sorted(v["status=fail"]) == sorted([FAIL_KEY, BUILD_FAIL_KEY]) and v["grid_fail"] == 2
+    assert sorted(v["arch=gfx942"]) == sorted([FAIL_KEY, BUILD_FAIL_KEY])
+    assert v["rocm=cpu"] == [CPU_KEY] and v["shown_cpu"] == "1 of 5 cells" and v["grid_rows_cpu"] == 1
+    assert v["rocm=6.2&status=untested"] == [UNTESTED.key]
+    print(f"screenshot (filtered to ROCm 6.2): {shot}")
+
+
+_FILTER_SCRIPT = """(() => {
+  const f = document.getElementById('filters');
+  const set = (arch, rocm, status) => { f.arch.value = arch; f.rocm.value = rocm; f.status.value = status;
+                                       f.dispatchEvent(new Event('change')); };
+  const rows = () => Array.from(document.querySelectorAll('#cells tbody tr')).filter(r => !r.hidden).map(r => r.dataset.cell);
+  const grid = () => Array.from(document.querySelectorAll('#matrix-grid a.entry')).filter(a => !a.hidden).length;
+  const gridRows = () => Array.from(document.querySelectorAll('#matrix-grid tbody tr')).filter(r => !r.hidden).length;
+  const out = {all: rows(), shown_all: document.getElementById('shown').textContent};
+  set('', '', 'fail'); out['status=fail'] = rows(); out.grid_fail = grid();
+  set('gfx942', '', ''); out['arch=gfx942'] = rows();
+  set('', 'cpu', ''); out['rocm=cpu'] = rows(); out.shown_cpu = document.getElementById('shown').textContent;
+  out.grid_rows_cpu = gridRows();
+  set('', '6.2', 'untested'); out['rocm=6.2&status=untested'] = rows();
+  set('', '6.2', '');
+  return out;
+})()"""

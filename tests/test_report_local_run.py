@@ -27,12 +27,19 @@ def test_a_local_workload_run_appears_in_the_report(tmp_path):
     result = json.loads(result_path.read_text())
     key, verdict = Cell.from_result(result).key, run_verdict(result)
 
+    again = subprocess.run([*ENVBUILD, "matrix", "import", str(result_path), "--db", str(db)],
+                           capture_output=True, text=True, timeout=120)
+    assert "imported 0 new run(s), 1 already recorded" in again.stdout, again.stderr  # the file is what was recorded
     report = subprocess.run([*ENVBUILD, "report", "-o", str(site), "--db", str(db)],
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-2000:]
     data = {c["key"]: c for c in json.loads((site / "data.json").read_text())["cells"]}
     assert data[key]["status"] == verdict
-    assert [r["run_id"] for r in data[key]["runs"]] == [result["run_id"]]
+    assert data[key]["runs"] == 1
+    cell_data = json.loads((site / data[key]["data"]).read_text())
+    assert [r["run_id"] for r in cell_data["runs"]] == [result["run_id"]]
+    published_host = cell_data["runs"][0].get("host") or {}
+    assert "hostname" not in published_host and "kernel_cmdline" not in published_host
     page = (site / "cells" / f"{key}.html").read_text()
     assert result["run_id"] in page and result["versions"]["torch"] in page
     assert f'data-cell="{key}" data-status="{verdict}"' in (site / "index.html").read_text()

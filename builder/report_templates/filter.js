@@ -1,0 +1,20 @@
+// envbuild report: filter the grid and the cell table by arch, ROCm release and status (no dependencies).
+(function () {
+  var form = document.getElementById("filters");
+  if (!form) { return; }
+  function apply() {
+    var want = {arch: form.arch.value, rocm: form.rocm.value, status: form.status.value};
+    var shown = 0, total = 0;
+    document.querySelectorAll("#cells tbody tr, #matrix-grid a.entry").forEach(function (el) {
+      var ok = ["arch", "rocm", "status"].every(function (k) { return !want[k] || el.dataset[k] === want[k]; });
+      el.hidden = !ok;
+      if (el.tagName === "TR") { total += 1; shown += ok ? 1 : 0; }
+    });
+    document.querySelectorAll("#matrix-grid tbody tr").forEach(function (row) {
+      row.hidden = !row.querySelector("a.entry:not([hidden])");
+    });
+    document.getElementById("shown").textContent = shown + " of " + total + " cells";
+  }
+  form.addEventListener("change", apply);
+  apply();
+})();
