@@ -42,6 +42,7 @@ class BuildOptions:
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
     force: bool = False  # build even when the tag exists locally
+    reuse_remote: bool = False  # pull the tag from its registry when it exists there, instead of building
     no_cache: bool = False  # ignore BuildKit's cache (a cold build)
     build_args: dict[str, str] = field(default_factory=dict)
 
@@ -147,6 +148,17 @@ def read_verify(tag: str) -> dict | None:
         return None
 
 
+def pull_existing(tag: str) -> tuple[str | None, str]:
+    """(image id, "") when the registry of `tag` has it (now pulled), else (None, why not)."""
+    repository, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
+    try:
+        return docker_client().images.pull(repository, tag=version).id, ""
+    except docker.errors.NotFound:
+        return None, "not in the registry"
+    except docker.errors.APIError as exc:
+        return None, str(exc.explanation or exc).splitlines()[0][:200]
+
+
 def image_exists(tag: str) -> str | None:
     """The local image id of `tag`, or None."""
     try:
@@ -168,8 +180,12 @@ def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOption
     tool = detect_build_tool()
     started = time.monotonic()
     existing = None if options.force else image_exists(tag)
+    if existing is None and options.reuse_remote and not options.force:
+        existing, why = pull_existing(tag)
+        console.print(f"[green]pulled[/] {escape(tag)}: its content-hash tag exists in the registry" if existing
+                      else f"{escape(tag)} cannot be pulled ({escape(why)}); building it")
     if existing:
-        console.print(f"[green]skipped[/]: image [bold]{tag}[/] already exists locally "
+        console.print(f"[green]skipped[/]: image [bold]{escape(tag)}[/] already exists "
                       f"(content hash unchanged, {existing[:19]}); --force rebuilds it")
         outcome = BuildOutcome(tag, True, time.monotonic() - started, None, tool.describe, existing)
     else:

@@ -76,11 +76,16 @@ def render_ci(out_dir: Path = GENERATED_DIR, cells: list[Cell] | None = None,
     if not cells:
         raise RecipeCellsError("no cells to put in CI: ci/matrix.toml [select] matches nothing the recipes resolve")
     jobs = ci_cells(cells, policy.get("runners", {}))
+    registry = policy.get("workflow", {}).get("registry", "")
+    if not re.fullmatch(r"[a-z0-9.-]+(:\d+)?(/([a-z0-9._-]+|\{owner\}))*", registry):
+        raise RecipeCellsError(f"{policy_path.name} [workflow] registry {registry!r}: give a registry prefix such as "
+                               "ghcr.io/{owner} (lower case, no scheme; {owner} = the repository owner)")
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, autoescape=False,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["q"] = json.dumps  # a JSON string is a valid YAML and HCL double-quoted string
     values = {"cells": jobs, "workflow": policy.get("workflow", {}), "contexts_dir": CONTEXTS_DIR,
-              "policy": policy_path.name}
+              "policy": policy_path.name,
+              "registry": registry.replace("{owner}", "${{ github.repository_owner }}")}
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for template, name in (("workflow.yml.j2", WORKFLOW_NAME), ("docker-bake.hcl.j2", BAKE_NAME)):

@@ -48,6 +48,8 @@ def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry:
 @click.option("--cache-to", multiple=True, metavar="REF", help="BuildKit cache export (repeatable; "
               "type=inline without buildx).")
 @click.option("--push", is_flag=True, help="Push the image after building (or when it exists already).")
+@click.option("--reuse-remote", is_flag=True, help="With --registry: when the content-hash tag is already in the "
+              "registry, pull it instead of building (CI never rebuilds what it has).")
 @click.option("--force", is_flag=True, help="Build even when the content-hash tag exists locally.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (a cold build).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -57,7 +59,8 @@ def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry:
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 def image(out: Path | None, context_dir: Path | None, tag: str | None, registry: str | None,
           ca_cert: Path | None, network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...],
-          cache_to: tuple[str, ...], push: bool, force: bool, no_cache: bool, log_path: Path | None, dry_run: bool,
+          cache_to: tuple[str, ...], push: bool, reuse_remote: bool, force: bool, no_cache: bool,
+          log_path: Path | None, dry_run: bool,
           db: Path | None, no_record: bool, **request) -> None:
     """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
 
@@ -66,6 +69,8 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     console = Console(stderr=True, soft_wrap=True)
     if ca_cert and not ca_cert.is_file():
         raise click.BadParameter(f"{ca_cert}: no such file", param_hint="--ca-cert")
+    if reuse_remote and not registry:
+        raise click.UsageError("--reuse-remote looks the content-hash tag up in a registry: give --registry REF")
     if wheelhouse and not wheelhouse.is_dir():
         raise click.BadParameter(f"{wheelhouse}: not a directory", param_hint="--wheelhouse")
     plan = None
@@ -89,6 +94,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         return
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
+                           reuse_remote=reuse_remote,
                            no_cache=no_cache)
     if not no_record:
         preflight_store(db)

@@ -86,7 +86,14 @@ def test_workflow_has_one_job_per_cell_on_arch_labelled_runners(rendered):
         "--flavor rocm --rocm 6.2 --torch 2.4 --arch gfx90a --python 3.10"
     assert cell_job["runs-on"] == "${{ matrix.runner }}"
     steps = [s.get("name") or s["uses"] for s in cell_job["steps"]]
-    assert steps.index("Build") < steps.index("Run workload") < steps.index("Upload result")
+    assert steps.index("Pull or build (content-hash tag)") < steps.index("Run workload") < steps.index("Upload result")
+    build = cell_job["steps"][steps.index("Pull or build (content-hash tag)")]["run"]
+    # tagged by content hash (the context's manifest), pulled when the registry has it, pushed, cache shared
+    assert '--registry "${REGISTRY,,}" --reuse-remote --push' in build and "--tag" not in build
+    assert "type=registry,ref=${REGISTRY,,}/envbuild-cache:${{ matrix.key }},mode=max" in build
+    assert "github.run_id" not in (rendered / WORKFLOW_NAME).read_text()
+    assert cell_job["env"]["REGISTRY"] == "ghcr.io/${{ github.repository_owner }}"
+    assert cell_job["permissions"]["packages"] == "write"
     upload = cell_job["steps"][steps.index("Upload result")]
     assert upload["if"] == "always()" and upload["with"]["name"] == "result-${{ matrix.key }}"
 
@@ -98,7 +105,8 @@ def test_report_job_imports_all_artifacts_and_publishes_pages(rendered):
     assert report["permissions"]["pages"] == "write" and report["permissions"]["id-token"] == "write"
     runs = " ".join(s.get("run", "") for s in report["steps"])
     uses = [s.get("uses", "") for s in report["steps"]]
-    assert "envbuild matrix import --skip-invalid --db matrix.db artifacts" in runs
+    assert 'bash ci/scripts/matrix_history.sh "envbuild-matrix-data" artifacts matrix.db' in runs
+    assert report["permissions"]["contents"] == "write"  # the history script pushes the data branch
     assert "envbuild report --db matrix.db -o site" in runs
     download = next(s for s in report["steps"] if s.get("uses", "").startswith("actions/download-artifact"))
     assert download["with"]["pattern"] == "result-*"
