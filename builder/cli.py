@@ -30,3 +30,7 @@ main.add_command(cli_render.recipes_group)
 main.add_command(cli_render.render_command)
 from builder import cli_inspect  # noqa: E402
 main.add_command(cli_inspect.inspect)
+from builder import cli_diff  # noqa: E402
+cli_matrix.matrix.add_command(cli_diff.diff_cells)
+from builder import cli_publish  # noqa: E402
+cli_matrix.matrix.add_command(cli_publish.publish)

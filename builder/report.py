@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from builder import __version__, report_plots, vendor_support
+from builder import __version__, diff, gpu_prices, report_compare, report_plots, vendor_support
 from builder.matrix import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
 from builder.slug import safe_slug
 from builder.store import MatrixStore, utc_now
@@ -56,6 +56,8 @@ class IndexEntry:
     hardware: str
     samples_per_s: float | None
     mfu: float | None
+    samples_per_gpu_hour: float | None
+    cost_per_1k: str  # "$0.0011 (price of 2026-03-17)" where a public GPU-hour price is recorded, else ""
     flaky: bool
     flips: int
     runs: int
@@ -126,7 +128,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
     common = {"generated_at": generated_at, "version": __version__, "counts": counts}
     (root / MARKER).write_text("written by envbuild report; the next report replaces this folder whole\n")
-    for name in ("style.css", "filter.js"):
+    for name in ("style.css", "filter.js", "compare.js"):
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
     for sub in ("cells", "plots", "data", "logs"):
         (root / sub).mkdir()
@@ -153,9 +155,24 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     (root / "index.html").write_text(html.get_template("index.html.j2").render(
         torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, root="", **common))
     (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
-        torch_lines=torch_lines, rows=rows, entries=ordered, **common))
+        torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
+    report_compare.write(root, html, store, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def summary_markdown(summaries: list[CellSummary], generated_at: str, vendor: dict | None = None,
+                     link_base: str | None = None) -> str:
+    """The site's summary.md alone (e.g. committed as docs/compatibility.md); `link_base` None: no links."""
+    _, md = _environments()
+    vendor = vendor_support.load() if vendor is None else vendor
+    entries = {s.key: _index_entry(s, vendor) for s in summaries}
+    torch_lines, rows = _grid(summaries, entries)
+    ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
+    counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
+    return md.get_template("summary.md.j2").render(torch_lines=torch_lines, rows=rows, entries=ordered,
+                                                   link_base=link_base, generated_at=generated_at,
+                                                   version=__version__, counts=counts)
 
 
 def _environments() -> tuple[Environment, Environment]:
@@ -214,7 +231,16 @@ def _index_entry(s: CellSummary, vendor: dict) -> IndexEntry:
         arch=cell.arch or "none", torch=cell.torch, python=cell.python, status=s.status,
         failure_class=s.failure_class, note=s.note, last_at=(s.last_event_at or "")[:16].replace("T", " "),
         hardware=_hardware(s.latest_run), samples_per_s=metrics.get("samples_per_s"), mfu=metrics.get("mfu"),
-        flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=vendor_support.support_of(cell, vendor))
+        **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=vendor_support.support_of(cell, vendor))
+
+
+def _cost(train: dict) -> dict:
+    """Samples per GPU-hour of a GPU run and, with a public price (recipes/gpu-prices.toml), cost per 1k samples."""
+    throughput = diff.profile(train, None)["throughput"] if train else {}
+    per_hour = throughput.get("samples_per_gpu_hour")
+    price = gpu_prices.price_for(train) if per_hour else None
+    cost = f"${1000 * price.usd_per_gpu_hour / per_hour:.4f} (price of {price.as_of})" if price else ""
+    return {"samples_per_gpu_hour": per_hour, "cost_per_1k": cost}
 
 
 def _row_label(cell) -> tuple[tuple, str]:

@@ -1,0 +1,111 @@
+"""`envbuild matrix diff`, the report's compare page and docs/compatibility.md, on the measured results/.
+
+results/ holds real runs (docs in results/README.md): the cpu cell from a container build here and the
+H200 cell from `envbuild run workload --local` on the device machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import main
+from builder.paths import REPO_ROOT
+from report_browser import inspect_page, require_chromium
+
+RESULTS = REPO_ROOT / "results"
+CPU, GPU = "cpu-torch2.13-py3.11", "cuda13.0-torch2.11-sm_90-py3.12"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "240"})
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("results") / "matrix.db"
+    imported = invoke("matrix", "import", "--db", str(path), str(RESULTS))
+    assert imported.exit_code == 0, imported.output
+    return path
+
+
+def _rows(output: str) -> dict[tuple[str, str], dict]:
+    return {(r["section"], r["name"]): r for r in json.loads(output)["rows"]}
+
+
+def test_diff_puts_versions_throughput_and_probes_side_by_side(db):
+    result = invoke("matrix", "diff", CPU, GPU, "--db", str(db), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    rows = _rows(result.output)
+    assert data["a"]["preset"] == data["b"]["preset"] == "smoke"  # B's run of A's preset, not B's newest
+    torch = rows[("versions", "torch")]
+    assert torch["a"] == "2.13.0+cpu" and torch["b"] == "2.11.0+cu130" and torch["differs"]
+    speed = rows[("throughput", "samples_per_s")]
+    assert speed["ratio"] == pytest.approx(speed["b"] / speed["a"]) and speed["ratio"] > 10
+    assert rows[("versions", "gpu")]["a"] == "CPU only" and rows[("versions", "gpu")]["b"] == "NVIDIA H200 x 1"
+    versions = [r for r in data["rows"] if r["section"] == "versions"]
+    assert [r["differs"] for r in versions] == sorted((r["differs"] for r in versions), reverse=True)
+    cost = rows[("throughput", "cost_per_1k_samples")]
+    assert cost["a"] is None and cost["b"] == pytest.approx(1000 * 4.54 / (speed["b"] * 3600), rel=1e-3)
+    assert data["train_loss"]["a"] and data["train_loss"]["b"]
+
+
+def test_diff_names_the_side_outside_a_probe_limit(db, tmp_path):
+    gpu_run = next((RESULTS / GPU).glob("local-smoke-*/result.json"))
+    result = json.loads(gpu_run.read_text())
+    probe = next(p for p in result["probes"] if p["name"] == "sdpa_vs_math")
+    probe["status"], probe["message"] = "fail", "bf16 error above its limit"
+    result["run_id"], result["finished_at"] = "f" * 32, "2026-12-02T23:59:59Z"
+    copy = tmp_path / "matrix.db"
+    shutil.copy(db, copy)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "result.json").write_text(json.dumps(result))
+    assert invoke("matrix", "import", "--db", str(copy), str(tmp_path / "r")).exit_code == 0
+    out = invoke("matrix", "diff", CPU, GPU, "--db", str(copy), "--json")
+    rows = _rows(out.output)
+    assert rows[("probes", "sdpa_vs_math.status")]["out_of_limit"] == "B"
+    text = invoke("matrix", "diff", CPU, GPU, "--db", str(copy))
+    assert text.exit_code == 0 and "out of limit: B" in text.output
+
+
+def test_diff_of_an_unknown_cell_is_bad_input(db):
+    result = invoke("matrix", "diff", CPU, "rocm6.2-torch2.4-gfx90a-py3.10", "--db", str(db))
+    assert result.exit_code == 2 and "no runs of 'rocm6.2-torch2.4-gfx90a-py3.10'" in result.output
+
+
+def test_committed_compatibility_summary_is_up_to_date(db, tmp_path):
+    """docs/compatibility.md is what `envbuild report --markdown` gives for results/; stale = this test fails."""
+    doc = REPO_ROOT / "docs" / "compatibility.md"
+    check = invoke("report", "--db", str(db), "--markdown", str(doc), "--check")
+    assert check.exit_code == 0, check.output + "\nregenerate: envbuild matrix import --db /tmp/r.db results/ && " \
+                                              "envbuild report --db /tmp/r.db --markdown docs/compatibility.md"
+    text = doc.read_text()
+    assert f"| {GPU.replace('_', chr(92) + '_')} |" in text and f"| {CPU} |" in text and "NVIDIA H200 × 1" in text
+    stale = tmp_path / "compatibility.md"
+    stale.write_text(text.replace("NVIDIA H200", "NVIDIA H100"))
+    assert invoke("report", "--db", str(db), "--markdown", str(stale), "--check").exit_code == 1
+
+
+def test_compare_page_in_headless_chromium(db, tmp_path):
+    require_chromium()
+    site = tmp_path / "site"
+    assert invoke("report", "--db", str(db), "-o", str(site)).exit_code == 0
+    expression = f"""(function () {{
+      var f = document.getElementById('pick'); f.a.value = '{CPU}'; f.b.value = '{GPU}';
+      f.dispatchEvent(new Event('change'));
+      var torch = Array.from(document.querySelectorAll('#versions tbody tr'))
+        .find(function (r) {{ return r.cells[0].textContent === 'torch'; }});
+      return {{curves: document.querySelectorAll('#curves polyline').length,
+               torch: [torch.cells[1].textContent, torch.cells[2].textContent, torch.className],
+               firstSame: document.querySelector('#versions tbody tr.same') !== null,
+               presets: Array.from(f.preset.options).map(function (o) {{ return o.value; }})}};
+    }})()"""
+    page = inspect_page((site / "compare.html").as_uri(), tmp_path / "compare.png", expression)
+    assert page.errors == []
+    assert page.value == {"curves": 2, "torch": ["2.13.0+cpu", "2.11.0+cu130", "differs"], "firstSame": True,
+                          "presets": ["", "smoke"]}
