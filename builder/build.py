@@ -179,13 +179,14 @@ def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOption
     client = docker_client()
     tool = detect_build_tool()
     started = time.monotonic()
-    existing = None if options.force else image_exists(tag)
+    existing, where = (None, "") if options.force else (image_exists(tag), "locally")
     if existing is None and options.reuse_remote and not options.force:
         existing, why = pull_existing(tag)
+        where = "in the registry (pulled)"
         console.print(f"[green]pulled[/] {escape(tag)}: its content-hash tag exists in the registry" if existing
                       else f"{escape(tag)} cannot be pulled ({escape(why)}); building it")
     if existing:
-        console.print(f"[green]skipped[/]: image [bold]{escape(tag)}[/] already exists "
+        console.print(f"[green]skipped[/]: image [bold]{escape(tag)}[/] already exists {where} "
                       f"(content hash unchanged, {existing[:19]}); --force rebuilds it")
         outcome = BuildOutcome(tag, True, time.monotonic() - started, None, tool.describe, existing)
     else:
