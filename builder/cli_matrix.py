@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from builder.cli_paths import writable_output
 from builder.matrix import CellSummary, export_data, summarize, summary_line, summary_record
 from builder.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path, validate_result
 
@@ -19,6 +20,12 @@ db_option = click.option(
 _STYLE = {"pass": "green", "partial": "yellow", "fail": "red", "untested": "dim"}
 
 
+class MissingInput(click.ClickException):
+    """A file the command reads does not exist: bad input, exit code 2."""
+
+    exit_code = 2
+
+
 def open_store(db: Path | None, *, must_exist: bool = False) -> MatrixStore:
     """The store for a command, or a ClickException saying why it cannot be opened.
 
@@ -26,7 +33,7 @@ def open_store(db: Path | None, *, must_exist: bool = False) -> MatrixStore:
     """
     path = db or default_db_path()
     if must_exist and not path.exists():
-        raise click.ClickException(
+        raise MissingInput(
             f"no matrix database at {path}: record a run (`envbuild run workload`), import results"
             f" (`envbuild matrix import`), or point --db / ${DB_ENV_VAR} at an existing one")
     try:
@@ -146,6 +153,8 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool)
               help="Write to this file instead of stdout.")
 def export(db: Path | None, as_json: bool, output: Path | None) -> None:
     """Every cell with its verdict, builds and runs (full result.json), as JSON."""
+    if output:
+        writable_output(output, "'-o' / '--output'", is_file=True)
     store = open_store(db, must_exist=True)
     try:
         data = export_data(summarize(store))

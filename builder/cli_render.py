@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from builder.cli_paths import writable_output
 from builder.recipes import RecipeError, load
 from builder.render import RenderError, render
 from builder.resolve import Plan, Request, ResolveError, all_plans, resolve
@@ -129,6 +130,7 @@ def recipes_list(flavor: str | None, as_json: bool) -> None:
 )
 def render_command(out: Path, **options) -> None:
     """Write a complete, deterministic Docker build context for a version request."""
+    writable_output(out, "'-o' / '--out'")
     plan = plan_from_options(**options)
     try:
         rendered = render(plan, out)

@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from builder.cli_matrix import db_option, open_store
+from builder.cli_paths import writable_output
 from builder.matrix import VERDICTS, summarize
 from builder.recipe_cells import RecipeCellsError, recipe_cells
 from builder.report import build_report
@@ -21,6 +22,7 @@ from builder.report import build_report
               help="Show every cell the recipes define, 'untested' where nothing is recorded.")
 def report(out_dir: Path, db: Path | None, with_recipes: bool) -> None:
     """Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell."""
+    writable_output(out_dir, "'-o' / '--output'")
     try:
         cells = recipe_cells() if with_recipes else []
     except RecipeCellsError as exc:

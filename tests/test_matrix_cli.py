@@ -151,5 +151,5 @@ def test_reading_commands_do_not_create_a_missing_database(tmp_path, args, monke
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "missing.db"
     result = _invoke(*args, db=db)
-    assert result.exit_code == 1 and "no matrix database at" in result.output
+    assert result.exit_code == 2 and "no matrix database at" in result.output
     assert not db.exists()

@@ -112,6 +112,8 @@ def read_examples(path: str | Path, text_col: str = "text", label_col: str = "la
     """All examples of a .jsonl/.json/.csv file (texts cut to `max_chars` as they are read: one line in
     memory at a time) and the sha256 of its bytes."""
     path = Path(path)
+    if not path.exists():
+        raise DataError(path, "no such file")
     if path.is_dir():
         raise DataError(path, "is a directory: pass a .jsonl or .csv file")
     suffix = path.suffix.lower()
@@ -125,8 +127,6 @@ def read_examples(path: str | Path, text_col: str = "text", label_col: str = "la
     try:
         with path.open("rb") as handle:
             examples = list(reader(path, _decoded_lines(path, handle, digest), text_col, label_col, max_chars))
-    except FileNotFoundError:
-        raise DataError(path, "no such file") from None
     except OSError as e:
         raise DataError(path, f"cannot read it ({e.strerror})") from None
     if not examples:
