@@ -5,15 +5,16 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from builder.cli_paths import writable_output
-from builder.recipes import RecipeError, load
-from builder.render import RenderError, render
-from builder.resolve import Plan, Request, ResolveError, all_plans, resolve
+
+if TYPE_CHECKING:
+    from builder.resolve import Plan, Request
 
 
 def request_options(command):
@@ -52,6 +53,8 @@ def request_from_options(
     install_rocm: bool,
 ) -> Request:
     """A Request from `request_options` values; raises click.UsageError (exit code 2) on conflicts."""
+    from builder.resolve import Request
+
     if flavor and flavor != "rocm" and rocm:
         raise click.UsageError(f"--rocm {rocm} conflicts with --flavor {flavor}; drop one of them")
     return Request(
@@ -68,6 +71,9 @@ def request_from_options(
 
 def plan_from_options(**options) -> Plan:
     """Resolve the request the options describe; bad requests become click.UsageError (exit code 2)."""
+    from builder.recipes import RecipeError
+    from builder.resolve import ResolveError, resolve
+
     try:
         return resolve(request_from_options(**options))
     except ResolveError as exc:
@@ -93,6 +99,9 @@ def recipes_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
 def recipes_list(flavor: str | None, as_json: bool) -> None:
     """List the known cells (flavor x release x torch x arch x Python) and where torch comes from."""
+    from builder.recipes import RecipeError, load
+    from builder.resolve import all_plans
+
     try:
         recipes = load()
         if flavor is not None and flavor not in recipes.flavors:
@@ -114,12 +123,27 @@ def recipes_list(flavor: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"{len(rows)} known cells (torch source: auto)", title_justify="left")
-    for column in ("cell", "torch", "source", "why", "fact source"):
-        table.add_column(column)
+    _print_cells(rows)
+
+
+def _print_cells(rows: list[dict]) -> None:
+    """The cells as a table as wide as the terminal; the long columns end in "…" (--json has the full text)."""
+    from rich import box
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    keys = ("cell", "torch_version", "torch_source", "reason", "fact_source")
+    fixed = [max(len(str(r[k])) for r in rows + [{k: name}]) for k, name in zip(keys[:3], ("cell", "torch", "source"))]
+    free = max(20, console.width - sum(fixed) - 3 * len(keys) - 2)  # what the two long columns share
+    table = Table(title=f"{len(rows)} known cells (torch source: auto; full text: --json)", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for name, width in zip(("cell", "torch", "source"), fixed):
+        table.add_column(name, no_wrap=True, width=width)
+    table.add_column("why", no_wrap=True, overflow="ellipsis", width=free * 3 // 5)
+    table.add_column("fact source", no_wrap=True, overflow="ellipsis", width=free - free * 3 // 5)
     for row in rows:
-        table.add_row(row["cell"], row["torch_version"], row["torch_source"], row["reason"], row["fact_source"])
-    Console(width=200).print(table)
+        table.add_row(*(Text(str(row[k])) for k in keys))  # plain text: no markup in the data is interpreted
+    console.print(table)
 
 
 @click.command("render")
@@ -130,6 +154,8 @@ def recipes_list(flavor: str | None, as_json: bool) -> None:
 )
 def render_command(out: Path, **options) -> None:
     """Write a complete, deterministic Docker build context for a version request."""
+    from builder.render import RenderError, render
+
     writable_output(out, "'-o' / '--out'")
     plan = plan_from_options(**options)
     try:
