@@ -31,7 +31,7 @@ def test_rocm_releases_match_the_verified_facts():
 
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
-    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (FACTS.md): check every cell's pins."""
+    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (transformers 5.x on PyPI: Requires-Python >=3.11, torch>=2.6): check every cell's pins."""
     for plan in all_plans():
         major = int(plan.stack["transformers"].split(".")[0])
         if major >= 5:

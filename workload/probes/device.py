@@ -1,4 +1,5 @@
-"""Device discovery and bf16 support (FACTS.md pitfalls 1, 2 and 8)."""
+"""Device discovery and bf16 support (missing code objects: pytorch#147626; visible-device
+mismatches: pytorch#140318, pytorch#186516; bf16 keyed off torch.version.cuda: torchtune#597)."""
 
 from __future__ import annotations
 
