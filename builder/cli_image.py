@@ -91,7 +91,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         if out is None:
             writable_output(context_dir, "'-o' / '--out'")
         context_dir = _render(plan, context_dir)
-    elif request["torch"] is not None or request["rocm"] is not None:
+    elif request["torch"] is not None or request["rocm"] is not None or request["cuda"] is not None:
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
     elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")

@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 def request_options(command):
     """Click options that describe a build request (one set for `render` and `image`)."""
     options = [
-        click.option("--flavor", default=None, help="rocm (implied by --rocm) or cpu; see recipes/flavors.toml."),
+        click.option("--flavor", default=None, help="rocm (implied by --rocm), cuda (implied by --cuda) or cpu; "
+                     "see recipes/flavors.toml and recipes/flavors.d/."),
         click.option("--rocm", "rocm", default=None, metavar="VERSION", help="ROCm release, e.g. 6.2 or 6.1.2."),
+        click.option("--cuda", "cuda", default=None, metavar="VERSION", help="CUDA release, e.g. 13.0."),
         click.option("--torch", "torch", required=True, metavar="LINE", help="torch line (2.4) or release (2.4.1)."),
         click.option("--arch", default=None, metavar="GFX", help="GPU target, e.g. gfx90a (default: the recipe's)."),
         click.option("--python", default=None, metavar="X.Y", help="Python version (default: the base OS's)."),
@@ -45,6 +47,7 @@ def request_options(command):
 def request_from_options(
     flavor: str | None,
     rocm: str | None,
+    cuda: str | None,
     torch: str,
     arch: str | None,
     python: str | None,
@@ -55,11 +58,16 @@ def request_from_options(
     """A Request from `request_options` values; raises click.UsageError (exit code 2) on conflicts."""
     from builder.resolve import Request
 
-    if flavor and flavor != "rocm" and rocm:
-        raise click.UsageError(f"--rocm {rocm} conflicts with --flavor {flavor}; drop one of them")
+    given = {name: version for name, version in (("rocm", rocm), ("cuda", cuda)) if version}
+    if len(given) > 1:
+        raise click.UsageError("--rocm and --cuda exclude each other: one accelerator per image")
+    for name, version in given.items():
+        if flavor and flavor != name:
+            raise click.UsageError(f"--{name} {version} conflicts with --flavor {flavor}; drop one of them")
+    implied = next(iter(given), "rocm")
     return Request(
-        flavor=flavor or "rocm",
-        accel_version=rocm,
+        flavor=flavor or implied,
+        accel_version=given.get(flavor or implied),
         torch=torch,
         arch=arch,
         python=python,

@@ -172,6 +172,7 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     """Adding a flavor touches recipes/ only: it resolves, renders and lints without Python changes."""
     from builder.render import context_files
 
+    shutil.rmtree(recipes_copy / "flavors.d")  # the real cuda flavor; this test adds its own, test-only one
     (recipes_copy / "flavors.toml").write_text((recipes_copy / "flavors.toml").read_text() + CUDA_FLAVOR)
     (recipes_copy / "cuda.toml").write_text(CUDA_RELEASES)
     torch = (recipes_copy / "torch.toml").read_text()
