@@ -30,7 +30,7 @@ WORKLOAD_ENTRYPOINT = ["python3", "-m", "workload"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
-WORKLOAD_BAD_INPUT = 2  # the workload's exit code for bad input: it wrote no result
+WORKLOAD_BAD_INPUT = 2  # the workload's exit code for bad input (with its bad-input line): it wrote no result
 _BAD_INPUT_MARK = "[workload] bad input: "
 
 
@@ -48,7 +48,7 @@ class BadWorkloadInput(RunError):
 
 def input_error_line(line: str) -> str | None:
     """The message of the workload's bad-input line, None for any other line."""
-    head, mark, message = line.partition(_BAD_INPUT_MARK)
+    _, mark, message = line.partition(_BAD_INPUT_MARK)
     return message.strip() or None if mark else None
 
 
@@ -227,11 +227,10 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
                 console.out(chunk.decode("utf-8", "replace"), end="", highlight=False)
         status = container.wait()
         exit_code = status.get("StatusCode", -1)
-        if exit_code == WORKLOAD_BAD_INPUT:
-            bad_input = [m for m in map(input_error_line, (out_dir / "container.log").read_text(
-                errors="replace").splitlines()) if m]
-            raise BadWorkloadInput(bad_input[-1] if bad_input else "the workload refused its input (exit "
-                                   "code 2; see container.log)", out_dir)
+        bad_input = [m for m in map(input_error_line, (out_dir / "container.log").read_text(
+            errors="replace").splitlines()) if m]
+        if exit_code == WORKLOAD_BAD_INPUT and bad_input:
+            raise BadWorkloadInput(bad_input[-1], out_dir)
         if exit_code != 0:
             state = client.api.inspect_container(container.id)["State"]
             failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"

@@ -12,8 +12,8 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from builder.container import (BadWorkloadInput, RunError, RunRequest, check_data, input_error_line, resolve_model,
-                               workload_args, WORKLOAD_BAD_INPUT)
+from builder.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data,
+                               input_error_line, resolve_model, workload_args)
 from builder.doctor import HostView, host_record
 from builder.run_result import check_out_dir, finalize
 
@@ -53,8 +53,8 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
             sys.stderr.write(line)
             bad_input = input_error_line(line) or bad_input
         code = proc.wait()
-        if code == WORKLOAD_BAD_INPUT:
-            raise BadWorkloadInput(bad_input or "the workload refused its input (exit code 2; see above)", out_dir)
+        if code == WORKLOAD_BAD_INPUT and bad_input:
+            raise BadWorkloadInput(bad_input, out_dir)
         if code != 0:
             failure_class, failure = "process_died", f"the workload exited with code {code}"
     except KeyboardInterrupt:

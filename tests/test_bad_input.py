@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
+from paths_fixtures import read_only_dir  # noqa: F401 - fixture
 
 ROWS = [{"text": f"text {label} {i}", "label": label} for label in ("joy", "anger") for i in range(4)]
 
@@ -115,20 +116,12 @@ def test_envbuild_run_refuses_bad_arguments_with_exit_2(tmp_path, args, message)
 
 
 @pytest.mark.parametrize("db", ["/proc/x/m.db", "DIR", "NOT_SQLITE", "READ_ONLY_DIR/m.db"])
-def test_envbuild_run_checks_the_matrix_before_training(tmp_path, db):
+def test_envbuild_run_checks_the_matrix_before_training(tmp_path, read_only_dir, db):
     (tmp_path / "not.db").write_text("not a database")
-    read_only = tmp_path / "ro"
-    read_only.mkdir()
     db = {"DIR": str(tmp_path), "NOT_SQLITE": str(tmp_path / "not.db"),
-          "READ_ONLY_DIR/m.db": str(read_only / "m.db")}.get(db, db)
-    read_only.chmod(0o555)
-    try:
-        result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(tmp_path / "out")],
-                                    env={"ENVBUILD_DB": db})
-    finally:
-        read_only.chmod(0o755)
-    if db.startswith(str(read_only)) and result.exit_code == 0:
-        pytest.skip("this user can write into a mode-555 directory")
+          "READ_ONLY_DIR/m.db": str(read_only_dir / "m.db")}.get(db, db)
+    result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(tmp_path / "out")],
+                                env={"ENVBUILD_DB": db})
     assert result.exit_code == 2, result.output
     assert ("cannot use the matrix database" in result.output or "'--db'" in result.output), result.output
     assert "running locally" not in result.output

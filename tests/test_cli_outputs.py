@@ -36,7 +36,7 @@ WORKLOAD_MISSING = {
 }
 
 
-def _unwritable(kind: str, tmp_path, read_only) -> str:
+def _unwritable(kind: str, read_only) -> str:
     return "/proc/x" if kind == "proc" else str(read_only / "out")
 
 
@@ -55,7 +55,7 @@ def db(tmp_path):
 @pytest.mark.parametrize("command", sorted(ENVBUILD_OUTPUTS))
 def test_envbuild_unwritable_output_is_exit_2_before_any_work(tmp_path, read_only_dir, db, command, kind):
     args, is_file = ENVBUILD_OUTPUTS[command]
-    out = _unwritable(kind, tmp_path, read_only_dir) + ("/export.json" if is_file else "")
+    out = _unwritable(kind, read_only_dir) + ("/export.json" if is_file else "")
     result = CliRunner().invoke(main, _fill(args, OUT=out, DB=db))
     assert result.exit_code == 2, result.output
     assert "cannot write" in result.output or "not writable" in result.output, result.output
@@ -66,7 +66,7 @@ def test_envbuild_unwritable_output_is_exit_2_before_any_work(tmp_path, read_onl
 @pytest.mark.parametrize("kind", ["proc", "read-only"])
 @pytest.mark.parametrize("command", sorted(WORKLOAD_OUTPUTS))
 def test_workload_unwritable_output_is_exit_2_before_any_work(tmp_path, read_only_dir, command, kind):
-    out = _unwritable(kind, tmp_path, read_only_dir)
+    out = _unwritable(kind, read_only_dir)
     proc = subprocess.run([sys.executable, "-m", "workload", *_fill(WORKLOAD_OUTPUTS[command], OUT=out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
