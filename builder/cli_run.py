@@ -65,7 +65,14 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     out_dir = out_dir or Path("envbuild-runs") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
-    result = _run(request, image, shm_size, network, console)
+    created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
+    try:
+        result = _run(request, image, shm_size, network, console)
+    except BadInput:
+        for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
     result_path = Path(out_dir).resolve() / RESULT_NAME
     style = "green" if result["status"] == "pass" else "red"
     detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
@@ -85,7 +92,7 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
 
 def _run(request: dict, image: str | None, shm_size: str, network: str | None, console: Console) -> dict:
     """The run in the image or here; refusals of the input become BadInput (exit code 2)."""
-    from builder.container import BadWorkloadInput, ContainerRun, RunError, RunRequest, run_in_container
+    from builder.container import ContainerRun, RunError, RunRequest, run_in_container
     from builder.engine import EngineUnavailable
     from builder.local_run import run_local
 
@@ -94,11 +101,7 @@ def _run(request: dict, image: str | None, shm_size: str, network: str | None, c
             return run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
                                     console)
         return run_local(RunRequest(**request), console)
-    except BadWorkloadInput as exc:
-        with contextlib.suppress(OSError):
-            exc.out_dir.rmdir()  # only when empty (a container run keeps its container.log)
-        raise BadInput(str(exc)) from exc
-    except (RunError, PermissionError, FileExistsError) as exc:
+    except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
         raise BadInput(str(exc)) from exc
     except EngineUnavailable as exc:
         raise click.ClickException(str(exc)) from exc

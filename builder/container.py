@@ -41,9 +41,8 @@ class RunError(RuntimeError):
 class BadWorkloadInput(RunError):
     """The workload refused its input (data, model, arguments) with exit code 2: not an environment verdict."""
 
-    def __init__(self, message: str, out_dir: Path):
+    def __init__(self, message: str):
         super().__init__(f"{message} (no result written, nothing recorded)")
-        self.out_dir = out_dir
 
 
 def input_error_line(line: str) -> str | None:
@@ -230,7 +229,7 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
         bad_input = [m for m in map(input_error_line, (out_dir / "container.log").read_text(
             errors="replace").splitlines()) if m]
         if exit_code == WORKLOAD_BAD_INPUT and bad_input:
-            raise BadWorkloadInput(bad_input[-1], out_dir)
+            raise BadWorkloadInput(bad_input[-1])
         if exit_code != 0:
             state = client.api.inspect_container(container.id)["State"]
             failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"

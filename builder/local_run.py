@@ -54,7 +54,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
             bad_input = input_error_line(line) or bad_input
         code = proc.wait()
         if code == WORKLOAD_BAD_INPUT and bad_input:
-            raise BadWorkloadInput(bad_input, out_dir)
+            raise BadWorkloadInput(bad_input)
         if code != 0:
             failure_class, failure = "process_died", f"the workload exited with code {code}"
     except KeyboardInterrupt:
