@@ -99,3 +99,13 @@ def test_recipes_list_shows_cells_routes_and_sources():
     table = invoke("recipes", "list", "--flavor", "cpu")
     assert table.exit_code == 0 and "cpu-torch2.13-py3.11" in table.output and "rocm6.2" not in table.output
     assert invoke("recipes", "list", "--flavor", "tpu").exit_code == 2
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_recipes_list_fits_the_terminal(width, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(width))
+    result = invoke("recipes", "list")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert any(line.split()[:1] == ["rocm6.2-torch2.5-gfx942-py3.12"] for line in lines)  # cell keys never cut
