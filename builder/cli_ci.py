@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from builder.cli_paths import writable_output
 from builder.ci_render import GENERATED_DIR, render_ci
 from builder.recipe_cells import RecipeCellsError
 
@@ -25,6 +26,8 @@ def ci() -> None:
               help="Write nothing; exit 1 if the files in --output differ from a fresh render.")
 def render(out_dir: Path, check: bool) -> None:
     """Write the workflow (copy it to .github/workflows/) and the bake file for every cell in ci/matrix.toml."""
+    if not check:
+        writable_output(out_dir, "'-o' / '--output'")
     try:
         if not check:
             for path in render_ci(out_dir):

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from builder import diff, gpu_prices
+from builder import diff
 from builder.cli_matrix import db_option, open_store, plain, warn_damaged
 
 
@@ -61,6 +61,8 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
         result_a, result_b = diff.pick_runs(runs[cell_a], runs[cell_b], preset)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--preset") from exc
+    from builder import gpu_prices  # reads recipes/ (pydantic): only when the command runs
+
     prices = [gpu_prices.price_for(r) for r in (result_a, result_b)]
     a, b = (diff.profile(r, p.usd_per_gpu_hour if p else None) for r, p in zip((result_a, result_b), prices))
     if as_json:

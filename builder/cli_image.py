@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError
                            push_image, read_manifest, read_verify)
 from builder.cells import Cell
 from builder.cli_matrix import db_option, open_store, preflight_store
+from builder.cli_paths import writable_output
 from builder.cli_render import plan_from_options, plan_table, request_options
 from builder.render import RenderError, render
 from builder.engine import EngineUnavailable
@@ -65,8 +67,14 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
 
     The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
-    step, its last output lines and a failure class. Exit code 0 built/skipped, 1 failed, 130 interrupted."""
+    step, its last output lines and a failure class. --dry-run writes nothing unless -o is given.
+
+    Exit code 0 built/skipped (or planned), 1 build failed, 2 bad input (nothing built), 130 interrupted."""
     console = Console(stderr=True, soft_wrap=True)
+    if out is not None:
+        writable_output(out, "'-o' / '--out'")
+    if log_path is not None and not dry_run:
+        writable_output(log_path, "'--log'", is_file=True)
     if ca_cert and not ca_cert.is_file():
         raise click.BadParameter(f"{ca_cert}: no such file", param_hint="--ca-cert")
     if reuse_remote and not registry:
@@ -78,12 +86,17 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         if request["torch"] is None:
             raise click.UsageError("give a request (e.g. --rocm 6.2 --torch 2.4) or --context DIR")
         plan = plan_from_options(**request)
+        if dry_run and out is None:  # the tag is the content hash: render to a scratch dir, keep nothing
+            with tempfile.TemporaryDirectory(prefix="envbuild-dry-run-") as scratch:
+                context_dir = _render(plan, Path(scratch) / plan.cell.key)
+                manifest = read_manifest(context_dir)
+                _print_dry_run(None, manifest, _tag_of(context_dir, manifest, tag, registry), plan)
+            return
         context_dir = out or Path("envbuild-contexts") / plan.cell.key
-        try:
-            context_dir = render(plan, context_dir).dockerfile.parent
-        except RenderError as exc:
-            raise click.UsageError(str(exc)) from exc
-    elif request["torch"] is not None or request["rocm"] is not None:
+        if out is None:
+            writable_output(context_dir, "'-o' / '--out'")
+        context_dir = _render(plan, context_dir)
+    elif request["torch"] is not None or request["rocm"] is not None or request["cuda"] is not None:
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
     elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
@@ -129,18 +142,28 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     click.echo(tag)
 
 
-def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str, plan) -> None:
+def _render(plan, context_dir: Path) -> Path:
+    try:
+        return render(plan, context_dir).dockerfile.parent
+    except RenderError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, plan) -> None:
+    """The plan; `context_dir` None: nothing was kept (no -o), so no paths are printed."""
     manifest = manifest or {}
     if plan is not None:
         Console().print(plan_table(plan, f"plan for {plan.cell.key}"))
         click.echo(f"torch:      {plan.torch_source} ({plan.torch_source_reason})")
-    click.echo(f"context:    {context_dir.resolve()}")
-    click.echo(f"Dockerfile: {(context_dir / 'Dockerfile').resolve()}")
+    if context_dir is None:
+        click.echo("context:    not written (dry run; pass -o DIR to keep the build context)")
+    else:
+        click.echo(f"context:    {context_dir.resolve()}")
+        click.echo(f"Dockerfile: {(context_dir / 'Dockerfile').resolve()}")
     click.echo(f"image tag:  {tag}")
     stages = plan.stages if plan is not None else manifest.get("stages")
     if stages:
         click.echo("stages:     " + " -> ".join(str(s) for s in stages))
-    click.echo(f"build log:  {default_log_path(context_dir)}")
     if plan is None:
         click.echo("manifest:\n" + json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
 

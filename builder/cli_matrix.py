@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from builder.cells import Cell
+from builder.cli_paths import writable_output
 from builder.matrix import CellSummary, export_data, summarize, summary_line, summary_record
 from builder.store import (DB_ENV_VAR, MatrixStore, StoreError, canonical_json, default_db_path,
                            validate_result)
@@ -171,6 +172,8 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
               help="Write to this file instead of stdout.")
 def export(db: Path | None, as_json: bool, output: Path | None) -> None:
     """Every cell with its verdict, builds and runs (full result.json), as JSON."""
+    if output:
+        writable_output(output, "'-o' / '--output'", is_file=True)
     data = export_data(_read(db, with_runs=True))
     text = json.dumps(data, indent=2, sort_keys=True)
     if output:
@@ -281,3 +284,15 @@ def _import_files(paths: tuple[Path, ...]) -> list[Path]:
         else:
             files.append(path)
     return files
+
+
+def _register() -> None:
+    """Sub-commands defined in modules of their own (they import this one)."""
+    from builder.cli_diff import diff_cells
+    from builder.cli_publish import publish
+
+    matrix.add_command(diff_cells)
+    matrix.add_command(publish)
+
+
+_register()

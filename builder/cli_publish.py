@@ -16,8 +16,6 @@ from pathlib import Path
 
 import click
 
-from builder.cells import Cell
-from builder.store import StoreError, validate_result
 
 PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -39,6 +37,9 @@ def publishable(result: dict) -> dict:
 def publish(result_json: Path, name: str, out: Path) -> None:
     """Copy a run's result.json (and container.log) into OUT/<cell>/<NAME>/ without host name and kernel
     command line, for committing. Exit code 0, or 2 for an invalid result, a bad name or an existing entry."""
+    from builder.cells import Cell
+    from builder.store import StoreError, validate_result
+
     if not _NAME.fullmatch(name):
         raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' and '-' (up to 64)", param_hint="--name")
     try:

@@ -5,21 +5,25 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from builder.recipes import RecipeError, load
-from builder.render import RenderError, render
-from builder.resolve import Plan, Request, ResolveError, all_plans, resolve
+from builder.cli_paths import writable_output
+
+if TYPE_CHECKING:
+    from builder.resolve import Plan, Request
 
 
 def request_options(command):
     """Click options that describe a build request (one set for `render` and `image`)."""
     options = [
-        click.option("--flavor", default=None, help="rocm (implied by --rocm) or cpu; see recipes/flavors.toml."),
+        click.option("--flavor", default=None, help="rocm (implied by --rocm), cuda (implied by --cuda) or cpu; "
+                     "see recipes/flavors.toml and recipes/flavors.d/."),
         click.option("--rocm", "rocm", default=None, metavar="VERSION", help="ROCm release, e.g. 6.2 or 6.1.2."),
+        click.option("--cuda", "cuda", default=None, metavar="VERSION", help="CUDA release, e.g. 13.0."),
         click.option("--torch", "torch", required=True, metavar="LINE", help="torch line (2.4) or release (2.4.1)."),
         click.option("--arch", default=None, metavar="GFX", help="GPU target, e.g. gfx90a (default: the recipe's)."),
         click.option("--python", default=None, metavar="X.Y", help="Python version (default: the base OS's)."),
@@ -43,6 +47,7 @@ def request_options(command):
 def request_from_options(
     flavor: str | None,
     rocm: str | None,
+    cuda: str | None,
     torch: str,
     arch: str | None,
     python: str | None,
@@ -51,11 +56,18 @@ def request_from_options(
     install_rocm: bool,
 ) -> Request:
     """A Request from `request_options` values; raises click.UsageError (exit code 2) on conflicts."""
-    if flavor and flavor != "rocm" and rocm:
-        raise click.UsageError(f"--rocm {rocm} conflicts with --flavor {flavor}; drop one of them")
+    from builder.resolve import Request
+
+    given = {name: version for name, version in (("rocm", rocm), ("cuda", cuda)) if version}
+    if len(given) > 1:
+        raise click.UsageError("--rocm and --cuda exclude each other: one accelerator per image")
+    for name, version in given.items():
+        if flavor and flavor != name:
+            raise click.UsageError(f"--{name} {version} conflicts with --flavor {flavor}; drop one of them")
+    implied = next(iter(given), "rocm")
     return Request(
-        flavor=flavor or "rocm",
-        accel_version=rocm,
+        flavor=flavor or implied,
+        accel_version=given.get(flavor or implied),
         torch=torch,
         arch=arch,
         python=python,
@@ -67,6 +79,9 @@ def request_from_options(
 
 def plan_from_options(**options) -> Plan:
     """Resolve the request the options describe; bad requests become click.UsageError (exit code 2)."""
+    from builder.recipes import RecipeError
+    from builder.resolve import ResolveError, resolve
+
     try:
         return resolve(request_from_options(**options))
     except ResolveError as exc:
@@ -92,6 +107,9 @@ def recipes_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
 def recipes_list(flavor: str | None, as_json: bool) -> None:
     """List the known cells (flavor x release x torch x arch x Python) and where torch comes from."""
+    from builder.recipes import RecipeError, load
+    from builder.resolve import all_plans
+
     try:
         recipes = load()
         if flavor is not None and flavor not in recipes.flavors:
@@ -113,12 +131,27 @@ def recipes_list(flavor: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"{len(rows)} known cells (torch source: auto)", title_justify="left")
-    for column in ("cell", "torch", "source", "why", "fact source"):
-        table.add_column(column)
+    _print_cells(rows)
+
+
+def _print_cells(rows: list[dict]) -> None:
+    """The cells as a table as wide as the terminal; the long columns end in "…" (--json has the full text)."""
+    from rich import box
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    keys = ("cell", "torch_version", "torch_source", "reason", "fact_source")
+    fixed = [max(len(str(r[k])) for r in rows + [{k: name}]) for k, name in zip(keys[:3], ("cell", "torch", "source"))]
+    free = max(20, console.width - sum(fixed) - 3 * len(keys) - 2)  # what the two long columns share
+    table = Table(title=f"{len(rows)} known cells (torch source: auto; full text: --json)", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for name, width in zip(("cell", "torch", "source"), fixed):
+        table.add_column(name, no_wrap=True, width=width)
+    table.add_column("why", no_wrap=True, overflow="ellipsis", width=free * 3 // 5)
+    table.add_column("fact source", no_wrap=True, overflow="ellipsis", width=free - free * 3 // 5)
     for row in rows:
-        table.add_row(row["cell"], row["torch_version"], row["torch_source"], row["reason"], row["fact_source"])
-    Console(width=200).print(table)
+        table.add_row(*(Text(str(row[k])) for k in keys))  # plain text: no markup in the data is interpreted
+    console.print(table)
 
 
 @click.command("render")
@@ -129,6 +162,9 @@ def recipes_list(flavor: str | None, as_json: bool) -> None:
 )
 def render_command(out: Path, **options) -> None:
     """Write a complete, deterministic Docker build context for a version request."""
+    from builder.render import RenderError, render
+
+    writable_output(out, "'-o' / '--out'")
     plan = plan_from_options(**options)
     try:
         rendered = render(plan, out)

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from builder.cli_matrix import db_option, open_store, plain, warn_damaged
+from builder.cli_paths import writable_output
 from builder.matrix import VERDICTS, summarize
 from builder.recipe_cells import RecipeCellsError, recipe_cells
 from builder.report import HISTORY_ROWS, ReportError, build_report, summary_markdown
@@ -39,6 +40,10 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         raise click.UsageError("give -o DIR for the site, --markdown FILE for the summary, or both")
     if check and markdown is None:
         raise click.UsageError("--check compares a --markdown FILE with the matrix: give --markdown")
+    if out_dir is not None and not check:
+        writable_output(out_dir, "'-o' / '--output'")
+    if markdown is not None and not check:
+        writable_output(markdown, "'--markdown'", is_file=True)
     try:
         cells = recipe_cells() if with_recipes else []
     except RecipeCellsError as exc:

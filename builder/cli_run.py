@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import sqlite3
 import sys
+import tempfile
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,14 +16,17 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.cli_matrix import db_option, open_store, preflight_store
-from builder.container import ContainerRun, RunError, RunRequest, run_in_container
-from builder.engine import EngineUnavailable
-from builder.local_run import run_local
+from builder.cli_matrix import db_option
 from builder.run_result import RESULT_NAME
-from builder.store import StoreError
+from builder.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
 
 EXIT_INTERRUPTED = 130
+
+
+class BadInput(click.ClickException):
+    """Bad input found before or by the workload: exit code 2, nothing recorded."""
+
+    exit_code = 2
 
 
 @click.group("run")
@@ -46,37 +54,57 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
              no_record: bool, extra: tuple[str, ...]) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
 
-    Exit code 0 only when the result is "pass"; 1 when it is not; 130 when interrupted; 2 for bad input.
+    Exit code 0 only when the result is "pass"; 1 when it is not; 130 when interrupted; 2 for bad input
+    (unknown image, missing model/data path, unusable --out or --db, data or arguments the workload refuses):
+    then nothing is recorded.
     """
     if image and local:
         raise click.UsageError("--image and --local exclude each other: pick one")
+    db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
     console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
-    if not no_record:
-        preflight_store(db)
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
+    created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
     try:
-        if image:
-            result = run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
-                                      console)
-        else:
-            result = run_local(RunRequest(**request), console)
-    except (RunError, PermissionError, FileExistsError) as exc:
-        raise click.UsageError(str(exc)) from exc
-    except EngineUnavailable as exc:
-        raise click.ClickException(str(exc)) from exc
+        result = _run(request, image, shm_size, network, console)
+    except BadInput:
+        for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
     result_path = Path(out_dir).resolve() / RESULT_NAME
     style = "green" if result["status"] == "pass" else "red"
     detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
     console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
     if summary := _summary(result):
         console.print(summary)
-    if not no_record:
-        _record(db, result, result_path, console)
+    if db_path is None:
+        console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site"))
+    else:
+        _record(db_path, result, result_path, console)
+        console.print(escape(f"next: envbuild report -o site{f' --db {db}' if db else ''}"
+                             "  (the compatibility report, with this run)"))
     if result["status"] == "pass":
         return
     sys.exit(EXIT_INTERRUPTED if result.get("error_class") == "interrupted" else 1)
+
+
+def _run(request: dict, image: str | None, shm_size: str, network: str | None, console: Console) -> dict:
+    """The run in the image or here; refusals of the input become BadInput (exit code 2)."""
+    from builder.container import ContainerRun, RunError, RunRequest, run_in_container
+    from builder.engine import EngineUnavailable
+    from builder.local_run import run_local
+
+    try:
+        if image:
+            return run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
+                                    console)
+        return run_local(RunRequest(**request), console)
+    except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
+        raise BadInput(str(exc)) from exc
+    except EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _summary(result: dict) -> str:
@@ -94,8 +122,34 @@ def _summary(result: dict) -> str:
     return "; ".join(parts)
 
 
-def _record(db: Path | None, result: dict, result_path: Path, console: Console) -> None:
-    store = open_store(db)
+def _check_store(db: Path | None) -> Path:
+    """The matrix path, checked before the run (an existing file is opened and checked, a new one's directory
+    must be writable; nothing is created yet); an unusable --db is bad input (exit code 2)."""
+    path = Path(db or default_db_path())
+    try:
+        MatrixStore.preflight(path)  # opens an existing file read-only: a check never grows it
+        if path.exists():
+            if not os.access(path, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        else:
+            parent = path.parent
+            while not parent.exists():  # connect creates the missing directories
+                parent = parent.parent
+            with tempfile.NamedTemporaryFile(dir=parent, prefix=".envbuild-write-test-"):
+                pass
+    except (StoreError, OSError, sqlite3.Error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise BadInput(f"cannot use the matrix database {path} (--db / ${DB_ENV_VAR}): {reason}; "
+                       "pass --db with a file you can write, or --no-record") from exc
+    return path
+
+
+def _record(db: Path, result: dict, result_path: Path, console: Console) -> None:
+    try:
+        store = MatrixStore.connect(db)
+    except (StoreError, OSError, sqlite3.Error) as exc:
+        raise click.ClickException(f"{exc} (the result stays in {result_path}; "
+                                   f"`envbuild matrix import {result_path}` retries)") from exc
     try:
         recorded = store.record_run(result, source=str(result_path))
     except StoreError as exc:

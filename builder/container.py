@@ -30,8 +30,25 @@ WORKLOAD_ENTRYPOINT = ["python3", "-m", "workload"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
+WORKLOAD_BAD_INPUT = 2  # the workload's exit code for bad input (with its bad-input line): it wrote no result
+_BAD_INPUT_MARK = "[workload] bad input: "
+
+
 class RunError(RuntimeError):
     """The run could not start (bad input, no engine, unknown image): nothing was recorded."""
+
+
+class BadWorkloadInput(RunError):
+    """The workload refused its input (data, model, arguments) with exit code 2: not an environment verdict."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{message} (no result written, nothing recorded)")
+
+
+def input_error_line(line: str) -> str | None:
+    """The message of the workload's bad-input line, None for any other line."""
+    _, mark, message = line.partition(_BAD_INPUT_MARK)
+    return message.strip() or None if mark else None
 
 
 @dataclass
@@ -209,6 +226,10 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
                 console.out(chunk.decode("utf-8", "replace"), end="", highlight=False)
         status = container.wait()
         exit_code = status.get("StatusCode", -1)
+        bad_input = [m for m in map(input_error_line, (out_dir / "container.log").read_text(
+            errors="replace").splitlines()) if m]
+        if exit_code == WORKLOAD_BAD_INPUT and bad_input:
+            raise BadWorkloadInput(bad_input[-1])
         if exit_code != 0:
             state = client.api.inspect_container(container.id)["State"]
             failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"

@@ -12,7 +12,8 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from builder.container import RunError, RunRequest, check_data, resolve_model, workload_args
+from builder.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data,
+                               input_error_line, resolve_model, workload_args)
 from builder.doctor import HostView, host_record
 from builder.run_result import check_out_dir, finalize
 
@@ -45,9 +46,15 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     console.print(escape(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
     started = time.time()
     failure_class, failure = None, ""
-    proc = subprocess.Popen(argv)
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, errors="replace")
+    bad_input = None
     try:
+        for line in proc.stderr:  # passed through; the workload's bad-input line is kept for the message
+            sys.stderr.write(line)
+            bad_input = input_error_line(line) or bad_input
         code = proc.wait()
+        if code == WORKLOAD_BAD_INPUT and bad_input:
+            raise BadWorkloadInput(bad_input)
         if code != 0:
             failure_class, failure = "process_died", f"the workload exited with code {code}"
     except KeyboardInterrupt:

@@ -183,17 +183,35 @@ def _digest(root: Path) -> str:
     return sha.hexdigest()
 
 
+#: Directory of drop-in files: each may add [flavor.X], [torch."L"] and [stack."L"] tables to flavors.toml,
+#: torch.toml and hf-stack.toml (a flavor added as data, in files of its own).
+DROPIN_DIR = "flavors.d"
+
+
+def _merged(root: Path, file: str, table: str, dropins: list[dict]) -> dict:
+    """`[table]` of recipes/`file` plus the same table of every drop-in; a name defined twice is an error."""
+    merged = dict(_toml(root / file)[table])
+    for extra in dropins:
+        for name, data in extra.get(table, {}).items():
+            if name in merged:
+                raise RecipeError(f"{DROPIN_DIR}/: [{table}.\"{name}\"] is already defined in {file}")
+            merged[name] = data
+    return merged
+
+
 @lru_cache(maxsize=4)
 def load(root: Path = RECIPES_DIR) -> Recipes:
     """Read and validate recipes/ (cached; pass another root for tests)."""
     try:
-        flavors = {name: Flavor(name=name, **d) for name, d in _toml(root / "flavors.toml")["flavor"].items()}
+        dropins = [_toml(path) for path in sorted((root / DROPIN_DIR).glob("*.toml"))]
+        flavor_data = _merged(root, "flavors.toml", "flavor", dropins)
+        flavors = {name: Flavor(name=name, **d) for name, d in flavor_data.items()}
         releases = {
             name: {v: Release(version=v, **d) for v, d in _toml(root / f.releases_file)["release"].items()}
             for name, f in flavors.items()
         }
-        torch = {line: TorchLine(line=line, **d) for line, d in _toml(root / "torch.toml")["torch"].items()}
-        stacks = {line: dict(d) for line, d in _toml(root / "hf-stack.toml")["stack"].items()}
+        torch = {line: TorchLine(line=line, **d) for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
+        stacks = {line: dict(d) for line, d in _merged(root, "hf-stack.toml", "stack", dropins).items()}
         build_tools = BuildTools(**_toml(root / "build-tools.toml"))
         recipes = Recipes(
             root=root, flavors=flavors, releases=releases, torch=torch, stacks=stacks, build_tools=build_tools,

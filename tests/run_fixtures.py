@@ -50,6 +50,9 @@ elif mode == "pass-then-crash":
 elif mode == "garbage":
     with open(os.path.join(out, "result.json"), "w") as handle:
         handle.write('{"schema_version": 1, "status": "pa')
+elif mode == "bad-input":  # what the real workload does with bad data: one line, exit 2, no result
+    print("[workload] bad input: /data/d.jsonl:3: not valid JSON (Expecting value)", file=sys.stderr, flush=True)
+    sys.exit(2)
 elif mode == "sleep":
     print("sleeping", flush=True)
     time.sleep(300)

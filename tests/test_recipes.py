@@ -31,7 +31,7 @@ def test_rocm_releases_match_the_verified_facts():
 
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
-    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (FACTS.md): check every cell's pins."""
+    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (transformers 5.x on PyPI: Requires-Python >=3.11, torch>=2.6): check every cell's pins."""
     for plan in all_plans():
         major = int(plan.stack["transformers"].split(".")[0])
         if major >= 5:
@@ -175,6 +175,7 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     """Adding a flavor touches recipes/ only: it resolves, renders and lints without Python changes."""
     from builder.render import context_files
 
+    shutil.rmtree(recipes_copy / "flavors.d")  # the real cuda flavor; this test adds its own, test-only one
     (recipes_copy / "flavors.toml").write_text((recipes_copy / "flavors.toml").read_text() + CUDA_FLAVOR)
     (recipes_copy / "cuda.toml").write_text(CUDA_RELEASES)
     torch = (recipes_copy / "torch.toml").read_text()

@@ -29,7 +29,7 @@ BAD_REQUESTS = {
         ["--rocm", "6.2", "--torch", "2.4", "--torch-source", "wheel"],
         ["no official torch 2.4 wheel for ROCm 6.2", "--torch-source source", "2.5"],
     ),
-    "unknown-flavor": (["--flavor", "cuda", "--torch", "2.4"], ["unknown flavor 'cuda'", "cpu, rocm"]),
+    "unknown-flavor": (["--flavor", "tpu", "--torch", "2.4"], ["unknown flavor 'tpu'", "cpu, cuda, rocm"]),
     "rocm-missing": (["--torch", "2.4"], ["--rocm VERSION is required", "6.1.2, 6.2"]),
     "cpu-with-rocm": (["--flavor", "cpu", "--rocm", "6.2", "--torch", "2.13"], ["conflicts with --flavor cpu"]),
     "cpu-with-arch": (["--flavor", "cpu", "--torch", "2.13", "--arch", "gfx90a"], ["has no GPU arch"]),
@@ -98,4 +98,14 @@ def test_recipes_list_shows_cells_routes_and_sources():
     assert all(row["fact_source"] for row in rows.values())
     table = invoke("recipes", "list", "--flavor", "cpu")
     assert table.exit_code == 0 and "cpu-torch2.13-py3.11" in table.output and "rocm6.2" not in table.output
-    assert invoke("recipes", "list", "--flavor", "cuda").exit_code == 2
+    assert invoke("recipes", "list", "--flavor", "tpu").exit_code == 2
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_recipes_list_fits_the_terminal(width, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(width))
+    result = invoke("recipes", "list")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert any(line.split()[:1] == ["rocm6.2-torch2.5-gfx942-py3.12"] for line in lines)  # cell keys never cut

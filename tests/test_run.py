@@ -85,6 +85,15 @@ def test_faults_never_record_pass(tmp_path, fake_image, docker_engine, mode, err
         assert (out / "result.invalid.json").read_text().startswith('{"schema_version": 1')
 
 
+def test_bad_input_refused_by_the_workload_is_exit_2_and_not_recorded(tmp_path, fake_image, docker_engine):
+    out, db = tmp_path / "out", tmp_path / "matrix.db"
+    result = run_cli("--image", fake_image, "--preset", "bad-input", "--out", str(out), "--db", str(db))
+    assert result.exit_code == 2, result.output
+    assert "/data/d.jsonl:3: not valid JSON" in result.output and "nothing recorded" in result.output
+    assert not (out / "result.json").exists() and not db.exists()
+    assert leftover_containers(docker_engine) == []
+
+
 def start_sleeper(fake_image: str, out: Path, engine) -> subprocess.Popen:
     """`envbuild run workload` in a subprocess whose container sleeps; returns once it sleeps."""
     proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--image", fake_image, "--preset", "sleep",

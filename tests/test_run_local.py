@@ -27,6 +27,7 @@ def test_local_run_collects_and_records(tmp_path):
     assert record["host"]["checks"] and "image" not in record
     before, after = (record["metrics"][k]["accuracy"] for k in ("eval_before", "eval_after"))
     assert f"eval accuracy {before:.3f} -> {after:.3f}" in result.output
+    assert f"next: envbuild report -o site --db {db}" in result.output
     with MatrixStore.open(db) as store:
         assert [r["result"]["run_id"] for r in store.runs()] == [record["run_id"]]
 

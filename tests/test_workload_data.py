@@ -115,13 +115,12 @@ def test_csv_reads_and_reports_lines(tmp_path):
     assert f"{empty}:4" in _error(empty, labels=None)
 
 
-def test_cli_records_data_error_and_exits_nonzero(tmp_path):
+def test_cli_refuses_bad_data_with_exit_2_and_writes_no_result(tmp_path):
     path = _jsonl(tmp_path, _rows(labels=("joy",)))
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--data", str(path),
                            "--labels", "auto", "--out", str(out), "--no-probes"],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1
-    result = json.loads((out / "result.json").read_text())
-    assert result["status"] == "error" and result["error_class"] == "data_error"
-    assert str(path) in result["error"] and str(path) in proc.stderr
+    assert proc.returncode == 2
+    assert not out.exists()  # bad data says nothing about the environment: no result
+    assert f"bad input: {path}:1: only one label" in proc.stderr

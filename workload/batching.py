@@ -7,16 +7,33 @@ import random
 import torch
 
 
-def encode(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
-    """Token ids per text (with the tokenizer's special tokens), truncated, ending in <eos>.
+ENCODE_CHUNK = 512  # texts per tokenizer call: progress can be reported between calls
+
+
+def encode_counted(tokenizer, texts: list[str], max_length: int, on_progress=None) -> tuple[list[list[int]], int]:
+    """Token ids per text (with the tokenizer's special tokens), truncated to `max_length`, ending in <eos>,
+    and how many texts were longer than that. `on_progress(done, total)` is called after each chunk.
 
     The classifier pools the last non-pad token; ending every text with the same <eos> makes that position
     a summary of the text instead of the embedding of whatever word happened to come last."""
     eos = tokenizer.eos_token_id
-    encoded = tokenizer(list(texts), add_special_tokens=True, truncation=True,
-                        max_length=max_length - (eos is not None))
-    return [list(ids) + ([eos] if eos is not None and (not ids or ids[-1] != eos) else [])
-            for ids in encoded["input_ids"]]
+    limit = max_length - (eos is not None)
+    out, truncated = [], 0
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        chunk = tokenizer(list(texts[start:start + ENCODE_CHUNK]), add_special_tokens=True, truncation=True,
+                          max_length=limit + 1)["input_ids"]
+        for ids in chunk:
+            truncated += len(ids) > limit
+            ids = list(ids[:limit])
+            out.append(ids + ([eos] if eos is not None and (not ids or ids[-1] != eos) else []))
+        if on_progress is not None:
+            on_progress(len(out), len(texts))
+    return out, truncated
+
+
+def encode(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
+    """`encode_counted` without the count."""
+    return encode_counted(tokenizer, texts, max_length)[0]
 
 
 def padded_length(length: int, multiple: int, max_length: int) -> int:

@@ -8,21 +8,33 @@ import dataclasses
 import json
 import signal
 import sys
+import tempfile
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import launch
 from .presets import PRESETS
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in the workload's bad-input form (`envbuild run` quotes that line)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"[workload] bad input: {self.prog}: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m workload", description=__doc__)
+    p = _Parser(prog="python -m workload", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     # No abbreviations: a data-parallel run hands these arguments on through torchrun's own parser.
     t = sub.add_parser("train", help="LoRA fine-tune a Gemma classifier and write result.json + adapter",
                        allow_abbrev=False)
     t.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
-    t.add_argument("--out", type=Path, help="directory for result.json and adapter/")
+    t.add_argument("--out", type=Path, help="directory for result.json and adapter/ "
+                                            "[default: ./workload-runs/<UTC time>-<id>]")
     t.add_argument("--model", help="hub id, local path, or tiny-gemma / tiny-gemma2 / tiny-gemma3 / tiny-gemma4")
     t.add_argument("--revision", help="model revision (branch, tag or commit) for hub ids")
     t.add_argument("--data", help="JSONL or CSV with text and label columns (default: the bundled sample)")
@@ -50,8 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-probes", action="store_true", help="skip the environment probes")
     t.add_argument("--quiet", action="store_true")
 
-    r = sub.add_parser("probe", help="run the environment probes and write result.json")
-    r.add_argument("--out", type=Path)
+    r = sub.add_parser("probe", help="run the environment probes: a table (or --json) on stdout, and "
+                                     "result.json with --out")
+    r.add_argument("--out", type=Path, help="also write DIR/result.json")
+    r.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     r.add_argument("--device", default="auto")
     r.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
 
@@ -82,6 +96,27 @@ def _recipe(args):
     if args.labels:
         return recipe.replace(labels=tuple(x.strip() for x in args.labels.split(",") if x.strip()))
     return recipe
+
+
+def _writable_out(out: Path, created: list[Path]) -> Path:
+    """Create `out` (the dirs made are added to `created`) and prove it is writable before any work;
+    PathError (exit code 2) otherwise."""
+    from .errors import PathError
+
+    created.extend(reversed([p for p in (out, *out.parents) if not p.exists()]))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".workload-write-test-"):
+            pass
+    except OSError as exc:
+        raise PathError(f"--out {out}: cannot write there ({exc.strerror or exc}); "
+                        "pass a directory you can write") from None
+    return out
+
+
+def _default_run_dir() -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("workload-runs") / f"{stamp}-{uuid.uuid4().hex[:6]}"
 
 
 def _in_finalizer(frame) -> bool:
@@ -117,8 +152,18 @@ def _signals_as_interrupt():
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
-    with _signals_as_interrupt():
-        return _dispatch(args, argv)
+    from .errors import InputError
+    from .runner import bad_input
+
+    created: list[Path] = []
+    try:
+        with _signals_as_interrupt():
+            return _dispatch(args, argv, created)
+    except InputError as exc:
+        for path in reversed(created):  # bad input leaves nothing behind, not even an empty --out
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        return bad_input(exc)
 
 
 def _launch_size(args) -> int:
@@ -134,25 +179,45 @@ def _launch_size(args) -> int:
         _parser().error(str(exc))
 
 
-def _dispatch(args, argv: list[str]) -> int:
+def _dispatch(args, argv: list[str], created: list[Path]) -> int:
     if args.command == "train":
         from .runner import launch_train_command, train_command
 
+        if args.out is None and not launch.under_launcher():
+            args.out = _default_run_dir()
+            argv = [*argv, "--out", str(args.out)]  # ranks started by torchrun write to the same dir
+            print(f"[workload] no --out given: writing to {args.out}", file=sys.stderr, flush=True)
+        if args.out is not None:
+            _writable_out(args.out, created)
         nproc = _launch_size(args)
         if nproc > 1:
-            code, _ = launch_train_command(_recipe(args), argv, nproc, out_dir=args.out, device_name=args.device)
+            code, _ = launch_train_command(_recipe(args), argv, nproc, out_dir=args.out, device_name=args.device,
+                                           dataset_path=args.data, text_column=args.text_column,
+                                           label_column=args.label_column)
             return code
         code, _ = train_command(_recipe(args), out_dir=args.out, dataset_path=args.data, device_name=args.device,
                                 revision=args.revision, probes=not args.no_probes, text_column=args.text_column,
                                 label_column=args.label_column, quiet=args.quiet)
         return code
     if args.command == "probe":
+        from .probe_table import probe_table
         from .runner import probe_command
 
-        code, _ = probe_command(args.out, args.device, args.dtype)
+        if args.out is not None:
+            _writable_out(args.out, created)
+        code, result = probe_command(args.out, args.device, args.dtype)
+        if args.json:
+            print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}, indent=2,
+                             ensure_ascii=False, default=str))
+        else:
+            sys.stdout.write(probe_table(result.get("probes") or []))
+            print(f"{result['status']}" + (f" ({result['error_class']}: {result['error']})"
+                                           if result["status"] != "pass" else ""))
         return code
+    from .models import read_adapter_meta
     from .predict import predict
 
+    read_adapter_meta(args.adapter)  # a bad --adapter is one clear line before anything loads
     texts = args.texts or [line.strip() for line in sys.stdin if line.strip()]
     for row in predict(args.adapter, texts, device_name=args.device, dtype=args.dtype):
         print(json.dumps(row, ensure_ascii=False))

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .errors import DataError
 
 DEFAULT_DATASET = Path(__file__).parent / "data" / "emotions.jsonl"
+CHARS_PER_TOKEN_LIMIT = 16  # texts are cut at 16 characters per token of max_length as they are read
+DEFAULT_MAX_CHARS = 512 * CHARS_PER_TOKEN_LIMIT
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class Example:
     text: str
     label: str
     line: int
+    truncated: bool = False  # the text was cut to the character limit when read
 
 
 @dataclass(frozen=True)
@@ -33,28 +36,30 @@ class Dataset:
     def label_id(self, name: str) -> int:
         return self.labels.index(name)
 
+    @property
+    def truncated(self) -> int:
+        """How many texts were cut to the character limit when read."""
+        return sum(e.truncated for e in self.train + self.eval)
+
     def summary(self) -> dict:
         return {"path": self.path, "sha256": self.sha256, "n_train": len(self.train),
-                "n_eval": len(self.eval), "labels": list(self.labels)}
+                "n_eval": len(self.eval), "labels": list(self.labels), "truncated_chars": self.truncated}
 
 
-def _decoded_lines(path: Path, raw: bytes) -> list[str]:
-    lines = raw.split(b"\n")
-    out = []
-    for number, line in enumerate(lines, start=1):
+def _decoded_lines(path: Path, handle, digest) -> Iterator[tuple[int, str]]:
+    """(line number, text with its newline) of a binary file, one line in memory at a time; feeds `digest`."""
+    for number, raw in enumerate(handle, start=1):
+        digest.update(raw)
         try:
-            out.append(line.decode("utf-8"))
+            line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise DataError(path, f"not valid UTF-8 (byte {e.start} of the line); save the file as UTF-8",
                             line=number) from None
-    if out and out[0].startswith("\ufeff"):
-        out[0] = out[0][1:]
-    return out
+        yield number, (line[1:] if number == 1 and line.startswith("\ufeff") else line)
 
 
-def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Example]:
-    rows = []
-    for number, line in enumerate(lines, start=1):
+def _read_jsonl(path: Path, lines, text_col: str, label_col: str, max_chars: int) -> Iterator[Example]:
+    for number, line in lines:
         if not line.strip():
             continue
         try:
@@ -63,27 +68,32 @@ def _read_jsonl(path: Path, lines: list[str], text_col: str, label_col: str) -> 
             raise DataError(path, f"not valid JSON ({e.msg})", line=number) from None
         if not isinstance(record, dict):
             raise DataError(path, "each line must be a JSON object", line=number)
-        rows.append((number, record))
-    return [_example(path, number, rec, text_col, label_col) for number, rec in rows]
+        yield _example(path, number, record, text_col, label_col, max_chars)
 
 
-def _read_csv(path: Path, lines: list[str], text_col: str, label_col: str) -> list[Example]:
-    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+def _read_csv(path: Path, lines, text_col: str, label_col: str, max_chars: int) -> Iterator[Example]:
+    numbers = []
+
+    def text_lines():
+        for number, line in lines:
+            numbers.append(number)
+            yield line
+
+    csv.field_size_limit(2**31 - 1)  # long fields are cut below, after parsing
+    reader = csv.DictReader(text_lines())
     header = reader.fieldnames or []
     missing = [c for c in (text_col, label_col) if c not in header]
     if missing:
         raise DataError(path, f"missing column(s) {missing} in the header (found {header})", line=1)
-    examples, start = [], 2
+    line = 2
     for record in reader:
-        line = start
-        start = reader.line_num + 1
-        if all(v in (None, "") for v in record.values()):
-            continue
-        examples.append(_example(path, line, record, text_col, label_col))
-    return examples
+        if not all(v in (None, "") for v in record.values()):
+            yield _example(path, line, record, text_col, label_col, max_chars)
+        line = numbers[-1] + 1
+        numbers.clear()
 
 
-def _example(path: Path, line: int, record: dict, text_col: str, label_col: str) -> Example:
+def _example(path: Path, line: int, record: dict, text_col: str, label_col: str, max_chars: int) -> Example:
     missing = [c for c in (text_col, label_col) if record.get(c) is None]
     if missing:
         raise DataError(path, f"missing column(s) {missing} (have {sorted(record)})", line=line)
@@ -93,26 +103,35 @@ def _example(path: Path, line: int, record: dict, text_col: str, label_col: str)
     label = str(label).strip()
     if not label:
         raise DataError(path, f"empty label in column {label_col!r}", line=line)
-    return Example(text=text.strip(), label=label, line=line)
+    text = text.strip()
+    return Example(text=text[:max_chars], label=label, line=line, truncated=len(text) > max_chars)
 
 
-def read_examples(path: str | Path, text_col: str = "text", label_col: str = "label") -> tuple[list[Example], str]:
-    """All examples of a .jsonl/.json/.csv file and the sha256 of its bytes."""
+def read_examples(path: str | Path, text_col: str = "text", label_col: str = "label",
+                  max_chars: int = DEFAULT_MAX_CHARS) -> tuple[list[Example], str]:
+    """All examples of a .jsonl/.json/.csv file (texts cut to `max_chars` as they are read: one line in
+    memory at a time) and the sha256 of its bytes."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise DataError(path, "no such file")
-    raw = path.read_bytes()
-    lines = _decoded_lines(path, raw)
+    if path.is_dir():
+        raise DataError(path, "is a directory: pass a .jsonl or .csv file")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json", ".ndjson"):
-        examples = _read_jsonl(path, lines, text_col, label_col)
+        reader = _read_jsonl
     elif suffix in (".csv", ".tsv"):
-        examples = _read_csv(path, lines, text_col, label_col)
+        reader = _read_csv
     else:
         raise DataError(path, f"unknown file type {suffix!r}: use .jsonl or .csv")
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            examples = list(reader(path, _decoded_lines(path, handle, digest), text_col, label_col, max_chars))
+    except OSError as e:
+        raise DataError(path, f"cannot read it ({e.strerror})") from None
     if not examples:
-        raise DataError(path, "no examples in the file")
-    return examples, hashlib.sha256(raw).hexdigest()
+        raise DataError(path, "no examples in the file (it is empty or holds only blank lines)")
+    return examples, digest.hexdigest()
 
 
 def stratified_split(examples: list[Example], labels: tuple[str, ...], eval_fraction: float,
@@ -133,10 +152,10 @@ def stratified_split(examples: list[Example], labels: tuple[str, ...], eval_frac
 
 def load_dataset(path: str | Path | None = None, *, labels: tuple[str, ...] | None = None,
                  eval_fraction: float = 0.2, seed: int = 42, text_col: str = "text",
-                 label_col: str = "label") -> Dataset:
+                 label_col: str = "label", max_chars: int = DEFAULT_MAX_CHARS) -> Dataset:
     """Load, validate and split a dataset. `labels=None` takes the sorted label set found in the file."""
     path = Path(path) if path else DEFAULT_DATASET
-    examples, sha = read_examples(path, text_col, label_col)
+    examples, sha = read_examples(path, text_col, label_col, max_chars)
     if labels is not None:
         allowed = set(labels)
         for e in examples:

@@ -10,7 +10,11 @@ class WorkloadError(Exception):
     status = "error"
 
 
-class DataError(WorkloadError):
+class InputError(WorkloadError):
+    """Bad input from the user (data, model or adapter path, output dir): exit code 2, no result is written."""
+
+
+class DataError(InputError):
     """The dataset file is unusable; the message names the file and, where it applies, the line."""
 
     error_class = "data_error"
@@ -25,6 +29,12 @@ class ModelError(WorkloadError):
     """The model could not be loaded or built."""
 
     error_class = "model_error"
+
+
+class PathError(InputError):
+    """A model, adapter or output path given by the user cannot be used; the message says what to pass."""
+
+    error_class = "usage_error"
 
 
 class UnsupportedFamily(WorkloadError):

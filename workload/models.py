@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ModelError, UnsupportedFamily
+from .errors import ModelError, PathError, UnsupportedFamily
 from .tiny import TINY_FAMILIES, is_tiny, tiny_config_kwargs, train_tokenizer
 
 # transformers' sequence-classification class per model_type; None: no such class, we provide the head.
@@ -150,6 +150,24 @@ def _pretrained_model(model_id: str, revision: str | None, num_labels: int, torc
         raise ModelError(f"cannot load {model_id}: {e}") from e
 
 
+def _looks_like_path(model_id: str) -> bool:
+    return model_id.startswith((".", "/", "~")) or Path(model_id).expanduser().exists() or model_id.count("/") > 1
+
+
+def check_model_source(model_id: str) -> None:
+    """A local model path must be a directory with config.json (PathError otherwise); hub ids are checked
+    when loaded."""
+    if is_tiny(model_id) or not _looks_like_path(model_id):
+        return
+    path = Path(model_id).expanduser()
+    if not path.exists():
+        raise PathError(f"--model {model_id}: no such directory; pass a model directory (with config.json "
+                        f"and weights), a hub id such as google/gemma-2b, or one of {sorted(TINY_FAMILIES)}")
+    if not (path / "config.json").is_file():
+        raise PathError(f"--model {model_id}: no config.json in it; a model directory holds what "
+                        "save_pretrained writes (config.json, *.safetensors, tokenizer files)")
+
+
 def load_base(model_id: str, num_labels: int, *, torch_dtype=torch.float32, attn: str | None = None,
               revision: str | None = None, seed: int = 42, work_dir: Path | None = None,
               tokenizer_texts: list[str] | None = None) -> LoadedModel:
@@ -246,16 +264,26 @@ def save_adapter(loaded: LoadedModel, out_dir: Path, labels: tuple[str, ...], re
     return out_dir
 
 
+def read_adapter_meta(adapter_dir: Path) -> tuple[dict, tuple[str, ...]]:
+    """(workload_adapter.json, labels) of an adapter dir; PathError, saying what to pass, when it is not one."""
+    hint = "pass the adapter/ directory a `python -m workload train --out DIR` run wrote (DIR/adapter)"
+    if not adapter_dir.is_dir():
+        raise PathError(f"--adapter {adapter_dir}: no such directory; {hint}")
+    try:
+        meta = json.loads((adapter_dir / ADAPTER_META).read_text())
+        labels = tuple(json.loads((adapter_dir / LABEL_MAP).read_text())["labels"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PathError(f"--adapter {adapter_dir}: not a workload adapter ({ADAPTER_META} or {LABEL_MAP} "
+                        f"missing or unreadable: {e}); {hint}") from None
+    return meta, labels
+
+
 def load_adapter(adapter_dir: str | Path, *, torch_dtype=torch.float32, attn: str | None = None):
     """Rebuild base + adapter for inference: (model, tokenizer, labels, meta)."""
     from peft import PeftModel
 
     adapter_dir = Path(adapter_dir)
-    meta_file = adapter_dir / ADAPTER_META
-    if not meta_file.is_file():
-        raise ModelError(f"{adapter_dir} is not a workload adapter (no {ADAPTER_META})")
-    meta = json.loads(meta_file.read_text())
-    labels = tuple(json.loads((adapter_dir / LABEL_MAP).read_text())["labels"])
+    meta, labels = read_adapter_meta(adapter_dir)
     if meta["base_model"] == "base":
         base, tokenizer, _ = _load_tiny_base(adapter_dir / "base", len(labels), torch_dtype, attn)
     else:

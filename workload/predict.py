@@ -2,22 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import warnings
+
 import torch
 
 from . import environment as env
 from .batching import collate, encode
+from .dataset import CHARS_PER_TOKEN_LIMIT
 from .models import load_adapter
 from .train import autocast
+
+
+@contextlib.contextmanager
+def _quiet_loading():
+    """Loading prints nothing: no progress bars or deprecation warnings, and stray prints go to stderr
+    (stdout carries the JSON lines only)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+        warnings.simplefilter("ignore")
+        yield
 
 
 def predict(adapter_dir, texts: list[str], *, device_name: str = "auto", dtype: str = "auto",
             batch_size: int = 32) -> list[dict]:
     device = env.pick_device(device_name)
     dtype = env.resolve_dtype(dtype, device)
-    model, tokenizer, labels, meta = load_adapter(adapter_dir, torch_dtype=env.TORCH_DTYPES[dtype])
-    model.to(device)
+    with _quiet_loading():
+        model, tokenizer, labels, meta = load_adapter(adapter_dir, torch_dtype=env.TORCH_DTYPES[dtype])
+        model.to(device)
     max_length = int(meta.get("max_length", 512))
-    ids = encode(tokenizer, texts, max_length)
+    ids = encode(tokenizer, [t[:max_length * CHARS_PER_TOKEN_LIMIT] for t in texts], max_length)
     out = []
     with torch.no_grad():
         for start in range(0, len(ids), batch_size):

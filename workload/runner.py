@@ -13,13 +13,22 @@ import torch
 
 from . import environment as env
 from . import launch
-from .errors import DidNotLearn, ProbeFailure, WorkloadError
+from .errors import DidNotLearn, InputError, ProbeFailure, WorkloadError
 from .presets import Recipe
 from .result import finish, new_result, write_result
 
 
+EXIT_BAD_INPUT = 2
+
+
 def _log(message: str) -> None:
     print(f"[workload] {message}", file=sys.stderr, flush=True)
+
+
+def bad_input(exc: InputError) -> int:
+    """Report an input error (nothing is written: it says nothing about the environment); exit code 2."""
+    _log(f"bad input: {exc}")
+    return EXIT_BAD_INPUT
 
 
 _PEER_LOST = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe",
@@ -103,9 +112,11 @@ def probe_command(out_dir: Path | None, device_name: str = "auto", dtype: str = 
 def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | None = None,
                   device_name: str = "auto", revision: str | None = None, probes: bool = True,
                   text_column: str = "text", label_column: str = "label", quiet: bool = False) -> tuple[int, dict]:
-    """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json."""
+    """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json.
+    Bad input (data, model path) raises InputError before anything is written."""
     from . import distributed
 
+    data = _checked_inputs(recipe, dataset_path, text_column, label_column)
     result = new_result("train")
     exc = None
     scratch = Path(tempfile.mkdtemp(prefix="workload-"))
@@ -122,8 +133,7 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
         _check_visible_devices(device)
         dtype = env.resolve_dtype(recipe.dtype, device)
         result["config"] = _config_block(recipe, dtype, dist.world_size)
-        _train(result, recipe, device, dtype, dist, dataset_path, revision, probes, text_column, label_column,
-               out_dir, scratch, quiet)
+        _train(result, recipe, device, dtype, dist, data, revision, probes, out_dir, scratch, quiet)
     except BaseException as e:  # noqa: BLE001 - recorded in the result
         exc = e
     finally:
@@ -137,9 +147,11 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
 
 
 def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, out_dir: Path | None,
-                         device_name: str = "auto") -> tuple[int, dict]:
+                         device_name: str = "auto", dataset_path: str | None = None, text_column: str = "text",
+                         label_column: str = "label") -> tuple[int, dict]:
     """Data parallelism from a plain start: re-run `train_argv` under torchrun with `nproc` ranks
     (workload/launch.py); (exit code, the final result: rank 0's, corrected if a rank failed)."""
+    _checked_inputs(recipe, dataset_path, text_column, label_column)  # bad input: InputError, nothing written
     result = new_result("train")
     try:
         result["versions"] = env.versions()
@@ -155,6 +167,39 @@ def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, o
         return _finalise(result, out_dir, e), result
     code, final = launch.reconcile(out_dir, result, code, signum, cause)
     return code, final or result
+
+
+def _checked_inputs(recipe: Recipe, dataset_path, text_column: str, label_column: str):
+    """The dataset, loaded and validated, after the model source is checked (InputError if either is bad)."""
+    from .dataset import CHARS_PER_TOKEN_LIMIT, load_dataset
+    from .models import check_model_source
+
+    check_model_source(recipe.model)
+    data = load_dataset(dataset_path, labels=recipe.labels, eval_fraction=recipe.eval_fraction, seed=recipe.seed,
+                        text_col=text_column, label_col=label_column,
+                        max_chars=recipe.max_length * CHARS_PER_TOKEN_LIMIT)
+    if data.truncated and os.environ.get("RANK", "0") == "0":
+        _log(f"{data.truncated} text(s) longer than {recipe.max_length * CHARS_PER_TOKEN_LIMIT} characters "
+             f"were cut to that length when read ({CHARS_PER_TOKEN_LIMIT} per token of max_length)")
+    return data
+
+
+def _tokenise(tokenizer, texts: list[str], max_length: int, what: str, quiet: bool) -> tuple[list[list[int]], int]:
+    """Token ids of `texts`, with a progress line every $WORKLOAD_PROGRESS_S seconds (2) when that takes long."""
+    import time
+
+    from .batching import encode_counted
+
+    started = last = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if not quiet and now - last >= float(os.environ.get("WORKLOAD_PROGRESS_S", "2")):
+            _log(f"tokenizing the {what} texts: {done}/{total} ({now - started:.0f} s)")
+            last = now
+
+    return encode_counted(tokenizer, texts, max_length, progress)
 
 
 def _check_visible_devices(device: torch.device) -> None:
@@ -192,18 +237,13 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
                       "compile": recipe.compile}}
 
 
-def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_probes, text_column, label_column,
-           out_dir, scratch, quiet) -> None:
-    from .batching import encode
-    from .dataset import load_dataset
+def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
     from .metrics import mfu
     from .models import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
                          save_adapter)
     from .train import Tokenised, evaluate, train
 
     torch.manual_seed(recipe.seed)
-    data = load_dataset(dataset_path, labels=recipe.labels, eval_fraction=recipe.eval_fraction, seed=recipe.seed,
-                        text_col=text_column, label_col=label_column)
     result["dataset"] = data.summary()
     loaded = load_base(recipe.model, len(data.labels), torch_dtype=env.TORCH_DTYPES[dtype],
                        attn=recipe.attn_implementation, revision=revision, seed=recipe.seed,
@@ -225,10 +265,15 @@ def _train(result, recipe, device, dtype, dist, dataset_path, revision, with_pro
                        "num_parameters": n_all, "trainable_parameters": n_trainable,
                        "non_embedding_parameters": n_non_embedding}
     label_ids = {name: i for i, name in enumerate(data.labels)}
-    tok = Tokenised(encode(loaded.tokenizer, [e.text for e in data.train], recipe.max_length),
-                    [label_ids[e.label] for e in data.train],
-                    encode(loaded.tokenizer, [e.text for e in data.eval], recipe.max_length),
-                    [label_ids[e.label] for e in data.eval])
+    train_ids, cut_train = _tokenise(loaded.tokenizer, [e.text for e in data.train], recipe.max_length, "training",
+                                     quiet or not dist.is_main)
+    eval_ids, cut_eval = _tokenise(loaded.tokenizer, [e.text for e in data.eval], recipe.max_length, "evaluation",
+                                   quiet or not dist.is_main)
+    result["dataset"]["truncated_tokens"] = cut_train + cut_eval
+    if cut_train + cut_eval and dist.is_main:
+        _log(f"{cut_train + cut_eval} text(s) longer than max_length {recipe.max_length} tokens were truncated")
+    tok = Tokenised(train_ids, [label_ids[e.label] for e in data.train],
+                    eval_ids, [label_ids[e.label] for e in data.eval])
     pad_id = loaded.tokenizer.pad_token_id
     eval_kwargs = dict(device=device, dtype=dtype, pad_id=pad_id, recipe=recipe, num_labels=len(data.labels))
     metrics = {"eval_before": evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)}

@@ -1,4 +1,5 @@
-"""SDPA against math attention and an fp64 reference, head_dim 256 (FACTS.md pitfalls 5 and 6).
+"""SDPA against math attention and an fp64 reference, head_dim 256 (SDPA wrong in half
+precision: pytorch#119772; flash attention head_dim > 128 on MI250: ROCm/flash-attention#51).
 
 Causal attention with Gemma's head_dim 256 in fp16/bf16, through the backend torch picks by
 default and through each backend forced in turn (math, flash, memory-efficient, cuDNN on GPU).

@@ -1,4 +1,5 @@
-"""Device discovery and bf16 support (FACTS.md pitfalls 1, 2 and 8)."""
+"""Device discovery and bf16 support (missing code objects: pytorch#147626; visible-device
+mismatches: pytorch#140318, pytorch#186516; bf16 keyed off torch.version.cuda: torchtune#597)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def check_device_count(device_count: int, limit: int | None, variable: str | Non
 
 
 def arch_supported(arch: str, arch_list: list[str], rocm: bool) -> bool:
-    """Whether this PyTorch build carries code for the device architecture (pitfall 1).
+    """Whether this PyTorch build carries code for the device architecture (pytorch#147626).
 
     ROCm: the gcnArchName base (before the first ':', pytorch#107477) must be compiled in.
     CUDA: machine code for the same major and a minor not above the device's, or PTX
@@ -148,7 +149,7 @@ def _bf16_reported_by_torch() -> bool:
 
 
 def bf16_support(ctx: ProbeContext) -> dict:
-    """Ask torch, then do an actual bf16 matmul; never keyed off torch.version.cuda (pitfall 8)."""
+    """Ask torch, then do an actual bf16 matmul; never keyed off torch.version.cuda (torchtune#597)."""
     values: dict = {"device_type": ctx.device.type}
     reported = _bf16_reported_by_torch() if ctx.on_gpu else True
     values["torch_reports_bf16"] = reported

@@ -1,4 +1,5 @@
-"""fp16/bf16 GEMM accuracy on the LoRA shapes against an fp64 reference (FACTS.md pitfall 9).
+"""fp16/bf16 GEMM accuracy on the LoRA shapes against an fp64 reference (half-precision GEMM
+errors show up as wrong LoRA updates, not crashes).
 
 The LoRA update is y = (x @ A) @ B with x[tokens, hidden], A[hidden, r], B[r, hidden].
 Inputs are drawn once, rounded to the half dtype, and the fp64 reference is computed from

@@ -1,6 +1,7 @@
 """Gemma RMSNorm in half precision on tiny and large activations.
 
-GemmaRMSNorm computes in fp32 and scales by (1 + weight) (FACTS.md). Activations of 1e-4
+GemmaRMSNorm computes in fp32 and scales by (1 + weight) (transformers
+modeling_gemma.py, GemmaRMSNorm). Activations of 1e-4
 square to 1e-8, below fp16's smallest subnormal (6e-8); activations of 1e4..6e4 square to
 1e8..3.6e9, far above fp16's maximum (65504). Computed in fp32 both are harmless, so the
 output must be finite and within rounding of an fp64 reference computed from the same

@@ -1,4 +1,5 @@
-"""ROCm library checks: MIOpen's writable directories (pitfall 7) and hipBLASLt availability (pitfall 4).
+"""ROCm library checks: MIOpen's writable directories (ROCm/MIOpen#1295) and hipBLASLt availability
+(pytorch#138067).
 
 MIOpen keeps a user performance database in MIOPEN_USER_DB_PATH (default $HOME/.config/miopen)
 and compiled kernels in MIOPEN_CUSTOM_CACHE_DIR (default $HOME/.cache/miopen); it creates them

@@ -1,6 +1,6 @@
 """Tokenizer integrity: lossless round trip of Chinese emotion text, agreement with a second encoder.
 
-FACTS.md pitfall 10. The second encoder is the slow (sentencepiece-backed) tokenizer where
+The second encoder is the slow (sentencepiece-backed) tokenizer where
 transformers still has one (4.x); transformers 5 loads every tokenizer as the fast,
 tokenizers-backed class, so there the fast tokenizer is compared with the raw sentencepiece
 model (tokenizer.model) it was converted from; `values["mode"]` says which comparison ran.

@@ -1,0 +1,128 @@
+"""Bad input is bad input: `python -m workload` and `envbuild run workload` exit 2 with a file:line message,
+write no result and record nothing in the matrix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import main
+from paths_fixtures import read_only_dir  # noqa: F401 - fixture
+
+ROWS = [{"text": f"text {label} {i}", "label": label} for label in ("joy", "anger") for i in range(4)]
+
+
+def _jsonl(rows) -> bytes:
+    return ("\n".join(json.dumps(r) for r in rows) + "\n").encode()
+
+
+# name -> (file name, bytes, extra workload args, what the message must hold)
+DATA_CASES = {
+    "empty": ("d.jsonl", b"", [], "d.jsonl: no examples in the file"),
+    "blank-lines": ("d.jsonl", b"\n\n  \n", [], "d.jsonl: no examples in the file"),
+    "malformed-json": ("d.jsonl", _jsonl(ROWS[:3]) + b'{"text": "x", "label"\n', [], "d.jsonl:4: not valid JSON"),
+    "not-an-object": ("d.jsonl", b"[1, 2]\n", [], "d.jsonl:1: each line must be a JSON object"),
+    "missing-label-column": ("d.jsonl", _jsonl([{"text": "a"}] * 4), [], "d.jsonl:1: missing column(s) ['label']"),
+    "csv-missing-column": ("d.csv", b"sentence,label\nhello,joy\n", [], "d.csv:1: missing column(s) ['text']"),
+    "single-class": ("d.jsonl", _jsonl([{"text": f"t{i}", "label": "joy"} for i in range(6)]), [],
+                     "d.jsonl:1: only one label ('joy')"),
+    "non-utf8": ("d.jsonl", _jsonl(ROWS[:2]) + b'{"text": "caf\xe9", "label": "joy"}\n', [],
+                 "d.jsonl:3: not valid UTF-8"),
+    "unknown-label": ("d.jsonl", _jsonl(ROWS), ["--labels", "joy,fear"], "d.jsonl:5: unknown label 'anger'"),
+    "wrong-file-type": ("d.txt", b"hello\n", [], "d.txt: unknown file type '.txt'"),
+}
+
+
+def _workload(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "workload", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def _bad_input_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("[workload] bad input: ")]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(DATA_CASES))
+def test_workload_train_refuses_bad_data_with_exit_2(tmp_path, case):
+    name, content, extra, message = DATA_CASES[case]
+    data = tmp_path / name
+    data.write_bytes(content)
+    out = tmp_path / "out"
+    proc = _workload("train", "--data", str(data), "--out", str(out), *(extra or ["--labels", "auto"]))
+    assert proc.returncode == 2, proc.stderr
+    assert message in _bad_input_line(proc.stderr)
+    assert not out.exists()  # nothing written, not even the out dir
+
+
+@pytest.mark.parametrize("args,message", [
+    (["train", "--model", "MODEL_DIR"], "no config.json in it"),
+    (["train", "--model", "./no/such/model"], "--model ./no/such/model: no such directory"),
+    (["train", "--data", "./no-such.jsonl"], "no-such.jsonl: no such file"),
+    (["train", "--preset", "smok"], "invalid choice: 'smok'"),
+    (["train", "--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+    (["train", "--bogus"], "unrecognized arguments: --bogus"),
+    (["train", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
+    (["probe", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
+    (["predict", "--adapter", "/nonexistent", "hi"], "--adapter /nonexistent: no such directory"),
+    (["predict", "--adapter", "MODEL_DIR", "hi"], "not a workload adapter"),
+], ids=["model-dir-without-config", "missing-model-dir", "missing-data", "typo-preset", "bad-arg-value",
+        "unknown-arg", "train-out-proc", "probe-out-proc", "predict-missing-adapter", "predict-not-an-adapter"])
+def test_workload_refuses_bad_paths_and_arguments_with_exit_2(tmp_path, args, message):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "weights.bin").write_bytes(b"x")
+    args = [str(model_dir) if a == "MODEL_DIR" else a for a in args]
+    proc = _workload(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in _bad_input_line(proc.stderr)
+    assert proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no run dir, no result
+
+
+@pytest.mark.parametrize("case", ["empty", "missing-label-column", "single-class", "non-utf8", "malformed-json"])
+def test_envbuild_run_refuses_bad_data_with_exit_2_and_records_nothing(tmp_path, case):
+    name, content, _, message = DATA_CASES[case]
+    data = tmp_path / name
+    data.write_bytes(content)
+    out, db = tmp_path / "out", tmp_path / "m.db"
+    result = CliRunner().invoke(main, ["run", "workload", "--local", "--data", str(data), "--out", str(out),
+                                       "--db", str(db), "--", "--labels", "auto"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "nothing recorded" in result.output
+    assert not out.exists() and not db.exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--preset", "smok"], "invalid choice: 'smok'"),
+    (["--", "--max-steps", "many"], "argument --max-steps: invalid int value: 'many'"),
+    (["--model", "MODEL_DIR"], "no config.json in it"),
+], ids=["typo-preset", "bad-workload-args", "model-dir-without-config"])
+def test_envbuild_run_refuses_bad_arguments_with_exit_2(tmp_path, args, message):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    args = [str(model_dir) if a == "MODEL_DIR" else a for a in args]
+    out, db = tmp_path / "out", tmp_path / "m.db"
+    result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(out), "--db", str(db), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not out.exists() and not db.exists()
+
+
+@pytest.mark.parametrize("db", ["/proc/x/m.db", "DIR", "NOT_SQLITE", "READ_ONLY_DIR/m.db"])
+def test_envbuild_run_checks_the_matrix_before_training(tmp_path, read_only_dir, db):
+    (tmp_path / "not.db").write_text("not a database")
+    db = {"DIR": str(tmp_path), "NOT_SQLITE": str(tmp_path / "not.db"),
+          "READ_ONLY_DIR/m.db": str(read_only_dir / "m.db")}.get(db, db)
+    result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(tmp_path / "out")],
+                                env={"ENVBUILD_DB": db})
+    assert result.exit_code == 2, result.output
+    assert ("cannot use the matrix database" in result.output or "'--db'" in result.output), result.output
+    assert "running locally" not in result.output
+    assert not (tmp_path / "out").exists()
