@@ -35,7 +35,7 @@ def test_render_cuda_takes_the_official_cu130_wheel(tmp_path):
     result = invoke("render", "--cuda", "13.0", "--torch", "2.11", "-o", str(tmp_path / "ctx"))
     assert result.exit_code == 0, result.output
     dockerfile = (tmp_path / "ctx" / "Dockerfile").read_text()
-    assert "ARG TORCH_REQUIREMENT=torch==2.11.0+cu130" in dockerfile
+    assert "ARG TORCH_VERSION=2.11.0+cu130" in dockerfile
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130" in dockerfile
     assert "install_rocm" not in dockerfile and "ARG BASE_IMAGE=ubuntu:24.04" in dockerfile
     manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
