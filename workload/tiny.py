@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import string
 from collections import Counter
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ def train_tokenizer(texts: list[str], out_dir: Path, max_vocab: int = MAX_VOCAB)
     sentences = (t[:TOKENIZER_TEXT_CHARS] for t in texts)
     if size.character_coverage < 1.0:
         sentences = ("".join(c for c in t if c in keep) for t in sentences)
+    # Every required character occurs at least once: sentencepiece 0.2.0 (the pin of the torch 2.3-2.6 lines)
+    # aborts the whole process on a required character the corpus lacks (bpe_model_trainer.cc "freq > 0").
+    sentences = itertools.chain(sentences, [" ".join(ALWAYS_CHARS[1:])])
     out_dir.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
