@@ -14,11 +14,10 @@ from rich.markup import escape
 from builder.cli_matrix import db_option, open_store, preflight_store
 from builder.container import ContainerRun, RunError, RunRequest, run_in_container
 from builder.engine import EngineUnavailable
+from builder.interrupt import sigterm_as_interrupt
 from builder.local_run import run_local
-from builder.run_result import RESULT_NAME
+from builder.run_result import RESULT_NAME, keep_run
 from builder.store import StoreError
-
-EXIT_INTERRUPTED = 130
 
 
 @click.group("run")
@@ -46,7 +45,8 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
              no_record: bool, extra: tuple[str, ...]) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
 
-    Exit code 0 only when the result is "pass"; 1 when it is not; 130 when interrupted; 2 for bad input.
+    Exit code 0 only when the result is "pass"; 1 when it is not; 2 for bad input; 130 on Ctrl-C and
+    143 on SIGTERM (the workload is stopped and the attempt recorded as `interrupted`, not a verdict).
     """
     if image and local:
         raise click.UsageError("--image and --local exclude each other: pick one")
@@ -57,11 +57,12 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
         preflight_store(db)
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
     try:
-        if image:
-            result = run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
-                                      console)
-        else:
-            result = run_local(RunRequest(**request), console)
+        with sigterm_as_interrupt() as stop:
+            if image:
+                result = run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
+                                          console)
+            else:
+                result = run_local(RunRequest(**request), console)
     except (RunError, PermissionError, FileExistsError) as exc:
         raise click.UsageError(str(exc)) from exc
     except EngineUnavailable as exc:
@@ -76,7 +77,11 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
         _record(db, result, result_path, console)
     if result["status"] == "pass":
         return
-    sys.exit(EXIT_INTERRUPTED if result.get("error_class") == "interrupted" else 1)
+    if result.get("error_class") != "interrupted":
+        sys.exit(1)
+    console.print(f"[yellow]run interrupted ({'SIGTERM' if stop.terminated else 'Ctrl-C'})[/]: the workload was"
+                  " stopped (an attempt, never a verdict)")
+    sys.exit(stop.exit_code)
 
 
 def _summary(result: dict) -> str:
@@ -97,7 +102,8 @@ def _summary(result: dict) -> str:
 def _record(db: Path | None, result: dict, result_path: Path, console: Console) -> None:
     store = open_store(db)
     try:
-        recorded = store.record_run(result, source=str(result_path))
+        attempt = keep_run(store.path, result_path.parent, result)
+        recorded = store.record_run(result, source=str(result_path), attempt_dir=attempt)
     except StoreError as exc:
         raise click.ClickException(f"{exc} (the result stays in {result_path}; "
                                    f"`envbuild matrix import {result_path}` retries)") from exc

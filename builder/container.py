@@ -23,6 +23,7 @@ from rich.markup import escape
 from builder.build import MANIFEST_LABEL
 from builder.doctor import HostView, host_record, kfd_gpus
 from builder.engine import docker_client
+from builder.interrupt import describe
 from builder.run_result import check_out_dir, finalize
 
 OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
@@ -213,8 +214,13 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
             state = client.api.inspect_container(container.id)["State"]
             failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"
             failure = f"the container exited with code {exit_code}" + (" (OOM-killed)" if state.get("OOMKilled") else "")
-    except KeyboardInterrupt:
-        failure_class, failure = "interrupted", "the run was interrupted (Ctrl-C)"
+            if exit_code == 2 and not state.get("OOMKilled"):
+                failure_class, failure = "usage_error", "the workload refused its arguments (exit code 2; see container.log)"
+    except KeyboardInterrupt as exc:
+        how = describe(exc)
+        failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+        with open(out_dir / "container.log", "a", encoding="utf-8") as log:
+            log.write(f"\n# envbuild: interrupted ({how}); stopping the container\n")
         if container is not None:
             _stop(container)
     except docker.errors.APIError as exc:

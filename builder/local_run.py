@@ -14,8 +14,10 @@ from rich.markup import escape
 
 from builder.container import RunError, RunRequest, check_data, resolve_model, workload_args
 from builder.doctor import HostView, host_record
+from builder.interrupt import Terminated, describe
 from builder.run_result import check_out_dir, finalize
 
+LOG_NAME = "workload.log"
 _DISTRIBUTIONS = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
                   "sentencepiece": "sentencepiece", "safetensors": "safetensors", "numpy": "numpy"}
 
@@ -45,22 +47,45 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     console.print(escape(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
     started = time.time()
     failure_class, failure = None, ""
-    proc = subprocess.Popen(argv)
-    try:
-        code = proc.wait()
-        if code != 0:
-            failure_class, failure = "process_died", f"the workload exited with code {code}"
-    except KeyboardInterrupt:
-        failure_class, failure = "interrupted", "the run was interrupted (Ctrl-C)"
-        _stop(proc)
+    with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1)
+        try:
+            _tee(proc, log)
+            code = proc.wait()
+            if code != 0:
+                failure_class, failure = exit_failure(code, "the workload")
+        except KeyboardInterrupt as exc:
+            how = describe(exc)
+            failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+            log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
+            _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
+            _tee(proc, log)
     return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
                     finished=time.time(), versions=local_versions(), host=host_record(host), image=None)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Let the workload write its `interrupted` result (a terminal's Ctrl-C reached it too; else send
-    SIGINT), then kill it if it does not exit."""
-    for action, wait_s in ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10)):
+def exit_failure(code: int, who: str) -> tuple[str, str]:
+    """The error class of a non-zero exit: 2 is the workload refusing its arguments (usage_error)."""
+    if code == 2:
+        return "usage_error", f"{who} refused its arguments (exit code 2; see its log)"
+    return "process_died", f"{who} exited with code {code}"
+
+
+def _tee(proc: subprocess.Popen, log) -> None:
+    """The workload's output to the log and this terminal, line by line, until it closes."""
+    for line in proc.stdout:
+        log.write(line)
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
+def _stop(proc: subprocess.Popen, forward: signal.Signals | None) -> None:
+    """Let the workload write its `interrupted` result (a terminal's Ctrl-C reached it too; SIGTERM is
+    forwarded; else send SIGINT), then kill it if it does not exit."""
+    steps = ((forward, 20), (signal.SIGKILL, 10)) if forward else \
+        ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10))
+    for action, wait_s in steps:
         if action is not None:
             proc.send_signal(action)
         try:
