@@ -12,7 +12,8 @@ from rich.markup import escape
 
 from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image, default_log_path,
                            push_image, read_manifest, read_verify)
-from builder.build_record import BuildAttempt
+from builder.attempts import ATTEMPTS_DIR
+from builder.build_record import LOG_NAME, BuildAttempt
 from builder.cli_matrix import db_option, preflight_store
 from builder.cli_render import plan_from_options, plan_table, request_options
 from builder.render import RenderError, render
@@ -87,7 +88,9 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     manifest = read_manifest(context_dir)
     tag = _tag_of(context_dir, manifest, tag, registry)
     if dry_run:
-        _print_dry_run(context_dir, manifest, tag, plan)
+        where = log_path or (default_log_path(context_dir) if no_record else
+                             (db or default_db_path()).resolve().parent / ATTEMPTS_DIR / "<new attempt>" / LOG_NAME)
+        _print_dry_run(context_dir, manifest, tag, plan, where)
         return
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
@@ -143,7 +146,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     click.echo(tag)
 
 
-def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str, plan) -> None:
+def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str, plan, log_path: Path) -> None:
     manifest = manifest or {}
     if plan is not None:
         Console().print(plan_table(plan, f"plan for {plan.cell.key}"))
@@ -154,7 +157,7 @@ def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str, plan) -> 
     stages = plan.stages if plan is not None else manifest.get("stages")
     if stages:
         click.echo("stages:     " + " -> ".join(str(s) for s in stages))
-    click.echo(f"build log:  {default_log_path(context_dir)}")
+    click.echo(f"build log:  {log_path}")
     if plan is None:
         click.echo("manifest:\n" + json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
 

@@ -14,7 +14,8 @@ from rich.markup import escape
 from builder.cli_matrix import db_option, open_store, preflight_store
 from builder.container import ContainerRun, RunError, RunRequest, run_in_container
 from builder.engine import EngineUnavailable
-from builder.interrupt import sigterm_as_interrupt
+from builder.interrupt import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe,
+                                sigterm_as_interrupt)
 from builder.local_run import run_local
 from builder.run_result import RESULT_NAME, keep_run
 from builder.store import StoreError
@@ -65,6 +66,9 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
                 result = run_local(RunRequest(**request), console)
     except (RunError, PermissionError, FileExistsError) as exc:
         raise click.UsageError(str(exc)) from exc
+    except KeyboardInterrupt as exc:  # before the workload started: nothing to record
+        console.print(f"[yellow]run interrupted ({describe(exc)}) before the workload started[/]")
+        sys.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
     except EngineUnavailable as exc:
         raise click.ClickException(str(exc)) from exc
     result_path = Path(out_dir).resolve() / RESULT_NAME
