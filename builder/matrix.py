@@ -118,10 +118,7 @@ class CellSummary:
     @property
     def flaky(self) -> bool:
         """The current environment's verdict flipped among its latest FLAKY_WINDOW verdicts."""
-        if self.environment is None:
-            return False
-        recent = self.environment_verdicts(self.environment)[-FLAKY_WINDOW:]
-        return any(a.verdict != b.verdict for a, b in _pairs(recent))
+        return self.environment is not None and _flaky(self.environment_verdicts(self.environment))
 
     @property
     def last_event_at(self) -> str | None:
@@ -207,11 +204,9 @@ def environment_line(s: CellSummary, environment: str) -> dict:
     """One environment of a cell: its latest verdict, flips and whether it is flaky."""
     verdicts = s.environment_verdicts(environment)
     flips = [(a, b) for a, b in _pairs(verdicts) if a.verdict != b.verdict]
-    recent = verdicts[-FLAKY_WINDOW:]
     latest = verdicts[-1]
     return {"environment": environment, "status": latest.verdict, "failure_class": latest.failure_class,
-            "note": latest.note, "verdicts": len(verdicts), "flips": len(flips),
-            "flaky": any(a.verdict != b.verdict for a, b in _pairs(recent)),
+            "note": latest.note, "verdicts": len(verdicts), "flips": len(flips), "flaky": _flaky(verdicts),
             "last_pass_at": next((e.at for e in reversed(verdicts) if e.verdict == "pass"), None)}
 
 
@@ -255,6 +250,12 @@ def _fill_verdict(summary: CellSummary, events: list[Event]) -> None:
 
 def _pairs(events: list[Event]) -> list[tuple[Event, Event]]:
     return list(zip(events, events[1:]))
+
+
+def _flaky(verdicts: list[Event]) -> bool:
+    """One environment's verdicts flipped among the latest FLAKY_WINDOW."""
+    recent = verdicts[-FLAKY_WINDOW:]
+    return any(a.verdict != b.verdict for a, b in _pairs(recent))
 
 
 def _first_line(text: str, limit: int = 200) -> str:
