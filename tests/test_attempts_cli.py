@@ -116,7 +116,7 @@ def test_bad_data_is_an_attempt(tmp_path):
     bad.write_text('{"text": "no label here"}\n' * 20)
     run = envbuild("run", "workload", "--local", "--data", str(bad), "--out", str(tmp_path / "out"),
                    "--db", str(db), cwd=tmp_path)
-    assert run.returncode in (1, 2), run.stderr[-2000:]  # 2 once input errors exit as bad input
+    assert run.returncode == 1, run.stderr[-2000:]
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["error_class"] == "data_error"
     cell = listed(db)[KEY]
