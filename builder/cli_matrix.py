@@ -114,9 +114,9 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
         raise click.BadParameter(f"no cell {plain(cell_key)!r} in the matrix (known: {known})", param_hint="CELL")
     summary = summaries[cell_key]
     if as_json:
-        attempts = [dict(zip(("at", "kind", "outcome", "id", "attempt_dir"), row))
-                    for row in _attempt_rows(summary, store_dir)]
-        click.echo(json.dumps({**summary_record(summary), "attempts": attempts}, indent=2))
+        records = [dict(zip(("at", "kind", "outcome", "id", "attempt_dir"), row))
+                   for row in _attempt_rows(summary, store_dir)]
+        click.echo(json.dumps({**summary_record(summary), "records": records}, indent=2))
         return
     _print_summary(summary, store_dir)
 
@@ -281,10 +281,10 @@ def _print_summary(s: CellSummary, store_dir: Path) -> None:
         history.add_row(Text(plain(e.at)), _status(e.verdict), e.kind, Text(plain(e.failure_class or "")),
                         Text(plain(e.note)), Text(plain(e.environment)))
     console.print(history)
-    attempts = Table("at", "kind", "outcome", "id", "attempt directory", title="attempts (builds and runs)")
+    records = Table("at", "kind", "outcome", "id", "attempt directory", title="every build and run, with its record")
     for at, kind, outcome, ident, directory in _attempt_rows(s, store_dir):
-        attempts.add_row(Text(plain(at)), kind, Text(plain(outcome)), Text(plain(ident)), Text(plain(directory)))
-    console.print(attempts)
+        records.add_row(Text(plain(at)), kind, Text(plain(outcome)), Text(plain(ident)), Text(plain(directory)))
+    console.print(records)
 
 
 def _attempt_rows(s: CellSummary, store_dir: Path) -> list[tuple[str, str, str, str, str]]:

@@ -91,11 +91,11 @@ def image_labels_manifest(image) -> dict | None:
     return json.loads(raw) if raw else None
 
 
-def image_block(image) -> dict:
-    """The result's `image` block: tag, digest and the manifest stored in the labels."""
+def image_block(image, requested: str) -> dict:
+    """The result's `image` block: tag (the one asked for, when the image carries several), digest, manifest."""
     digests = image.attrs.get("RepoDigests") or []
     return {
-        "tag": image.tags[0] if image.tags else image.id,
+        "tag": requested if requested in image.tags else (image.tags[0] if image.tags else image.id),
         "id": image.id,
         "digest": digests[0].split("@", 1)[1] if digests else image.id,
         "manifest": image_labels_manifest(image),
@@ -234,7 +234,7 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
     cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
     versions = {k: cell.get(k) for k in ("python", "torch")}
     return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image))
+                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image))
 
 
 def _stop(container) -> None:

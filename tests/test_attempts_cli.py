@@ -41,10 +41,11 @@ def listed(db: Path) -> dict:
     return {line["key"]: line for line in json.loads(shown.stdout)}
 
 
-def attempts(db: Path, key: str = KEY) -> list[dict]:
+def records(db: Path, key: str = KEY) -> list[dict]:
+    """`matrix show --json`'s `records`: every build and run with its outcome and attempt directory."""
     shown = envbuild("matrix", "show", key, "--json", "--db", str(db), cwd=db.parent)
     assert shown.returncode == 0, shown.stderr
-    return json.loads(shown.stdout)["attempts"]
+    return json.loads(shown.stdout)["records"]
 
 
 def children(pid: int) -> list[int]:
@@ -81,7 +82,7 @@ def test_a_typo_d_base_image_is_an_attempt_with_its_own_record(tmp_path, docker_
         assert "base_image_unavailable" in build.stderr
     cell = listed(db)[KEY]
     assert (cell["status"], cell["failure_class"], cell["runs"], cell["attempts"]) == ("pass", None, 1, 2)
-    first, second = [a for a in attempts(db) if a["kind"] == "build"]
+    first, second = [a for a in records(db) if a["kind"] == "build"]
     assert first["outcome"] == second["outcome"] == "fail build:base_image_unavailable (attempt)"
     assert first["attempt_dir"] != second["attempt_dir"]
     for attempt in (first, second):
@@ -103,7 +104,7 @@ def test_an_unknown_preset_is_an_attempt_not_process_died(tmp_path):
     assert (result["status"], result["error_class"]) == ("error", "usage_error")
     cell = listed(db)[KEY]
     assert (cell["status"], cell["runs"], cell["attempts"]) == ("pass", 1, 1)
-    (attempt,) = [a for a in attempts(db) if a["id"] == result["run_id"]]
+    (attempt,) = [a for a in records(db) if a["id"] == result["run_id"]]
     assert attempt["outcome"] == "error usage_error (attempt)"
     folder = Path(attempt["attempt_dir"])
     assert "invalid choice: 'nosuch'" in (folder / "workload.log").read_text()
@@ -190,7 +191,7 @@ def test_sigterm_stops_the_build_client_tags_nothing_and_records_an_attempt(tmp_
         docker_engine.images.get(tag)
     line = listed(db)[KEY]
     assert (line["status"], line["runs"], line["attempts"]) == ("untested", 0, 1)
-    (attempt,) = attempts(db)
+    (attempt,) = records(db)
     assert attempt["outcome"] == "fail build:interrupted (attempt)"
     assert Path(attempt["attempt_dir"]) == log.parent
     assert (log.parent / "context" / "Dockerfile").read_text() == SLEEPER.format(base=local_base)

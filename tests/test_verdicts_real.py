@@ -75,5 +75,5 @@ def test_show_lists_attempts_apart_from_verdicts(tmp_path):
     imported(tmp_path, "smoke-pass", "interrupted")
     shown = json.loads(matrix(tmp_path / "m.db", "show", KEY, "--json").output)
     assert [(h["verdict"], h["failure_class"]) for h in shown["history"]] == [("pass", None), ("attempt", "interrupted")]
-    assert [a["outcome"] for a in shown["attempts"]] == ["pass", "error interrupted (attempt)"]
+    assert [a["outcome"] for a in shown["records"]] == ["pass", "error interrupted (attempt)"]
     assert shown["flips"] == []
