@@ -158,7 +158,9 @@ SLEEPER = "FROM {base}\nRUN echo started-sleeping && sleep 120\n"
 
 
 @pytest.mark.docker
-def test_sigterm_stops_the_build_client_tags_nothing_and_records_an_attempt(tmp_path, local_base, docker_engine):
+@pytest.mark.parametrize("sig, code, how", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(tmp_path, local_base, docker_engine,
+                                                                          sig, code, how):
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(SLEEPER.format(base=local_base))
@@ -179,14 +181,14 @@ def test_sigterm_stops_the_build_client_tags_nothing_and_records_an_attempt(tmp_
     assert log is not None, "the build never reached its RUN step"
     clients = processes_naming(tag)
     assert clients, "no build client names the tag"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     output, _ = proc.communicate(timeout=90)
-    assert proc.returncode == 143, output
-    assert "build interrupted (SIGTERM); nothing was tagged" in output
+    assert proc.returncode == code, output
+    assert f"build interrupted ({how}); nothing was tagged" in output
     assert [pid for pid in clients if alive(pid)] == []  # the docker client went with envbuild
     text = log.read_text()
-    assert "# interrupted (SIGTERM); stopping the build client" in text
-    assert "# build stopped (SIGTERM); nothing was tagged" in text
+    assert f"# interrupted ({how}); stopping the build client" in text
+    assert f"# build stopped ({how}); nothing was tagged" in text
     with pytest.raises(docker.errors.ImageNotFound):
         docker_engine.images.get(tag)
     line = listed(db)[KEY]
