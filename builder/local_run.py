@@ -54,7 +54,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
             _tee(proc, log)
             code = proc.wait()
             if code != 0:
-                failure_class, failure = exit_failure(code, "the workload")
+                failure_class, failure = _exit_failure(code)
         except KeyboardInterrupt as exc:
             how = describe(exc)
             failure_class, failure = "interrupted", f"the run was interrupted ({how})"
@@ -65,11 +65,11 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
                     finished=time.time(), versions=local_versions(), host=host_record(host), image=None)
 
 
-def exit_failure(code: int, who: str) -> tuple[str, str]:
+def _exit_failure(code: int) -> tuple[str, str]:
     """The error class of a non-zero exit: 2 is the workload refusing its arguments (usage_error)."""
     if code == 2:
-        return "usage_error", f"{who} refused its arguments (exit code 2; see its log)"
-    return "process_died", f"{who} exited with code {code}"
+        return "usage_error", f"the workload refused its arguments (exit code 2; see {LOG_NAME})"
+    return "process_died", f"the workload exited with code {code}"
 
 
 def _tee(proc: subprocess.Popen, log) -> None:
