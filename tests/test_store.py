@@ -220,3 +220,18 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
     assert [(a.verdict, b.verdict) for a, b in summary.flips] == [("fail", "pass")] and summary.flaky
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_merged_rows_keep_their_attempt_directories(tmp_path):
+    from builder.cells import Cell
+
+    job = tmp_path / "artifacts" / "result-a"
+    cell = Cell(flavor="cpu", accel_version=None, torch="2.13", arch=None, python="3.11")
+    with MatrixStore.open(job / "matrix.db") as store:
+        store.record_build(cell, status="fail", failure_class="interrupted", attempt_dir="envbuild-attempts/b1")
+        store.record_run(cpu_result(), attempt_dir="envbuild-attempts/r1")
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.merge_from(job / "matrix.db")
+        (build,), (run,) = store.builds(), store.runs()
+    assert build["attempt_dir"] == str(job.resolve() / "envbuild-attempts" / "b1") and build["counts"] == 0
+    assert run["attempt_dir"] == str(job.resolve() / "envbuild-attempts" / "r1") and run["counts"]
