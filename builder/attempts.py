@@ -14,6 +14,8 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+from builder.store import DB_ENV_VAR, StoreError
+
 ATTEMPTS_DIR = "envbuild-attempts"
 RECORD_NAME = "attempt.json"
 
@@ -22,7 +24,11 @@ def new_attempt(db: Path, kind: str, ident: str) -> Path:
     """A new, empty attempt directory beside the matrix file `db` (never an existing one)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = Path(db).resolve().parent / ATTEMPTS_DIR / f"{stamp}-{kind}-{ident[:12]}"
-    path.mkdir(parents=True, exist_ok=False)
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+    except OSError as exc:
+        raise StoreError(f"cannot create the attempt record {path} ({exc.strerror}); the matrix file's folder"
+                         f" must be writable: point --db / ${DB_ENV_VAR} elsewhere, or pass --no-record") from exc
     return path
 
 

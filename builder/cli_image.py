@@ -14,7 +14,7 @@ from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError
                            push_image, read_manifest, read_verify)
 from builder.attempts import ATTEMPTS_DIR
 from builder.build_record import LOG_NAME, BuildAttempt
-from builder.cli_matrix import db_option, preflight_store
+from builder.cli_matrix import DatabaseError, db_option, preflight_store
 from builder.cli_render import plan_from_options, plan_table, request_options
 from builder.render import RenderError, render
 from builder.engine import EngineUnavailable
@@ -98,7 +98,10 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     attempt = None
     if not no_record:
         preflight_store(db)
-        attempt = BuildAttempt.start(db or default_db_path(), context_dir, manifest, tag, log_path)
+        try:
+            attempt = BuildAttempt.start(db or default_db_path(), context_dir, manifest, tag, log_path)
+        except StoreError as exc:
+            raise DatabaseError(str(exc)) from exc
         if attempt is None:
             console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
         else:

@@ -197,3 +197,30 @@ def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(tmp_pat
     assert attempt["outcome"] == "fail build:interrupted (attempt)"
     assert Path(attempt["attempt_dir"]) == log.parent
     assert (log.parent / "context" / "Dockerfile").read_text() == SLEEPER.format(base=local_base)
+
+
+def test_an_unwritable_attempts_folder_is_bad_input_before_building(tmp_path):
+    from click.testing import CliRunner
+
+    from builder.cli import main
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text("FROM scratch\n")
+    cell = {"flavor": "cpu", "accel_version": None, "torch": "2.13", "arch": None, "python": "3.11"}
+    (ctx / "manifest.json").write_text(json.dumps({"cell": cell}))
+    locked = tmp_path / "envbuild-attempts"
+    locked.mkdir()
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+    elif subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("running as root without chattr: no way to make a directory unwritable")
+    try:
+        result = CliRunner().invoke(main, ["image", "--context", str(ctx), "--tag", "envbuild-test/never:1",
+                                           "--db", str(tmp_path / "m.db")])
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], capture_output=True)
+        locked.chmod(0o755)
+    assert result.exit_code == 2, result.output
+    assert "cannot create the attempt record" in result.output and "--no-record" in result.output
+    assert list(locked.iterdir()) == []
