@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from builder.build_log import BuildFailure, PlainLog, Vertex, diagnose
 from builder.engine import BuildTool, detect_build_tool, docker_client
+from builder.interrupt import describe
 
 #: Label holding the context's manifest.json (compact JSON); run and the matrix read it back.
 MANIFEST_LABEL = "org.envbuild.manifest"
@@ -67,7 +69,7 @@ class BuildError(RuntimeError):
 
 
 class BuildInterrupted(BuildError):
-    """The user pressed Ctrl-C during the build; BuildKit was stopped and nothing was tagged."""
+    """Ctrl-C or SIGTERM during the build; BuildKit was stopped and nothing was tagged."""
 
 
 def default_log_path(context_dir: Path) -> Path:
@@ -159,6 +161,26 @@ def pull_existing(tag: str) -> tuple[str | None, str]:
         return None, str(exc.explanation or exc).splitlines()[0][:200]
 
 
+_FROM_DIGEST = re.compile(r"^#\d+ \[[^\]]*\] FROM \S+@(sha256:[0-9a-f]{64})", re.M)
+
+
+def base_digest(base_image: str | None, log_path: Path | None) -> str | None:
+    """The digest of the FROM image a build used: pinned in the reference, printed by BuildKit in the
+    log, or the id of the local image; None when none is known (e.g. the base could not be found)."""
+    if not base_image:
+        return None
+    if "@sha256:" in base_image:
+        return base_image.rsplit("@", 1)[1]
+    if log_path and Path(log_path).is_file():
+        found = _FROM_DIGEST.search(Path(log_path).read_text(errors="replace"))
+        if found:
+            return found.group(1)
+    try:
+        return image_exists(base_image)
+    except docker.errors.APIError:
+        return None
+
+
 def image_exists(tag: str) -> str | None:
     """The local image id of `tag`, or None."""
     try:
@@ -248,10 +270,12 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Consol
                     mark = "[dim]cached[/]" if vertex.state == "cached" else "[green]done[/]"
                     progress.console.print(f"  {mark} {_step_label(vertex)}")
             returncode = proc.wait()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            how = describe(exc)
+            sink.write(f"\n# interrupted ({how}); stopping the build client\n")
             _stop(proc)
-            sink.write("\n# interrupted by the user (Ctrl-C); build stopped\n")
-            raise BuildInterrupted("build interrupted (Ctrl-C); nothing was tagged", log_path=log_path)
+            sink.write(f"# build stopped ({how}); nothing was tagged\n")
+            raise BuildInterrupted(f"build interrupted ({how}); nothing was tagged", log_path=log_path) from exc
     if returncode != 0:
         failure = diagnose(log)
         raise BuildError(f"build failed at step {failure.step!r} ({failure.failure_class})",

@@ -11,17 +11,16 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image, default_log_path,
+from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image,
                            push_image, read_manifest, read_verify)
-from builder.cells import Cell
-from builder.cli_matrix import db_option, open_store, preflight_store
+from builder.build_record import BuildAttempt
+from builder.cli_matrix import DatabaseError, db_option, preflight_store
 from builder.cli_paths import writable_output
 from builder.cli_render import plan_from_options, plan_table, request_options
 from builder.render import RenderError, render
 from builder.engine import EngineUnavailable
-from builder.store import StoreError
-
-EXIT_INTERRUPTED = 130
+from builder.interrupt import describe, sigterm_as_interrupt
+from builder.store import StoreError, default_db_path
 
 
 def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry: str | None) -> str:
@@ -55,7 +54,8 @@ def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry:
 @click.option("--force", is_flag=True, help="Build even when the content-hash tag exists locally.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (a cold build).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Full build log [default: <context>.build.log next to the context dir].")
+              help="Full build log [default: build.log in the build's attempt directory; with --no-record "
+                   "<context>.build.log next to the context dir].")
 @click.option("--dry-run", is_flag=True, help="Print the plan, stages, tag and Dockerfile path; build nothing.")
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
@@ -67,9 +67,11 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
 
     The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
-    step, its last output lines and a failure class. --dry-run writes nothing unless -o is given.
+    step, its last output lines and a failure class. Each build is recorded with its own attempt directory
+    (context, full log) beside the matrix file. --dry-run writes nothing unless -o is given.
 
-    Exit code 0 built/skipped (or planned), 1 build failed, 2 bad input (nothing built), 130 interrupted."""
+    Exit code 0 built/skipped (or planned), 1 build failed, 2 bad input (nothing built), 130 Ctrl-C,
+    143 SIGTERM (both stop BuildKit, tag nothing and record the attempt as interrupted)."""
     console = Console(stderr=True, soft_wrap=True)
     if out is not None:
         writable_output(out, "'-o' / '--out'")
@@ -109,31 +111,52 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
                            reuse_remote=reuse_remote,
                            no_cache=no_cache)
+    attempt = None
     if not no_record:
         preflight_store(db)
-    try:
-        outcome = build_image(context_dir, tag, options, console, log_path)
-    except BuildInterrupted as exc:
-        console.print(f"[yellow]{exc}[/]; partial log: {exc.log_path}")
-        sys.exit(EXIT_INTERRUPTED)
-    except BuildError as exc:
-        if exc.failure is None:
-            raise click.UsageError(str(exc)) from exc
-        _print_failure(exc, console)
-        if not no_record:
-            _record(db, manifest, tag, "fail", exc.log_path, None, exc.failure.failure_class,
-                    f"{exc.failure.step}: {exc.failure.message}"[:500], console)
-        sys.exit(1)
-    except EngineUnavailable as exc:
-        raise click.ClickException(str(exc)) from exc
+        try:
+            attempt = BuildAttempt.start(db or default_db_path(), context_dir, manifest, tag, log_path)
+        except StoreError as exc:
+            raise DatabaseError(str(exc)) from exc
+        if attempt is None:
+            console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
+        else:
+            log_path = attempt.log_path
+    with sigterm_as_interrupt() as stop:
+        try:
+            outcome = build_image(context_dir, tag, options, console, log_path)
+        except (BuildInterrupted, KeyboardInterrupt) as exc:
+            how = describe(exc.__cause__ or exc)
+            console.print(f"[yellow]build interrupted ({how}); nothing was tagged[/]; partial log: "
+                          f"{escape(str(getattr(exc, 'log_path', None) or log_path or '-'))}")
+            if attempt:
+                _finish(attempt, "fail", "interrupted", f"interrupted ({how})", None, console)
+            sys.exit(stop.exit_code)
+        except BuildError as exc:
+            if exc.failure is None:
+                if attempt:
+                    attempt.discard()
+                raise click.UsageError(str(exc)) from exc
+            _print_failure(exc, console)
+            if attempt:
+                _finish(attempt, "fail", exc.failure.failure_class,
+                        f"{exc.failure.step}: {exc.failure.message}"[:500], None, console)
+            sys.exit(1)
+        except EngineUnavailable as exc:
+            if attempt:
+                attempt.discard()
+            raise click.ClickException(str(exc)) from exc
     verify = None if outcome.skipped else read_verify(tag)
     if verify is not None:
         coverage = verify.get("arch_coverage") or {}
         arch = f"; {coverage['arch']} code objects: {coverage['verdict']}" if coverage.get("arch") else ""
         console.print(f"verify: {len(verify.get('checks', []))} checks passed in the image{escape(arch)}")
-    if not no_record and not outcome.skipped:
-        recorded = manifest if verify is None or manifest is None else {**manifest, "verify": verify}
-        _record(db, recorded, tag, "pass", outcome.log_path, outcome, None, None, console)
+    if attempt and outcome.skipped:
+        attempt.discard()
+    elif attempt:
+        if verify is not None and manifest is not None:
+            attempt.manifest = {**manifest, "verify": verify}
+        _finish(attempt, "pass", None, None, outcome, console)
     if push:
         try:
             push_image(tag, console)
@@ -185,26 +208,13 @@ def _print_failure(exc: BuildError, console: Console) -> None:
     console.print(f"full log: {exc.log_path}")
 
 
-def _record(db: Path | None, manifest: dict | None, tag: str, status: str, log_path: Path | None, outcome,
-            failure_class: str | None, error: str | None, console: Console) -> None:
-    """Record the build in the matrix (needs the manifest's cell; a bare context is only built)."""
-    cell = (manifest or {}).get("cell")
-    if not cell:
-        console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
-        return
-    store = open_store(db)
+def _finish(attempt: BuildAttempt, status: str, failure_class: str | None, error: str | None, outcome,
+            console: Console) -> None:
     try:
-        store.record_build(
-            Cell(**cell), status=status, failure_class=failure_class, error=error,
-            recipe_hash=manifest.get("recipe_hash"), context_hash=manifest.get("context_hash"),
-            image_tag=tag, image_digest=outcome.image_id if outcome else None,
-            duration_s=round(outcome.seconds, 1) if outcome else None,
-            log_path=str(log_path) if log_path else None, manifest=manifest)
+        attempt.finish(status, failure_class, error, outcome, console)
     except StoreError as exc:
-        raise click.ClickException(f"the build finished but could not be recorded: {exc}") from exc
-    finally:
-        store.close()
-    console.print(f"recorded the build in {store.path}")
+        raise click.ClickException(f"the build finished but could not be recorded: {exc}"
+                                   f" (its attempt record: {attempt.directory})") from exc
 
 
 # --torch is required for a request but not with --context (checked in the command instead).

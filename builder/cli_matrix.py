@@ -13,7 +13,7 @@ from rich.text import Text
 
 from builder.cells import Cell
 from builder.cli_paths import writable_output
-from builder.matrix import CellSummary, export_data, summarize, summary_line, summary_record
+from builder.matrix import CellSummary, environment_line, export_data, summarize, summary_line, summary_record
 from builder.store import (DB_ENV_VAR, MatrixStore, StoreError, canonical_json, default_db_path,
                            validate_result)
 
@@ -80,18 +80,25 @@ def matrix() -> None:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_cells(db: Path | None, as_json: bool) -> None:
-    """One line per recorded cell: status (pass / partial / fail), failure class, runs, last pass."""
+    """One line per recorded cell (and per earlier environment): status, failure class, runs, attempts, flaky."""
     summaries = _read(db, with_runs=False)
     if as_json:
         click.echo(json.dumps([summary_line(s) for s in summaries], indent=2))
         return
     table = Table()
     table.add_column("cell", no_wrap=True)
-    for name in ("status", "class / note", "runs", "builds", "last pass", "flaky"):
+    for name in ("status", "class / note", "runs", "builds", "attempts", "last pass", "flaky", "environment"):
         table.add_column(name)
     for s in summaries:
         table.add_row(Text(plain(s.key)), _status(s.status), Text(_class_note(s)), str(s.run_count),
-                      str(len(s.builds)), Text(plain(s.last_pass_at or "-")), "flaky" if s.flaky else "")
+                      str(len(s.builds)), str(len(s.attempts)), Text(plain(s.last_pass_at or "-")),
+                      "flaky" if s.flaky else "", Text(plain(s.environment or "-")))
+        for env in s.environments[:-1][::-1]:  # earlier environments: a row each, never a flip
+            line = environment_line(s, env)
+            table.add_row(Text(plain(f"  {s.key}")), _status(line["status"]),
+                          Text(plain(" ".join(x for x in (line["failure_class"], line["note"]) if x) or "-")),
+                          "", "", "", Text(plain(line["last_pass_at"] or "-")), "flaky" if line["flaky"] else "",
+                          Text(plain(env)))
     Console().print(table)
 
 
@@ -100,16 +107,19 @@ def list_cells(db: Path | None, as_json: bool) -> None:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def show(cell_key: str, db: Path | None, as_json: bool) -> None:
-    """Everything recorded for one CELL (a key from `envbuild matrix list`)."""
+    """Everything recorded for one CELL (a key from `envbuild matrix list`): verdicts, attempts and their directories."""
     summaries = {s.key: s for s in _read(db, with_runs=True)}
+    store_dir = (db or default_db_path()).resolve().parent
     if cell_key not in summaries:
         known = ", ".join(summaries) or "none recorded yet"
         raise click.BadParameter(f"no cell {plain(cell_key)!r} in the matrix (known: {known})", param_hint="CELL")
     summary = summaries[cell_key]
     if as_json:
-        click.echo(json.dumps(summary_record(summary), indent=2))
+        records = [dict(zip(("at", "kind", "outcome", "id", "attempt_dir"), row))
+                   for row in _attempt_rows(summary, store_dir)]
+        click.echo(json.dumps({**summary_record(summary), "records": records}, indent=2))
         return
-    _print_summary(summary)
+    _print_summary(summary, store_dir)
 
 
 @matrix.command("import")
@@ -254,7 +264,7 @@ def _class_note(s: CellSummary) -> str:
     return plain(" ".join(x for x in (s.failure_class, s.note) if x) or "-")
 
 
-def _print_summary(s: CellSummary) -> None:
+def _print_summary(s: CellSummary, store_dir: Path) -> None:
     console = Console()
     console.print(Text.assemble((plain(s.key), "bold"), "  ", _status(s.status), "  ", _class_note(s)))
     console.print(Text(f"runs: {s.run_count}  builds: {len(s.builds)}  last pass: {plain(s.last_pass_at or '-')}"
@@ -268,11 +278,36 @@ def _print_summary(s: CellSummary) -> None:
         for p in latest.get("probes") or []:
             probes.add_row(Text(plain(p["name"])), _status(p["status"]), Text(plain(p.get("message") or "")))
         console.print(probes)
-    history = Table("at", "verdict", "kind", "class", "note")
+    console.print(Text(plain(f"environment: {s.environment or '-'}")))
+    history = Table("at", "verdict", "kind", "class", "note", "environment")
     for e in s.events:
         history.add_row(Text(plain(e.at)), _status(e.verdict), e.kind, Text(plain(e.failure_class or "")),
-                        Text(plain(e.note)))
+                        Text(plain(e.note)), Text(plain(e.environment)))
     console.print(history)
+    records = Table("at", "kind", "outcome", "id", "attempt directory", title="every build and run, with its record")
+    for at, kind, outcome, ident, directory in _attempt_rows(s, store_dir):
+        records.add_row(Text(plain(at)), kind, Text(plain(outcome)), Text(plain(ident)), Text(plain(directory)))
+    console.print(records)
+
+
+def _attempt_rows(s: CellSummary, store_dir: Path) -> list[tuple[str, str, str, str, str]]:
+    """Every build and run of the cell with its outcome and attempt directory, oldest first."""
+    rows = []
+    for b in s.builds:
+        outcome = b["status"] if b["status"] == "pass" else f"fail build:{b['failure_class']}"
+        rows.append((b["created_at"], "build", outcome + ("" if b["counts"] else " (attempt)"), b["build_uid"],
+                     _attempt_dir(store_dir, b.get("attempt_dir"))))
+    for row in s.runs:
+        result = row["result"]
+        outcome = result["status"] + (f" {result.get('error_class')}" if result["status"] != "pass" else "")
+        rows.append((result.get("finished_at") or row["recorded_at"], "run",
+                     outcome + ("" if row["counts"] else " (attempt)"), result["run_id"],
+                     _attempt_dir(store_dir, row.get("attempt_dir"))))
+    return sorted(rows)
+
+
+def _attempt_dir(store_dir: Path, attempt_dir: str | None) -> str:
+    return str(store_dir / attempt_dir) if attempt_dir else "-"
 
 
 def _import_files(paths: tuple[Path, ...]) -> list[Path]:

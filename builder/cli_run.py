@@ -17,10 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from builder.cli_matrix import db_option
-from builder.run_result import RESULT_NAME
+from builder.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
+from builder.run_result import RESULT_NAME, keep_run
 from builder.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
-
-EXIT_INTERRUPTED = 130
 
 
 class BadInput(click.ClickException):
@@ -54,9 +53,10 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
              no_record: bool, extra: tuple[str, ...]) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
 
-    Exit code 0 only when the result is "pass"; 1 when it is not; 130 when interrupted; 2 for bad input
-    (unknown image, missing model/data path, unusable --out or --db, data or arguments the workload refuses):
-    then nothing is recorded.
+    Exit code 0 only when the result is "pass"; 1 when it is not; 2 for bad input (unknown image, missing
+    model/data path, unusable --out or --db, data or arguments the workload refuses: then nothing is
+    recorded); 130 on Ctrl-C and 143 on SIGTERM (the workload is stopped and the attempt recorded as
+    `interrupted`, not a verdict).
     """
     if image and local:
         raise click.UsageError("--image and --local exclude each other: pick one")
@@ -67,12 +67,16 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
     created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
     try:
-        result = _run(request, image, shm_size, network, console)
+        with sigterm_as_interrupt() as stop:
+            result = _run(request, image, shm_size, network, console)
     except BadInput:
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
             with contextlib.suppress(OSError):
                 path.rmdir()
         raise
+    except KeyboardInterrupt as exc:  # before the workload started: nothing to record
+        console.print(f"[yellow]run interrupted ({describe(exc)}) before the workload started[/]")
+        sys.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
     result_path = Path(out_dir).resolve() / RESULT_NAME
     style = "green" if result["status"] == "pass" else "red"
     detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
@@ -87,7 +91,11 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
                              "  (the compatibility report, with this run)"))
     if result["status"] == "pass":
         return
-    sys.exit(EXIT_INTERRUPTED if result.get("error_class") == "interrupted" else 1)
+    if result.get("error_class") != "interrupted":
+        sys.exit(1)
+    console.print(f"[yellow]run interrupted ({'SIGTERM' if stop.terminated else 'Ctrl-C'})[/]: the workload was"
+                  " stopped (an attempt, never a verdict)")
+    sys.exit(stop.exit_code)
 
 
 def _run(request: dict, image: str | None, shm_size: str, network: str | None, console: Console) -> dict:
@@ -151,7 +159,8 @@ def _record(db: Path, result: dict, result_path: Path, console: Console) -> None
         raise click.ClickException(f"{exc} (the result stays in {result_path}; "
                                    f"`envbuild matrix import {result_path}` retries)") from exc
     try:
-        recorded = store.record_run(result, source=str(result_path))
+        attempt = keep_run(store.path, result_path.parent, result)
+        recorded = store.record_run(result, source=str(result_path), attempt_dir=attempt)
     except StoreError as exc:
         raise click.ClickException(f"{exc} (the result stays in {result_path}; "
                                    f"`envbuild matrix import {result_path}` retries)") from exc

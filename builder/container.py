@@ -23,6 +23,7 @@ from rich.markup import escape
 from builder.build import MANIFEST_LABEL
 from builder.doctor import HostView, host_record, kfd_gpus
 from builder.engine import docker_client
+from builder.interrupt import describe
 from builder.run_result import check_out_dir, finalize
 
 OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
@@ -107,11 +108,11 @@ def image_labels_manifest(image) -> dict | None:
     return json.loads(raw) if raw else None
 
 
-def image_block(image) -> dict:
-    """The result's `image` block: tag, digest and the manifest stored in the labels."""
+def image_block(image, requested: str) -> dict:
+    """The result's `image` block: tag (the one asked for, when the image carries several), digest, manifest."""
     digests = image.attrs.get("RepoDigests") or []
     return {
-        "tag": image.tags[0] if image.tags else image.id,
+        "tag": requested if requested in image.tags else (image.tags[0] if image.tags else image.id),
         "id": image.id,
         "digest": digests[0].split("@", 1)[1] if digests else image.id,
         "manifest": image_labels_manifest(image),
@@ -234,8 +235,13 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
             state = client.api.inspect_container(container.id)["State"]
             failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"
             failure = f"the container exited with code {exit_code}" + (" (OOM-killed)" if state.get("OOMKilled") else "")
-    except KeyboardInterrupt:
-        failure_class, failure = "interrupted", "the run was interrupted (Ctrl-C)"
+            if exit_code == 2 and not state.get("OOMKilled"):
+                failure_class, failure = "usage_error", "the workload refused its arguments (exit code 2; see container.log)"
+    except KeyboardInterrupt as exc:
+        how = describe(exc)
+        failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+        with open(out_dir / "container.log", "a", encoding="utf-8") as log:
+            log.write(f"\n# envbuild: interrupted ({how}); stopping the container\n")
         if container is not None:
             _stop(container)
     except docker.errors.APIError as exc:
@@ -249,7 +255,7 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
     cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
     versions = {k: cell.get(k) for k in ("python", "torch")}
     return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image))
+                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image))
 
 
 def _stop(container) -> None:

@@ -15,8 +15,10 @@ from rich.markup import escape
 from builder.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data,
                                input_error_line, resolve_model, workload_args)
 from builder.doctor import HostView, host_record
+from builder.interrupt import Terminated, describe
 from builder.run_result import check_out_dir, finalize
 
+LOG_NAME = "workload.log"
 _DISTRIBUTIONS = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
                   "sentencepiece": "sentencepiece", "safetensors": "safetensors", "numpy": "numpy"}
 
@@ -46,28 +48,53 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     console.print(escape(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
     started = time.time()
     failure_class, failure = None, ""
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, errors="replace")
-    bad_input = None
-    try:
-        for line in proc.stderr:  # passed through; the workload's bad-input line is kept for the message
-            sys.stderr.write(line)
-            bad_input = input_error_line(line) or bad_input
-        code = proc.wait()
-        if code == WORKLOAD_BAD_INPUT and bad_input:
-            raise BadWorkloadInput(bad_input)
-        if code != 0:
-            failure_class, failure = "process_died", f"the workload exited with code {code}"
-    except KeyboardInterrupt:
-        failure_class, failure = "interrupted", "the run was interrupted (Ctrl-C)"
-        _stop(proc)
+    code, bad_input = None, None
+    with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1)
+        try:
+            bad_input = _tee(proc, log)
+            code = proc.wait()
+            if code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
+                failure_class, failure = _exit_failure(code)
+        except KeyboardInterrupt as exc:
+            how = describe(exc)
+            failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+            log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
+            _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
+            _tee(proc, log)
+    if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
+        (out_dir / LOG_NAME).unlink(missing_ok=True)
+        raise BadWorkloadInput(bad_input)
     return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
                     finished=time.time(), versions=local_versions(), host=host_record(host), image=None)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Let the workload write its `interrupted` result (a terminal's Ctrl-C reached it too; else send
-    SIGINT), then kill it if it does not exit."""
-    for action, wait_s in ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10)):
+def _exit_failure(code: int) -> tuple[str, str]:
+    """The error class of a non-zero exit: 2 is the workload refusing its arguments (usage_error)."""
+    if code == 2:
+        return "usage_error", f"the workload refused its arguments (exit code 2; see {LOG_NAME})"
+    return "process_died", f"the workload exited with code {code}"
+
+
+def _tee(proc: subprocess.Popen, log) -> str | None:
+    """The workload's output to the log and this terminal, line by line, until it closes; returns the
+    message of its bad-input line, if it printed one."""
+    bad_input = None
+    for line in proc.stdout:
+        log.write(line)
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        bad_input = input_error_line(line) or bad_input
+    return bad_input
+
+
+def _stop(proc: subprocess.Popen, forward: signal.Signals | None) -> None:
+    """Let the workload write its `interrupted` result (a terminal's Ctrl-C reached it too; SIGTERM is
+    forwarded; else send SIGINT), then kill it if it does not exit."""
+    steps = ((forward, 20), (signal.SIGKILL, 10)) if forward else \
+        ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10))
+    for action, wait_s in steps:
         if action is not None:
             proc.send_signal(action)
         try:

@@ -1,25 +1,34 @@
 """The matrix read model: one verdict per cell (pass / partial / fail / untested) and its history.
 
-A run's verdict: status "pass" with every probe pass or skip -> "pass"; "pass" with any probe "fail"
--> "partial" (passed with probe warnings); "fail" or "error" -> "fail" (with its error_class). A failed
-image build is a "fail" event too (class `build:<failure_class>`). A cell's status is its latest
-event's verdict; cells known from the recipes with nothing recorded are "untested".
+Rules (docs/matrix.md "Verdicts"): only verdicts count -- builds and runs that reached the environment
+(`verdict_rules.counts`); attempts stopped by the user or failed on the input are listed, never a verdict.
+A run's verdict: status "pass" with every probe pass or skip -> "pass"; "pass" with any probe "fail" ->
+"partial"; "fail" or "error" -> "fail" (with its error_class). A failed image build is a "fail" too
+(class `build:<failure_class>`). Verdicts are about an environment (base image and digest, content
+hash): a cell's status is its latest verdict, a flip is two consecutive verdicts of one environment that
+differ, and a cell is flaky when its current environment flipped among its last FLAKY_WINDOW verdicts.
+Cells known from the recipes with no verdict are "untested".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from builder import verdict_rules
 from builder.cells import Cell
 from builder.store import MatrixStore
 
 VERDICTS = ("pass", "partial", "fail", "untested")
-#: A cell is marked flaky when its verdict flipped among this many latest events.
+#: What an event that is not a verdict shows in the verdict column.
+ATTEMPT = "attempt"
+#: A cell is flaky when the verdict of its current environment flipped among this many latest verdicts.
 FLAKY_WINDOW = 10
 
 
 def run_verdict(result: dict) -> str:
-    """pass | partial | fail for one result.json."""
+    """pass | partial | fail for one result.json, or ATTEMPT when it is no verdict (interrupted, bad input)."""
+    if not verdict_rules.counts("run", result["status"], result.get("error_class")):
+        return ATTEMPT
     if result["status"] != "pass":
         return "fail"
     if any(p.get("status") == "fail" for p in result.get("probes") or []):
@@ -37,14 +46,20 @@ def run_note(result: dict) -> str:
 
 @dataclass(frozen=True)
 class Event:
-    """One verdict in a cell's history: a run, or a failed build."""
+    """One entry of a cell's history: a run or a failed build; a verdict, or only an attempt."""
 
     at: str
-    verdict: str
+    verdict: str  # pass | partial | fail, or ATTEMPT
     kind: str  # "run" | "build"
-    ident: str  # run_id or build id
+    ident: str  # run_id or build uid
     failure_class: str | None = None
     note: str = ""
+    environment: str = verdict_rules.UNKNOWN_ENVIRONMENT
+    attempt_dir: str | None = None
+
+    @property
+    def counts(self) -> bool:
+        return self.verdict != ATTEMPT
 
 
 @dataclass
@@ -55,7 +70,8 @@ class CellSummary:
     status: str = "untested"
     failure_class: str | None = None
     note: str = ""
-    events: list[Event] = field(default_factory=list)
+    environment: str | None = None  # that of the latest verdict
+    events: list[Event] = field(default_factory=list)  # verdicts and attempts, oldest first
     runs: list[dict] = field(default_factory=list)  # store rows, oldest first
     builds: list[dict] = field(default_factory=list)  # store rows, oldest first
     in_recipes: bool = False
@@ -65,24 +81,44 @@ class CellSummary:
         return self.cell.key
 
     @property
+    def verdicts(self) -> list[Event]:
+        return [e for e in self.events if e.counts]
+
+    @property
+    def attempts(self) -> list[Event]:
+        """Events that are not verdicts (interrupted, input errors), oldest first."""
+        return [e for e in self.events if not e.counts]
+
+    @property
     def run_count(self) -> int:
-        return sum(e.kind == "run" for e in self.events)
+        """Runs that are verdicts (attempts are counted in `attempts`)."""
+        return sum(e.kind == "run" for e in self.verdicts)
+
+    @property
+    def environments(self) -> list[str]:
+        """The environments with verdicts, the latest one last."""
+        order = {e.environment: e.at for e in self.verdicts}
+        return sorted(order, key=order.get)
+
+    def environment_verdicts(self, environment: str) -> list[Event]:
+        return [e for e in self.verdicts if e.environment == environment]
 
     @property
     def last_pass_at(self) -> str | None:
-        passes = [e.at for e in self.events if e.verdict == "pass"]
+        passes = [e.at for e in self.verdicts if e.verdict == "pass"]
         return passes[-1] if passes else None
 
     @property
     def flips(self) -> list[tuple[Event, Event]]:
-        """Consecutive events whose verdict changed (e.g. pass -> fail), oldest first."""
-        return [(a, b) for a, b in zip(self.events, self.events[1:]) if a.verdict != b.verdict]
+        """Consecutive verdicts of one environment that differ (e.g. pass -> fail), oldest first."""
+        pairs = [(a, b) for env in self.environments for a, b in _pairs(self.environment_verdicts(env))
+                 if a.verdict != b.verdict]
+        return sorted(pairs, key=lambda pair: pair[1].at)
 
     @property
     def flaky(self) -> bool:
-        """The verdict flipped among the latest FLAKY_WINDOW events."""
-        recent = self.events[-FLAKY_WINDOW:]
-        return any(a.verdict != b.verdict for a, b in zip(recent, recent[1:]))
+        """The current environment's verdict flipped among its latest FLAKY_WINDOW verdicts."""
+        return self.environment is not None and _flaky(self.environment_verdicts(self.environment))
 
     @property
     def last_event_at(self) -> str | None:
@@ -90,7 +126,9 @@ class CellSummary:
 
     @property
     def latest_run(self) -> dict | None:
-        return self.runs[-1]["result"] if self.runs else None
+        """The newest run that is a verdict (else the newest attempt)."""
+        counted = [row for row in self.runs if row.get("counts", True)] or self.runs
+        return counted[-1]["result"] if counted else None
 
     @property
     def latest_train_run(self) -> dict | None:
@@ -144,8 +182,10 @@ def summary_record(s: CellSummary, *, with_runs: bool = True) -> dict:
         **summary_line(s),
         "cell": s.cell.model_dump(),
         "history": [{"at": e.at, "verdict": e.verdict, "kind": e.kind, "id": e.ident,
-                     "failure_class": e.failure_class, "note": e.note} for e in s.events],
-        "flips": [{"at": b.at, "from": a.verdict, "to": b.verdict} for a, b in s.flips],
+                     "failure_class": e.failure_class, "note": e.note, "environment": e.environment,
+                     "attempt_dir": e.attempt_dir} for e in s.events],
+        "flips": [{"at": b.at, "from": a.verdict, "to": b.verdict, "environment": b.environment}
+                  for a, b in s.flips],
         "builds": s.builds,
     }
     if with_runs:
@@ -155,8 +195,19 @@ def summary_record(s: CellSummary, *, with_runs: bool = True) -> dict:
 
 def summary_line(s: CellSummary) -> dict:
     return {"key": s.key, "status": s.status, "failure_class": s.failure_class, "note": s.note,
-            "runs": s.run_count, "builds": len(s.builds),
-            "last_pass_at": s.last_pass_at, "last_event_at": s.last_event_at, "flaky": s.flaky}
+            "runs": s.run_count, "builds": len(s.builds), "attempts": len(s.attempts),
+            "last_pass_at": s.last_pass_at, "last_event_at": s.last_event_at, "flaky": s.flaky,
+            "environment": s.environment, "environments": [environment_line(s, env) for env in s.environments]}
+
+
+def environment_line(s: CellSummary, environment: str) -> dict:
+    """One environment of a cell: its latest verdict, flips and whether it is flaky."""
+    verdicts = s.environment_verdicts(environment)
+    flips = [(a, b) for a, b in _pairs(verdicts) if a.verdict != b.verdict]
+    latest = verdicts[-1]
+    return {"environment": environment, "status": latest.verdict, "failure_class": latest.failure_class,
+            "note": latest.note, "verdicts": len(verdicts), "flips": len(flips), "flaky": _flaky(verdicts),
+            "last_pass_at": next((e.at for e in reversed(verdicts) if e.verdict == "pass"), None)}
 
 
 def _run_event(row: dict) -> Event:
@@ -167,24 +218,44 @@ def _run_event(row: dict) -> Event:
         verdict, note = "partial", f"probe warnings: {row['failed_probes']}"
     else:
         verdict, note = "pass", ""
-    return Event(at=row["at"], verdict=verdict, kind="run", ident=row["run_id"],
-                 failure_class=row["error_class"], note=note)
+    return Event(at=row["at"], verdict=verdict if row["counts"] else ATTEMPT, kind="run", ident=row["run_id"],
+                 failure_class=row["error_class"], note=note, attempt_dir=row["attempt_dir"],
+                 environment=verdict_rules.environment(row["base_image"], row["base_digest"], row["context_hash"]))
+
+
+def _build_event(build: dict) -> Event:
+    """A failed build: a `build:<class>` fail, or an attempt when the rules say it is not a verdict."""
+    return Event(at=build["created_at"], verdict="fail" if build["counts"] else ATTEMPT, kind="build",
+                 ident=build["build_uid"], failure_class=f"build:{build['failure_class']}",
+                 note=_first_line(build.get("error") or ""), attempt_dir=build.get("attempt_dir"),
+                 environment=verdict_rules.environment(build.get("base_image"), build.get("base_digest"),
+                                                       build.get("context_hash")))
 
 
 def _fill_verdict(summary: CellSummary, events: list[Event]) -> None:
-    events = list(events)
-    for build in summary.builds:
-        if build["status"] == "fail":
-            events.append(Event(at=build["created_at"], verdict="fail", kind="build", ident=build["build_uid"],
-                                failure_class=f"build:{build['failure_class']}",
-                                note=_first_line(build.get("error") or "")))
+    events = list(events) + [_build_event(b) for b in summary.builds if b["status"] == "fail"]
     events.sort(key=lambda e: e.at)
     summary.events = events
-    if events:
-        latest = events[-1]
+    verdicts = summary.verdicts
+    if verdicts:
+        latest = verdicts[-1]
         summary.status, summary.failure_class, summary.note = latest.verdict, latest.failure_class, latest.note
+        summary.environment = latest.environment
+    elif events:
+        last = events[-1]
+        summary.note = f"no verdict yet: {len(events)} attempt(s), the last {last.failure_class or last.kind}"
     elif summary.builds:
         summary.note = "image built, no run recorded"
+
+
+def _pairs(events: list[Event]) -> list[tuple[Event, Event]]:
+    return list(zip(events, events[1:]))
+
+
+def _flaky(verdicts: list[Event]) -> bool:
+    """One environment's verdicts flipped among the latest FLAKY_WINDOW."""
+    recent = verdicts[-FLAKY_WINDOW:]
+    return any(a.verdict != b.verdict for a, b in _pairs(recent))
 
 
 def _first_line(text: str, limit: int = 200) -> str:

@@ -14,6 +14,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
+from builder.attempts import keep_file, new_attempt, relative_to_db, write_record
 from builder.store import InvalidResultError, validate_result
 
 RESULT_NAME = "result.json"
@@ -112,3 +113,15 @@ def finalize(out_dir: Path, *, failure_class: str | None, failure: str,
         result["image"] = image
     write_json_atomic(path, result)
     return result
+
+
+def keep_run(db: Path, out_dir: Path, result: dict) -> str:
+    """The run's own attempt directory beside the matrix file `db`: its result.json, log and attempt.json;
+    returns the path the store keeps (docs/matrix.md "Attempts")."""
+    attempt = new_attempt(db, "run", result["run_id"])
+    for name in (RESULT_NAME, "container.log", "workload.log"):
+        keep_file(Path(out_dir) / name, attempt)
+    write_record(attempt, {"kind": "run", "id": result["run_id"], "status": result["status"],
+                           "error_class": result.get("error_class"), "error": result.get("error"),
+                           "out_dir": str(Path(out_dir).resolve()), "image": (result.get("image") or {}).get("tag")})
+    return relative_to_db(db, attempt)

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
+from builder import verdict_rules
 from builder.cells import Cell
 
 #: Environment variable naming the matrix database (the `--db` option reads it too).
@@ -91,6 +92,28 @@ MIGRATIONS: tuple[str, ...] = (
         values_json TEXT,
         PRIMARY KEY (run_row, name)
     );
+    """,
+    # 2: attempts vs verdicts (builder/verdict_rules.py), each attempt's own directory, the environment
+    # (base image and digest, content hash). The class lists are those of this version, frozen here.
+    """
+    ALTER TABLE builds ADD COLUMN counts INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE builds ADD COLUMN attempt_dir TEXT;
+    ALTER TABLE builds ADD COLUMN base_image TEXT;
+    ALTER TABLE builds ADD COLUMN base_digest TEXT;
+    ALTER TABLE runs ADD COLUMN counts INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE runs ADD COLUMN attempt_dir TEXT;
+    ALTER TABLE runs ADD COLUMN base_image TEXT;
+    ALTER TABLE runs ADD COLUMN base_digest TEXT;
+    ALTER TABLE runs ADD COLUMN context_hash TEXT;
+    UPDATE builds SET base_image = json_extract(manifest_json, '$.base_image')
+        WHERE json_valid(manifest_json) AND json_type(manifest_json, '$.base_image') = 'text';
+    UPDATE runs SET base_image = json_extract(result_json, '$.image.manifest.base_image'),
+        context_hash = json_extract(result_json, '$.image.manifest.context_hash')
+        WHERE json_valid(result_json) AND json_type(result_json, '$.image.manifest') = 'object';
+    UPDATE builds SET counts = 0 WHERE status = 'fail' AND failure_class IN
+        ('base_image_unavailable', 'build_context_error', 'interrupted', 'usage_error');
+    UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
+        ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -250,11 +273,17 @@ class MatrixStore:
         manifest: dict | None = None,
         created_at: str | None = None,
         build_uid: str | None = None,
+        attempt_dir: str | os.PathLike | None = None,
+        base_image: str | None = None,
+        base_digest: str | None = None,
     ) -> int:
         """Record one image build of `cell` ("pass" or "fail" with a `failure_class`); returns its id.
 
         `build_uid` (default: a new uuid4 hex) identifies the build across databases: recording the
         same uid again inserts nothing and returns the existing id (what merging CI databases relies on).
+        Whether it is a verdict or only an attempt follows `verdict_rules.counts` (a failure on the input,
+        e.g. `base_image_unavailable`, or `interrupted`, is an attempt). `base_image` defaults to the
+        manifest's; `attempt_dir` is the build's own record (docs/matrix.md "Attempts").
         """
         if status not in BUILD_STATUSES:
             raise StoreError(f"build status must be one of {BUILD_STATUSES}, got {status!r}")
@@ -268,12 +297,14 @@ class MatrixStore:
             cell_id = _ensure_cell(conn, cell)
             cur = conn.execute(
                 "INSERT INTO builds (build_uid, cell_id, recipe_hash, context_hash, image_tag, image_digest,"
-                " duration_s, log_path, status, failure_class, error, manifest_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " duration_s, log_path, status, failure_class, error, manifest_json, created_at, counts,"
+                " attempt_dir, base_image, base_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (build_uid, cell_id, recipe_hash, context_hash, image_tag, image_digest, duration_s,
                  str(log_path) if log_path is not None else None, status, failure_class, error,
                  json.dumps(manifest, sort_keys=True) if manifest is not None else None,
-                 created_at or utc_now()),
+                 created_at or utc_now(), int(verdict_rules.counts("build", status, failure_class)),
+                 str(attempt_dir) if attempt_dir is not None else None,
+                 base_image or (manifest or {}).get("base_image"), base_digest),
             )
             return cur.lastrowid
 
@@ -285,12 +316,14 @@ class MatrixStore:
         return "identical" if row[0] == canonical_json(result) else "conflict"
 
     def record_run(self, result: dict, *, build_id: int | None = None, source: str | None = None,
-                   replace: bool = False) -> RecordedRun:
+                   replace: bool = False, attempt_dir: str | os.PathLike | None = None) -> RecordedRun:
         """Record a result.json (as a dict). Idempotent on `result["run_id"]`: the same content again writes nothing.
 
         The same run_id with other content raises RunConflictError, unless `replace` (the new content
         wins). Without `build_id`, the run is linked to the latest build whose image digest matches
         `result["image"]["digest"]`, if there is one. `source` notes where it came from (a file path).
+        Verdict or attempt: `verdict_rules.counts`; the environment: the image manifest's base image and
+        content hash, the linked build's base digest.
         """
         validate_result(result)
         cell = Cell.from_result(result)
@@ -315,15 +348,21 @@ class MatrixStore:
                     "SELECT id FROM builds WHERE image_digest = ? ORDER BY id DESC LIMIT 1", (image["digest"],)
                 ).fetchone()
                 build_id = row[0] if row else None
+            manifest = image.get("manifest") if isinstance(image.get("manifest"), dict) else {}
+            base_digest = conn.execute("SELECT base_digest FROM builds WHERE id = ?", (build_id,)).fetchone()
             cur = conn.execute(
                 "INSERT INTO runs (run_id, cell_id, build_id, command, status, error_class, error, started_at,"
-                " finished_at, wall_time_s, image_tag, image_digest, host_json, result_json, source, recorded_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " finished_at, wall_time_s, image_tag, image_digest, host_json, result_json, source, recorded_at,"
+                " counts, attempt_dir, base_image, base_digest, context_hash)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (result["run_id"], cell_id, build_id, result["command"], result["status"],
                  result.get("error_class"), result.get("error"), result.get("started_at"),
                  result.get("finished_at"), result.get("wall_time_s"), image.get("tag"), image.get("digest"),
                  json.dumps(result["host"], sort_keys=True) if result.get("host") is not None else None,
-                 content, source, utc_now()),
+                 content, source, utc_now(),
+                 int(verdict_rules.counts("run", result["status"], result.get("error_class"))),
+                 str(attempt_dir) if attempt_dir is not None else None, _text(manifest.get("base_image")),
+                 base_digest[0] if base_digest else None, _text(manifest.get("context_hash"))),
             )
             row_id = cur.lastrowid
             conn.executemany(
@@ -352,11 +391,12 @@ class MatrixStore:
                 Cell(**build["cell"]),
                 **{k: build[k] for k in ("status", "recipe_hash", "context_hash", "image_tag", "image_digest",
                                          "duration_s", "log_path", "failure_class", "error", "manifest",
-                                         "created_at", "build_uid")})
+                                         "created_at", "build_uid", "base_image", "base_digest")},
+                attempt_dir=source.attempt_path(build["attempt_dir"]))
             added_builds += before is None
         for row in runs:
             recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"],
-                                       replace=replace)
+                                       replace=replace, attempt_dir=source.attempt_path(row["attempt_dir"]))
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
@@ -375,12 +415,13 @@ class MatrixStore:
         return out
 
     def runs(self, cell_key: str | None = None, *, last: int | None = None) -> list[dict]:
-        """Recorded runs (oldest first), each the stored result.json plus `cell_key`, `row_id`, `build_id`.
+        """Recorded runs (oldest first): the stored result.json plus `cell_key`, `row_id`, `build_id`, `counts`.
 
         `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
         """
         sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
-               " runs.source, runs.recorded_at FROM runs JOIN cells ON cells.id = runs.cell_id WHERE 1")
+               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts FROM runs JOIN cells ON cells.id = runs.cell_id"
+               " WHERE 1")
         args: list = []
         if cell_key is not None:
             sql += " AND cells.key = ?"
@@ -391,11 +432,12 @@ class MatrixStore:
             args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
-        for row_id, run_id, key, build_id, blob, source, recorded_at in self._conn.execute(sql, args):
+        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts in self._conn.execute(sql, args):
             result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
-                            "recorded_at": recorded_at, "result": result})
+                            "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
+                            "result": result})
         return out
 
     def runs_json(self, cell_key: str, *, host_keys: tuple[str, ...] | None = None) -> list[str]:
@@ -430,15 +472,18 @@ class MatrixStore:
     def run_events(self) -> list[dict]:
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
 
-        Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated).
+        Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated),
+        counts (a verdict, not only an attempt), base_image, base_digest, context_hash, attempt_dir.
         A row whose status column is damaged is skipped and noted.
         """
         cur = self._conn.execute(
             "SELECT runs.id, cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
             " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
-            " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail')"
+            " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail'),"
+            " runs.counts, runs.base_image, runs.base_digest, runs.context_hash, runs.attempt_dir"
             " FROM runs JOIN cells ON cells.id = runs.cell_id ORDER BY at, runs.id")
-        names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes")
+        names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes", "counts",
+                 "base_image", "base_digest", "context_hash", "attempt_dir")
         events = []
         for row_id, *row in cur:
             event = dict(zip(names, row))
@@ -473,6 +518,12 @@ class MatrixStore:
             build["cell"] = {name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")}
             out.append(build)
         return out
+
+    def attempt_path(self, attempt_dir: str | None) -> str | None:
+        """A stored attempt directory as a path: relative ones are relative to the matrix file's folder."""
+        if not attempt_dir:
+            return None
+        return str((self.path.resolve().parent / attempt_dir))
 
     def probe_rows(self, run_row: int) -> list[dict]:
         cur = self._conn.execute(
@@ -518,6 +569,10 @@ def canonical_json(result: dict) -> str:
 
 def _is_result(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("run_id", "status", "command"))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _first_error(exc: Exception) -> str:

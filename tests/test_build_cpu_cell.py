@@ -113,6 +113,20 @@ def test_workload_runs_in_the_image_end_to_end(cpu_cell, docker_engine):
         runs, builds = store.runs(), store.builds()
     assert [r["result"]["run_id"] for r in runs] == [record["run_id"]]
     assert runs[0]["build_id"] == builds[0]["id"]
+    # the verdict is about this environment: the local base, its digest (the local image id), the content hash
+    base_id = docker_engine.images.get(builds[0]["base_image"]).id
+    assert builds[0]["base_digest"] == base_id
+    shown = CliRunner().invoke(main, ["matrix", "show", "cpu-torch2.13-py3.11", "--json", "--db", str(work / "m.db")])
+    cell = json.loads(shown.output)
+    assert (cell["status"], len(cell["runs"]), cell["attempts"]) == ("pass", 1, 0)
+    assert cell["environment"] == (f"{builds[0]['base_image']}@{base_id.removeprefix('sha256:')[:12]}"
+                                   f" ctx {record['image']['manifest']['context_hash'][:12]}")
+    build_dir, run_dir = (Path(a["attempt_dir"]) for a in cell["records"])
+    assert [a["kind"] for a in cell["records"]] == ["build", "run"]
+    assert (build_dir / "context" / "Dockerfile").read_text() == (work / "ctx" / "Dockerfile").read_text()
+    assert "#" in (build_dir / "build.log").read_text() and builds[0]["log_path"] == str(build_dir / "build.log")
+    assert json.loads((run_dir / "result.json").read_text())["run_id"] == record["run_id"]
+    assert (run_dir / "container.log").read_text() == (out / "container.log").read_text()
 
 
 def test_an_image_that_does_not_match_its_manifest_fails_its_build(cpu_cell, tmp_path):

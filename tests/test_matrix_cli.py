@@ -23,9 +23,9 @@ def _write(path, result):
     return path
 
 
-def _invoke(*args, db):
-    result = CliRunner().invoke(main, [*args, "--db", str(db)], catch_exceptions=False)
-    return result
+def _invoke(*args, db, terminal_width: int | None = None):
+    env = {"COLUMNS": str(terminal_width)} if terminal_width else None
+    return CliRunner(env=env).invoke(main, [*args, "--db", str(db)], catch_exceptions=False)
 
 
 def test_import_of_artifact_directories_is_idempotent(tmp_path):
@@ -153,3 +153,44 @@ def test_reading_commands_do_not_create_a_missing_database(tmp_path, args, monke
     result = _invoke(*args, db=db)
     assert result.exit_code == 2 and "no matrix database at" in result.output
     assert not db.exists()
+
+
+def _on_base(base: str, status: str = "pass", finished_at: str = "2026-12-02T10:00:00Z") -> dict:
+    manifest = {"cell": {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10"},
+                "base_image": base, "context_hash": base.encode().hex().ljust(64, "0")}
+    image = {"tag": f"envbuild/x:{base[-1]}", "digest": f"sha256:{base[-1] * 64}", "manifest": manifest}
+    if status == "pass":
+        return make_result(image=image, finished_at=finished_at)
+    return failed_result("nan_loss", "loss NaN", image=image, finished_at=finished_at)
+
+
+def test_two_bases_are_two_environments_not_a_flip(tmp_path):
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        store.record_run(_on_base("rocm/dev-ubuntu-22.04:6.2", "pass", "2026-12-02T10:00:00Z"))
+        store.record_run(_on_base("my/custom-base:1", "fail", "2026-12-02T11:00:00Z"))
+    (line,) = json.loads(_invoke("matrix", "list", "--json", db=db).output)
+    assert (line["status"], line["failure_class"], line["flaky"]) == ("fail", "nan_loss", False)
+    assert [(e["status"], e["flips"], e["environment"].split(" ")[0]) for e in line["environments"]] == [
+        ("pass", 0, "rocm/dev-ubuntu-22.04:6.2"), ("fail", 0, "my/custom-base:1")]
+    table = _invoke("matrix", "list", db=db, terminal_width=250).output
+    rows = [r for r in table.splitlines() if ROCM_KEY in r]
+    assert len(rows) == 2 and "rocm/dev-ubuntu-22.04:6.2" in rows[1] and "pass" in rows[1]
+    assert _report_flaky(tmp_path / "site1", db) is False
+    with MatrixStore.open(db) as store:
+        store.record_run(_on_base("my/custom-base:1", "pass", "2026-12-02T12:00:00Z"))
+    (line,) = json.loads(_invoke("matrix", "list", "--json", db=db).output)
+    assert (line["status"], line["flaky"]) == ("pass", True)  # the same environment went fail -> pass
+    assert _report_flaky(tmp_path / "site2", db) is True
+    shown = json.loads(_invoke("matrix", "show", ROCM_KEY, "--json", db=db).output)
+    assert [(f["from"], f["to"], f["environment"].split(" ")[0]) for f in shown["flips"]] == [
+        ("fail", "pass", "my/custom-base:1")]
+
+
+def _report_flaky(site, db) -> bool:
+    """The report's flaky marker for the rocm cell: data.json and the index row agree."""
+    assert CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes"]).exit_code == 0
+    (cell,) = json.loads((site / "data.json").read_text())["cells"]
+    marked = '<span class="flaky"' in (site / "index.html").read_text().split("<table", 1)[1]
+    assert cell["flaky"] == marked
+    return cell["flaky"]

@@ -21,6 +21,7 @@ from tests.run_fixtures import build_fake_workload_image
 from tests.test_doctor import fake_gpu_host
 
 pytestmark = pytest.mark.docker
+FAKE_CELL = "cpu-torch2.13-py3.11"
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
 
 
@@ -71,11 +72,19 @@ def test_pass_collects_result_with_host_and_image(tmp_path, fake_image, docker_e
     assert [r["result"]["run_id"] for r in runs] == [record["run_id"]]
 
 
+def matrix_list(db: Path) -> dict:
+    """`envbuild matrix list --json` of `db`, by cell key."""
+    listed = CliRunner().invoke(main, ["matrix", "list", "--json", "--db", str(db)])
+    assert listed.exit_code == 0, listed.output
+    return {line["key"]: line for line in json.loads(listed.output)}
+
+
 @pytest.mark.parametrize("mode, error_class", [("die", "container_died"), ("pass-then-crash", "container_died"),
                                                ("garbage", "invalid_result")])
 def test_faults_never_record_pass(tmp_path, fake_image, docker_engine, mode, error_class):
-    out = tmp_path / "out"
-    result = run_cli("--image", fake_image, "--preset", mode, "--out", str(out), "--no-record")
+    out, db = tmp_path / "out", tmp_path / "m.db"
+    assert run_cli("--image", fake_image, "--preset", "pass", "--out", str(tmp_path / "ok"), "--db", str(db)).exit_code == 0
+    result = run_cli("--image", fake_image, "--preset", mode, "--out", str(out), "--db", str(db))
     assert result.exit_code == 1, result.output
     record = result_of(out)
     assert record["status"] == "error" and record["error_class"] == error_class
@@ -83,6 +92,9 @@ def test_faults_never_record_pass(tmp_path, fake_image, docker_engine, mode, err
     assert leftover_containers(docker_engine) == []
     if mode == "garbage":
         assert (out / "result.invalid.json").read_text().startswith('{"schema_version": 1')
+    cell = matrix_list(db)[FAKE_CELL]  # a crash in the environment is a verdict: the pass flips to fail
+    assert (cell["status"], cell["failure_class"], cell["runs"], cell["attempts"], cell["flaky"]) == \
+        ("fail", error_class, 2, 0, True)
 
 
 def test_bad_input_refused_by_the_workload_is_exit_2_and_not_recorded(tmp_path, fake_image, docker_engine):
@@ -94,10 +106,10 @@ def test_bad_input_refused_by_the_workload_is_exit_2_and_not_recorded(tmp_path, 
     assert leftover_containers(docker_engine) == []
 
 
-def start_sleeper(fake_image: str, out: Path, engine) -> subprocess.Popen:
-    """`envbuild run workload` in a subprocess whose container sleeps; returns once it sleeps."""
+def start_sleeper(fake_image: str, out: Path, engine, db: Path) -> subprocess.Popen:
+    """`envbuild run workload` (recording into `db`) in a subprocess whose container sleeps; returns once it sleeps."""
     proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--image", fake_image, "--preset", "sleep",
-                             "--out", str(out), "--no-record"],
+                             "--out", str(out), "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log, deadline = out / "container.log", time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and "sleeping" in log.read_text()):
@@ -107,8 +119,8 @@ def start_sleeper(fake_image: str, out: Path, engine) -> subprocess.Popen:
 
 
 def test_container_killed_mid_run(tmp_path, fake_image, docker_engine):
-    out = tmp_path / "out"
-    proc = start_sleeper(fake_image, out, docker_engine)
+    out, db = tmp_path / "out", tmp_path / "m.db"
+    proc = start_sleeper(fake_image, out, docker_engine, db)
     leftover_containers(docker_engine)[0].kill()
     output, _ = proc.communicate(timeout=90)
     assert proc.returncode == 1, output
@@ -116,17 +128,24 @@ def test_container_killed_mid_run(tmp_path, fake_image, docker_engine):
     assert record["status"] == "error" and record["error_class"] == "container_died"
     assert "137" in record["error"]
     assert leftover_containers(docker_engine) == []
+    cell = matrix_list(db)[FAKE_CELL]
+    assert (cell["status"], cell["failure_class"], cell["runs"], cell["attempts"]) == ("fail", "container_died", 1, 0)
 
 
-def test_ctrl_c_removes_the_container(tmp_path, fake_image, docker_engine):
-    out = tmp_path / "out"
-    proc = start_sleeper(fake_image, out, docker_engine)
-    proc.send_signal(signal.SIGINT)
+@pytest.mark.parametrize("sig, code, how", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_stopped_run_removes_the_container_and_is_no_verdict(tmp_path, fake_image, docker_engine, sig, code, how):
+    out, db = tmp_path / "out", tmp_path / "m.db"
+    proc = start_sleeper(fake_image, out, docker_engine, db)
+    proc.send_signal(sig)
     output, _ = proc.communicate(timeout=90)
-    assert proc.returncode == 130, output
+    assert proc.returncode == code, output
+    assert f"run interrupted ({how})" in output
+    assert f"# envbuild: interrupted ({how}); stopping the container" in (out / "container.log").read_text()
     record = result_of(out)
     assert record["status"] == "error" and record["error_class"] == "interrupted"
     assert leftover_containers(docker_engine) == []
+    cell = matrix_list(db)[FAKE_CELL]
+    assert (cell["status"], cell["runs"], cell["attempts"]) == ("untested", 0, 1)
 
 
 def test_bad_input_is_rejected_before_any_container(tmp_path, fake_image, docker_engine):

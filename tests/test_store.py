@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +168,70 @@ def test_an_older_schema_is_migrated_in_place_keeping_its_rows(tmp_path, monkeyp
         assert store.schema_version == SCHEMA_VERSION + 1 and len(store.runs()) == 1
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT reviewed FROM runs").fetchall() == [(0,)]
+
+
+def _store_of_commit(commit: str, tmp_path):
+    """builder/store.py as it was at `commit` (a real older envbuild's writer), imported from a file."""
+    import importlib.util
+
+    shown = subprocess.run(["git", "-C", str(Path(__file__).parent), "show", f"{commit}:builder/store.py"],
+                           capture_output=True, text=True)
+    if shown.returncode != 0:
+        pytest.skip(f"no git history with {commit} here: {shown.stderr.strip()}")
+    source = shown.stdout
+    path = tmp_path / f"store_{commit}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts(tmp_path):
+    from builder.cells import Cell
+    from builder.matrix import summarize
+
+    old = _store_of_commit("3865b08", tmp_path)  # the last schema-1 envbuild
+    db = tmp_path / "m.db"
+    cell = Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10")
+    manifest = {"cell": cell.model_dump(), "base_image": "rocm/dev-ubuntu-22.04:6.2", "context_hash": "c" * 64}
+    with old.MatrixStore.open(db) as store:
+        assert store.schema_version == 1
+        build = store.record_build(cell, status="pass", image_digest="sha256:aa", manifest=manifest,
+                                   context_hash="c" * 64, created_at="2026-12-01T09:00:00Z")
+        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
+                                     image={"tag": "t", "digest": "sha256:aa", "manifest": manifest}), build_id=build)
+        store.record_run(make_result(status="error", error_class="interrupted", error="Ctrl-C",
+                                     finished_at="2026-12-01T11:00:00Z"))
+        store.record_build(cell, status="fail", failure_class="base_image_unavailable", error="typo",
+                           created_at="2026-12-01T12:00:00Z")
+        store.record_build(cell, status="fail", failure_class="compile_error", error="hipcc", manifest=manifest,
+                           context_hash="c" * 64, created_at="2026-12-01T08:00:00Z")
+    with MatrixStore.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        (summary,) = summarize(store)
+        assert len(store.runs()) == 2 and len(store.builds()) == 3
+    assert summary.status == "pass" and summary.failure_class is None
+    assert [(e.verdict, e.failure_class) for e in summary.events] == [
+        ("fail", "build:compile_error"), ("pass", None), ("attempt", "interrupted"),
+        ("attempt", "build:base_image_unavailable")]
+    assert summary.environment == "rocm/dev-ubuntu-22.04:6.2 ctx cccccccccccc"
+    assert [(a.verdict, b.verdict) for a, b in summary.flips] == [("fail", "pass")] and summary.flaky
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_merged_rows_keep_their_attempt_directories(tmp_path):
+    from builder.cells import Cell
+
+    job = tmp_path / "artifacts" / "result-a"
+    cell = Cell(flavor="cpu", accel_version=None, torch="2.13", arch=None, python="3.11")
+    with MatrixStore.open(job / "matrix.db") as store:
+        store.record_build(cell, status="fail", failure_class="interrupted", attempt_dir="envbuild-attempts/b1")
+        store.record_run(cpu_result(), attempt_dir="envbuild-attempts/r1")
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.merge_from(job / "matrix.db")
+        (build,), (run,) = store.builds(), store.runs()
+    assert build["attempt_dir"] == str(job.resolve() / "envbuild-attempts" / "b1") and build["counts"] == 0
+    assert run["attempt_dir"] == str(job.resolve() / "envbuild-attempts" / "r1") and run["counts"]
