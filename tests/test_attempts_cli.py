@@ -95,33 +95,32 @@ def test_a_typo_d_base_image_is_an_attempt_with_its_own_record(tmp_path, docker_
                                                                             attempt["id"])
 
 
-def test_an_unknown_preset_is_an_attempt_not_process_died(tmp_path):
+def test_an_unknown_preset_is_bad_input_and_leaves_the_cell_alone(tmp_path):
+    """A typo'd preset is refused by the workload with its bad-input line: exit 2, no result, nothing recorded
+    (not process_died, not a verdict, not even an attempt); the passing cell stays as it was."""
     db = passing_cell(tmp_path)
+    before = records(db)
     run = envbuild("run", "workload", "--local", "--preset", "nosuch", "--out", str(tmp_path / "out"),
                    "--db", str(db), cwd=tmp_path)
-    assert run.returncode == 1, run.stderr[-2000:]
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
-    assert (result["status"], result["error_class"]) == ("error", "usage_error")
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "invalid choice: 'nosuch'" in run.stderr and "nothing recorded" in run.stderr
+    assert not (tmp_path / "out" / "result.json").exists()
     cell = listed(db)[KEY]
-    assert (cell["status"], cell["runs"], cell["attempts"]) == ("pass", 1, 1)
-    (attempt,) = [a for a in records(db) if a["id"] == result["run_id"]]
-    assert attempt["outcome"] == "error usage_error (attempt)"
-    folder = Path(attempt["attempt_dir"])
-    assert "invalid choice: 'nosuch'" in (folder / "workload.log").read_text()
-    assert json.loads((folder / "result.json").read_text())["run_id"] == result["run_id"]
+    assert (cell["status"], cell["runs"], cell["attempts"]) == ("pass", 1, 0)
+    assert records(db) == before
 
 
-def test_bad_data_is_an_attempt(tmp_path):
+def test_bad_data_is_bad_input_and_leaves_the_cell_alone(tmp_path):
     db = passing_cell(tmp_path)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "no label here"}\n' * 20)
     run = envbuild("run", "workload", "--local", "--data", str(bad), "--out", str(tmp_path / "out"),
                    "--db", str(db), cwd=tmp_path)
-    assert run.returncode == 1, run.stderr[-2000:]
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
-    assert result["error_class"] == "data_error"
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "bad.jsonl:1: missing column(s) ['label']" in run.stderr
+    assert not (tmp_path / "out" / "result.json").exists()
     cell = listed(db)[KEY]
-    assert (cell["status"], cell["runs"], cell["attempts"]) == ("pass", 1, 1)
+    assert (cell["status"], cell["runs"], cell["attempts"]) == ("pass", 1, 0)
 
 
 def start_training(tmp_path: Path, db: Path) -> subprocess.Popen:
