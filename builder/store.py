@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -206,7 +207,7 @@ class MatrixStore:
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             _check_readable(conn, db)
-            conn.execute("PRAGMA journal_mode = WAL")
+            _wal(conn)
             conn.execute("PRAGMA foreign_keys = ON")
             _migrate(conn, db)
         except BaseException:
@@ -616,6 +617,20 @@ def _ensure_cell(conn: sqlite3.Connection, cell: Cell) -> int:
         (cell.key, cell.flavor, cell.accel_version, cell.torch, cell.arch, cell.python),
     )
     return conn.execute("SELECT id FROM cells WHERE key = ?", (cell.key,)).fetchone()[0]
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL. Two processes opening a new file at once can get "database is locked" here at once
+    (SQLite does not wait on the busy handler for a journal-mode change): retry until the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _check_header(db: Path) -> None:
