@@ -75,11 +75,14 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         plan = plan_from_options(**request)
         context_dir = out or Path("envbuild-contexts") / plan.cell.key
         try:
-            context_dir = render(plan, context_dir).dockerfile.parent
+            context_dir = render(plan, context_dir, wheelhouse=wheelhouse).dockerfile.parent
         except RenderError as exc:
             raise click.UsageError(str(exc)) from exc
     elif request["torch"] is not None or request["rocm"] is not None:
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
+    elif wheelhouse is not None:
+        raise click.UsageError("--context DIR builds the wheels already in DIR/wheelhouse/, which its tag covers; "
+                               "to change them, re-render: `envbuild render ... --wheelhouse WHEELS -o DIR`")
     elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
     manifest = read_manifest(context_dir)
