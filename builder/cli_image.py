@@ -16,6 +16,7 @@ from builder.cells import Cell
 from builder.cli_matrix import db_option, open_store, preflight_store
 from builder.cli_render import plan_from_options, plan_table, request_options
 from builder.render import RenderError, render
+from builder.repro import check_reproducible
 from builder.engine import EngineUnavailable
 from builder.store import StoreError
 
@@ -53,12 +54,16 @@ def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry:
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Full build log [default: <context>.build.log next to the context dir].")
 @click.option("--dry-run", is_flag=True, help="Print the plan, stages, tag and Dockerfile path; build nothing.")
+@click.option("--check-reproducible", is_flag=True,
+              help="Build twice with --no-cache under temporary tags, compare the two filesystems file by file, "
+                   "remove both; exit 1 if a difference is not in the allow-list (docs/docker.md). Tags nothing, "
+                   "records nothing.")
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 def image(out: Path | None, context_dir: Path | None, tag: str | None, registry: str | None,
           ca_cert: Path | None, network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...],
           cache_to: tuple[str, ...], push: bool, force: bool, no_cache: bool, log_path: Path | None, dry_run: bool,
-          db: Path | None, no_record: bool, **request) -> None:
+          check_reproducible: bool, db: Path | None, no_record: bool, **request) -> None:
     """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
 
     The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
@@ -93,6 +98,9 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
                            no_cache=no_cache)
+    if check_reproducible:
+        _check_reproducible(context_dir, tag, options, console, log_path or default_log_path(context_dir))
+        return
     if not no_record:
         preflight_store(db)
     try:
@@ -124,6 +132,39 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         except (PushError, EngineUnavailable) as exc:
             raise click.ClickException(str(exc)) from exc
     click.echo(tag)
+
+
+def _check_reproducible(context_dir: Path, tag: str, options: BuildOptions, console: Console,
+                        log_path: Path) -> None:
+    """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
+    try:
+        report = check_reproducible(context_dir, tag, options, console, log_path)
+    except BuildInterrupted as exc:
+        console.print(f"[yellow]{exc}[/]; partial log: {exc.log_path}")
+        sys.exit(EXIT_INTERRUPTED)
+    except BuildError as exc:
+        if exc.failure is None:
+            raise click.UsageError(str(exc)) from exc
+        _print_failure(exc, console)
+        sys.exit(1)
+    except EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    out = context_dir.resolve().parent / f"{context_dir.resolve().name}.repro.json"
+    out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    counted, shown = report.counted, 100
+    console.print(f"build times: {report.seconds[0]:.1f} s and {report.seconds[1]:.1f} s (--no-cache)")
+    console.print(f"{len(report.differences)} of {report.paths} paths differ between the two builds "
+                  f"({len(counted)} outside the allow-list; mtimes not compared); report: {out}")
+    for diff in counted[:shown]:
+        console.print(f"  differs: {diff.path} ({diff.what})", highlight=False, markup=False)
+    if len(counted) > shown:
+        console.print(f"  ... and {len(counted) - shown} more (all in {out})")
+    for diff in report.differences:
+        if diff.allowed is not None:
+            console.print(f"  allowed: {diff.path} ({diff.what}): {diff.allowed}", highlight=False, markup=False)
+    click.echo(f"differing paths outside the allow-list: {len(counted)}")
+    if counted:
+        sys.exit(1)
 
 
 def _print_dry_run(context_dir: Path, manifest: dict | None, tag: str, plan) -> None:
