@@ -25,8 +25,5 @@ read -r -a pins <<<"${VENV_PINS:-}"
 if [ "${#pins[@]}" -gt 0 ]; then
   pip_install "${pins[@]}"
 fi
-# ensurepip (run by `venv`) byte-compiles the pip it installs into timestamp-based .pyc files; the runtime
-# stage compiles site-packages once, with checked hashes (install_python_stack.sh)
-find /opt/venv -name __pycache__ -type d -prune -exec rm -rf {} +
 /opt/venv/bin/python --version
 /opt/venv/bin/python -m pip --version

@@ -31,9 +31,11 @@ apt_clean() {
 }
 
 # pip of the image's venv; local wheels (the build context's wheelhouse/) are always offered.
-# --no-compile: pip would write timestamp-based .pyc files, whose header holds the source's mtime at install
-# (https://peps.python.org/pep-0552/), so every build would differ. install_python_stack.sh compiles
-# site-packages once, with checked hashes.
+# --no-compile: site-packages is byte-compiled once, with checked hashes, at the end (install_python_stack.sh).
+# A timestamp-based .pyc holds the source's mtime at install (https://peps.python.org/pep-0552/) and would
+# differ in every build; py_compile (what pip and ensurepip call) already defaults to checked-hash while
+# SOURCE_DATE_EPOCH is set (https://docs.python.org/3/library/py_compile.html), the compile step says so
+# explicitly.
 pip_install() {
   local extra=()
   if [ -n "${TORCH_INDEX_URL:-}" ]; then extra=(--extra-index-url "$TORCH_INDEX_URL"); fi
