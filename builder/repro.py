@@ -90,7 +90,8 @@ def tar_entries(fileobj) -> dict[str, Entry]:
                 digest = sha.hexdigest()
             elif member.issym() or member.islnk():
                 digest = member.linkname
-            path = "/" + member.name.lstrip("./").rstrip("/")
+            name = member.name[2:] if member.name.startswith("./") else member.name
+            path = "/" + name.strip("/")
             entries[path] = Entry(_TYPES.get(member.type, repr(member.type)), member.mode,
                                   f"{member.uid}:{member.gid}", member.size if member.isfile() else 0, digest)
     return entries

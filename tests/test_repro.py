@@ -35,12 +35,15 @@ def _tar(members: dict[str, tuple]) -> io.BytesIO:
 
 def test_compare_names_each_kind_of_difference_and_ignores_mtime():
     a = tar_entries(_tar({"etc": ("dir", 0o755), "etc/same": ("file", b"x", 0o644), "etc/data": ("file", b"1", 0o644),
+                          "./.dotfile": ("file", b"", 0o644),
                           "etc/mode": ("file", b"m", 0o644), "etc/link": ("symlink", "same"),
                           "etc/gone": ("file", b"", 0o644)}))
+    assert "/.dotfile" in a and "/etc/same" in a
     b = tar_entries(_tar({"etc": ("dir", 0o755), "etc/same": ("file", b"x", 0o644), "etc/data": ("file", b"2", 0o644),
                           "etc/mode": ("file", b"m", 0o755), "etc/link": ("symlink", "data"),
                           "etc/new": ("file", b"", 0o644)}))
     assert compare(a, b, {"/etc/new": "a test reason"}) == [
+        Difference("/.dotfile", "only in A", None),
         Difference("/etc/data", "digest", None),
         Difference("/etc/gone", "only in A", None),
         Difference("/etc/link", "digest", None),
