@@ -73,6 +73,8 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         raise click.BadParameter(f"{ca_cert}: no such file", param_hint="--ca-cert")
     if wheelhouse and not wheelhouse.is_dir():
         raise click.BadParameter(f"{wheelhouse}: not a directory", param_hint="--wheelhouse")
+    if check_reproducible and push:
+        raise click.UsageError("--check-reproducible tags nothing, so there is nothing to --push; run them separately")
     plan = None
     if context_dir is None:
         if request["torch"] is None:

@@ -76,3 +76,10 @@ def test_check_reproducible_builds_twice_and_fails_on_a_difference(step, differi
     for temporary in report["tags"]:  # both builds are removed again; the content-hash tag was never made
         assert not docker_engine.images.list(name=temporary)
     assert not docker_engine.images.list(name=tag)
+
+
+def test_check_reproducible_with_push_is_refused_before_anything_is_written(tmp_path):
+    result = CliRunner().invoke(main, ["image", "--flavor", "cpu", "--torch", "2.13", "-o", str(tmp_path / "ctx"),
+                                       "--check-reproducible", "--push"])
+    assert result.exit_code == 2 and "nothing to --push" in result.output
+    assert not (tmp_path / "ctx").exists()
