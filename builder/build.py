@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -25,13 +24,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from builder.build_log import BuildFailure, PlainLog, Vertex, diagnose
 from builder.engine import BuildTool, detect_build_tool, docker_client
 from builder.interrupt import describe
+from builder.wheelhouse import WheelhouseError, check as check_wheelhouse
 
 #: Label holding the context's manifest.json (compact JSON); run and the matrix read it back.
 MANIFEST_LABEL = "org.envbuild.manifest"
 CONTEXT_HASH_LABEL = "org.envbuild.context-hash"
 CA_SECRET_ID = "envbuild_ca"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
-WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class BuildOptions:
 
     network: str | None = None  # "host" where the default bridge has no route out
     ca_cert: Path | None = None  # corporate proxy CA, mounted as a BuildKit secret only
-    wheelhouse: Path | None = None  # wheels for air-gapped installs
+    wheelhouse: Path | None = None  # the context's wheelhouse/ holds these wheels: no torch index
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
     force: bool = False  # build even when the tag exists locally
@@ -76,27 +75,6 @@ def default_log_path(context_dir: Path) -> Path:
     """`<context>.build.log` next to the context, so the log never becomes part of the build context."""
     context_dir = Path(context_dir).resolve()
     return context_dir.parent / f"{context_dir.name}.build.log"
-
-
-def stage_wheelhouse(context_dir: Path, wheelhouse: Path) -> list[str]:
-    """Hard-link (or copy) the wheels of `wheelhouse` into `<context>/wheelhouse/`, replacing earlier ones."""
-    wheelhouse = Path(wheelhouse)
-    if not wheelhouse.is_dir():
-        raise BuildError(f"--wheelhouse {wheelhouse}: not a directory")
-    wheels = sorted(p for p in wheelhouse.iterdir() if p.is_file() and p.name.endswith(WHEEL_SUFFIXES))
-    if not wheels:
-        raise BuildError(f"--wheelhouse {wheelhouse}: holds no .whl/.tar.gz/.zip files")
-    target = Path(context_dir) / "wheelhouse"
-    target.mkdir(exist_ok=True)
-    for old in target.iterdir():
-        if old.is_file() and old.name.endswith(WHEEL_SUFFIXES):
-            old.unlink()
-    for wheel in wheels:
-        try:
-            os.link(wheel, target / wheel.name)
-        except OSError:  # another filesystem, or no permission to link
-            shutil.copy2(wheel, target / wheel.name)
-    return [w.name for w in wheels]
 
 
 def read_manifest(context_dir: Path) -> dict | None:
@@ -212,12 +190,13 @@ def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOption
                       f"(content hash unchanged, {existing[:19]}); --force rebuilds it")
         outcome = BuildOutcome(tag, True, time.monotonic() - started, None, tool.describe, existing)
     else:
-        if options.wheelhouse:
-            names = stage_wheelhouse(context_dir, options.wheelhouse)
-            console.print(f"wheelhouse: {len(names)} file(s) staged into {context_dir / 'wheelhouse'}")
         labels = {}
         manifest = read_manifest(context_dir)
         if manifest is not None:
+            try:
+                check_wheelhouse(context_dir, manifest)
+            except WheelhouseError as exc:
+                raise BuildError(str(exc)) from exc
             labels[MANIFEST_LABEL] = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
             if manifest.get("context_hash"):
                 labels[CONTEXT_HASH_LABEL] = str(manifest["context_hash"])

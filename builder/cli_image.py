@@ -11,15 +11,16 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image,
+from builder.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image, default_log_path,
                            push_image, read_manifest, read_verify)
 from builder.build_record import BuildAttempt
 from builder.cli_matrix import DatabaseError, db_option, preflight_store
 from builder.cli_paths import writable_output
 from builder.cli_render import plan_from_options, plan_table, request_options
 from builder.render import RenderError, render
+from builder.repro import check_reproducible
 from builder.engine import EngineUnavailable
-from builder.interrupt import describe, sigterm_as_interrupt
+from builder.interrupt import EXIT_INTERRUPTED, describe, sigterm_as_interrupt
 from builder.store import StoreError, default_db_path
 
 
@@ -57,12 +58,16 @@ def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry:
               help="Full build log [default: build.log in the build's attempt directory; with --no-record "
                    "<context>.build.log next to the context dir].")
 @click.option("--dry-run", is_flag=True, help="Print the plan, stages, tag and Dockerfile path; build nothing.")
+@click.option("--check-reproducible", is_flag=True,
+              help="Build twice with --no-cache under temporary tags, compare the two filesystems file by file, "
+                   "remove both; exit 1 if a difference is not in the allow-list (docs/docker.md). Tags nothing, "
+                   "records nothing.")
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 def image(out: Path | None, context_dir: Path | None, tag: str | None, registry: str | None,
           ca_cert: Path | None, network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...],
           cache_to: tuple[str, ...], push: bool, reuse_remote: bool, force: bool, no_cache: bool,
-          log_path: Path | None, dry_run: bool,
+          log_path: Path | None, dry_run: bool, check_reproducible: bool,
           db: Path | None, no_record: bool, **request) -> None:
     """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
 
@@ -83,6 +88,8 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         raise click.UsageError("--reuse-remote looks the content-hash tag up in a registry: give --registry REF")
     if wheelhouse and not wheelhouse.is_dir():
         raise click.BadParameter(f"{wheelhouse}: not a directory", param_hint="--wheelhouse")
+    if check_reproducible and push:
+        raise click.UsageError("--check-reproducible tags nothing, so there is nothing to --push; run them separately")
     plan = None
     if context_dir is None:
         if request["torch"] is None:
@@ -97,9 +104,12 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         context_dir = out or Path("envbuild-contexts") / plan.cell.key
         if out is None:
             writable_output(context_dir, "'-o' / '--out'")
-        context_dir = _render(plan, context_dir)
+        context_dir = _render(plan, context_dir, wheelhouse)
     elif request["torch"] is not None or request["rocm"] is not None or request["cuda"] is not None:
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
+    elif wheelhouse is not None:
+        raise click.UsageError("--context DIR builds the wheels already in DIR/wheelhouse/, which its tag covers; "
+                               "to change them, re-render: `envbuild render ... --wheelhouse WHEELS -o DIR`")
     elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
     manifest = read_manifest(context_dir)
@@ -111,6 +121,9 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
                            reuse_remote=reuse_remote,
                            no_cache=no_cache)
+    if check_reproducible:
+        _check_reproducible(context_dir, tag, options, console, log_path or default_log_path(context_dir))
+        return
     attempt = None
     if not no_record:
         preflight_store(db)
@@ -165,11 +178,44 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     click.echo(tag)
 
 
-def _render(plan, context_dir: Path) -> Path:
+def _render(plan, context_dir: Path, wheelhouse: Path | None = None) -> Path:
     try:
-        return render(plan, context_dir).dockerfile.parent
+        return render(plan, context_dir, wheelhouse=wheelhouse).dockerfile.parent
     except RenderError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+def _check_reproducible(context_dir: Path, tag: str, options: BuildOptions, console: Console,
+                        log_path: Path) -> None:
+    """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
+    try:
+        report = check_reproducible(context_dir, tag, options, console, log_path)
+    except BuildInterrupted as exc:
+        console.print(f"[yellow]{exc}[/]; partial log: {exc.log_path}")
+        sys.exit(EXIT_INTERRUPTED)
+    except BuildError as exc:
+        if exc.failure is None:
+            raise click.UsageError(str(exc)) from exc
+        _print_failure(exc, console)
+        sys.exit(1)
+    except EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    out = context_dir.resolve().parent / f"{context_dir.resolve().name}.repro.json"
+    out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    counted, shown = report.counted, 100
+    console.print(f"build times: {report.seconds[0]:.1f} s and {report.seconds[1]:.1f} s (--no-cache)")
+    console.print(f"{len(report.differences)} of {report.paths} paths differ between the two builds "
+                  f"({len(counted)} outside the allow-list; mtimes not compared); report: {out}")
+    for diff in counted[:shown]:
+        console.print(f"  differs: {diff.path} ({diff.what})", highlight=False, markup=False)
+    if len(counted) > shown:
+        console.print(f"  ... and {len(counted) - shown} more (all in {out})")
+    for diff in report.differences:
+        if diff.allowed is not None:
+            console.print(f"  allowed: {diff.path} ({diff.what}): {diff.allowed}", highlight=False, markup=False)
+    click.echo(f"differing paths outside the allow-list: {len(counted)}")
+    if counted:
+        sys.exit(1)
 
 
 def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, plan) -> None:

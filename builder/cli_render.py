@@ -160,18 +160,23 @@ def _print_cells(rows: list[dict]) -> None:
     "-o", "--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
     help="Directory for the build context (replaced if it holds an earlier envbuild context).",
 )
-def render_command(out: Path, **options) -> None:
+@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path),
+              help="Dir of wheels to put in the context's wheelhouse/ (hashed into the tag) [default: keep "
+                   "those already there].")
+def render_command(out: Path, wheelhouse: Path | None, **options) -> None:
     """Write a complete, deterministic Docker build context for a version request."""
     from builder.render import RenderError, render
+    from builder.wheelhouse import origin_text
 
     writable_output(out, "'-o' / '--out'")
     plan = plan_from_options(**options)
     try:
-        rendered = render(plan, out)
+        rendered = render(plan, out, wheelhouse=wheelhouse)
     except RenderError as exc:
         raise click.UsageError(str(exc)) from exc
     console = Console()
     console.print(plan_table(plan, f"plan for {plan.cell.key}"))
     console.print(f"torch: {plan.torch_source} ({plan.torch_source_reason})")
     console.print(f"wrote {rendered.dockerfile} ({len(rendered.manifest['files'])} files hashed)")
+    console.print(f"torch from: {origin_text(rendered.manifest['torch_origin'])}")
     console.print(f"image tag: {rendered.image_tag}")

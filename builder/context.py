@@ -19,7 +19,7 @@ def _quote(value: str) -> str:
 def build_args(plan: Plan) -> dict[str, str]:
     """Top-level ARGs (name -> default) in Dockerfile order; every pin of the plan is one."""
     release, torch = plan.release, plan.torch
-    args = {"BASE_IMAGE": plan.base_image}
+    args = {"BASE_IMAGE": plan.base_image, "SOURCE_DATE_EPOCH": str(plan.build_tools.source_date_epoch)}
     if release.amdgpu_install:  # the flavor has an installer route (ubuntu + amdgpu-install)
         args |= {
             "ROCM_VERSION": release.version,
@@ -84,11 +84,12 @@ def labels(plan: Plan, context_hash: str) -> dict[str, str]:
 def template_vars(plan: Plan, context_hash: str) -> dict:
     """Everything images/Dockerfile.j2 and images/stages/*.j2 read."""
     args = build_args(plan)
-    base_args = ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA", "VENV_PINS"]
-    if plan.os_packages:
-        base_args.insert(0, "OS_PACKAGES")
+    base_args = ["SOURCE_DATE_EPOCH"]
     if plan.release.amdgpu_install:
-        base_args = ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION", *base_args]
+        base_args += ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION"]
+    if plan.os_packages:
+        base_args.append("OS_PACKAGES")
+    base_args += ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA", "VENV_PINS"]
     runtime_env = {"PYTHONPATH": "/opt/envbuild"}
     if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
         runtime_env["ENVBUILD_TORCH_COMPILE_UNAVAILABLE"] = plan.compile_unavailable

@@ -101,6 +101,7 @@ class BuildTools(_Frozen):
 
     venv: dict[str, str]  # installed into the image venv right after it is made
     torch_build: dict[str, str]  # constraints for a torch source build
+    source_date_epoch: int  # SOURCE_DATE_EPOCH of every build step (reproducible timestamps)
 
 
 class PatchEntry(_Frozen):

@@ -16,9 +16,10 @@ from builder import __version__
 from builder.context import expectations, labels, lock_file, template_vars
 from builder.paths import IMAGES_DIR, WORKLOAD_DIR
 from builder.resolve import Plan
+from builder.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, file_sha256, hashes, stage, torch_origin,
+                                wheels_in)
 
 MANIFEST = "manifest.json"
-WHEELHOUSE = "wheelhouse"  # local wheels offered to every pip install; not part of the content hash
 _SKIP = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 
 
@@ -76,13 +77,12 @@ def _sha256(data: bytes) -> str:
 
 
 def file_hashes(files: dict[str, bytes], known: dict[str, str] | None = None) -> dict[str, str]:
-    """{path: sha256} of the files that make up the content hash (wheelhouse/ and manifest left out)."""
+    """{path: sha256} of the files that make up the content hash (all but manifest.json); `known` may
+    hold hashes of files not in `files` (the wheelhouse, hashed where it lies)."""
     known = known or {}
-    return {
-        path: known.get(path) or _sha256(data)
-        for path, data in sorted(files.items())
-        if path != MANIFEST and not path.startswith(WHEELHOUSE + "/")
-    }
+    hashed = {path: known.get(path) or _sha256(data) for path, data in files.items() if path != MANIFEST}
+    hashed |= {path: digest for path, digest in known.items() if path.startswith(WHEELHOUSE + "/")}
+    return dict(sorted(hashed.items()))
 
 
 def hash_files(hashes: dict[str, str]) -> str:
@@ -94,20 +94,24 @@ def _dockerfile(plan: Plan, context_hash: str) -> bytes:
     return _templates().get_template("Dockerfile.j2").render(template_vars(plan, context_hash)).encode()
 
 
-def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[str, bytes], dict]:
+def context_files(plan: Plan, static: StaticFiles | None = None,
+                  wheelhouse: dict[str, str] | None = None) -> tuple[dict[str, bytes], dict]:
     """The whole build context in memory: {relative path: bytes} (manifest.json included) and the manifest.
 
-    The context hash covers every file except manifest.json and wheelhouse/, with the Dockerfile's
-    `io.envbuild.context-hash` label empty; the written Dockerfile then carries the hash in that label.
+    The context hash covers every file except manifest.json, with the Dockerfile's `io.envbuild.context-hash`
+    label empty; the written Dockerfile then carries the hash in that label. `wheelhouse` holds the sha256
+    of the wheels under wheelhouse/ ({"wheelhouse/<name>": sha256}; their bytes are not in the result).
     Pass one `static` snapshot to render many plans without re-reading the shared files.
     """
     static = static or StaticFiles.read()
+    wheelhouse = wheelhouse or {}
+    known = {**static.hashes, **wheelhouse}
     dockerfile = _dockerfile(plan, "")
     used = dockerfile.decode()
     files = {
         "requirements.lock": lock_file(plan).encode(),
         "expect.json": (json.dumps(expectations(plan), indent=2, sort_keys=True) + "\n").encode(),
-        f"{WHEELHOUSE}/.keep": b"",
+        KEEP: b"",
         # only the scripts this Dockerfile copies: editing another step's script changes no other context
         **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
     }
@@ -115,7 +119,7 @@ def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[s
         files["patches/series"] = (plan.patch_dir / "series").read_bytes()
         files |= {f"patches/{p.ref}": (plan.patch_dir / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
     files["Dockerfile"] = dockerfile
-    context_hash = hash_files(file_hashes(files, static.hashes))
+    context_hash = hash_files(file_hashes(files, known))
     files["Dockerfile"] = _dockerfile(plan, context_hash)
     image_tag = f"envbuild/{plan.cell.key}:{context_hash[:12]}"
     manifest = {
@@ -125,7 +129,8 @@ def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[s
         **plan.pinned(),
         "recipe_hash": plan.recipe_hash,
         "labels": labels(plan, context_hash),
-        "files": file_hashes(files, static.hashes),
+        "files": file_hashes(files, known),
+        "torch_origin": torch_origin(plan, wheelhouse),
         "context_hash": context_hash,
         "image_tag": image_tag,
     }
@@ -133,16 +138,25 @@ def context_files(plan: Plan, static: StaticFiles | None = None) -> tuple[dict[s
     return files, manifest
 
 
-def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None) -> Rendered:
+def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None,
+           wheelhouse: Path | None = None) -> Rendered:
     """Write the build context of `plan` to `out_dir` (replacing an earlier envbuild context there).
 
-    Files already in `out_dir/wheelhouse/` are kept. Raises RenderError when `out_dir` holds
-    anything that is not an envbuild context.
+    `wheelhouse`: a dir whose wheels become the context's wheelhouse/ (hard-linked or copied); without it,
+    files already in `out_dir/wheelhouse/` are kept. Either way they are hashed into the content hash.
+    Raises RenderError when `out_dir` holds anything that is not an envbuild context, or `wheelhouse`
+    holds no wheels.
     """
     out_dir = Path(out_dir)
-    files, manifest = context_files(plan, static)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
         raise RenderError(f"{out_dir} is not empty and is not an envbuild build context; choose another -o DIR")
+    try:
+        wheels = wheels_in(wheelhouse) if wheelhouse is not None else []
+    except WheelhouseError as exc:
+        raise RenderError(str(exc)) from exc
+    wheel_hashes = ({f"{WHEELHOUSE}/{w.name}": file_sha256(w) for w in wheels} if wheelhouse is not None
+                    else hashes(out_dir / WHEELHOUSE))
+    files, manifest = context_files(plan, static, wheel_hashes)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     staging.chmod(0o755)
@@ -151,7 +165,9 @@ def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None) -
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        if (out_dir / WHEELHOUSE).is_dir():
+        if wheelhouse is not None:
+            stage(wheels, staging / WHEELHOUSE)
+        elif (out_dir / WHEELHOUSE).is_dir():
             shutil.rmtree(staging / WHEELHOUSE)
             (out_dir / WHEELHOUSE).rename(staging / WHEELHOUSE)
         if out_dir.exists():

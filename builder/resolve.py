@@ -92,7 +92,8 @@ class Plan(BaseModel):
             "os_packages": list(self.os_packages),
             "build_tools": {"venv": dict(sorted(self.build_tools.venv.items())),
                             "torch_build": dict(sorted(self.build_tools.torch_build.items()))
-                            if self.torch_source == "source" else {}},
+                            if self.torch_source == "source" else {},
+                            "source_date_epoch": self.build_tools.source_date_epoch},
             "patches": [p.model_dump() for p in self.patches],
             "stages": list(self.stages),
             "sources": {"release": self.release.source, "torch": self.torch.source},

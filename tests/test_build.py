@@ -14,7 +14,7 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
-from builder.build import BuildOptions, build_command, build_image, stage_wheelhouse
+from builder.build import BuildError, BuildOptions, build_command, build_image
 from builder.build_log import PlainLog, diagnose
 from builder.cli import main
 from builder.engine import BuildTool
@@ -134,23 +134,29 @@ def test_existing_tag_is_skipped(tmp_path, local_base, docker_engine):
         docker_engine.images.remove(tag, force=True)
 
 
-def test_wheelhouse_staged_and_index_disabled(tmp_path):
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    (wheels / "demo-1.0-py3-none-any.whl").write_bytes(b"PK")
-    (wheels / "notes.txt").write_text("not a wheel")
+def test_wheelhouse_disables_the_index_and_secrets_are_referenced(tmp_path):
     ctx = context(tmp_path, "FROM scratch\n")
-    (ctx / "wheelhouse").mkdir()
-    (ctx / "wheelhouse" / "old-0.1-py3-none-any.whl").write_bytes(b"PK")
-    assert stage_wheelhouse(ctx, wheels) == ["demo-1.0-py3-none-any.whl"]
-    assert sorted(p.name for p in (ctx / "wheelhouse").iterdir()) == ["demo-1.0-py3-none-any.whl"]
     tool = BuildTool("/usr/bin/docker", "docker-build", ("/usr/bin/docker", "build"), {"DOCKER_BUILDKIT": "1"})
-    argv = build_command(tool, ctx, "t:1", BuildOptions(wheelhouse=wheels, ca_cert=CA, network="host"), {})
+    argv = build_command(tool, ctx, "t:1", BuildOptions(wheelhouse=tmp_path, ca_cert=CA, network="host"), {})
     assert "TORCH_INDEX_URL=" in argv and f"id=envbuild_ca,src={CA.resolve()}" in argv
     buildx = BuildTool("/x/docker", "buildx", ("/x/docker", "buildx", "build"))
     assert "--load" in build_command(buildx, ctx, "t:1", BuildOptions(cache_to=("type=local,dest=/c",)), {})
     with pytest.raises(Exception, match="needs docker buildx"):
         build_command(tool, ctx, "t:1", BuildOptions(cache_to=("type=local,dest=/c",)), {})
+
+
+def test_a_wheel_added_after_rendering_is_refused_before_building(tmp_path, docker_engine):
+    """The tag covers the wheelhouse: a wheel dropped into a rendered context would build other content
+    under the same tag, so the build stops and says how to re-render."""
+    from builder.render import render
+    from builder.resolve import Request, resolve
+
+    ctx = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx").out_dir
+    (ctx / "wheelhouse" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"PK")
+    with pytest.raises(BuildError, match=r"is not what its manifest.json hashed \(added: wheelhouse/torch-2.13.0"):
+        build_image(ctx, "envbuild-test/wheelhouse-mismatch:1", BuildOptions(force=True))
+    result = build_cli(ctx, "envbuild-test/wheelhouse-mismatch:1", "--force")
+    assert result.exit_code == 2 and "Re-render the context" in result.output
 
 
 @pytest.mark.parametrize("output, expected", [

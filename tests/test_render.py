@@ -91,14 +91,38 @@ def test_workload_edit_changes_hash_but_not_the_torch_layers(tmp_path):
     assert after_workload == ["RUN python /opt/envbuild/verify_image.py /opt/envbuild/expect.json /opt/envbuild/verify.json"]
 
 
-def test_wheelhouse_is_excluded_from_the_hash_and_kept(tmp_path):
+TORCH_CPU_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
+def test_wheelhouse_is_hashed_into_the_tag_and_names_torch_origin(tmp_path):
+    """Same tag => same wheels: a wheel in wheelhouse/ changes the content hash, and the manifest says torch
+    comes from that file (with its sha256) instead of the index."""
     plan = resolve(Request(flavor="cpu", torch="2.13"))
-    first = render(plan, tmp_path / "ctx")
-    assert (first.out_dir / "wheelhouse").is_dir()
-    (first.out_dir / "wheelhouse" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"x")
-    second = render(plan, tmp_path / "ctx")
-    assert second.context_hash == first.context_hash
-    assert (second.out_dir / "wheelhouse" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").exists()
+    bare = render(plan, tmp_path / "ctx")
+    assert bare.manifest["torch_origin"] == {"from": "index", "index_url": "https://download.pytorch.org/whl/cpu",
+                                             "requirement": "torch==2.13.0+cpu"}
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / TORCH_CPU_WHEEL).write_bytes(b"one")
+    (wheels / "notes.txt").write_text("not a wheel")
+    one = render(plan, tmp_path / "ctx", wheelhouse=wheels)
+    digest = hashlib.sha256(b"one").hexdigest()
+    assert one.context_hash != bare.context_hash
+    assert one.manifest["files"][f"wheelhouse/{TORCH_CPU_WHEEL}"] == digest
+    assert one.manifest["torch_origin"] == {"from": "wheelhouse", "file": f"wheelhouse/{TORCH_CPU_WHEEL}",
+                                            "sha256": digest}
+    assert sorted(p.name for p in (one.out_dir / "wheelhouse").iterdir()) == [".keep", TORCH_CPU_WHEEL]
+    kept = render(plan, tmp_path / "ctx")  # re-rendered without --wheelhouse: the wheels there are kept
+    assert kept.context_hash == one.context_hash
+    (wheels / TORCH_CPU_WHEEL).write_bytes(b"two")
+    assert render(plan, tmp_path / "ctx", wheelhouse=wheels).context_hash != one.context_hash
+
+
+def test_a_wheelhouse_without_wheels_is_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RenderError, match="holds no .whl"):
+        render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx", wheelhouse=tmp_path / "empty")
+    assert not (tmp_path / "ctx").exists()
 
 
 def test_manifest_lists_every_input_with_its_hash(tmp_path):
@@ -111,7 +135,7 @@ def test_manifest_lists_every_input_with_its_hash(tmp_path):
     assert manifest["torch"]["version"] == "2.4.1" and manifest["torch"]["git_tag"] == "v2.4.1"
     assert manifest["stack"]["transformers"].startswith("4.")
     on_disk = tree_digest(rendered.out_dir)
-    hashed = {p: d for p, d in on_disk.items() if p != "manifest.json" and not p.startswith("wheelhouse/")}
+    hashed = {p: d for p, d in on_disk.items() if p != "manifest.json"}
     assert manifest["files"] == hashed
     assert {"Dockerfile", "requirements.lock", "patches/series", "common/apply_patches.sh"} <= set(hashed)
     assert any(p.startswith("workload/") for p in hashed)
@@ -129,9 +153,7 @@ def test_context_hash_is_reproducible_from_the_written_files(tmp_path):
     digests = tree_digest(rendered.out_dir)
     dockerfile = rendered.dockerfile.read_bytes().replace(rendered.context_hash.encode(), b'""')
     digests["Dockerfile"] = hashlib.sha256(dockerfile).hexdigest()
-    lines = "".join(
-        f"{d}  {p}\n" for p, d in sorted(digests.items()) if p != "manifest.json" and not p.startswith("wheelhouse/")
-    )
+    lines = "".join(f"{d}  {p}\n" for p, d in sorted(digests.items()) if p != "manifest.json")
     assert hashlib.sha256(lines.encode()).hexdigest() == rendered.context_hash
 
 

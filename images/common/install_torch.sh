@@ -14,7 +14,7 @@ wheels=("$dir"/torch-"$TORCH_VERSION"-"$pytag"-*.whl)
 if [ "${#wheels[@]}" -gt 0 ]; then
   wheel=${wheels[0]}
   echo "torch $TORCH_VERSION by path: $(basename "$wheel") sha256 $(sha256sum "$wheel" | cut -d' ' -f1)"
-  python -m pip install --no-index --no-deps "$wheel"
+  python -m pip install --no-compile --no-index --no-deps "$wheel"
   deps=$(mktemp)
   python - >"$deps" <<'PY'
 import importlib.metadata as md
