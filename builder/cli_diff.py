@@ -42,7 +42,9 @@ def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @db_option
 def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_json: bool, db: Path | None) -> None:
-    """Versions (every package, driver, kernel, image digest), throughput and memory with ratios B/A, and
+    """What changed between two cells' newest runs, differences first.
+
+    Versions (every package, driver, kernel, image digest), throughput and memory with ratios B/A, and
     probe values side by side with the side outside its limit, for the newest runs of two cells (the same
     preset on both sides when B has one). Exit code 0, or 2 for an unknown cell or a bad DB."""
     store = open_store(db, must_exist=True)

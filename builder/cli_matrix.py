@@ -80,7 +80,10 @@ def matrix() -> None:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_cells(db: Path | None, as_json: bool) -> None:
-    """One line per recorded cell (and per earlier environment): status, failure class, runs, attempts, flaky."""
+    """One line per recorded cell: status, runs, attempts, flaky.
+
+    Earlier environments of a cell (another base image or content hash) get lines of their own, with
+    their failure class."""
     summaries = _read(db, with_runs=False)
     if as_json:
         click.echo(json.dumps([summary_line(s) for s in summaries], indent=2))
@@ -107,7 +110,9 @@ def list_cells(db: Path | None, as_json: bool) -> None:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def show(cell_key: str, db: Path | None, as_json: bool) -> None:
-    """Everything recorded for one CELL (a key from `envbuild matrix list`): verdicts, attempts and their directories."""
+    """Everything recorded for one CELL, attempts included.
+
+    CELL is a key from `envbuild matrix list`; verdicts, attempts and their directories are listed."""
     summaries = {s.key: s for s in _read(db, with_runs=True)}
     store_dir = (db or default_db_path()).resolve().parent
     if cell_key not in summaries:
@@ -130,7 +135,9 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
 @click.option("--replace", is_flag=True,
               help="A run_id already recorded with other content is overwritten (default: refused, nothing imported).")
 def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool, replace: bool) -> None:
-    """Import result.json files and matrix databases (*.db, e.g. a CI job's, with its builds).
+    """Import result.json files and matrix databases.
+
+    Databases (*.db, e.g. a CI job's) come with their builds.
 
     A directory (e.g. unpacked CI artifacts) is searched for result.json and *.db files. Idempotent:
     a run (same run_id, same content) or build (same build_uid) already in the matrix is counted, not
@@ -181,7 +188,9 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this file instead of stdout.")
 def export(db: Path | None, as_json: bool, output: Path | None) -> None:
-    """Every cell with its verdict, builds and runs (full result.json), as JSON."""
+    """Every cell with its verdict, builds and runs, as JSON.
+
+    Runs are exported with their full result.json."""
     if output:
         writable_output(output, "'-o' / '--output'", is_file=True)
     data = export_data(_read(db, with_runs=True))
@@ -195,7 +204,9 @@ def export(db: Path | None, as_json: bool, output: Path | None) -> None:
 @matrix.command("check")
 @db_option
 def check(db: Path | None) -> None:
-    """List the rows whose stored JSON does not parse (reads skip them). Exit 1 when there are any."""
+    """List the rows whose stored JSON does not parse.
+
+    Reads skip such rows with a warning. Exit 1 when there are any."""
     store = open_store(db, must_exist=True)
     try:
         damaged = store.check()

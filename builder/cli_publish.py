@@ -35,8 +35,10 @@ def publishable(result: dict) -> dict:
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="The results folder.")
 def publish(result_json: Path, name: str, out: Path) -> None:
-    """Copy a run's result.json (and container.log) into OUT/<cell>/<NAME>/ without host name and kernel
-    command line, for committing. Exit code 0, or 2 for an invalid result, a bad name or an existing entry."""
+    """Copy a measured run into results/ for committing.
+
+    RESULT_JSON (and its container.log) goes to OUT/<cell>/<NAME>/ without the host name and kernel
+    command line, which a public file must not carry. Exit code 0, or 2 for an invalid result, a bad name or an existing entry."""
     from builder.cells import Cell
     from builder.store import StoreError, validate_result
 
