@@ -21,6 +21,8 @@ COMMANDS = {
     "doctor": ("builder.cli_doctor", "doctor",
                "Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU "
                "archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails."),
+    "lock": ("builder.cli_lock", "lock",
+             "Resolve the dependency locks (recipes/locks/): every distribution an image installs, with hashes."),
     "matrix": ("builder.cli_matrix", "matrix",
                "The compatibility matrix: which (ROCm, torch, arch) cells build, train correctly, how fast."),
     "report": ("builder.cli_report", "report",

@@ -6,6 +6,7 @@ import json
 import re
 
 from builder import __version__
+from builder.lock import Lock
 from builder.resolve import Plan
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
@@ -32,7 +33,6 @@ def build_args(plan: Plan) -> dict[str, str]:
         "PYTHON_VERSION": plan.cell.python,
         "SYSTEM_PYTHON": release.system_python,
         "PYTHON_PPA": release.python_ppa,
-        "VENV_PINS": _pins(plan.build_tools.venv),
         "TORCH_VERSION": plan.torch_version,
         "TORCH_INDEX_URL": plan.wheel_index_url,
     }
@@ -54,7 +54,7 @@ def _pins(pins: dict[str, str]) -> str:
     return " ".join(f"{name}=={version}" for name, version in sorted(pins.items()))
 
 
-def labels(plan: Plan, context_hash: str) -> dict[str, str]:
+def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
     """OCI labels plus io.envbuild.* labels (sorted); `context_hash` is "" while the hash is computed."""
     cell = plan.cell
     values = {
@@ -70,6 +70,7 @@ def labels(plan: Plan, context_hash: str) -> dict[str, str]:
         "io.envbuild.torch": plan.torch_version,
         "io.envbuild.torch-source": plan.torch_source,
         "io.envbuild.stack": ",".join(f"{k}=={v}" for k, v in sorted(plan.stack.items())),
+        "io.envbuild.lock": f"{lock.key}@sha256:{lock.sha256()}",
         "io.envbuild.patches": ",".join(f"{p.ref}={p.sha256 or p.url}" for p in plan.patches),
         "io.envbuild.recipe-hash": plan.recipe_hash,
         "io.envbuild.context-hash": context_hash,
@@ -81,7 +82,7 @@ def labels(plan: Plan, context_hash: str) -> dict[str, str]:
     return dict(sorted(values.items()))
 
 
-def template_vars(plan: Plan, context_hash: str) -> dict:
+def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
     """Everything images/Dockerfile.j2 and images/stages/*.j2 read."""
     args = build_args(plan)
     base_args = ["SOURCE_DATE_EPOCH"]
@@ -89,7 +90,7 @@ def template_vars(plan: Plan, context_hash: str) -> dict:
         base_args += ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION"]
     if plan.os_packages:
         base_args.append("OS_PACKAGES")
-    base_args += ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA", "VENV_PINS"]
+    base_args += ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA"]
     runtime_env = {"PYTHONPATH": "/opt/envbuild"}
     if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
         runtime_env["ENVBUILD_TORCH_COMPILE_UNAVAILABLE"] = plan.compile_unavailable
@@ -107,22 +108,29 @@ def template_vars(plan: Plan, context_hash: str) -> dict:
         "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
         "source_prepare": plan.flavor.source_prepare,
         "ccache_id": f"{plan.cell.flavor}{plan.cell.accel_version or ''}-torch{plan.torch.line}",
-        "labels": [f"{k}={_quote(v)}" for k, v in labels(plan, context_hash).items()],
+        "labels": [f"{k}={_quote(v)}" for k, v in labels(plan, context_hash, lock).items()],
     }
 
 
-def lock_file(plan: Plan) -> str:
-    """requirements.lock: the pinned Python stack of the image. torch is not in it: its own stage installs
-    and checks the exact build (TORCH_VERSION), and the stack is installed with torch held at that build."""
-    lines = [
-        f"# Python stack for {plan.cell.key}: recipes/hf-stack.toml [stack.\"{plan.torch.line}\"].",
-        f"# torch {plan.torch_version} comes from its own stage; image: /opt/envbuild/pip-freeze.txt has the rest.",
-        *(f"{name}=={version}" for name, version in sorted(plan.stack.items())),
-    ]
-    return "\n".join(lines) + "\n"
+def lock_files(plan: Plan, lock: Lock) -> dict[str, str]:
+    """The context's pip requirements with hashes, one file per stage that installs (from recipes/locks/):
+    venv.lock (base: the venv's pip/setuptools/wheel), sentencepiece.lock (its sdist, built in its stage)
+    and requirements.lock (runtime: everything else but torch, which its own stage installs)."""
+    origin = f"recipes/locks/{lock.key}.txt (`envbuild lock`, exclude-newer {lock.header.get('exclude-newer', '?')})"
+    return {
+        "venv.lock": f"# The venv's pip/setuptools/wheel, section [venv] of {origin}\n" + lock.requirements("venv"),
+        "sentencepiece.lock": f"# The sentencepiece sdist built in its stage, from [stack] of {origin}\n"
+        + lock.requirements("stack", {"sentencepiece"}),
+        "requirements.lock": (
+            f"# Python stack for {plan.cell.key}, section [stack] of {origin}.\n"
+            f"# torch {plan.torch_version} comes from its own stage; what it needs beyond this file comes from its\n"
+            "# index (listed in /opt/envbuild/from-torch-index.txt in the image).\n"
+            + lock.requirements("stack")
+        ),
+    }
 
 
-def expectations(plan: Plan) -> dict:
+def expectations(plan: Plan, lock: Lock) -> dict:
     """expect.json: what images/common/verify_image.py checks at the end of the build."""
     release = plan.release
     return {
@@ -133,6 +141,9 @@ def expectations(plan: Plan) -> dict:
         "arch": plan.cell.arch,
         "torch": {"version": plan.torch_version, "by_path": plan.torch_source == "source"},
         "sentencepiece": plan.stack["sentencepiece"],
-        "lock": dict(sorted(plan.stack.items())),
+        "lock": lock.versions("stack"),
+        "venv": lock.versions("venv"),
+        "from_torch_index": list(lock.from_torch_index),
+        "complete": True,
         "compile_unavailable": plan.compile_unavailable or None,
     }

@@ -13,7 +13,8 @@ from pathlib import Path
 import jinja2
 
 from builder import __version__
-from builder.context import expectations, labels, lock_file, template_vars
+from builder.context import expectations, labels, lock_files, template_vars
+from builder.lock import Lock, LockError, for_plan
 from builder.paths import IMAGES_DIR, WORKLOAD_DIR
 from builder.resolve import Plan
 from builder.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, file_sha256, hashes, stage, torch_origin,
@@ -24,7 +25,8 @@ _SKIP = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 
 
 class RenderError(Exception):
-    """The output directory cannot be written (e.g. it holds something that is not a build context)."""
+    """The context cannot be written: the output directory holds something that is not a build context, or
+    the cell's dependency lock is missing or stale."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,8 @@ def hash_files(hashes: dict[str, str]) -> str:
     return _sha256("".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items())).encode())
 
 
-def _dockerfile(plan: Plan, context_hash: str) -> bytes:
-    return _templates().get_template("Dockerfile.j2").render(template_vars(plan, context_hash)).encode()
+def _dockerfile(plan: Plan, context_hash: str, lock: Lock) -> bytes:
+    return _templates().get_template("Dockerfile.j2").render(template_vars(plan, context_hash, lock)).encode()
 
 
 def context_files(plan: Plan, static: StaticFiles | None = None,
@@ -101,16 +103,21 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
     The context hash covers every file except manifest.json, with the Dockerfile's `io.envbuild.context-hash`
     label empty; the written Dockerfile then carries the hash in that label. `wheelhouse` holds the sha256
     of the wheels under wheelhouse/ ({"wheelhouse/<name>": sha256}; their bytes are not in the result).
-    Pass one `static` snapshot to render many plans without re-reading the shared files.
+    Pass one `static` snapshot to render many plans without re-reading the shared files. Raises
+    RenderError when the plan's dependency lock (recipes/locks/) is missing or stale.
     """
+    try:
+        lock = for_plan(plan)
+    except LockError as exc:
+        raise RenderError(str(exc)) from exc
     static = static or StaticFiles.read()
     wheelhouse = wheelhouse or {}
     known = {**static.hashes, **wheelhouse}
-    dockerfile = _dockerfile(plan, "")
+    dockerfile = _dockerfile(plan, "", lock)
     used = dockerfile.decode()
     files = {
-        "requirements.lock": lock_file(plan).encode(),
-        "expect.json": (json.dumps(expectations(plan), indent=2, sort_keys=True) + "\n").encode(),
+        **{name: text.encode() for name, text in lock_files(plan, lock).items()},
+        "expect.json": (json.dumps(expectations(plan, lock), indent=2, sort_keys=True) + "\n").encode(),
         KEEP: b"",
         # only the scripts this Dockerfile copies: editing another step's script changes no other context
         **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
@@ -120,7 +127,7 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
         files |= {f"patches/{p.ref}": (plan.patch_dir / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
     files["Dockerfile"] = dockerfile
     context_hash = hash_files(file_hashes(files, known))
-    files["Dockerfile"] = _dockerfile(plan, context_hash)
+    files["Dockerfile"] = _dockerfile(plan, context_hash, lock)
     image_tag = f"envbuild/{plan.cell.key}:{context_hash[:12]}"
     manifest = {
         "schema_version": 1,
@@ -128,7 +135,10 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
         "cell_key": plan.cell.key,
         **plan.pinned(),
         "recipe_hash": plan.recipe_hash,
-        "labels": labels(plan, context_hash),
+        "labels": labels(plan, context_hash, lock),
+        "lock": {"file": f"recipes/locks/{lock.key}.txt", "sha256": lock.sha256(),
+                 "exclude_newer": lock.header.get("exclude-newer"), "packages": lock.versions("stack"),
+                 "venv": lock.versions("venv"), "from_torch_index": list(lock.from_torch_index)},
         "files": file_hashes(files, known),
         "torch_origin": torch_origin(plan, wheelhouse),
         "context_hash": context_hash,

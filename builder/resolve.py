@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from builder.cells import Cell
+from builder.lock import lock_path
 from builder.recipes import BuildTools, Flavor, PatchEntry, Recipes, Release, TorchLine, load, version_key
 
 
@@ -54,6 +55,7 @@ class Plan(BaseModel):
     compile_unavailable: str  # why torch.compile cannot work in this image ("" = it can)
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
+    lock_path: Path  # recipes/locks/torch<line>-py<python>.txt: what pip installs, with hashes (builder.lock)
     stages: tuple[str, ...]
 
     @property
@@ -169,6 +171,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         compile_unavailable=flavor.source_compile if source == "source" else "",
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
+        lock_path=lock_path(recipes, torch.line, python),
         stages=("base", "torch-src", "torch-source-build", "torch-source", "sentencepiece", "runtime")
         if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
     )

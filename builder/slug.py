@@ -18,3 +18,12 @@ def safe_slug(text: str, max_len: int = 80) -> str:
     if slug == text and slug:
         return slug
     return f"{slug or 'x'}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """Text from data (a file, a tool's stderr) for the terminal: control characters (escape sequences) become
+    spaces; line breaks and tabs stay."""
+    return _CONTROL_CHARS.sub(" ", text)

@@ -222,6 +222,7 @@ def test_the_torch_build_stages_do_not_depend_on_the_hf_stack(tmp_path):
     no requirements.lock, and their text and the files they copy stay the same under another stack."""
     import shutil
 
+    from builder.lock import read, resolve_lock, write_lock
     from builder.paths import RECIPES_DIR
     from builder.recipes import load
 
@@ -230,6 +231,9 @@ def test_the_torch_build_stages_do_not_depend_on_the_hf_stack(tmp_path):
     shutil.copytree(RECIPES_DIR, root)
     stack = (root / "hf-stack.toml").read_text().replace('transformers = "4.44.2"', 'transformers = "4.44.1"')
     (root / "hf-stack.toml").write_text(stack)
+    # the changed pin needs its lock resolved again (uv against PyPI), as of the committed lock's date
+    date = read(load(), "2.4", "3.10").header["exclude-newer"]
+    write_lock(load(root), "2.4", "3.10", resolve_lock(load(root), "2.4", "3.10", date))
     other = resolve(Request(accel_version="6.2", torch="2.4"), load(root))
     assert other.stack["transformers"] == "4.44.1" != plan.stack["transformers"]
     before, _ = context_files(plan, golden_static())

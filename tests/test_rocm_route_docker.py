@@ -13,6 +13,8 @@ the runtime stage that needs the built wheel) is listed in docs/rocm-route.md.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import socket
 import subprocess
 import time
@@ -74,6 +76,18 @@ def test_sentencepiece_at_the_rocm_pin_builds_from_its_sdist(rocm_cell):
     assert "invalid command 'bdist_wheel'" not in proc.stderr
     out = _run(tag, "ls /dist/sentencepiece")
     assert out.split() == ["sentencepiece-0.2.0-cp311-cp311-linux_x86_64.whl"]  # built here: no manylinux tag
+
+
+def test_the_sentencepiece_sdist_is_checked_against_the_lock_hashes(rocm_cell, tmp_path):
+    """The stage downloads the sdist in pip's hash-checking mode (sentencepiece.lock, from recipes/locks/):
+    a file the lock does not name fails the build before anything is compiled."""
+    ctx = tmp_path / "ctx"
+    shutil.copytree(rocm_cell.out_dir, ctx)
+    lock = ctx / "sentencepiece.lock"
+    lock.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, lock.read_text()))
+    proc, _ = _build(ctx, "sentencepiece")
+    assert proc.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in proc.stderr
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +23,14 @@ from builder.paths import IMAGES_DIR
 VERIFY = IMAGES_DIR / "common" / "verify_image.py"
 
 
-def _verify(tmp_path: Path, expect: dict, pythonpath: Path | None = None) -> tuple[int, str, dict]:
+def _verify(tmp_path: Path, expect: dict, pythonpath: Path | None = None,
+            isolated: bool = False) -> tuple[int, str, dict]:
+    """Run verify_image.py; `isolated`: without this interpreter's site-packages (-S), so only `pythonpath`'s
+    distributions are installed."""
     (tmp_path / "expect.json").write_text(json.dumps(expect))
     env = {"PATH": "/usr/bin:/bin"} | ({"PYTHONPATH": f"{pythonpath}"} if pythonpath else {})
-    proc = subprocess.run([sys.executable, str(VERIFY), str(tmp_path / "expect.json"), str(tmp_path / "out.json")],
+    python = [sys.executable, "-S"] if isolated else [sys.executable]
+    proc = subprocess.run([*python, str(VERIFY), str(tmp_path / "expect.json"), str(tmp_path / "out.json")],
                           capture_output=True, text=True, env=env, timeout=300)
     return proc.returncode, proc.stdout + proc.stderr, json.loads((tmp_path / "out.json").read_text())
 
@@ -53,12 +58,13 @@ def test_a_wrong_pin_and_an_index_installed_torch_fail_with_what_was_found(tmp_p
     lock = {"transformers": md.version("transformers"), "peft": "0.0.1"}
     code, out, record = _verify(tmp_path, _host_expect(lock=lock, torch={"version": "2.4.1+rocm6.2", "by_path": True}))
     assert code == 1
-    assert {"torch version", "torch installed by path", "2 pins of requirements.lock installed"} <= set(_failed(record))
+    assert {"torch version", "torch installed by path", "2 pins of the lock installed"} <= set(_failed(record))
     assert f"peft: pinned 0.0.1, installed {md.version('peft')}" in out
     assert f"expected 2.4.1+rocm6.2; metadata {md.version('torch')}" in out
 
 
-def _stand_in(root: Path, *, hip: str = "6.2.41133-dd7f95766", flags: str | None = "gfx90a gfx942") -> Path:
+def _stand_in(root: Path, *, hip: str = "6.2.41133-dd7f95766", flags: str | None = "gfx90a gfx942",
+              torch_requires: tuple[str, ...] = (), others: tuple[tuple[str, str], ...] = ()) -> Path:
     """A torch 2.4.1+rocm6.2 stand-in (module + dist-info from a file) and a locally built sentencepiece."""
     pkg = root / "torch"
     (pkg / "cuda").mkdir(parents=True)
@@ -69,10 +75,12 @@ def _stand_in(root: Path, *, hip: str = "6.2.41133-dd7f95766", flags: str | None
     (pkg / "cuda" / "__init__.py").write_text("def is_available():\n    return False\n\n"
                                              "def get_arch_list():\n    return []  # torch 2.3-2.6 without a GPU\n")
     for name, version, tag in [("torch", "2.4.1+rocm6.2", "cp311-cp311-linux_x86_64"),
-                               ("sentencepiece", "0.2.0", "cp311-cp311-linux_x86_64")]:
+                               ("sentencepiece", "0.2.0", "cp311-cp311-linux_x86_64"),
+                               *((n, v, "py3-none-any") for n, v in others)]:
         info = root / f"{name}-{version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        requires = "".join(f"Requires-Dist: {r}\n" for r in torch_requires) if name == "torch" else ""
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires}")
         (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nTag: {tag}\n")
         (info / "direct_url.json").write_text(json.dumps({"url": f"file:///dist/{name}-{version}.whl",
                                                           "archive_info": {}}))
@@ -91,7 +99,7 @@ def test_rocm_branch_reads_the_compiled_arch_list_without_a_gpu(tmp_path):
     assert code == 0, out
     assert [c["name"] for c in record["checks"]] == [
         "torch version", "torch installed by path", "torch.version.hip", "compiled for gfx90a",
-        "sentencepiece built here", "1 pins of requirements.lock installed"]
+        "sentencepiece built here", "1 pins of the lock installed"]
 
 
 def test_rocm_branch_fails_on_a_missing_arch_or_another_hip(tmp_path):
@@ -104,3 +112,23 @@ def test_rocm_branch_fails_on_a_missing_arch_or_another_hip(tmp_path):
     code, out, record = _verify(tmp_path, _rocm_expect("gfx90a"), other)
     assert code == 1 and _failed(record) == ["torch.version.hip", "compiled for gfx90a"]
     assert "expected HIP 6.2.x; found hip=6.1.40093-bd86f1708" in out and "no GPU arch" in out
+
+
+def test_anything_installed_outside_the_lock_fails_unless_torch_requires_it(tmp_path):
+    """"complete": every distribution is locked, is torch, or is a requirement of torch (its index's package,
+    e.g. pytorch-triton-rocm), which verify.json lists as unlocked; anything else fails the build."""
+    others = (("filelock", "3.16.1"), ("pytorch-triton-rocm", "3.0.0"), ("requests", "2.32.3"))
+    site = _stand_in(tmp_path / "site", others=others,
+                     torch_requires=("filelock", "pytorch-triton-rocm==3.0.0; platform_system == 'Linux'",
+                                     "opt-einsum>=3.3; extra == 'opt-einsum'"))
+    expect = _rocm_expect() | {"arch": None, "complete": True,
+                               "lock": {"sentencepiece": "0.2.0", "filelock": "3.16.1"}}
+    code, out, record = _verify(tmp_path, expect, site, isolated=True)
+    assert code == 1 and _failed(record) == ["every installed distribution is locked"]
+    assert "not in the lock and not a requirement of torch: requests==2.32.3" in out
+    assert record["unlocked"] == ["pytorch-triton-rocm==3.0.0"]
+
+    shutil.rmtree(site / "requests-2.32.3.dist-info")
+    code, out, record = _verify(tmp_path, expect, site, isolated=True)
+    assert code == 0, out
+    assert record["unlocked"] == ["pytorch-triton-rocm==3.0.0"]

@@ -2,7 +2,7 @@
 
 Each distinct stack of recipes/hf-stack.toml is installed from PyPI into a virtual environment that
 shares this interpreter's torch (the CPU build), from the `requirements.lock` rendered for a ROCm cell of
-that line and with the same pip command as images/common/install_python_stack.sh, and the real smoke
+that line (hashes, --no-deps: as images/common/install_python_stack.sh installs it), and the real smoke
 fine-tune runs in it. (sentencepiece comes from PyPI's binary wheel here; its source build at the ROCm
 pin runs in tests/test_rocm_route_docker.py.)
 """
@@ -33,8 +33,9 @@ def _transformers4_stacks() -> dict[str, dict[str, str]]:
 
 
 def _rocm_lock(transformers: str) -> bytes:
-    """The requirements.lock rendered for the first ROCm cell whose stack pins this transformers."""
-    plan = next(p for p in all_plans(flavor="rocm") if p.stack["transformers"] == transformers)
+    """The requirements.lock rendered for the first ROCm cell whose stack pins this transformers, for this Python."""
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    plan = next(p for p in all_plans(flavor="rocm") if p.stack["transformers"] == transformers and p.cell.python == python)
     return context_files(plan)[0]["requirements.lock"]
 
 
@@ -48,8 +49,9 @@ def stack_python(request, tmp_path_factory) -> tuple[str, Path]:
     python = venv / "bin" / "python"
     lock = venv.parent / "requirements.lock"
     lock.write_bytes(_rocm_lock(request.param))
+    # the lock is complete: pip's hash-checking mode with --no-deps installs every dependency from it
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--only-binary", "sentencepiece",
-                              "-c", str(lock), "-r", str(lock)], capture_output=True, text=True)
+                              "--no-deps", "--require-hashes", "-r", str(lock)], capture_output=True, text=True)
     assert install.returncode == 0, install.stderr[-2000:]
     return request.param, python
 

@@ -8,8 +8,9 @@
 source "$(dirname "$0")/lib.sh"
 apt_install cmake pkg-config make g++
 src=/src/sentencepiece
+# the sdist is hash-checked against the lock (/opt/envbuild/sentencepiece.lock, from recipes/locks/)
 python -m pip download --no-deps --no-build-isolation --no-binary :all: --find-links /wheelhouse -d "$TMPDIR/sdist" \
-  "sentencepiece==${SENTENCEPIECE_VERSION}"
+  --require-hashes -r /opt/envbuild/sentencepiece.lock
 mkdir -p "$src"
 tar -xzf "$TMPDIR"/sdist/sentencepiece-"${SENTENCEPIECE_VERSION}".tar.gz -C "$src" --strip-components=1
 export CFLAGS="-ffile-prefix-map=$src=. ${CFLAGS:-}" CXXFLAGS="-ffile-prefix-map=$src=. ${CXXFLAGS:-}"

@@ -1,7 +1,8 @@
 # Python $PYTHON_VERSION (from the base image, the OS, or $PYTHON_PPA when the OS lacks it), the image venv
-# /opt/venv, and the venv's own pinned pip/setuptools/wheel ($VENV_PINS): a venv made from the OS Python
-# starts with the OS's pip (Ubuntu 22.04: 22.0.2, Debian 12: 23.0.1) and no `wheel`, which cannot build
-# setup.py-only sdists such as sentencepiece 0.2.0 (recipes/build-tools.toml says where each pin comes from).
+# /opt/venv, and the venv's own pinned pip/setuptools/wheel (/opt/envbuild/venv.lock, hash-checked): a venv
+# made from the OS Python starts with the OS's pip (Ubuntu 22.04: 22.0.2, Debian 12: 23.0.1) and no `wheel`,
+# which cannot build setup.py-only sdists such as sentencepiece 0.2.0 (recipes/build-tools.toml says where
+# each pin comes from; recipes/locks/ holds their hashes).
 source "$(dirname "$0")/lib.sh"
 py="python${PYTHON_VERSION}"
 usable() {
@@ -21,9 +22,8 @@ if ! usable; then
   apt_clean
 fi
 "$py" -m venv /opt/venv
-read -r -a pins <<<"${VENV_PINS:-}"
-if [ "${#pins[@]}" -gt 0 ]; then
-  pip_install "${pins[@]}"
+if grep -q '^[^#]' /opt/envbuild/venv.lock; then
+  pip_install --no-deps --require-hashes -r /opt/envbuild/venv.lock
 fi
 /opt/venv/bin/python --version
 /opt/venv/bin/python -m pip --version

@@ -13,8 +13,11 @@ Checks, each a line of output; any failure fails the build with what was expecte
   torch/lib (workload.codeobjects), when they can be read;
 - sentencepiece: installed from the wheel built in the image (a local `linux_*` wheel from a file), not a
   PyPI binary (`manylinux`);
-- every pin of requirements.lock equals the installed version.
-OUT_JSON records every check and the arch coverage.
+- every pin of the lock (requirements.lock, and venv.lock's pip/setuptools/wheel where the stack does not pin
+  them) equals the installed version;
+- nothing else is installed (expect.json "complete"): every distribution is locked, is torch, or is a
+  requirement of torch that its index supplied (e.g. pytorch-triton-rocm), listed as "unlocked".
+OUT_JSON records every check, the unlocked distributions and the arch coverage.
 """
 
 from __future__ import annotations
@@ -87,13 +90,37 @@ def check_sentencepiece(expect: dict, checks: list) -> None:
                    f"tags {tags}, from {url or 'an index'}"))
 
 
-def check_lock(expect: dict, checks: list) -> None:
+def _installed() -> dict[str, str]:
     installed: dict[str, str] = {}
     for dist in md.distributions():  # the first on sys.path wins, as for import and importlib.metadata.version
         installed.setdefault(_name(dist.metadata["Name"]), dist.version)
-    wrong = {n: (v, installed.get(_name(n))) for n, v in expect["lock"].items() if installed.get(_name(n)) != v}
-    checks.append((f"{len(expect['lock'])} pins of requirements.lock installed", not wrong,
+    return installed
+
+
+def check_lock(expect: dict, checks: list) -> None:
+    installed = _installed()
+    pins = {_name(n): v for n, v in {**expect.get("venv", {}), **expect["lock"]}.items()}
+    wrong = {n: (v, installed.get(n)) for n, v in pins.items() if installed.get(n) != v}
+    checks.append((f"{len(pins)} pins of the lock installed", not wrong,
                    "; ".join(f"{n}: pinned {v}, installed {got or 'nothing'}" for n, (v, got) in wrong.items())))
+
+
+def check_complete(expect: dict, checks: list) -> list[str] | None:
+    """Every installed distribution is locked, or is torch, or a requirement of torch (from torch's index)."""
+    if not expect.get("complete"):
+        return None
+    locked = {_name(n) for n in {**expect.get("venv", {}), **expect["lock"]}}
+    torch_needs = set()
+    for requirement in md.requires("torch") or []:
+        if "extra ==" not in requirement:
+            torch_needs.add(_name(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]))
+    unlocked, stray = [], []
+    for name, version in sorted(_installed().items()):
+        if name != "torch" and name not in locked:
+            (unlocked if name in torch_needs else stray).append(f"{name}=={version}")
+    checks.append(("every installed distribution is locked", not stray,
+                   f"not in the lock and not a requirement of torch: {', '.join(stray)}"))
+    return unlocked
 
 
 def arch_coverage(expect: dict, checks: list) -> dict | None:
@@ -114,12 +141,13 @@ def main(expect_path: str, out_path: str) -> int:
     check_torch(expect, checks)
     check_sentencepiece(expect, checks)
     check_lock(expect, checks)
+    unlocked = check_complete(expect, checks)
     coverage = arch_coverage(expect, checks)
     for name, ok, detail in checks:
         print(f"verify: {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
     record = {"cell": expect["cell"], "ok": all(ok for _, ok, _ in checks),
               "checks": [{"name": n, "ok": ok, "detail": None if ok else d} for n, ok, d in checks],
-              "arch_coverage": coverage}
+              "unlocked": unlocked, "arch_coverage": coverage}
     Path(out_path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     if not record["ok"]:
         print(f"verify: the image does not match its manifest ({expect['cell']}); see the FAIL lines above",
