@@ -98,7 +98,13 @@ class Lock:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
+_NUMERIC = re.compile(r"^\d+(\.\d+)*$")
+
+
 def lock_key(line: str, python: str) -> str:
+    """`torch2.4-py3.10`; both parts must be dotted numbers (they become a file name)."""
+    if not (_NUMERIC.match(line) and _NUMERIC.match(python)):
+        raise LockError(f"a torch line and a Python must be dotted numbers to name a lock, got {line!r} / {python!r}")
     return f"torch{line}-py{python}"
 
 

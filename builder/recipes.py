@@ -14,6 +14,7 @@ from builder.paths import RECIPES_DIR
 
 _PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+_DOTTED = re.compile(r"^\d+(\.\d+)*$")
 
 
 class RecipeError(Exception):
@@ -78,6 +79,13 @@ class Release(_Frozen):
     source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
     source: str
 
+    @field_validator("pythons")
+    @classmethod
+    def _dotted_pythons(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if bad := [v for v in value if not _DOTTED.match(v)]:
+            raise ValueError(f"pythons must be dotted numbers such as 3.10 (they name lock files), got {bad}")
+        return value
+
 
 class TorchLine(_Frozen):
     """A PyTorch release line ("2.4") pinned to one release ("2.4.1")."""
@@ -90,6 +98,13 @@ class TorchLine(_Frozen):
     wheel_suffixes: tuple[str, ...]
     python: tuple[str, str]
     source: str
+
+    @field_validator("line")
+    @classmethod
+    def _dotted_line(cls, value: str) -> str:
+        if not _DOTTED.match(value):
+            raise ValueError(f"a torch line must be a dotted number such as 2.4 (it names lock files), got {value!r}")
+        return value
 
     def supports_python(self, python: str) -> bool:
         low, high = (version_key(v) for v in self.python)

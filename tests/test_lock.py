@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.lock import LockError, keys, parse, read
+from builder.lock import LockError, keys, lock_key, parse, read
 from builder.paths import RECIPES_DIR
 from builder.recipes import load
 from builder.render import RenderError, context_files
@@ -112,6 +112,8 @@ def test_a_missing_unused_or_hand_edited_lock_is_named(tmp_path):
         parse(text.replace("accelerate==1.16.0 \\", "accelerate>=1; rm -rf / \\"), "x.txt")
     with pytest.raises(LockError, match=r"expected --hash=sha256:<64 hex>"):
         parse(text.replace("--hash=sha256:", "--hash=md5:", 1), "x.txt")
+    with pytest.raises(LockError, match="dotted numbers"):
+        lock_key("../../etc/x", "3.11")
 
 
 @pytest.mark.slow
@@ -145,3 +147,12 @@ def test_a_committed_lock_resolves_again_to_the_same_files_and_a_changed_hash_is
     proc = _envbuild(home, "lock", "--verify", "--torch", "2.13")
     assert proc.returncode == 1
     assert "[stack] peft 0.21.2: the index serves other files than locked" in proc.stdout
+
+
+def test_a_torch_line_that_is_not_a_version_is_refused_before_it_names_a_file(tmp_path):
+    home = _copy(tmp_path)
+    torch = home / "recipes" / "torch.toml"
+    torch.write_text(torch.read_text().replace('[torch."2.5"]', '[torch."../../x"]'))
+    proc = _envbuild(home, "lock", "--check")
+    assert proc.returncode != 0 and "dotted number" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("x.txt"))
