@@ -7,6 +7,7 @@ sets): then they fail, so CI can never pass by skipping them.
 from __future__ import annotations
 
 import os
+import signal
 
 import docker.errors
 import pytest
@@ -15,6 +16,11 @@ from builder.engine import EngineUnavailable, docker_client
 
 LOCAL_BASE = "envbuild-local/debian:bookworm"
 REQUIRE_DOCKER = os.environ.get("ENVBUILD_REQUIRE_DOCKER") == "1"
+
+# A test run started as a background job (`cmd &` in a script) inherits SIGINT ignored, and so would every
+# process the tests start (an ignored signal survives exec): the Ctrl-C tests need what a terminal gives.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _unavailable(reason: str):
