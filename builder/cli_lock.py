@@ -108,7 +108,7 @@ def _verify(recipes, line: str, python: str, name) -> int:
     committed = read(recipes, line, python)
     date = committed.header.get("exclude-newer", "")
     fresh = parse(resolve_lock(recipes, line, python, date), f"{name} (re-resolved)")
-    if fresh.sha256() == committed.sha256():
+    if fresh.sha256 == committed.sha256:
         click.echo(f"same     {name} (re-resolved as of {date})")
         return 0
     for section in ("venv", "stack"):

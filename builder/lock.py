@@ -23,6 +23,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from builder.recipes import Recipes, version_key
@@ -92,6 +93,7 @@ class Lock:
         chosen = [e for e in self.entries(section) if names is None or e.name in names]
         return "".join(e.requirement() + "\n" for e in chosen)
 
+    @cached_property
     def sha256(self) -> str:
         """Digest of what the lock pins (sections, entries, hashes); comments and formatting do not count."""
         data = {s: [[e.name, e.version, list(e.hashes)] for e in self.entries(s)] for s in SECTIONS}
@@ -216,13 +218,13 @@ def for_plan(plan) -> Lock:
 def read_file(path: Path, line: str, python: str, digest: str, stack: dict[str, str]) -> Lock:
     command = lock_command(line, python)
     try:
-        text = path.read_text()
+        stat = path.stat()
+        lock = _parsed(str(path), stat.st_mtime_ns, stat.st_size)
     except FileNotFoundError:
         raise LockError(f"no dependency lock for torch {line} / Python {python} ({path} is missing); "
                         f"run `{command}` (needs PyPI) and commit the file", "missing") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"cannot read the lock {path}: {exc}") from exc
-    lock = parse(text, str(path))
     if lock.header["inputs-sha256"] != digest:
         raise LockError(f"{path} is stale: recipes/hf-stack.toml, torch.toml or build-tools.toml changed since it "
                         f"was resolved; run `{command}` (needs PyPI) and commit the file", "stale")
@@ -232,6 +234,12 @@ def read_file(path: Path, line: str, python: str, digest: str, stack: dict[str, 
         raise LockError(f"{path} does not hold the pins of hf-stack.toml ({', '.join(sorted(wrong))}); "
                         f"run `{command}`", "stale")
     return lock
+
+
+@lru_cache(maxsize=64)
+def _parsed(path: str, mtime_ns: int, size: int) -> Lock:
+    """A lock file parsed once per version of the file (rendering the matrix reads each lock many times)."""
+    return parse(Path(path).read_text(), path)
 
 
 # --- resolving (envbuild lock): uv pip compile against PyPI -------------------------------------------

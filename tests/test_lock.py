@@ -73,8 +73,8 @@ def test_the_context_installs_the_lock_with_hashes_in_the_stage_that_needs_it():
     assert files["requirements.lock"].decode().endswith(lock.requirements("stack"))
     assert files["venv.lock"].decode().endswith(lock.requirements("venv"))
     assert re.findall(r"^(\S+)==", files["sentencepiece.lock"].decode(), re.M) == ["sentencepiece"]
-    assert manifest["lock"]["sha256"] == lock.sha256() and manifest["lock"]["packages"] == lock.versions("stack")
-    assert manifest["labels"]["io.envbuild.lock"] == f"torch2.13-py3.11@sha256:{lock.sha256()}"
+    assert manifest["lock"]["sha256"] == lock.sha256 and manifest["lock"]["packages"] == lock.versions("stack")
+    assert manifest["labels"]["io.envbuild.lock"] == f"torch2.13-py3.11@sha256:{lock.sha256}"
     scripts = {name: files[f"common/{name}"].decode() for name in
                ("install_python.sh", "install_python_stack.sh", "build_sentencepiece.sh")}
     assert all("--require-hashes" in text for text in scripts.values())
