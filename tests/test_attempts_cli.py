@@ -17,6 +17,8 @@ from pathlib import Path
 import docker.errors
 import pytest
 
+from sleeper_fixtures import sleeper_dockerfile, step_started
+
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
 RESULTS = Path(__file__).parent / "data" / "results"
 KEY = "cpu-torch2.13-py3.11"
@@ -153,16 +155,14 @@ def test_a_stopped_local_run_is_an_attempt(tmp_path, sig, code, how):
     assert (cell["status"], cell["runs"], cell["attempts"], cell["flaky"]) == ("pass", 1, 1, False)
 
 
-SLEEPER = "FROM {base}\nRUN echo started-sleeping && sleep 120\n"
-
-
 @pytest.mark.docker
 @pytest.mark.parametrize("sig, code, how", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
 def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(tmp_path, local_base, docker_engine,
                                                                           sig, code, how):
     ctx = tmp_path / "ctx"
     ctx.mkdir()
-    (ctx / "Dockerfile").write_text(SLEEPER.format(base=local_base))
+    dockerfile = sleeper_dockerfile(local_base)
+    (ctx / "Dockerfile").write_text(dockerfile)
     cell = {"flavor": "cpu", "accel_version": None, "torch": "2.13", "arch": None, "python": "3.11"}
     (ctx / "manifest.json").write_text(json.dumps({"cell": cell, "base_image": local_base, "context_hash": "f" * 64}))
     tag = f"envbuild-test/sigterm:{os.getpid()}-{time.time_ns()}"
@@ -173,7 +173,7 @@ def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(tmp_pat
     deadline, log = time.monotonic() + 120, None
     while time.monotonic() < deadline:
         logs = list((tmp_path / "envbuild-attempts").glob("*/build.log"))
-        if logs and "started-sleeping" in logs[0].read_text():
+        if logs and step_started(logs[0].read_text()):
             log = logs[0]
             break
         time.sleep(0.5)
@@ -195,7 +195,7 @@ def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(tmp_pat
     (attempt,) = records(db)
     assert attempt["outcome"] == "fail build:interrupted (attempt)"
     assert Path(attempt["attempt_dir"]) == log.parent
-    assert (log.parent / "context" / "Dockerfile").read_text() == SLEEPER.format(base=local_base)
+    assert (log.parent / "context" / "Dockerfile").read_text() == dockerfile
 
 
 def test_an_unwritable_attempts_folder_is_bad_input_before_building(tmp_path):

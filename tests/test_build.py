@@ -18,6 +18,7 @@ from builder.build import BuildError, BuildOptions, build_command, build_image
 from builder.build_log import PlainLog, diagnose
 from builder.cli import main
 from builder.engine import BuildTool
+from sleeper_fixtures import sleeper_dockerfile, step_started
 
 pytestmark = pytest.mark.docker
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -187,16 +188,16 @@ def test_no_engine_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_stops_the_build_and_tags_nothing(tmp_path, local_base, docker_engine):
-    ctx = context(tmp_path, f"FROM {local_base}\nRUN echo started-sleeping && sleep 120\n")
-    tag = "envbuild-test/interrupted:1"
+    ctx = context(tmp_path, sleeper_dockerfile(local_base))
+    tag = f"envbuild-test/interrupted:{os.getpid()}-{time.time_ns()}"  # never one an earlier run left
     proc = subprocess.Popen([*ENVBUILD, "image", "--context", str(ctx), "--tag", tag,
                              "--network", "host", "--no-record", "--force"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = tmp_path / "ctx.build.log"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (log.exists() and "started-sleeping" in log.read_text()):
+    while time.monotonic() < deadline and not (log.exists() and step_started(log.read_text())):
         time.sleep(0.5)
-    assert "started-sleeping" in log.read_text(), "the build never reached its RUN step"
+    assert step_started(log.read_text()), "the build never reached its RUN step"
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
