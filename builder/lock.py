@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from builder.recipes import Recipes, version_key
+from builder.paths import write_text_atomic
+from builder.recipes import DOTTED_NUMBER, Recipes, version_key
 
 FORMAT = 1
 LOCKS_DIR = "locks"
@@ -100,12 +101,9 @@ class Lock:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-_NUMERIC = re.compile(r"^\d+(\.\d+)*$")
-
-
 def lock_key(line: str, python: str) -> str:
     """`torch2.4-py3.10`; both parts must be dotted numbers (they become a file name)."""
-    if not (_NUMERIC.match(line) and _NUMERIC.match(python)):
+    if not (DOTTED_NUMBER.match(line) and DOTTED_NUMBER.match(python)):
         raise LockError(f"a torch line and a Python must be dotted numbers to name a lock, got {line!r} / {python!r}")
     return f"torch{line}-py{python}"
 
@@ -326,7 +324,5 @@ def write_lock(recipes: Recipes, line: str, python: str, text: str) -> Path:
     """Write a lock atomically (a reader never sees half a file)."""
     path = lock_path(recipes, line, python)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path

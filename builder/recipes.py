@@ -14,7 +14,8 @@ from builder.paths import RECIPES_DIR
 
 _PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-_DOTTED = re.compile(r"^\d+(\.\d+)*$")
+#: A torch line or Python version ("2.4", "3.10"): they name lock files (builder.lock).
+DOTTED_NUMBER = re.compile(r"^\d+(\.\d+)*$")
 
 
 class RecipeError(Exception):
@@ -82,7 +83,7 @@ class Release(_Frozen):
     @field_validator("pythons")
     @classmethod
     def _dotted_pythons(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if bad := [v for v in value if not _DOTTED.match(v)]:
+        if bad := [v for v in value if not DOTTED_NUMBER.match(v)]:
             raise ValueError(f"pythons must be dotted numbers such as 3.10 (they name lock files), got {bad}")
         return value
 
@@ -102,7 +103,7 @@ class TorchLine(_Frozen):
     @field_validator("line")
     @classmethod
     def _dotted_line(cls, value: str) -> str:
-        if not _DOTTED.match(value):
+        if not DOTTED_NUMBER.match(value):
             raise ValueError(f"a torch line must be a dotted number such as 2.4 (it names lock files), got {value!r}")
         return value
 

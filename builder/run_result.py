@@ -8,13 +8,13 @@ A result is complete only when the workload wrote a valid `status: "pass"` resul
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 from builder.attempts import keep_file, new_attempt, relative_to_db, write_record
+from builder.paths import write_text_atomic
 from builder.store import InvalidResultError, validate_result
 
 RESULT_NAME = "result.json"
@@ -28,18 +28,7 @@ def utc_iso(ts: float) -> str:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     """Write JSON to a temp file in the same directory, then rename it over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def check_out_dir(out_dir: Path) -> Path:

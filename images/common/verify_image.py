@@ -97,9 +97,14 @@ def _installed() -> dict[str, str]:
     return installed
 
 
+def _locked(expect: dict) -> dict[str, str]:
+    """Every pin of the lock by normalized name: the stack's, and venv.lock's where the stack does not pin it."""
+    return {_name(n): v for n, v in {**expect.get("venv", {}), **expect["lock"]}.items()}
+
+
 def check_lock(expect: dict, checks: list) -> None:
     installed = _installed()
-    pins = {_name(n): v for n, v in {**expect.get("venv", {}), **expect["lock"]}.items()}
+    pins = _locked(expect)
     wrong = {n: (v, installed.get(n)) for n, v in pins.items() if installed.get(n) != v}
     checks.append((f"{len(pins)} pins of the lock installed", not wrong,
                    "; ".join(f"{n}: pinned {v}, installed {got or 'nothing'}" for n, (v, got) in wrong.items())))
@@ -109,7 +114,7 @@ def check_complete(expect: dict, checks: list) -> list[str] | None:
     """Every installed distribution is locked, or is torch, or a requirement of torch (from torch's index)."""
     if not expect.get("complete"):
         return None
-    locked = {_name(n) for n in {**expect.get("venv", {}), **expect["lock"]}}
+    locked = _locked(expect)
     torch_needs = set()
     for requirement in md.requires("torch") or []:
         if "extra ==" not in requirement:
