@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from builder.image_ref import is_image_reference
+
 EXIT_MISSING = 1
 _IN_IMAGE = """
 import json, pathlib, sys
@@ -97,8 +99,10 @@ def inspect(target: str, arch: str | None, as_json: bool) -> None:
             cov = coverage([path], arch).to_json()
         except PermissionError as exc:
             raise click.UsageError(f"{target}: {exc.strerror}") from exc
-    else:
+    elif is_image_reference(target):
         cov, verify, arch = _scan_image(target, arch)
+    else:
+        raise click.UsageError(f"{target!r}: no such file or directory, and not an image reference either")
     if as_json:
         click.echo(json.dumps({**cov, "verify": verify}, indent=2))
     else:

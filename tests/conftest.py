@@ -23,6 +23,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items):
+    """A test that needs the engine (through any fixture) is a `docker` test, marked or not: .ci/run runs
+    `-m "not docker"` before the engine starts and `-m docker` after, so each test runs in its phase."""
+    for item in items:
+        if "docker_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docker)
+
+
 def _unavailable(reason: str):
     if REQUIRE_DOCKER:
         pytest.fail(f"ENVBUILD_REQUIRE_DOCKER=1 but {reason}", pytrace=False)

@@ -79,9 +79,31 @@ def test_inspect_command_names_the_missing_arch_and_exits_1(fat_binary):
     assert record["verdict"] == "present" and record["archs"] == ["gfx908", "gfx90a"]
 
 
-def test_inspect_of_something_that_is_neither_a_path_nor_an_image_is_bad_input(tmp_path):
-    result = CliRunner().invoke(main, ["inspect", str(tmp_path / "nope"), "--arch", "gfx90a"])
-    assert result.exit_code == 2
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}  # an engine that cannot answer
+
+
+@pytest.mark.parametrize("target", ["{tmp}/nope", "/nonexistent/libfoo.so", "./libfoo.so", "NOT A REF"])
+def test_inspect_of_something_that_is_neither_a_path_nor_an_image_is_bad_input(tmp_path, monkeypatch, target):
+    """Decided before any engine is asked: the same exit 2 whether or not an engine answers."""
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE["DOCKER_HOST"])
+    result = CliRunner().invoke(main, ["inspect", target.format(tmp=tmp_path), "--arch", "gfx90a"])
+    assert result.exit_code == 2, result.output
+    assert "no such file or directory, and not an image reference either" in result.output
+    assert "Docker" not in result.output
+
+
+def test_inspect_of_an_image_reference_with_no_engine_says_the_engine_is_missing(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE["DOCKER_HOST"])
+    result = CliRunner().invoke(main, ["inspect", "envbuild-test/absent:1", "--arch", "gfx90a"])
+    assert result.exit_code == 1, result.output
+    assert "no Docker engine answers at unix:///nonexistent/docker.sock" in result.output
+
+
+@pytest.mark.docker
+def test_inspect_of_an_image_the_engine_lacks_is_bad_input(docker_engine):
+    result = CliRunner().invoke(main, ["inspect", "envbuild-test/absent-image:1", "--arch", "gfx90a"])
+    assert result.exit_code == 2, result.output
+    assert "neither a path here nor a local image" in result.output
 
 
 def test_kernel_library_dirs_count_files_per_arch(fat_binary, tmp_path):

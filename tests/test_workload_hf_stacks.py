@@ -42,11 +42,31 @@ def _rocm_lock(transformers: str) -> bytes:
 STACKS = _transformers4_stacks()
 
 
+def _site_dirs() -> list[str]:
+    """The running interpreter's site-packages directories (where its torch is), in sys.path order."""
+    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
+def make_stack_venv(venv: Path) -> Path:
+    """A venv that sees this interpreter's packages (torch) after its own, whichever interpreter runs the tests.
+
+    `venv --system-site-packages` would not do: inside a venv (the README's setup) it exposes the *base*
+    interpreter's site-packages, where torch is not installed. A .pth file appends the running interpreter's
+    site directories instead, so what the venv installs shadows them, as with --system-site-packages."""
+    done = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    python = venv / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                         capture_output=True, text=True, timeout=60)
+    assert own.returncode == 0, own.stderr[-2000:]
+    Path(own.stdout.strip(), "envbuild-test-outer-site.pth").write_text("\n".join(_site_dirs()) + "\n")
+    return python
+
+
 @pytest.fixture(scope="module", params=sorted(STACKS), ids=lambda v: f"transformers-{v}")
 def stack_python(request, tmp_path_factory) -> tuple[str, Path]:
     venv = tmp_path_factory.mktemp("hf-stack") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    python = venv / "bin" / "python"
+    python = make_stack_venv(venv)
     lock = venv.parent / "requirements.lock"
     lock.write_bytes(_rocm_lock(request.param))
     # the lock is complete: pip's hash-checking mode with --no-deps installs every dependency from it
@@ -59,7 +79,24 @@ def stack_python(request, tmp_path_factory) -> tuple[str, Path]:
 def _train(python: Path, out: Path, *args: str) -> tuple[int, dict]:
     proc = subprocess.run([str(python), "-m", "workload", "train", "--preset", "smoke", "--quiet",
                            "--out", str(out), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    return proc.returncode, json.loads((out / "result.json").read_text())
+    result = out / "result.json"
+    assert result.is_file(), f"exit {proc.returncode}, no result.json; stderr tail:\n{proc.stderr[-3000:]}"
+    return proc.returncode, json.loads(result.read_text())
+
+
+def test_the_stack_venv_sees_this_interpreters_torch_and_its_own_packages_first(tmp_path):
+    python = make_stack_venv(tmp_path / "venv")
+    probe = subprocess.run([str(python), "-c", "import sys, torch; print(torch.__file__); print(sys.prefix)"],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    torch_file, prefix = probe.stdout.split()
+    import torch
+
+    assert torch_file == torch.__file__ and prefix == str(tmp_path / "venv")
+    own = subprocess.run([str(python), "-c", "import sys; print([p for p in sys.path if 'site-packages' in p][0])"],
+                         capture_output=True, text=True, timeout=60)
+    assert own.returncode == 0, own.stderr[-2000:]
+    assert own.stdout.strip().startswith(str(tmp_path / "venv")), own.stdout
 
 
 def test_stacks_cover_the_transformers_4_lines():
