@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from builder.cells import Cell
+from builder.plan.cells import Cell
 from report_browser import inspect_page, require_chromium
 
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]

@@ -1,0 +1,59 @@
+"""The `envbuild` command line: one Click group; each sub-command lives in its own module, imported only
+when that command runs (`envbuild --help` imports none of them: no docker SDK, matplotlib or pydantic)."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from builder import __version__
+
+# name -> (module, attribute, the summary `envbuild --help` shows: the command's own first docstring line)
+COMMANDS = {
+    "recipes": ("builder.cli.render", "recipes_group",
+                "The version data in recipes/: known cells and how each gets torch."),
+    "render": ("builder.cli.render", "render_command",
+               "Write a complete, deterministic Docker build context for a version request."),
+    "image": ("builder.cli.image", "image",
+              "Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit."),
+    "run": ("builder.cli.run", "run", "Run things in built images (or locally) and record what they measured."),
+    "doctor": ("builder.cli.doctor", "doctor",
+               "Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU "
+               "archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails."),
+    "lock": ("builder.cli.lock", "lock",
+             "Resolve the dependency locks (recipes/locks/): every distribution an image installs, with hashes."),
+    "matrix": ("builder.cli.matrix", "matrix",
+               "The compatibility matrix: which (ROCm, torch, arch) cells build, train correctly, how fast."),
+    "report": ("builder.cli.report", "report",
+               "Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell."),
+    "inspect": ("builder.cli.inspect", "inspect",
+                "List the GPU archs an image's or a file's code objects cover, and say whether --arch is missing."),
+    "ci": ("builder.cli.ci", "ci", "The product's CI matrix (ci/): one job per recipe cell, then the published report."),
+}
+
+
+class LazyGroup(click.Group):
+    """Commands from COMMANDS, imported on first use; the command list is printed from COMMANDS alone."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="envbuild")
+def main() -> None:
+    """Reproducible, verified ROCm fine-tuning environments, with evidence.
+
+    Exit codes: 0 success, 1 a build or run that did not pass, 2 bad input (nothing written), 130 interrupted.
+    Start with `envbuild recipes list`; `envbuild COMMAND --help` for each command."""

@@ -1,0 +1,51 @@
+"""The report's compare page: any two cells side by side (versions, throughput and memory, probes, loss curves).
+
+Python flattens each cell's newest run per preset with `builder.matrix.diff.profile` (the same facts
+`envbuild matrix diff` compares) and embeds them in compare.html as JSON; compare.js joins the two chosen
+profiles in the browser. Embedded, not fetched: the site works from file:// too. The JSON is escaped for
+a <script> element (no `<`, `>` or `&` survive), and compare.js writes every value as text, never markup.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jinja2 import Environment
+from markupsafe import Markup
+
+from builder.matrix import diff
+
+from builder.matrix import gpu_prices
+from builder.matrix.store import MatrixStore
+from builder.matrix.summary import CellSummary
+
+
+def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list[dict]]:
+    """cell key -> the newest run's profile of each preset (newest first)."""
+    out: dict[str, list[dict]] = {}
+    for summary in summaries:
+        seen: set = set()
+        for row in reversed(store.runs(summary.key)):
+            result = row["result"]
+            preset = (result.get("config") or {}).get("preset")
+            if preset in seen:
+                continue
+            seen.add(preset)
+            price = gpu_prices.price_for(result)
+            out.setdefault(summary.key, []).append(diff.profile(result, price.usd_per_gpu_hour if price else None))
+    return out
+
+
+def script_json(value) -> Markup:
+    """JSON safe inside a <script type="application/json"> element."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return Markup(text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e"))
+
+
+def write(root: Path, html: Environment, store: MatrixStore, summaries: list[CellSummary], common: dict) -> None:
+    data = profiles(store, summaries)
+    keys = [s.key for s in summaries if s.key in data]
+    (root / "compare.html").write_text(html.get_template("compare.html.j2").render(
+        keys=keys, first=keys[0] if keys else "", second=keys[1] if len(keys) > 1 else "",
+        profiles=script_json(data), sections=list(diff.SECTIONS), root="", **common))

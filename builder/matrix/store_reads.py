@@ -1,0 +1,172 @@
+"""The matrix's reads. They are tolerant: a row whose stored JSON does not parse (byte damage passes
+SQLite's integrity check) is skipped and noted in `store.damaged`, so one bad row never hides the rest."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from builder.matrix.store_schema import RUN_STATUSES, DamagedRow, StoreConnection, _first_error, _is_result
+from builder.plan.cells import Cell
+
+
+class StoreReads(StoreConnection):
+    """The reads of `MatrixStore`; `self.damaged` lists the rows they skipped."""
+
+    def cells(self) -> list[Cell]:
+        """Every cell that has a build or a run recorded, ordered by key (unreadable coordinates skipped)."""
+        out = []
+        for row_id, key, *coords in self._conn.execute(
+                "SELECT id, key, flavor, accel_version, torch, arch, python FROM cells ORDER BY key"):
+            try:
+                out.append(Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords))))
+            except ValueError as exc:
+                self.damaged.append(DamagedRow("cells", row_id, key, "coordinates", _first_error(exc)))
+        return out
+
+    def runs(self, cell_key: str | None = None, *, last: int | None = None) -> list[dict]:
+        """Recorded runs (oldest first): the stored result.json plus `cell_key`, `row_id`, `build_id`, `counts`.
+
+        `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
+        """
+        sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
+               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts FROM runs JOIN cells ON cells.id = runs.cell_id"
+               " WHERE 1")
+        args: list = []
+        if cell_key is not None:
+            sql += " AND cells.key = ?"
+            args.append(cell_key)
+        if last is not None:
+            sql += (" AND runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id"
+                    " ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs) WHERE n <= ?)")
+            args.append(last)
+        sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
+        out = []
+        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts in self._conn.execute(sql, args):
+            result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+            if result is not None:
+                out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
+                            "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
+                            "result": result})
+        return out
+
+    def runs_json(self, cell_key: str, *, host_keys: tuple[str, ...] | None = None) -> list[str]:
+        """A cell's stored result.json texts (oldest first, unparsed: fast at any size), damaged rows left out.
+
+        `host_keys`: keep only these keys of each run's `host` block, plus `gpu_count` (None: all of it).
+        """
+        column = "runs.result_json"
+        args: list = []
+        if host_keys is not None:
+            pairs = ", ".join(f"?, runs.result_json -> ?" for _ in host_keys)
+            column = (f"CASE WHEN json_type(runs.result_json, '$.host') = 'object' THEN json_set(runs.result_json,"
+                      f" '$.host', json_object({pairs}, 'gpu_count',"
+                      " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END")
+            for key in host_keys:
+                args += [key, f"$.host.{key}"]
+        cur = self._conn.execute(
+            f"SELECT {column} FROM runs JOIN cells ON cells.id = runs.cell_id WHERE cells.key = ?"
+            " AND json_valid(runs.result_json) ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
+            [*args, cell_key])
+        return [row[0] for row in cur]
+
+    def train_metrics(self) -> list[dict]:
+        """Every readable train run's cell_key, time (`at`), samples_per_s and mfu, oldest first (no parsing)."""
+        cur = self._conn.execute(
+            "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
+            " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu')"
+            " FROM runs JOIN cells ON cells.id = runs.cell_id"
+            " WHERE runs.command = 'train' AND json_valid(runs.result_json) ORDER BY at, runs.id")
+        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu} for k, at, sps, mfu in cur]
+
+    def run_events(self) -> list[dict]:
+        """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
+
+        Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated),
+        counts (a verdict, not only an attempt), base_image, base_digest, context_hash, attempt_dir.
+        A row whose status column is damaged is skipped and noted.
+        """
+        cur = self._conn.execute(
+            "SELECT runs.id, cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
+            " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
+            " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail'),"
+            " runs.counts, runs.base_image, runs.base_digest, runs.context_hash, runs.attempt_dir"
+            " FROM runs JOIN cells ON cells.id = runs.cell_id ORDER BY at, runs.id")
+        names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes", "counts",
+                 "base_image", "base_digest", "context_hash", "attempt_dir")
+        events = []
+        for row_id, *row in cur:
+            event = dict(zip(names, row))
+            if event["status"] in RUN_STATUSES and isinstance(event["at"], str):
+                events.append(event)
+            else:
+                self.damaged.append(DamagedRow("runs", row_id, str(event["run_id"]), "status", "not a run status"))
+        return events
+
+    def builds(self, cell_key: str | None = None) -> list[dict]:
+        """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates)."""
+        sql = ("SELECT builds.*, CAST(builds.manifest_json AS BLOB) AS manifest_blob, cells.key AS cell_key,"
+               " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
+               " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
+        args: tuple = ()
+        if cell_key is not None:
+            sql += " WHERE cells.key = ?"
+            args = (cell_key,)
+        cur = self._conn.execute(sql + " ORDER BY builds.created_at, builds.id", args)
+        names = [d[0] for d in cur.description]
+        out = []
+        for row in cur:
+            build = dict(zip(names, row))
+            del build["manifest_json"]
+            blob = build.pop("manifest_blob")
+            build["manifest"] = None
+            if blob is not None:
+                build["manifest"] = self._json("builds", build["id"], build["build_uid"], "manifest_json", blob,
+                                               lambda v: isinstance(v, dict))
+                if build["manifest"] is None:
+                    continue
+            build["cell"] = {name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")}
+            out.append(build)
+        return out
+
+    def attempt_path(self, attempt_dir: str | None) -> str | None:
+        """A stored attempt directory as a path: relative ones are relative to the matrix file's folder."""
+        if not attempt_dir:
+            return None
+        return str((self.path.resolve().parent / attempt_dir))
+
+    def probe_rows(self, run_row: int) -> list[dict]:
+        cur = self._conn.execute(
+            "SELECT name, status, message, CAST(values_json AS BLOB) FROM probes WHERE run_row = ? ORDER BY name",
+            (run_row,))
+        out = []
+        for name, status, message, blob in cur:
+            values = self._json("probes", run_row, name, "values_json", blob or b"{}", lambda v: isinstance(v, dict))
+            if values is not None:
+                out.append({"name": name, "status": status, "message": message, "values": values})
+        return out
+
+    def check(self) -> list[DamagedRow]:
+        """Every row whose stored JSON or cell coordinates do not parse (what the reads would skip)."""
+        self.damaged = []
+        self.cells()
+        self.runs()
+        self.builds()
+        for (row_id,) in self._conn.execute("SELECT id FROM runs ORDER BY id").fetchall():
+            self.probe_rows(row_id)
+        return list(self.damaged)
+
+    def integrity_ok(self) -> bool:
+        return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def _json(self, table: str, row_id: int, ident: str, column: str, blob: bytes, valid) -> Any:
+        """The parsed JSON of one column, or None (and a DamagedRow noted) when it does not parse."""
+        try:
+            value = json.loads(bytes(blob).decode("utf-8"))
+            if valid(value):
+                return value
+            problem = "not the expected JSON object"
+        except (UnicodeDecodeError, ValueError) as exc:
+            problem = str(exc).splitlines()[0][:120]
+        self.damaged.append(DamagedRow(table, row_id, str(ident), column, problem))
+        return None
