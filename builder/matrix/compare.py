@@ -14,9 +14,7 @@ from pathlib import Path
 from jinja2 import Environment
 from markupsafe import Markup
 
-from builder.matrix import diff
-
-from builder.matrix import gpu_prices
+from builder.matrix import diff, gpu_prices
 from builder.matrix.store import MatrixStore
 from builder.matrix.summary import CellSummary
 

@@ -21,16 +21,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
-
-from builder.matrix import diff
-
-from builder.matrix import gpu_prices
-
-from builder.matrix import compare as report_compare
-
-from builder.matrix import plots as report_plots
-
-from builder.matrix import vendor_support
+from builder.matrix import compare as report_compare, diff, gpu_prices, plots as report_plots, vendor_support
 from builder.matrix.slug import safe_slug
 from builder.matrix.store import MatrixStore, utc_now
 from builder.matrix.summary import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
