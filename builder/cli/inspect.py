@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from builder.engine.image_ref import is_image_reference
+from builder.plan.image_ref import is_image_reference
 
 EXIT_MISSING = 1
 _IN_IMAGE = """
