@@ -30,6 +30,7 @@ def test_a_local_workload_run_appears_in_the_report(tmp_path):
 
     again = subprocess.run([*ENVBUILD, "matrix", "import", str(result_path), "--db", str(db)],
                            capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
     assert "imported 0 new run(s), 1 already recorded" in again.stdout, again.stderr  # the file is what was recorded
     report = subprocess.run([*ENVBUILD, "report", "-o", str(site), "--db", str(db)],
                             capture_output=True, text=True, timeout=300)
