@@ -149,7 +149,7 @@ def test_probe_fails_when_the_device_arch_has_no_code_objects(fat_binary, tmp_pa
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda i: types.SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-"))
     monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "gfx90a gfx908", raising=False)
-    monkeypatch.setattr(probe, "torch_paths", lambda: [lib])
+    monkeypatch.setattr(probe, "library_dirs", lambda: (lib, []))
     record = probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))
     assert record["status"] == "fail"
     assert record["values"]["arch"] == "gfx942" and record["values"]["code_object_archs"] == ["gfx908", "gfx90a"]
