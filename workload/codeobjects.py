@@ -168,8 +168,9 @@ def library_files(root: Path) -> dict[str, dict[str, int]]:
 def kernel_dirs_of(library: Path) -> dict[str, dict[str, int]]:
     """The kernel dirs `library` reads (librocblas.so.* -> rocblas/**/library beside it), as library_files."""
     for name in _KERNEL_LIBRARIES:
-        if library.name.startswith(f"lib{name}.so"):
-            return library_files(library.parent / name) if (library.parent / name).is_dir() else {}
+        if library.name.startswith(f"lib{name}.so") and (library.parent / name).is_dir():
+            dirs = [d for d in (library.parent / name).glob("**/library") if d.is_dir()]
+            return {str(d): _arch_counts(d) for d in sorted(dirs)}
     return {}
 
 
