@@ -189,3 +189,50 @@ def test_probe_fails_on_gfx942_through_a_library_torch_loads_indirectly(lib, tmp
     assert record["values"]["other_missing_in"] == [str(lib / "librocfft.so.0.1"), str(lib / "hipblaslt" / "library")]
     record = _probe(monkeypatch, torch_lib, lib, "gfx90a")
     assert record["status"] == "pass" and record["message"] == ""
+
+
+IMAGE_DOCKERFILE = """\
+FROM {base}
+RUN ln -s /usr/bin/python3 /usr/local/bin/python
+COPY workload/ /opt/envbuild/workload/
+COPY torch/ /opt/envbuild/torch/
+COPY rocm/ /opt/rocm/lib/
+"""
+
+
+@pytest.fixture(scope="module")
+def rocm_image(lib, tools_image, tmp_path_factory) -> str:
+    """tools_image + this checkout's workload + a 'torch' package whose libtorch_hip.so loads hipRAND (so
+    rocRAND), and in /opt/rocm/lib Debian's hipRAND, rocRAND, HIP runtime, rocFFT (loaded by nothing) and
+    hipBLASLt's gfx908 kernel files (a real subset of its kernel dir, which lacks gfx1030 whole)."""
+    from builder.build import BuildOptions, build_image
+
+    ctx = tmp_path_factory.mktemp("rocm-image")
+    shutil.copytree(REPO / "workload", ctx / "workload", ignore=shutil.ignore_patterns("__pycache__"))
+    rocm = ctx / "rocm"
+    (rocm / "hipblaslt" / "library").mkdir(parents=True)
+    for name in ("libhiprand.so.1.1", "librocrand.so.1.1", "libamdhip64.so.6.4.43484", "librocfft.so.0.1"):
+        shutil.copy(lib / name, rocm / name)
+    for soname in ("libhiprand.so.1", "librocrand.so.1", "libamdhip64.so.6", "librocfft.so.0"):
+        os.symlink(os.readlink(lib / soname), rocm / soname)
+    for kernel in (lib / "hipblaslt" / "library").glob("*gfx908*"):
+        shutil.copy(kernel, rocm / "hipblaslt" / "library" / kernel.name)
+    torch_lib = _fake_torch(ctx, lib, "libhiprand.so.1")
+    (torch_lib.parent / "__init__.py").write_text("")
+    (ctx / "Dockerfile").write_text(IMAGE_DOCKERFILE.format(base=tools_image))
+    tag = "envbuild-test/issue22-rocm-inspect:1"
+    build_image(ctx, tag, BuildOptions(network="host", force=True))
+    return tag
+
+
+@pytest.mark.docker
+def test_inspect_of_an_image_judges_what_torch_loads_and_notes_the_rest(rocm_image):
+    present = CliRunner().invoke(main, ["inspect", rocm_image, "--arch", "gfx1030"])
+    assert present.exit_code == 0, present.output
+    assert "gfx1030: present" in present.output
+    assert "note: /opt/rocm/lib/hipblaslt/library lack gfx1030, but torch does not load them" in present.output
+    missing = CliRunner().invoke(main, ["inspect", rocm_image, "--arch", "gfx942", "--json"])
+    assert missing.exit_code == 1, missing.output
+    record = json.loads(missing.output)
+    assert record["missing_in"] == ["/opt/rocm/lib/librocrand.so.1.1"]
+    assert record["not_loaded"]["missing_in"] == ["/opt/rocm/lib/librocfft.so.0.1", "/opt/rocm/lib/hipblaslt/library"]

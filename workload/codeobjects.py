@@ -207,16 +207,17 @@ def loaded_split(torch_lib: Path, rocm_libs: list[Path], arch: str | None) -> tu
     Loaded: torch's own libraries in `torch_lib` (libtorch*, libc10*, ...) and, transitively, the libraries
     their DT_NEEDED entries name that are found in `torch_lib` or `rocm_libs` (in that order, as a wheel's
     bundled copies come first), plus the rocBLAS/hipBLASLt kernel dirs of the loaded ones."""
-    roots = sorted(p for p in torch_lib.iterdir() if p.is_file() and _is_shared_library(p)
+    dirs = [d.resolve() for d in [torch_lib, *rocm_libs] if d.is_dir()]
+    roots = sorted(p for p in dirs[0].iterdir() if p.is_file() and _is_shared_library(p)
                    and p.name.startswith(_TORCH_LIBRARIES)) if torch_lib.is_dir() else []
-    loaded = closure(roots, [torch_lib, *rocm_libs])
+    loaded = {str(p) for p in closure(roots, dirs)}
     loaded_dirs: dict[str, dict[str, int]] = {}
     for library in loaded:
-        loaded_dirs |= kernel_dirs_of(library)
-    everything = coverage([d for d in [torch_lib, *rocm_libs] if d.is_dir()], arch)
-    loaded_set = {str(p) for p in loaded}
-    return (Coverage(arch=arch, binaries=_scan_all(loaded), library_files=loaded_dirs),
-            Coverage(arch=arch, binaries=[b for b in everything.binaries if b.path not in loaded_set],
+        loaded_dirs |= kernel_dirs_of(Path(library))
+    everything = coverage(dirs, arch)  # one scan of each file, split below
+    return (Coverage(arch=arch, binaries=[b for b in everything.binaries if b.path in loaded],
+                     library_files=dict(sorted(loaded_dirs.items()))),
+            Coverage(arch=arch, binaries=[b for b in everything.binaries if b.path not in loaded],
                      library_files={d: c for d, c in everything.library_files.items() if d not in loaded_dirs}))
 
 
