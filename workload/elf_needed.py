@@ -14,6 +14,7 @@ from pathlib import Path
 _ELF_MAGIC = b"\x7fELF"
 _SHT_DYNAMIC, _DT_NULL, _DT_NEEDED = 6, 0, 1
 _MAX_SECTIONS = 65535
+_MAX_TABLE = 16 << 20  # bytes read of one dynamic section or string table: a header claiming more is broken
 
 
 def needed(path: Path) -> list[str]:
@@ -32,17 +33,20 @@ def needed(path: Path) -> list[str]:
         for _name, kind, _flags, _addr, offset, size, link, _info, _align, _entsize in sections:
             if kind != _SHT_DYNAMIC or link >= len(sections):
                 continue
+            str_offset, str_size = sections[link][4], sections[link][5]
+            if size > _MAX_TABLE or str_size > _MAX_TABLE:
+                return []
             handle.seek(offset)
             dynamic = handle.read(size)
-            str_offset, str_size = sections[link][4], sections[link][5]
             handle.seek(str_offset)
             strings = handle.read(str_size)
             names = []
             for tag, value in struct.iter_unpack("<qQ", dynamic[: len(dynamic) // 16 * 16]):
                 if tag == _DT_NULL:
                     break
-                if tag == _DT_NEEDED and value < len(strings):
-                    names.append(strings[value: strings.index(b"\0", value)].decode("utf-8", "replace"))
+                end = strings.find(b"\0", value) if tag == _DT_NEEDED and value < len(strings) else -1
+                if end != -1:
+                    names.append(strings[value:end].decode("utf-8", "replace"))
             return names
     return []
 
