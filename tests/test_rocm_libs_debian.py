@@ -168,7 +168,7 @@ def test_probe_notes_a_library_torch_does_not_load_that_lacks_the_arch(lib, tmp_
     assert record["status"] == "pass", record["message"]
     assert record["values"]["missing_in"] == []
     assert record["values"]["other_missing_in"] == [str(lib / "hipblaslt" / "library")]
-    assert f"note: {lib / 'hipblaslt' / 'library'} lack gfx1030 but torch does not load them" in record["message"]
+    assert f"note: gfx1030 is missing in {lib / 'hipblaslt' / 'library'}, which torch does not load" in record["message"]
 
 
 def test_probe_fails_when_a_library_torch_loads_lacks_the_arch(lib, tmp_path, monkeypatch):
@@ -229,8 +229,8 @@ def rocm_image(lib, tools_image, tmp_path_factory) -> str:
 def test_inspect_of_an_image_judges_what_torch_loads_and_notes_the_rest(rocm_image):
     present = CliRunner().invoke(main, ["inspect", rocm_image, "--arch", "gfx1030"])
     assert present.exit_code == 0, present.output
-    assert "gfx1030: present" in present.output
-    assert "note: /opt/rocm/lib/hipblaslt/library lack gfx1030, but torch does not load them" in present.output
+    assert "gfx1030: present in every GPU binary and kernel library torch loads" in present.output
+    assert "note: gfx1030 is missing in /opt/rocm/lib/hipblaslt/library, which torch does not load" in present.output
     missing = CliRunner().invoke(main, ["inspect", rocm_image, "--arch", "gfx942", "--json"])
     assert missing.exit_code == 1, missing.output
     record = json.loads(missing.output)

@@ -84,15 +84,16 @@ def _print(cov: dict, verify: dict | None, console: Console) -> None:
     if arch is None:
         console.print(f"archs found: {escape(', '.join(cov['archs']) or 'none')} (pass --arch to check one)")
     elif verdict == "present":
-        console.print(f"[green]{escape(arch)}: present[/] in every GPU binary and kernel library found")
+        where = "torch loads" if "not_loaded" in cov else "found"
+        console.print(f"[green]{escape(arch)}: present[/] in every GPU binary and kernel library {where}")
     elif verdict == "missing":
         console.print(f"[red]{escape(arch)}: MISSING[/] in {escape(', '.join(cov['missing_in']))}")
         console.print(f"  {_HINT}")
     else:
         console.print(f"[yellow]{escape(arch)}: unknown[/]: no readable GPU code objects were found")
     if arch is not None and other["missing_in"]:
-        console.print(f"note: {escape(', '.join(other['missing_in']))} lack {escape(arch)}, but torch does not "
-                      "load them")
+        console.print(f"note: {escape(arch)} is missing in {escape(', '.join(other['missing_in']))}, which torch "
+                      "does not load")
 
 
 @click.command("inspect")

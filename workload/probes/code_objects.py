@@ -42,6 +42,6 @@ def arch_code_objects(ctx: ProbeContext) -> dict:
     message = "; ".join(problems) + (": kernels would fail with 'HIP error: invalid device function'"
                                      if problems else "")
     if other.missing_in():
-        message += ("; " if message else "") + (f"note: {', '.join(other.missing_in())} lack {arch} but torch "
-                                                 "does not load them")
+        message += ("; " if message else "") + (f"note: {arch} is missing in {', '.join(other.missing_in())}, "
+                                                 "which torch does not load")
     return result("arch_code_objects", FAIL if problems else PASS, values, message)
