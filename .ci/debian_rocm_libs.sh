@@ -4,13 +4,15 @@
 # list, package lists and an archive cache of its own under the cache dir. A cache dir that already holds the
 # unpacked root is reused as is (delete it to refetch).
 #
-#   bash .ci/debian_rocm_libs.sh [CACHE_DIR]     (default .envbuild/debian-rocm; tests read CACHE_DIR/root)
+#   bash .ci/debian_rocm_libs.sh [CACHE_DIR]
+# CACHE_DIR defaults to $ENVBUILD_ROCM_LIBS_CACHE, else .envbuild/debian-rocm in this repository; the tests
+# read CACHE_DIR/root from the same variable.
 #
 # Packages: rocBLAS (fat binary + Tensile kernel files), hipBLASLt (TensileLite kernel files, fewer GPUs),
 # rocRAND and rocFFT (fat binaries), HIP runtime, and the hipRAND/hipFFT wrappers (DT_NEEDED on rocRAND/rocFFT).
 set -euo pipefail
 
-CACHE=${1:-${ENVBUILD_ROCM_LIBS_CACHE:-.envbuild/debian-rocm}}
+CACHE=${1:-${ENVBUILD_ROCM_LIBS_CACHE:-$(dirname "$0")/../.envbuild/debian-rocm}}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 KEYRING=${DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 PACKAGES=(librocblas4 libhipblaslt1 librocrand1 librocfft0 libamdhip64-6 libhiprand1 libhipfft0)

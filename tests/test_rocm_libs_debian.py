@@ -1,7 +1,7 @@
 """The arch check on real ROCm 6.4 libraries: Debian sid's rocBLAS, hipBLASLt, rocRAND, rocFFT and HIP runtime.
 
 `bash .ci/debian_rocm_libs.sh` fetches and unpacks them (no GPU needed to read their code objects) into
-.envbuild/debian-rocm/root (or ENVBUILD_ROCM_LIBS=ROOT). Without them these tests skip, except under
+.envbuild/debian-rocm/root (or $ENVBUILD_ROCM_LIBS_CACHE/root). Without them these tests skip, except under
 ENVBUILD_REQUIRE_ROCM_LIBS=1 (CI), where they fail. Independent references: llvm-15's clang-offload-bundler
 for fat binaries, `readelf -d` for DT_NEEDED, the kernel file names as `ls` shows them.
 
@@ -29,7 +29,7 @@ from workload.codeobjects import coverage, loaded_split, scan_binary
 from workload.elf_needed import closure, needed
 
 REPO = Path(__file__).resolve().parent.parent
-ROOT = Path(os.environ.get("ENVBUILD_ROCM_LIBS", REPO / ".envbuild" / "debian-rocm" / "root"))
+ROOT = Path(os.environ.get("ENVBUILD_ROCM_LIBS_CACHE", REPO / ".envbuild" / "debian-rocm")) / "root"
 LIB = ROOT / "usr" / "lib" / "x86_64-linux-gnu"
 BUNDLER = Path("/usr/lib/llvm-15/bin/clang-offload-bundler")
 MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
