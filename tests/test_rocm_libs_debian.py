@@ -206,7 +206,7 @@ def rocm_image(lib, tools_image, tmp_path_factory) -> str:
     """tools_image + this checkout's workload + a 'torch' package whose libtorch_hip.so loads hipRAND (so
     rocRAND), and in /opt/rocm/lib Debian's hipRAND, rocRAND, HIP runtime, rocFFT (loaded by nothing) and
     hipBLASLt's gfx908 kernel files (a real subset of its kernel dir, which lacks gfx1030 whole)."""
-    from builder.build import BuildOptions, build_image
+    from builder.engine.build import BuildOptions, build_image
 
     ctx = tmp_path_factory.mktemp("rocm-image")
     shutil.copytree(REPO / "workload", ctx / "workload", ignore=shutil.ignore_patterns("__pycache__"))
