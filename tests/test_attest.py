@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import attest
+from builder.matrix import attest
 from builder.paths import REPO_ROOT
 
 CPU_RESULT = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke" / "result.json"

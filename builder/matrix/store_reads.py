@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from builder.matrix.provenance import KINDS, PUBLISHED, UNSIGNED
 from builder.matrix.store_schema import RUN_STATUSES, DamagedRow, StoreConnection, _first_error, _is_result
 from builder.plan.cells import Cell
 
@@ -25,12 +26,14 @@ class StoreReads(StoreConnection):
         return out
 
     def runs(self, cell_key: str | None = None, *, last: int | None = None) -> list[dict]:
-        """Recorded runs (oldest first): the stored result.json plus `cell_key`, `row_id`, `build_id`, `counts`.
+        """Recorded runs (oldest first): the stored result.json plus `cell_key`, `row_id`, `build_id`, `counts`,
+        `provenance` (a kind of builder.matrix.provenance), `signer` and `attestation` (the DSSE envelope text).
 
         `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
         """
         sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
-               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts FROM runs JOIN cells ON cells.id = runs.cell_id"
+               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts, runs.provenance, runs.signer,"
+               " runs.attestation_json FROM runs JOIN cells ON cells.id = runs.cell_id"
                " WHERE 1")
         args: list = []
         if cell_key is not None:
@@ -42,11 +45,14 @@ class StoreReads(StoreConnection):
             args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
-        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts in self._conn.execute(sql, args):
+        for (row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, provenance, signer,
+             attestation) in self._conn.execute(sql, args):
             result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
                             "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
+                            "provenance": provenance if provenance in KINDS else UNSIGNED,
+                            "signer": signer if provenance in PUBLISHED else None, "attestation": attestation,
                             "result": result})
         return out
 

@@ -109,6 +109,13 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
         ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
     """,
+    # 3: who measured each run (builder/matrix/provenance.py): 'ci', 'contributed' (a verified signed
+    # attestation: its signer and envelope) or 'unsigned'. Runs recorded before had no attestation.
+    """
+    ALTER TABLE runs ADD COLUMN provenance TEXT NOT NULL DEFAULT 'unsigned';
+    ALTER TABLE runs ADD COLUMN signer TEXT;
+    ALTER TABLE runs ADD COLUMN attestation_json TEXT
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -31,7 +31,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import FormatError
 from securesystemslib.signer import Signature
 
-from builder.paths import write_text_atomic
+from builder.paths import REPO_ROOT, write_text_atomic
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -46,6 +46,10 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _KEY_TYPE = re.compile(r"(ssh-|ecdsa-|sk-|rsa-)[A-Za-z0-9@.-]+")
 _MAX_ENVELOPE = 1 << 20
+#: The published results of this source tree, and who may sign them.
+RESULTS_DIR = REPO_ROOT / "results"
+ALLOWED_SIGNERS = RESULTS_DIR / "allowed_signers"
+REVOKED_SIGNERS = RESULTS_DIR / "revoked_signers"
 
 
 class AttestationInputError(Exception):
@@ -101,6 +105,7 @@ class Verified:
     principal: str
     fingerprint: str
     statement: dict
+    envelope: str  # the DSSE envelope, one JSON line
 
     @property
     def signer(self) -> str:
@@ -363,13 +368,10 @@ def subject_digests(statement: dict) -> dict[str, str]:
     return {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
 
 
-def check_subjects(statement: dict, result_path: Path) -> None:
-    """Every subject matches: result.json's bytes, and the image digest the result names."""
+def check_subjects(statement: dict, result_path: Path, raw: bytes) -> None:
+    """Every subject matches: result.json's bytes `raw` (read from `result_path`), and the image digest the result
+    names."""
     digests = subject_digests(statement)
-    try:
-        raw = Path(result_path).read_bytes()
-    except OSError as exc:
-        raise AttestationInputError(f"{result_path}: {exc}") from exc
     actual = hashlib.sha256(raw).hexdigest()
     if actual != digests[RESULT_NAME]:
         raise ResultTampered(f"{result_path}: sha256 {actual} is not the attested {digests[RESULT_NAME]}: "
@@ -386,17 +388,30 @@ def check_subjects(statement: dict, result_path: Path) -> None:
 
 
 def verify(attestation: Path, allowed_signers: Path, revoked: Path | None = None,
-           result_path: Path | None = None) -> Verified:
-    """Verify the attestation file and the result.json beside it (or `result_path`)."""
+           result_path: Path | None = None, result_bytes: bytes | None = None) -> Verified:
+    """Verify the attestation file and the result.json beside it (or `result_path`; `result_bytes`: its content,
+    as the caller read it, so that what is verified is what the caller goes on to use)."""
     attestation = Path(attestation)
     result_path = Path(result_path) if result_path is not None else attestation.with_name(RESULT_NAME)
-    if not result_path.is_file():
-        raise AttestationInputError(f"{result_path}: no result file next to {attestation}")
+    if result_bytes is None:
+        if not result_path.is_file():
+            raise AttestationInputError(f"{result_path}: no result file next to {attestation}")
+        try:
+            result_bytes = result_path.read_bytes()
+        except OSError as exc:
+            raise AttestationInputError(f"{result_path}: {exc}") from exc
     envelope = load_envelope(attestation)
     principal, fingerprint, statement = verify_envelope(envelope, Path(allowed_signers),
                                                         Path(revoked) if revoked is not None else None)
-    check_subjects(statement, result_path)
-    return Verified(principal=principal, fingerprint=fingerprint, statement=statement)
+    check_subjects(statement, result_path, result_bytes)
+    return Verified(principal=principal, fingerprint=fingerprint, statement=statement,
+                    envelope=json.dumps(envelope.to_dict(), sort_keys=True))
+
+
+def attestation_beside(result_path: Path) -> Path | None:
+    """The attestation next to a result.json, if there is one."""
+    path = Path(result_path).with_name(ATTESTATION_NAME)
+    return path if path.is_file() else None
 
 
 def attest(result_path: Path, key: Path, *, commands: list[str], envbuild_version: str,
