@@ -208,6 +208,7 @@ class StoreWrites(StoreConnection):
             copy.execute(f"DELETE FROM probes WHERE run_row IN (SELECT id FROM runs WHERE provenance NOT IN ({marks}))",
                          PUBLISHED)
             copy.execute(f"DELETE FROM runs WHERE provenance NOT IN ({marks})", PUBLISHED)
+            copy.execute("DELETE FROM cells WHERE id NOT IN (SELECT cell_id FROM runs UNION SELECT cell_id FROM builds)")
             copy.commit()
         finally:
             copy.close()
