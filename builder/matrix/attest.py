@@ -374,7 +374,7 @@ def check_subjects(statement: dict, result_path: Path, raw: bytes) -> None:
     digests = subject_digests(statement)
     actual = hashlib.sha256(raw).hexdigest()
     if actual != digests[RESULT_NAME]:
-        raise ResultTampered(f"{result_path}: sha256 {actual} is not the attested {digests[RESULT_NAME]}: "
+        raise ResultTampered(f"sha256 {actual} of {Path(result_path).name} is not the attested {digests[RESULT_NAME]}: "
                              "the result changed after it was signed")
     try:
         result = json.loads(raw)
@@ -383,7 +383,7 @@ def check_subjects(statement: dict, result_path: Path, raw: bytes) -> None:
     in_result = image_digest(result) if isinstance(result, dict) else None
     attested = digests.get(IMAGE_SUBJECT)
     if in_result != attested:
-        raise ImageDigestMismatch(f"{result_path}: the result's image digest {in_result or '(none)'} is not the "
+        raise ImageDigestMismatch(f"the result's image digest {in_result or '(none)'} is not the "
                                   f"attested image {attested or '(none)'}")
 
 
