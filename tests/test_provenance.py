@@ -69,7 +69,7 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
                        "--sign", alice, "--command", "envbuild run workload --image envbuild/cpu:x --out run-smoke")
     assert published.exit_code == 0, published.output
     folder = results / CPU_KEY / "alice-smoke"
-    assert sorted(p.name for p in folder.iterdir()) == ["container.log", "result.intoto.jsonl", "result.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["container.log", "result.json", "result.json.intoto.jsonl"]
     assert "alices-box" not in (folder / "result.json").read_text()
 
     verified = invoke("matrix", "verify", results, "--allowed-signers", allowed)
@@ -95,7 +95,7 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
     row = re.search(r'<tr data-provenance="contributed">.*?</tr>', page, re.S).group(0)
     assert label.replace("'", "&#39;") in row and "CPU only" in row and "Debian GNU/Linux 12" in row
     link = re.search(r'href="\.\./(attestations/[0-9a-f]+\.intoto\.jsonl)"', row).group(1)
-    assert (site / link).read_text() == (folder / "result.intoto.jsonl").read_text()
+    assert (site / link).read_text() == (folder / "result.json.intoto.jsonl").read_text()
     index = (site / "index.html").read_text()
     assert f'data-cell="{CPU_KEY}" data-status="pass" data-arch="none" data-rocm="cpu" data-provenance="contributed"' in index
     assert '<option value="unsigned">unsigned</option>' in index

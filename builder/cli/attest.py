@@ -58,7 +58,7 @@ def sign_result(result_json: Path, key: Path, commands: tuple[str, ...], sif: Pa
               help="SSH private key, or a public key whose private half is in ssh-agent.")
 @sign_options
 def sign(result_json: Path, key: Path, commands: tuple[str, ...], sif: Path | None) -> None:
-    """Sign a result.json: write result.intoto.jsonl beside it.
+    """Sign a result.json: write result.json.intoto.jsonl beside it.
 
     An in-toto Statement (subjects: the result's sha256 and its image digest; the commands, hardware and
     time) in a DSSE envelope, signed by `ssh-keygen -Y sign -n envbuild`. Signing again replaces it."""
@@ -74,7 +74,7 @@ def verify(paths: tuple[Path, ...], allowed_signers: Path, revoked: Path | None)
     Default: every result.json under results/.
 
     PATHS: result.json files, attestations or folders (searched for result.json). Each result needs its
-    result.intoto.jsonl: a valid signature by a key in --allowed-signers, valid when it signed, not revoked,
+    result.json.intoto.jsonl: a valid signature by a key in --allowed-signers, valid when it signed, not revoked,
     namespace envbuild, an in-toto payload, and subjects that match the files. Exit 0 when all verify,
     1 when one fails (the check is named), 2 for bad input (a missing or unparseable file)."""
     revoked = revoked_or_default(revoked)

@@ -108,7 +108,7 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
     a run (same run_id, same content) or build (same build_uid) already in the matrix is counted, not
     added again; the same run_id with other content is refused unless --replace.
 
-    A result.json with a result.intoto.jsonl beside it is verified first (`envbuild matrix verify`) and
+    A result.json with a result.json.intoto.jsonl beside it is verified first (`envbuild matrix verify`) and
     recorded with its provenance (this project's CI, or the contributor who signed it); one without is
     recorded as unsigned. Runs from databases come in unsigned. Exit 1 when an attestation does not verify
     (nothing imported), 2 on bad input.

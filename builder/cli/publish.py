@@ -5,7 +5,7 @@ to render docs/compatibility.md. A local result.json may hold more about its hos
 should (docs/result-schema.md): the host name and the kernel command line are dropped here, the rest is
 kept as measured. Files land in `results/<cell key>/<name>/` (the key and name checked as path parts),
 with the run's container.log next to it when there is one, and with `--sign KEY` its attestation
-(result.intoto.jsonl, builder.matrix.attest).
+(result.json.intoto.jsonl, builder.matrix.attest).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def publishable(result: dict) -> dict:
               show_default=True, help="The results folder.")
 @click.option("--sign", "key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Sign it with this SSH key (private key, or public key with the private half in ssh-agent): "
-                   "writes result.intoto.jsonl beside it.")
+                   "writes result.json.intoto.jsonl beside it.")
 @sign_options
 def publish(result_json: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...],
             sif: Path | None) -> None:

@@ -37,8 +37,9 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = "urn:envbuild:predicate:run:v1"
 NAMESPACE = "envbuild"
-#: The attestation's file name, next to the result.json it covers (one DSSE envelope per line).
-ATTESTATION_NAME = "result.intoto.jsonl"
+#: The attestation's file name, next to the result.json it covers: in-toto's bundle name for a file (`<file>.intoto.jsonl`,
+#: spec/v1/bundle.md), holding exactly one DSSE envelope.
+ATTESTATION_NAME = "result.json.intoto.jsonl"
 RESULT_NAME = "result.json"
 IMAGE_SUBJECT = "image"
 SIF_SUBJECT = "sif"
