@@ -57,6 +57,14 @@ def statement_of(path: Path) -> dict:
     return json.loads(base64.b64decode(envelope_of(path)["payload"]))
 
 
+def test_pae_is_dsse_v1():
+    """The bytes that are signed: DSSE protocol v1.0.0's test vector (secure-systems-lab/dsse protocol.md)."""
+    from securesystemslib.dsse import Envelope
+
+    envelope = Envelope(payload=b"hello world", payload_type="http://example.com/HelloWorld", signatures={})
+    assert envelope.pae() == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+
+
 def test_good_signature_verifies_and_names_signer(run):
     folder, key, allowed = run
     path = sign(folder, key)
