@@ -108,10 +108,6 @@ class Verified:
     statement: dict
     envelope: str  # the DSSE envelope, one JSON line
 
-    @property
-    def signer(self) -> str:
-        return f"{self.principal} ({self.fingerprint})"
-
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
@@ -153,6 +149,8 @@ def make_statement(result_path: Path, *, commands: list[str], envbuild_version: 
         result = json.loads(raw)
     except (OSError, ValueError) as exc:
         raise AttestationInputError(f"{result_path}: {exc}") from exc
+    if not isinstance(result, dict):
+        raise AttestationInputError(f"{result_path}: not a result (a JSON object)")
     subjects = [{"name": RESULT_NAME, "digest": {"sha256": hashlib.sha256(raw).hexdigest()}}]
     image = image_sha256 or image_digest(result)
     if image:
@@ -182,7 +180,9 @@ def _ssh_keygen(args: list[str], data: bytes | None = None) -> subprocess.Comple
     try:
         return subprocess.run(["ssh-keygen", *args], input=data, capture_output=True, timeout=60)
     except FileNotFoundError as exc:
-        raise AttestationInputError("ssh-keygen is not installed (OpenSSH 8.2 or newer signs and verifies)") from exc
+        raise AttestationInputError("ssh-keygen is not installed: install OpenSSH (built and run with 9.2p1)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise AttestationInputError(f"ssh-keygen {args[1]} did not finish in 60 s (a key waiting for a passphrase?)") from exc
 
 
 def _dearmor(text: str) -> bytes:
