@@ -197,3 +197,39 @@ def test_a_signed_import_upgrades_an_unsigned_copy_and_merged_runs_come_in_unsig
         store.merge_from(tmp_path / "job.db")
         (row,) = store.runs()
         assert (row["provenance"], row["signer"]) == ("unsigned", None)
+
+
+@pytest.mark.slow
+def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
+    """CI-signed, contributed and unsigned runs in three cells plus an untested one; the "measured by" filter in a
+    real browser shows each kind alone."""
+    from report_browser import inspect_page, require_chromium
+
+    from builder.matrix.report import build_report
+    from builder.matrix.summary import summarize
+    from builder.plan.cells import Cell
+    from matrix_fixtures import make_result
+
+    require_chromium()
+    cpu = json.loads((CPU_RUN / "result.json").read_text())
+    h200 = json.loads((H200_RUN / "result.json").read_text())
+    untested = Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx90a", python="3.10")
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.record_run(cpu, provenance=Provenance.signed(CI_PRINCIPAL, "SHA256:ci", "{}"))
+        store.record_run(h200, provenance=Provenance.signed("alice@example.org", "SHA256:al", "{}"))
+        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z"))
+        index = build_report(store, summarize(store, [untested]), tmp_path / "site", generated_at="2026-12-03T00:00:00Z")
+    page = inspect_page(index.as_uri(), tmp_path / "provenance.png", """(() => {
+      const f = document.getElementById('filters');
+      const rows = () => Array.from(document.querySelectorAll('#cells tbody tr')).filter(r => !r.hidden).map(r => r.dataset.cell);
+      const out = {options: Array.from(f.provenance.options).map(o => o.value)};
+      for (const kind of ['ci', 'contributed', 'unsigned', 'none']) {
+        f.provenance.value = kind; f.dispatchEvent(new Event('change')); out[kind] = rows();
+      }
+      return out;
+    })()""")
+    assert page.errors == []
+    v = page.value
+    assert v["options"] == ["", "ci", "contributed", "unsigned", "none"]
+    assert v["ci"] == [CPU_KEY] and v["contributed"] == ["cuda13.0-torch2.11-sm_90-py3.12"]
+    assert v["unsigned"] == ["rocm6.2-torch2.4-gfx90a-py3.10"] and v["none"] == [untested.key]
