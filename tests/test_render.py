@@ -217,10 +217,22 @@ def _stage(dockerfile: str, name: str) -> str:
     return dockerfile[start:] if end == -1 else dockerfile[start:end]
 
 
-def test_the_torch_build_stages_do_not_depend_on_the_hf_stack(tmp_path):
-    """Defect 6: the hours-long torch build must not rebuild when only the HF stack changes: its stages COPY
-    no requirements.lock, and their text and the files they copy stay the same under another stack."""
+def _stage_args(dockerfile: str, stage: str) -> dict[str, str]:
+    """The top-level ARG defaults a stage reads (the `ARG NAME` lines inside it)."""
+    defaults = dict(re.findall(r"^ARG ([A-Z_]+)=(.*)$", dockerfile.split("\nFROM ", 1)[0], re.M))
+    return {name: defaults.get(name, "") for name in re.findall(r"^ARG ([A-Z_]+)$", _stage(dockerfile, stage), re.M)}
+
+
+#: every stage up to and including the one that builds the torch wheel, and the one that installs it
+TORCH_STAGES = ("base", "torch-src", "torch-source-build", "torch-source")
+
+
+def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_identical(tmp_path):
+    """Review 2, finding 2: `envbuild lock` writes a new exclude-newer date on every re-resolve, and a change
+    to the HF stack re-locks. Neither may reach a layer up to the torch wheel (hours of build): those stages'
+    text, the top-level ARG values they read and every file they COPY stay byte-identical."""
     import shutil
+    from datetime import datetime, timedelta
 
     from builder.paths import RECIPES_DIR
     from builder.plan.lock import read, resolve_lock, write_lock
@@ -231,21 +243,29 @@ def test_the_torch_build_stages_do_not_depend_on_the_hf_stack(tmp_path):
     shutil.copytree(RECIPES_DIR, root)
     stack = (root / "hf-stack.toml").read_text().replace('transformers = "4.44.2"', 'transformers = "4.44.1"')
     (root / "hf-stack.toml").write_text(stack)
-    # the changed pin needs its lock resolved again (uv against PyPI), as of the committed lock's date
-    date = read(load(), "2.4", "3.10").header["exclude-newer"]
-    write_lock(load(root), "2.4", "3.10", resolve_lock(load(root), "2.4", "3.10", date))
+    # the changed pin needs its lock resolved again (uv against PyPI), on another day than the committed lock
+    committed = read(load(), "2.4", "3.10").header["exclude-newer"]
+    later = (datetime.strptime(committed, "%Y-%m-%dT%H:%M:%SZ") - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    write_lock(load(root), "2.4", "3.10", resolve_lock(load(root), "2.4", "3.10", later))
     other = resolve(Request(accel_version="6.2", torch="2.4"), load(root))
     assert other.stack["transformers"] == "4.44.1" != plan.stack["transformers"]
     before, _ = context_files(plan, golden_static())
     after, _ = context_files(other, golden_static())
     assert before["requirements.lock"] != after["requirements.lock"]
-    for name in ("base", "torch-src", "torch-source-build", "torch-source"):
-        text = _stage(before["Dockerfile"].decode(), name)
+    assert committed in before["requirements.lock"].decode() and later in after["requirements.lock"].decode()
+    old, new = before["Dockerfile"].decode(), after["Dockerfile"].decode()
+    assert old != new
+    for name in TORCH_STAGES:
+        text = _stage(old, name)
         assert "requirements.lock" not in text and "expect.json" not in text, name
-        assert text == _stage(after["Dockerfile"].decode(), name), name
-        for source in re.findall(r"^COPY (?!--from)(.+) /opt/envbuild/", text, re.M):
-            for path in source.split():
-                assert all(before[p] == after[p] for p in before if p == path or p.startswith(path)), path
+        assert text == _stage(new, name), name
+        assert _stage_args(old, name) == _stage_args(new, name), name
+        copied = [p for source in re.findall(r"^COPY (?!--from)(.+) /opt/envbuild/", text, re.M)
+                  for p in source.split()]
+        assert "venv.lock" in copied or name != "base"
+        for path in copied:
+            paths = [p for p in before if p == path or p.startswith(path)]
+            assert paths and all(before[p] == after[p] for p in paths), path
 
 
 def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):

@@ -114,11 +114,15 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
 
 def lock_files(plan: Plan, lock: Lock) -> dict[str, str]:
     """The context's pip requirements with hashes, one file per stage that installs (from recipes/locks/):
-    venv.lock (base: the venv's pip/setuptools/wheel), sentencepiece.lock (its sdist, built in its stage)
-    and requirements.lock (runtime: everything else but torch, which its own stage installs)."""
+    venv.lock (base: the venv's pip/setuptools/wheel; only what the [venv] pins decide, no lock date),
+    sentencepiece.lock (its sdist, built in its stage) and requirements.lock (runtime: everything else but
+    torch, which its own stage installs)."""
     origin = f"recipes/locks/{lock.key}.txt (`envbuild lock`, exclude-newer {lock.header.get('exclude-newer', '?')})"
+    # venv.lock is copied by the base stage, which every torch build stage starts from: it names no date and
+    # nothing of the HF stack, so re-locking (a new exclude-newer, a new HF pin) leaves the torch build cached
     return {
-        "venv.lock": f"# The venv's pip/setuptools/wheel, section [venv] of {origin}\n" + lock.requirements("venv"),
+        "venv.lock": f"# The venv's pip/setuptools/wheel, section [venv] of recipes/locks/{lock.key}.txt\n"
+        + lock.requirements("venv"),
         "sentencepiece.lock": f"# The sentencepiece sdist built in its stage, from [stack] of {origin}\n"
         + lock.requirements("stack", {"sentencepiece"}),
         "requirements.lock": (
