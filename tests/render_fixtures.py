@@ -14,8 +14,8 @@ GOLDEN_FILES = ("Dockerfile", "requirements.lock", "manifest.json")
 
 #: The cells the issue asks golden files for: name -> request.
 GOLDEN_CELLS = {
-    "rocm6.1.2-torch2.3-source": Request(accel_version="6.1.2", torch="2.3"),
-    "rocm6.2-torch2.4-source": Request(accel_version="6.2", torch="2.4"),
+    "rocm6.1.2-torch2.3-source": Request(accel_version="6.1.2", torch="2.3", unproven=True),
+    "rocm6.2-torch2.4-source": Request(accel_version="6.2", torch="2.4", unproven=True),
     "rocm6.2-torch2.5-wheel": Request(accel_version="6.2", torch="2.5"),
     "cpu-torch2.13": Request(flavor="cpu", torch="2.13"),
 }

@@ -8,7 +8,7 @@ import pytest
 
 from builder.paths import RECIPES_DIR
 from builder.plan.recipes import RecipeError, load, version_key
-from builder.plan.resolve import Request, ResolveError, all_plans, resolve
+from builder.plan.resolve import Request, ResolveError, UnprovenSourceError, all_plans, resolve
 
 
 def test_every_release_and_torch_line_cites_a_source():
@@ -32,7 +32,7 @@ def test_rocm_releases_match_the_verified_facts():
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
     """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (transformers 5.x on PyPI: Requires-Python >=3.11, torch>=2.6): check every cell's pins."""
-    for plan in all_plans():
+    for plan in all_plans(unproven=True):
         major = int(plan.stack["transformers"].split(".")[0])
         if major >= 5:
             assert version_key(plan.torch.line) >= (2, 6), plan.cell.key
@@ -51,19 +51,25 @@ def test_auto_route_per_official_wheel_table():
         ("6.2", "2.6"): ("source", "torch==2.6.0+rocm6.2"),  # 2.6.0's wheel is rocm6.2.4, not 6.2
     }
     for (rocm, torch), (route, requirement) in cases.items():
-        plan = resolve(Request(accel_version=rocm, torch=torch))
+        plan = resolve(Request(accel_version=rocm, torch=torch, unproven=True))
         assert (plan.torch_source, plan.torch_requirement) == (route, requirement), (rocm, torch)
         assert ("auto chose a source build" in plan.torch_source_reason) == (route == "source")
+        assert plan.unproven == (route == "source")  # recipes/source-builds.toml lists no peer build yet
+        if route == "source":  # without --unproven the resolver refuses, naming a cell whose torch was built
+            with pytest.raises(UnprovenSourceError, match=r"nearest proven: --rocm [\d.]+ --torch [\d.]+ \(official wheel\)"):
+                resolve(Request(accel_version=rocm, torch=torch))
 
 
 def test_defaults_and_exact_release_request():
-    plan = resolve(Request(accel_version="6.2", torch="2.4.1"))
+    plan = resolve(Request(accel_version="6.2", torch="2.4.1", unproven=True))
     assert plan.cell.key == "rocm6.2-torch2.4-gfx90a-py3.10"
     assert plan.base_image == "rocm/dev-ubuntu-22.04:6.2" and plan.amdgpu_install == ""
 
 
 def test_forced_source_build_where_a_wheel_exists():
-    plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
+    with pytest.raises(UnprovenSourceError, match="has an official wheel but no peer build of its source"):
+        resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
+    plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source", unproven=True))
     assert plan.torch_source == "source" and plan.torch_stage == "torch-source"
     assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "sentencepiece", "runtime")
     assert plan.torch_version == "2.5.1+rocm6.2"  # the local label a source build stamps, as the wheel has
@@ -71,20 +77,22 @@ def test_forced_source_build_where_a_wheel_exists():
 
 
 def test_install_rocm_starts_from_ubuntu_with_the_exact_amdgpu_install():
-    plan = resolve(Request(accel_version="6.1.2", torch="2.3", install_accel=True))
+    plan = resolve(Request(accel_version="6.1.2", torch="2.3", install_accel=True, unproven=True))
     assert plan.base_image == "ubuntu:22.04" and plan.amdgpu_install == "6.1.60102"
     with pytest.raises(ResolveError, match="no installer route"):
         resolve(Request(flavor="cpu", torch="2.13", install_accel=True))
 
 
 def test_every_known_cell_resolves_back_to_itself():
-    plans = all_plans()
+    proven = all_plans()
+    plans = all_plans(unproven=True)
+    assert {p.cell.key for p in proven} == {p.cell.key for p in plans if not p.unproven} < {p.cell.key for p in plans}
     keys = [p.cell.key for p in plans]
     assert len(keys) == len(set(keys))
     for plan in plans:
         cell = plan.cell
         again = resolve(Request(flavor=cell.flavor, accel_version=cell.accel_version, torch=cell.torch,
-                                arch=cell.arch, python=cell.python))
+                                arch=cell.arch, python=cell.python, unproven=plan.unproven))
         assert again == plan
 
 
@@ -187,7 +195,7 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     wheel = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5"), recipes)
     assert wheel.cell.key == "cuda12.4-torch2.5-sm_90-py3.10"
     assert wheel.torch_requirement == "torch==2.5.1+cu124" and wheel.torch_source == "wheel"
-    source = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source"), recipes)
+    source = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source", unproven=True), recipes)
     dockerfile = context_files(wheel)[0]["Dockerfile"].decode()
     assert "install_rocm" not in dockerfile and "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124" in dockerfile
     path = tmp_path / "Dockerfile"
@@ -201,3 +209,56 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     assert lint.returncode == 0, lint.stdout
     with pytest.raises(ResolveError, match="arch 'gfx90a' is not supported by CUDA 12.4"):
         resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", arch="gfx90a"), recipes)
+
+
+#: test data only (a placeholder, not a real pytorch commit): the shape of a peer-proven fork build
+FORK_BUILD = """
+[[build]]
+flavor = "rocm"
+release = "6.2"
+torch = "2.4"
+repo = "https://github.com/ROCm/pytorch.git"
+ref = "release/2.4"
+commit = "0123456789abcdef0123456789abcdef01234567"
+version = "2.4.1"
+peer = "https://example.org/peer-build-log"
+checked = "test data"
+"""
+
+
+def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(recipes_copy):
+    """Review 2, finding 1: a source cell listed in source-builds.toml builds that repository at that commit,
+    with no --unproven, and says fork/upstream and the peer in the manifest and the labels."""
+    from builder.plan.render import context_files
+
+    path = recipes_copy / "source-builds.toml"
+    path.write_text(path.read_text().replace("build = []\n", FORK_BUILD))
+    recipes = load(recipes_copy)
+    plan = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
+    assert not plan.unproven and plan.source_build.fork
+    assert plan.git_source == {"repo": "https://github.com/ROCm/pytorch.git", "ref": "release/2.4",
+                               "commit": "0123456789abcdef0123456789abcdef01234567", "fork": True,
+                               "proof": "peer-built", "peer": "https://example.org/peer-build-log"}
+    files, manifest = context_files(plan)
+    dockerfile = files["Dockerfile"].decode()
+    assert "ARG TORCH_GIT_URL=https://github.com/ROCm/pytorch.git\n" in dockerfile
+    assert "ARG TORCH_GIT_COMMIT=0123456789abcdef0123456789abcdef01234567\n" in dockerfile
+    assert manifest["labels"]["io.envbuild.torch-git-origin"] == "fork"
+    assert manifest["labels"]["io.envbuild.torch-proof"] == "https://example.org/peer-build-log"
+    assert manifest["torch_origin"]["proof"] == "peer-built"
+    # the same cell in the committed recipes: refused without --unproven
+    with pytest.raises(UnprovenSourceError):
+        resolve(Request(accel_version="6.2", torch="2.4"))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (('commit = "0123456789abcdef0123456789abcdef01234567"', 'commit = "01234567"'), "full 40-hex sha"),
+    (('version = "2.4.1"', 'version = "2.4.0"'), "torch.toml pins 2.4.1"),
+    (('peer = "https://example.org/peer-build-log"', 'peer = "file:///etc/passwd"'), "https://"),
+])
+def test_a_source_build_entry_without_a_full_commit_peer_link_or_the_lines_version_is_refused(recipes_copy, bad,
+                                                                                              message):
+    path = recipes_copy / "source-builds.toml"
+    path.write_text(path.read_text().replace("build = []\n", FORK_BUILD.replace(*bad)))
+    with pytest.raises(RecipeError, match=message):
+        load(recipes_copy)

@@ -45,7 +45,7 @@ def test_golden_routes_are_the_ones_the_issue_names():
 
 
 def test_same_request_gives_byte_identical_context(tmp_path):
-    request = Request(accel_version="6.2", torch="2.4")
+    request = Request(accel_version="6.2", torch="2.4", unproven=True)
     first = render(resolve(request), tmp_path / "a")
     second = render(resolve(request), tmp_path / "b")
     assert tree_digest(first.out_dir) == tree_digest(second.out_dir)
@@ -57,15 +57,15 @@ def test_same_request_gives_byte_identical_context(tmp_path):
 @pytest.mark.parametrize(
     "changed",
     [
-        Request(accel_version="6.2", torch="2.4", python="3.11"),
-        Request(accel_version="6.2", torch="2.4", arch="gfx942"),
-        Request(accel_version="6.2", torch="2.4", base_image="example.org/rocm:6.2"),
-        Request(accel_version="6.2", torch="2.4", install_accel=True),
+        Request(accel_version="6.2", torch="2.4", unproven=True, python="3.11"),
+        Request(accel_version="6.2", torch="2.4", unproven=True, arch="gfx942"),
+        Request(accel_version="6.2", torch="2.4", unproven=True, base_image="example.org/rocm:6.2"),
+        Request(accel_version="6.2", torch="2.4", unproven=True, install_accel=True),
     ],
     ids=["python", "arch", "base-image", "install-rocm"],
 )
 def test_any_changed_input_changes_the_hash(changed):
-    base, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
+    base, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
     other, _ = context_files(resolve(changed))
     base_manifest, other_manifest = json.loads(base["manifest.json"]), json.loads(other["manifest.json"])
     assert base_manifest["context_hash"] != other_manifest["context_hash"]
@@ -73,7 +73,7 @@ def test_any_changed_input_changes_the_hash(changed):
 
 
 def test_workload_edit_changes_hash_but_not_the_torch_layers(tmp_path):
-    plan = resolve(Request(accel_version="6.2", torch="2.4"))
+    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
     edited = tmp_path / "workload"
     edited.mkdir()
     (edited / "__main__.py").write_text("print('edited')\n")
@@ -126,13 +126,13 @@ def test_a_wheelhouse_without_wheels_is_refused(tmp_path):
 
 
 def test_manifest_lists_every_input_with_its_hash(tmp_path):
-    rendered = render(resolve(Request(accel_version="6.2", torch="2.4")), tmp_path / "ctx")
+    rendered = render(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)), tmp_path / "ctx")
     manifest = json.loads((rendered.out_dir / "manifest.json").read_text())
     assert manifest == rendered.manifest
     assert manifest["cell"] == {
         "flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10"
     }
-    assert manifest["torch"]["version"] == "2.4.1" and manifest["torch"]["git_tag"] == "v2.4.1"
+    assert manifest["torch"]["version"] == "2.4.1" and manifest["torch"]["git"]["ref"] == "v2.4.1"
     assert manifest["stack"]["transformers"].startswith("4.")
     on_disk = tree_digest(rendered.out_dir)
     hashed = {p: d for p, d in on_disk.items() if p != "manifest.json"}
@@ -167,7 +167,7 @@ def test_refuses_to_replace_a_directory_that_is_not_a_context(tmp_path):
 
 
 def test_source_build_context_carries_the_patch_series_and_wheel_context_does_not():
-    source, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
+    source, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
     wheel, _ = context_files(resolve(Request(accel_version="6.2", torch="2.5")))
     assert "patches/series" in source and "patches/series" not in wheel
     assert b"AS torch-source-build" in source["Dockerfile"] and b"AS torch-wheel" not in source["Dockerfile"]
@@ -177,7 +177,7 @@ def test_source_build_context_carries_the_patch_series_and_wheel_context_does_no
 
 
 def test_every_network_step_mounts_the_optional_ca_secret_and_pip_steps_the_wheelhouse():
-    files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
+    files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
     steps = re.split(r"\n(?=[A-Z]+ )", files["Dockerfile"].decode())
     runs = [s for s in steps if s.startswith("RUN ") and not s.startswith("RUN python")]  # verify: offline
     assert len(runs) == 11 and all("--mount=type=secret,id=envbuild_ca,required=false" in s for s in runs)
@@ -238,7 +238,7 @@ def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_ident
     from builder.plan.lock import read, resolve_lock, write_lock
     from builder.plan.recipes import load
 
-    plan = resolve(Request(accel_version="6.2", torch="2.4"))
+    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
     root = tmp_path / "recipes"
     shutil.copytree(RECIPES_DIR, root)
     stack = (root / "hf-stack.toml").read_text().replace('transformers = "4.44.2"', 'transformers = "4.44.1"')
@@ -247,7 +247,7 @@ def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_ident
     committed = read(load(), "2.4", "3.10").header["exclude-newer"]
     later = (datetime.strptime(committed, "%Y-%m-%dT%H:%M:%SZ") - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     write_lock(load(root), "2.4", "3.10", resolve_lock(load(root), "2.4", "3.10", later))
-    other = resolve(Request(accel_version="6.2", torch="2.4"), load(root))
+    other = resolve(Request(accel_version="6.2", torch="2.4", unproven=True), load(root))
     assert other.stack["transformers"] == "4.44.1" != plan.stack["transformers"]
     before, _ = context_files(plan, golden_static())
     after, _ = context_files(other, golden_static())
@@ -273,7 +273,7 @@ def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
     resolves, from PyPI, what build_torch.sh asks for -- the tag's requirements.txt naming plain `cmake`,
     constrained and extended by the rendered TORCH_BUILD_PINS -- and gets a 3.x cmake (without the pins:
     the newest, 4.x)."""
-    plan = resolve(Request(accel_version="6.2", torch="2.4"))
+    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
     dockerfile = context_files(plan)[0]["Dockerfile"].decode()
     assert "ARG TORCH_BUILD_PINS\n" in _stage(dockerfile, "torch-source-build")
     pins = re.search(r'^ARG TORCH_BUILD_PINS="(.+)"$', dockerfile, re.M).group(1).split()

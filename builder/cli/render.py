@@ -40,6 +40,12 @@ def request_options(command):
             is_flag=True,
             help="Start from the plain Ubuntu image and install ROCm with amdgpu-install.",
         ),
+        click.option(
+            "--unproven",
+            is_flag=True,
+            help="Allow a torch source build no peer has shown to compile (recipes/source-builds.toml); "
+                 "the manifest, the image labels and the report record it as unproven.",
+        ),
     ]
     return functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
 
@@ -54,6 +60,7 @@ def request_from_options(
     torch_source: str,
     base_image: str | None,
     install_rocm: bool,
+    unproven: bool = False,
 ) -> Request:
     """A Request from `request_options` values; raises click.UsageError (exit code 2) on conflicts."""
     from builder.plan.resolve import Request
@@ -74,6 +81,7 @@ def request_from_options(
         torch_source=torch_source,
         base_image=base_image,
         install_accel=install_rocm,
+        unproven=unproven,
     )
 
 
@@ -105,7 +113,8 @@ def recipes_group() -> None:
 @recipes_group.command("list")
 @click.option("--flavor", default=None, help="Only this flavor.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
-def recipes_list(flavor: str | None, as_json: bool) -> None:
+@click.option("--unproven", is_flag=True, help="Also list source builds no peer has shown to compile.")
+def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
     """List the known cells (flavor x release x torch x arch x Python) and where torch comes from."""
     from builder.plan.recipes import RecipeError, load
     from builder.plan.resolve import all_plans
@@ -114,7 +123,7 @@ def recipes_list(flavor: str | None, as_json: bool) -> None:
         recipes = load()
         if flavor is not None and flavor not in recipes.flavors:
             raise click.UsageError(f"unknown flavor {flavor!r}; choose one of {', '.join(sorted(recipes.flavors))}")
-        plans = all_plans(recipes, flavor)
+        plans = all_plans(recipes, flavor, unproven=unproven)
     except RecipeError as exc:
         raise click.ClickException(f"recipe data is invalid: {exc}") from exc
     rows = [
@@ -123,7 +132,8 @@ def recipes_list(flavor: str | None, as_json: bool) -> None:
             **p.cell.model_dump(),
             "torch_version": p.torch.version,
             "torch_source": p.torch_source,
-            "reason": p.torch_source_reason,
+            "reason": ("UNPROVEN (no peer build of this source): " if p.unproven else "") + p.torch_source_reason,
+            "proof": "unproven" if p.unproven else ("peer-built" if p.source_build else "official wheel"),
             "fact_source": p.torch.source,
         }
         for p in plans

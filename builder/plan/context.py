@@ -37,7 +37,8 @@ def build_args(plan: Plan) -> dict[str, str]:
         "TORCH_INDEX_URL": plan.wheel_index_url,
     }
     if plan.torch_source == "source":
-        args |= {"TORCH_GIT_URL": torch.git_url, "TORCH_GIT_TAG": torch.git_tag}
+        git = plan.git_source
+        args |= {"TORCH_GIT_URL": git["repo"], "TORCH_GIT_REF": git["ref"], "TORCH_GIT_COMMIT": git["commit"]}
         if plan.flavor.arch_env:
             args[plan.flavor.arch_env] = plan.cell.arch or ""
         args |= {
@@ -77,6 +78,10 @@ def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
     }
     if plan.amdgpu_install:
         values["io.envbuild.amdgpu-install"] = plan.amdgpu_install
+    if (git := plan.git_source) is not None:
+        values["io.envbuild.torch-git"] = f"{git['repo']}@{git['commit'] or git['ref']}"
+        values["io.envbuild.torch-git-origin"] = "fork" if git["fork"] else "upstream"
+        values["io.envbuild.torch-proof"] = git["peer"] or "unproven"
     if plan.compile_unavailable:
         values["io.envbuild.torch-compile"] = f"unavailable: {plan.compile_unavailable}"
     return dict(sorted(values.items()))

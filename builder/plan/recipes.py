@@ -129,6 +129,39 @@ class PatchEntry(_Frozen):
     sha256: str = ""  # of the patch file (patch entries)
 
 
+class SourceBuild(_Frozen):
+    """A torch source build a peer has shown to compile (recipes/source-builds.toml): exact source, exact release."""
+
+    flavor: str
+    release: str
+    torch: str  # the torch line
+    repo: str
+    ref: str  # tag or release branch the peer builds
+    commit: str  # the 40-hex commit of `ref` that was built; the build checks it
+    version: str
+    peer: str  # link to the peer's build of this commit on this release
+    checked: str  # where the peer record was read
+
+    @field_validator("commit")
+    @classmethod
+    def _full_sha(cls, value: str) -> str:
+        if not _SHA.match(value):
+            raise ValueError(f"commit must be a full 40-hex sha seen in the peer's record, got {value!r}")
+        return value
+
+    @field_validator("repo", "peer")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        if not value.startswith("https://"):
+            raise ValueError(f"must be an https:// link, got {value!r}")
+        return value
+
+    @property
+    def fork(self) -> bool:
+        """True when the source is not upstream pytorch/pytorch (e.g. AMD's ROCm/pytorch release branches)."""
+        return self.repo.rstrip("/").removesuffix(".git") != "https://github.com/pytorch/pytorch"
+
+
 class Recipes(_Frozen):
     """Everything in recipes/, validated."""
 
@@ -138,7 +171,12 @@ class Recipes(_Frozen):
     torch: dict[str, TorchLine]
     stacks: dict[str, dict[str, str]] = Field(description="torch line -> package -> version")
     build_tools: BuildTools
+    source_builds: tuple[SourceBuild, ...] = ()  # peer-proven source builds (recipes/source-builds.toml)
     digest: str  # sha256 over every recipe file: changes when any data changes
+
+    def source_build(self, flavor: str, release: str, line: str) -> SourceBuild | None:
+        """The peer-proven source build of torch `line` on `flavor` `release`, or None."""
+        return next((b for b in self.source_builds if (b.flavor, b.release, b.torch) == (flavor, release, line)), None)
 
     def torch_lines(self, flavor: str) -> list[str]:
         return sorted((k for k, t in self.torch.items() if flavor in t.flavors), key=version_key)
@@ -230,9 +268,10 @@ def load(root: Path = RECIPES_DIR) -> Recipes:
         torch = {line: TorchLine(line=line, **d) for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
         stacks = {line: dict(d) for line, d in _merged(root, "hf-stack.toml", "stack", dropins).items()}
         build_tools = BuildTools(**_toml(root / "build-tools.toml"))
+        source_builds = tuple(SourceBuild(**b) for b in _toml(root / "source-builds.toml")["build"])
         recipes = Recipes(
             root=root, flavors=flavors, releases=releases, torch=torch, stacks=stacks, build_tools=build_tools,
-            digest=_digest(root),
+            source_builds=source_builds, digest=_digest(root),
         )
     except (ValidationError, KeyError) as exc:
         raise RecipeError(f"invalid recipe data under {root}: {exc}") from exc
@@ -245,4 +284,14 @@ def load(root: Path = RECIPES_DIR) -> Recipes:
             if "source" in flavors[flavor].torch_sources and not (recipes.patches_dir(line) / "series").exists():
                 raise RecipeError(f"torch line {line} can be built from source but has no patches/torch-{line}/series")
         recipes.patch_series(line)  # validates the series now, not at the first render
+    for build in source_builds:
+        where = f"source-builds.toml [{build.flavor} {build.release} torch {build.torch}]"
+        if build.flavor not in flavors or build.release not in releases[build.flavor] or build.torch not in torch:
+            raise RecipeError(f"{where}: unknown flavor, release or torch line")
+        if build.version != torch[build.torch].version:
+            raise RecipeError(f"{where}: builds {build.version}, but torch.toml pins {torch[build.torch].version} for "
+                              f"the line (the lock and the verify step expect that version)")
+    keys = [(b.flavor, b.release, b.torch) for b in source_builds]
+    if len(set(keys)) != len(keys):
+        raise RecipeError("source-builds.toml lists one (flavor, release, torch) twice")
     return recipes

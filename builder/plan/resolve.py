@@ -12,11 +12,16 @@ from pydantic import BaseModel, ConfigDict
 
 from builder.plan.cells import Cell
 from builder.plan.lock_names import lock_path
-from builder.plan.recipes import BuildTools, Flavor, PatchEntry, Recipes, Release, TorchLine, load, version_key
+from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Release, SourceBuild, TorchLine, load,
+                                  version_key)
 
 
 class ResolveError(Exception):
     """A request that cannot be built; the message names the problem and the nearest valid choices."""
+
+
+class UnprovenSourceError(ResolveError):
+    """A source build no peer has shown to compile (recipes/source-builds.toml), requested without --unproven."""
 
 
 class Request(BaseModel):
@@ -32,6 +37,7 @@ class Request(BaseModel):
     torch_source: Literal["auto", "wheel", "source"] = "auto"
     base_image: str | None = None
     install_accel: bool = False  # start from the plain OS image and install ROCm with amdgpu-install
+    unproven: bool = False  # allow a source build that no peer has shown to compile (recorded as unproven)
 
 
 class Plan(BaseModel):
@@ -53,6 +59,7 @@ class Plan(BaseModel):
     os_packages: tuple[str, ...]  # accelerator packages installed in the base (source route: the libs torch links)
     build_tools: BuildTools
     compile_unavailable: str  # why torch.compile cannot work in this image ("" = it can)
+    source_build: SourceBuild | None = None  # the peer-proven source build (source route), None when unproven
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
     lock_path: Path  # recipes/locks/torch<line>-py<python>.txt: what pip installs, with hashes (builder.plan.lock)
@@ -61,6 +68,24 @@ class Plan(BaseModel):
     @property
     def torch_stage(self) -> str:
         return f"torch-{self.torch_source}"
+
+    @property
+    def unproven(self) -> bool:
+        """A source build that no peer has shown to compile (rendered only on request: --unproven)."""
+        return self.torch_source == "source" and self.source_build is None
+
+    @property
+    def git_source(self) -> dict | None:
+        """What a source build checks out: repository, ref, commit ("" = the ref as fetched), fork or upstream,
+        and the peer build that proves it (None = unproven); None for the wheel route."""
+        if self.torch_source != "source":
+            return None
+        build = self.source_build
+        if build is None:
+            return {"repo": self.torch.git_url, "ref": self.torch.git_tag, "commit": "", "fork": False,
+                    "proof": "unproven", "peer": None}
+        return {"repo": build.repo, "ref": build.ref, "commit": build.commit, "fork": build.fork,
+                "proof": "peer-built", "peer": build.peer}
 
     @property
     def torch_version(self) -> str:
@@ -88,7 +113,7 @@ class Plan(BaseModel):
                 "backend": self.flavor.backend or None,
                 "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None},
                 "wheel_index_url": self.wheel_index_url or None,
-                "git_tag": self.torch.git_tag if self.torch_source == "source" else None,
+                "git": self.git_source,
             },
             "stack": dict(sorted(self.stack.items())),
             "os_packages": list(self.os_packages),
@@ -120,8 +145,11 @@ class Plan(BaseModel):
         ]
         if self.wheel_index_url:
             rows.append(("torch index", self.wheel_index_url))
-        if self.torch_source == "source":
-            rows.append(("torch git tag", self.torch.git_tag))
+        if (git := self.git_source) is not None:
+            origin = "fork" if git["fork"] else "upstream"
+            rows.append(("torch source", f"{git['repo']} {git['ref']}{' @ ' + git['commit'] if git['commit'] else ''}"
+                                         f" ({origin})"))
+            rows.append(("peer build", git["peer"] or "UNPROVEN: no peer build of this source on this release"))
             rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
         if self.os_packages:
             rows.append(("OS packages", " ".join(self.os_packages)))
@@ -141,6 +169,9 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     arch = _arch(request.arch, flavor, release)
     python = _python(request.python, release, torch, flavor)
     source, reason, suffix = _torch_source(request.torch_source, flavor, release, torch, recipes)
+    source_build = recipes.source_build(flavor.name, release.version, torch.line) if source == "source" else None
+    if source == "source" and source_build is None and not request.unproven:
+        raise UnprovenSourceError(_unproven_message(flavor, release, torch, recipes))
     base_image, amdgpu_install = _base(request, flavor, release)
     if source == "wheel":
         local = flavor.local_version.format(suffix=suffix)
@@ -169,6 +200,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         os_packages=release.source_build_packages if source == "source" else (),
         build_tools=recipes.build_tools,
         compile_unavailable=flavor.source_compile if source == "source" else "",
+        source_build=source_build,
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         lock_path=lock_path(recipes, torch.line, python),
@@ -293,6 +325,38 @@ def _torch_source(
     raise ResolveError(f"{no_wheel}; use {' or '.join(options) or 'another release'}")
 
 
+def _proven(flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes) -> str | None:
+    """How the cell gets a torch someone has built ("official wheel", "peer-built source"), or None."""
+    if "wheel" in flavor.torch_sources and set(release.wheel_suffixes) & set(torch.wheel_suffixes):
+        return "official wheel"
+    if "source" in flavor.torch_sources and recipes.source_build(flavor.name, release.version, torch.line):
+        return "peer-built source"
+    return None
+
+
+def _unproven_message(flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes) -> str:
+    """Why a source cell is refused, and the nearest cells whose torch someone has built."""
+    releases = recipes.releases[flavor.name]
+    near = []
+    for version in _nearest(release.version, [v for v in releases if v != release.version]):
+        if how := _proven(flavor, releases[version], torch, recipes):
+            near.append(f"--{flavor.name} {version} --torch {torch.line} ({how})")
+    lines = [line for line in recipes.torch_lines(flavor.name) if line != torch.line]
+    for line in _nearest(torch.line, lines):
+        if how := _proven(flavor, release, recipes.torch[line], recipes):
+            near.append(f"--{flavor.name} {release.version} --torch {line} ({how})")
+    where = f"{flavor.label} {release.version}"
+    if _proven(flavor, release, torch, recipes) == "official wheel":
+        near.insert(0, f"--{flavor.name} {release.version} --torch {torch.line} --torch-source auto (official wheel)")
+        what = "has an official wheel but no peer build of its source"
+    else:
+        what = "has no official wheel and no peer build of its source"
+    return (f"torch {torch.line} on {where} {what} "
+            f"(recipes/source-builds.toml): nothing shows that {torch.git_tag} compiles against {where}; "
+            f"nearest proven: {'; '.join(near) or 'none'}; or pass --unproven to build {torch.git_tag} anyway "
+            f"(the manifest, the image labels and the report then say unproven)")
+
+
 def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]:
     if request.install_accel and not release.amdgpu_install:
         raise ResolveError(f"the {flavor.name} flavor has no installer route; drop --install-rocm")
@@ -304,8 +368,9 @@ def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]
     return release.base_image + digest, ""
 
 
-def all_plans(recipes: Recipes | None = None, flavor: str | None = None) -> list[Plan]:
-    """The known cells: every valid (flavor, release, torch line, arch, Python), torch source `auto`."""
+def all_plans(recipes: Recipes | None = None, flavor: str | None = None, unproven: bool = False) -> list[Plan]:
+    """The known cells: every valid (flavor, release, torch line, arch, Python), torch source `auto`; source
+    builds no peer has shown to compile only with `unproven` (they are left out otherwise)."""
     recipes = recipes or load()
     plans = []
     for name in sorted(recipes.flavors) if flavor is None else [flavor]:
@@ -318,7 +383,10 @@ def all_plans(recipes: Recipes | None = None, flavor: str | None = None) -> list
                             continue
                         request = Request(
                             flavor=name, accel_version=version if fl.versioned else None,
-                            torch=line, arch=arch, python=python,
+                            torch=line, arch=arch, python=python, unproven=unproven,
                         )
-                        plans.append(resolve(request, recipes))
+                        try:
+                            plans.append(resolve(request, recipes))
+                        except UnprovenSourceError:
+                            continue
     return plans

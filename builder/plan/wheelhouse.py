@@ -65,7 +65,9 @@ def stage(wheels: list[Path], target: Path) -> None:
 def torch_origin(plan: Plan, wheel_hashes: dict[str, str]) -> dict:
     """Where the image's torch comes from, as images/common/install_torch.sh decides it."""
     if plan.torch_source == "source":
-        return {"from": "source-build", "git_tag": plan.torch.git_tag}
+        git = plan.git_source
+        return {"from": "source-build", "repo": git["repo"], "ref": git["ref"], "commit": git["commit"] or None,
+                "proof": git["proof"]}
     pytag = "cp" + plan.cell.python.replace(".", "")
     prefix = f"{WHEELHOUSE}/torch-{plan.torch_version}-{pytag}-"
     matches = sorted(p for p in wheel_hashes if p.startswith(prefix) and p.endswith(".whl"))
@@ -81,7 +83,8 @@ def origin_text(origin: dict) -> str:
         return f"{origin['file']} (sha256 {origin['sha256']})"
     if origin["from"] == "index":
         return f"{origin['requirement']} from {origin['index_url']}"
-    return f"source build of {origin['git_tag']}"
+    commit = f" @ {origin['commit']}" if origin.get("commit") else ""
+    return f"source build of {origin.get('repo', '')} {origin.get('ref', origin.get('git_tag', ''))}{commit} ({origin.get('proof', '?')})"
 
 
 def check(context_dir: Path, manifest: dict) -> None:

@@ -14,22 +14,14 @@ variable "TAG" {
 group "default" {
   targets = [
     "cpu-torch2_13-py3_11",
-    "rocm6_1_2-torch2_3-gfx90a-py3_10",
-    "rocm6_1_2-torch2_3-gfx942-py3_10",
     "rocm6_1_2-torch2_4-gfx90a-py3_10",
     "rocm6_1_2-torch2_4-gfx942-py3_10",
     "rocm6_1_2-torch2_5-gfx90a-py3_10",
     "rocm6_1_2-torch2_5-gfx942-py3_10",
     "rocm6_1_2-torch2_6-gfx90a-py3_10",
     "rocm6_1_2-torch2_6-gfx942-py3_10",
-    "rocm6_2-torch2_3-gfx90a-py3_10",
-    "rocm6_2-torch2_3-gfx942-py3_10",
-    "rocm6_2-torch2_4-gfx90a-py3_10",
-    "rocm6_2-torch2_4-gfx942-py3_10",
     "rocm6_2-torch2_5-gfx90a-py3_10",
     "rocm6_2-torch2_5-gfx942-py3_10",
-    "rocm6_2-torch2_6-gfx90a-py3_10",
-    "rocm6_2-torch2_6-gfx942-py3_10",
   ]
 }
 
@@ -40,26 +32,6 @@ target "cpu-torch2_13-py3_11" {
   tags       = ["${REGISTRY}/cpu-torch2.13-py3.11:${TAG}"]
   labels = {
     "org.envbuild.cell" = "cpu-torch2.13-py3.11"
-  }
-}
-
-# envbuild render --flavor rocm --rocm 6.1.2 --torch 2.3 --arch gfx90a --python 3.10 --out build/contexts/rocm6.1.2-torch2.3-gfx90a-py3.10
-target "rocm6_1_2-torch2_3-gfx90a-py3_10" {
-  context    = "build/contexts/rocm6.1.2-torch2.3-gfx90a-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.1.2-torch2.3-gfx90a-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.1.2-torch2.3-gfx90a-py3.10"
-  }
-}
-
-# envbuild render --flavor rocm --rocm 6.1.2 --torch 2.3 --arch gfx942 --python 3.10 --out build/contexts/rocm6.1.2-torch2.3-gfx942-py3.10
-target "rocm6_1_2-torch2_3-gfx942-py3_10" {
-  context    = "build/contexts/rocm6.1.2-torch2.3-gfx942-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.1.2-torch2.3-gfx942-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.1.2-torch2.3-gfx942-py3.10"
   }
 }
 
@@ -123,46 +95,6 @@ target "rocm6_1_2-torch2_6-gfx942-py3_10" {
   }
 }
 
-# envbuild render --flavor rocm --rocm 6.2 --torch 2.3 --arch gfx90a --python 3.10 --out build/contexts/rocm6.2-torch2.3-gfx90a-py3.10
-target "rocm6_2-torch2_3-gfx90a-py3_10" {
-  context    = "build/contexts/rocm6.2-torch2.3-gfx90a-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.2-torch2.3-gfx90a-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.2-torch2.3-gfx90a-py3.10"
-  }
-}
-
-# envbuild render --flavor rocm --rocm 6.2 --torch 2.3 --arch gfx942 --python 3.10 --out build/contexts/rocm6.2-torch2.3-gfx942-py3.10
-target "rocm6_2-torch2_3-gfx942-py3_10" {
-  context    = "build/contexts/rocm6.2-torch2.3-gfx942-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.2-torch2.3-gfx942-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.2-torch2.3-gfx942-py3.10"
-  }
-}
-
-# envbuild render --flavor rocm --rocm 6.2 --torch 2.4 --arch gfx90a --python 3.10 --out build/contexts/rocm6.2-torch2.4-gfx90a-py3.10
-target "rocm6_2-torch2_4-gfx90a-py3_10" {
-  context    = "build/contexts/rocm6.2-torch2.4-gfx90a-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.2-torch2.4-gfx90a-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.2-torch2.4-gfx90a-py3.10"
-  }
-}
-
-# envbuild render --flavor rocm --rocm 6.2 --torch 2.4 --arch gfx942 --python 3.10 --out build/contexts/rocm6.2-torch2.4-gfx942-py3.10
-target "rocm6_2-torch2_4-gfx942-py3_10" {
-  context    = "build/contexts/rocm6.2-torch2.4-gfx942-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.2-torch2.4-gfx942-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.2-torch2.4-gfx942-py3.10"
-  }
-}
-
 # envbuild render --flavor rocm --rocm 6.2 --torch 2.5 --arch gfx90a --python 3.10 --out build/contexts/rocm6.2-torch2.5-gfx90a-py3.10
 target "rocm6_2-torch2_5-gfx90a-py3_10" {
   context    = "build/contexts/rocm6.2-torch2.5-gfx90a-py3.10"
@@ -180,25 +112,5 @@ target "rocm6_2-torch2_5-gfx942-py3_10" {
   tags       = ["${REGISTRY}/rocm6.2-torch2.5-gfx942-py3.10:${TAG}"]
   labels = {
     "org.envbuild.cell" = "rocm6.2-torch2.5-gfx942-py3.10"
-  }
-}
-
-# envbuild render --flavor rocm --rocm 6.2 --torch 2.6 --arch gfx90a --python 3.10 --out build/contexts/rocm6.2-torch2.6-gfx90a-py3.10
-target "rocm6_2-torch2_6-gfx90a-py3_10" {
-  context    = "build/contexts/rocm6.2-torch2.6-gfx90a-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.2-torch2.6-gfx90a-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.2-torch2.6-gfx90a-py3.10"
-  }
-}
-
-# envbuild render --flavor rocm --rocm 6.2 --torch 2.6 --arch gfx942 --python 3.10 --out build/contexts/rocm6.2-torch2.6-gfx942-py3.10
-target "rocm6_2-torch2_6-gfx942-py3_10" {
-  context    = "build/contexts/rocm6.2-torch2.6-gfx942-py3.10"
-  dockerfile = "Dockerfile"
-  tags       = ["${REGISTRY}/rocm6.2-torch2.6-gfx942-py3.10:${TAG}"]
-  labels = {
-    "org.envbuild.cell" = "rocm6.2-torch2.6-gfx942-py3.10"
   }
 }

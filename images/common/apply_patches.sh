@@ -1,7 +1,8 @@
 # Apply a patch series (see recipes/patches/*/series) to a git checkout: each entry is checked with
 # `git apply --check` first and applied only if it applies; the first one that does not stops the build.
 # Usage: apply_patches.sh PATCH_DIR SOURCE_DIR
-set -euo pipefail
+# lib.sh: strict mode and the proxy CA (GIT_SSL_CAINFO) for the `git fetch` of commit entries.
+source "$(dirname "$0")/lib.sh"
 patch_dir=$(cd "$1" && pwd)
 cd "$2"
 where=$(git rev-parse --short HEAD)
