@@ -176,18 +176,78 @@ def test_source_build_context_carries_the_patch_series_and_wheel_context_does_no
     assert b"ARG TORCH_INDEX_URL=\n" in source["Dockerfile"]
 
 
-def test_every_network_step_mounts_the_optional_ca_secret_and_pip_steps_the_wheelhouse():
-    files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
-    steps = re.split(r"\n(?=[A-Z]+ )", files["Dockerfile"].decode())
-    runs = [s for s in steps if s.startswith("RUN ") and not s.startswith("RUN python")]  # verify: offline
-    assert len(runs) == 11 and all("--mount=type=secret,id=envbuild_ca,required=false" in s for s in runs)
-    pip_steps = [s for s in runs if re.search(r"install_python|install_torch|build_torch|sentencepiece", s)]
-    assert len(pip_steps) == 5
+#: what reaches the network from a build step (in its RUN line or the script it runs), comments left out
+NETWORK_TOOLS = re.compile(r"\b(curl|wget|apt-get\s+(update|install|download)|apt_install|add-apt-repository|"
+                           r"amdgpu-install|git\s+(-C\s+\S+\s+)?(clone|fetch|submodule|pull)|"
+                           r"pip\s+(download|install|wheel)|pip_install)\b")
+
+
+def _runs(dockerfile: str) -> list[str]:
+    return [s for s in re.split(r"\n(?=[A-Z]+ )", dockerfile) if s.startswith("RUN ")]
+
+
+def _step_text(run: str, files: dict[str, bytes]) -> tuple[str | None, str]:
+    """(script name or None, the code that RUN executes without comments: its line plus the script it runs)."""
+    script = re.search(r"/opt/envbuild/(?:common/)?([\w.-]+\.(?:sh|py))", run)
+    name = script.group(1) if script else None
+    body = ""
+    if name:
+        body = next(data.decode() for path, data in files.items() if path.rsplit("/", 1)[-1] == name)
+    code = "\n".join(line.split("#", 1)[0] for line in (run + "\n" + body).splitlines() if not line.lstrip().startswith("#"))
+    return name, code
+
+
+@pytest.mark.parametrize("request_", [
+    Request(accel_version="6.2", torch="2.4", unproven=True),
+    Request(accel_version="6.2", torch="2.5"),
+    Request(accel_version="6.1.2", torch="2.3", install_accel=True, unproven=True),
+    Request(flavor="cpu", torch="2.13"),
+], ids=["rocm-source", "rocm-wheel", "rocm-installer-source", "cpu"])
+def test_no_build_step_uses_the_network_outside_the_declared_fetch_steps(request_):
+    """Review 2, findings 3/4/9: every RUN of a rendered context is grepped, with the script it runs, for network
+    tools; only the declared fetch steps (builder.context.FETCH_STEPS, listed in the manifest) may use them,
+    and only they get the proxy CA secret. The torch compile is offline: no network tool, every proxy variable
+    at a closed port, and AOTriton's users switched off, so torch's cmake cannot download it."""
+    from builder.context import FETCH_STEPS
+
+    files, manifest = context_files(resolve(request_))
+    runs = _runs(files["Dockerfile"].decode())
+    assert runs
+    seen = set()
+    for run in runs:
+        name, code = _step_text(run, files)
+        seen.add(name)
+        uses_network = NETWORK_TOOLS.search(code)
+        if name not in FETCH_STEPS:
+            assert not uses_network, f"{name or run[:60]} uses {uses_network.group(0)!r} but is no declared fetch step"
+            assert "envbuild_ca" not in run and "source=wheelhouse" not in run, name
+        else:
+            assert "--mount=type=secret,id=envbuild_ca,required=false" in run, name
+    assert set(manifest["fetch_steps"]) == seen & set(FETCH_STEPS)
+    if "build_torch.sh" in seen:
+        build = files["common/build_torch.sh"].decode()
+        assert "export http_proxy=$offline https_proxy=$offline" in build and "PIP_NO_INDEX=1" in build
+        assert "unset no_proxy NO_PROXY" in build
+        env = manifest["torch"]["build_env"]
+        assert env["USE_FLASH_ATTENTION"] == env["USE_MEM_EFF_ATTENTION"] == "0"
+        assert "ENV " in _stage(files["Dockerfile"].decode(), "torch-source-build")
+    pip_steps = [r for r in runs if re.search(r"install_python|install_torch|sentencepiece", r)]
     assert all("--mount=type=bind,source=wheelhouse,target=/wheelhouse" in s for s in pip_steps)
-    copies = [s for s in steps if s.startswith("COPY ")]
+    copies = [s for s in re.split(r"\n(?=[A-Z]+ )", files["Dockerfile"].decode()) if s.startswith("COPY ")]
     assert copies and not any("envbuild_ca" in s or "/run/secrets" in s for s in copies)
     assert not any(b"BEGIN CERTIFICATE" in data for data in files.values())
     assert "# syntax=" not in files["Dockerfile"].decode()
+
+
+def test_the_network_grep_sees_a_download_in_the_build_step():
+    """The grep above is not blind: a curl, a git clone or a pip install added to the offline build step is found."""
+    files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
+    run = next(r for r in _runs(files["Dockerfile"].decode()) if "build_torch.sh" in r)
+    for added in ("curl -fsSL https://example.org/aotriton.tar.gz", "git clone https://example.org/x.git",
+                  "pip_install aotriton", "python -m pip install x", "git -C /src fetch origin"):
+        edited = {**files, "common/build_torch.sh": files["common/build_torch.sh"] + f"\n{added}\n".encode()}
+        assert NETWORK_TOOLS.search(_step_text(run, edited)[1]), added
+    assert not NETWORK_TOOLS.search(_step_text(run, files)[1])
 
 
 def test_install_scripts_are_valid_bash():
@@ -270,14 +330,14 @@ def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_ident
 
 def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
     """Defect 3: cmake 4.x rejects the old cmake_minimum_required of torch 2.3-2.6's third-party code. pip
-    resolves, from PyPI, what build_torch.sh asks for -- the tag's requirements.txt naming plain `cmake`,
+    resolves, from PyPI, what install_torch_build_deps.sh asks for -- the tag's requirements.txt naming plain `cmake`,
     constrained and extended by the rendered TORCH_BUILD_PINS -- and gets a 3.x cmake (without the pins:
     the newest, 4.x)."""
     plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
     dockerfile = context_files(plan)[0]["Dockerfile"].decode()
     assert "ARG TORCH_BUILD_PINS\n" in _stage(dockerfile, "torch-source-build")
     pins = re.search(r'^ARG TORCH_BUILD_PINS="(.+)"$', dockerfile, re.M).group(1).split()
-    script = (IMAGES_DIR / "common" / "build_torch.sh").read_text()
+    script = (IMAGES_DIR / "common" / "install_torch_build_deps.sh").read_text()
     assert 'pip_install -c "$constraints" -r requirements.txt "${pins[@]}"' in script  # the command below
     (tmp_path / "requirements.txt").write_text("cmake\nninja\n")
     (tmp_path / "constraints.txt").write_text("\n".join(pins) + "\n")

@@ -11,6 +11,25 @@ from builder.plan.resolve import Plan
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
 
+#: The build steps that may use the network, and what each fetches (listed in the manifest). Every other
+#: step -- the torch compile (build_torch.sh, with every proxy variable pointing at a closed port) and the
+#: verify step -- works offline; tests/test_render.py greps every RUN of the rendered contexts for network
+#: tools outside these.
+FETCH_STEPS = {
+    "refresh_apt_key.sh": "the ROCm apt signing key (fingerprint-checked)",
+    "install_base.sh": "ca-certificates (apt)",
+    "install_rocm.sh": "amdgpu-install and ROCm (apt; installer route only)",
+    "install_os_packages.sh": "ROCm libraries a source build links (apt)",
+    "install_python.sh": "Python (apt, deadsnakes) and the venv's pip/setuptools/wheel (hash-locked)",
+    "install_build_tools.sh": "compilers and git (apt)",
+    "fetch_torch_source.sh": "the torch source and its submodules (git)",
+    "apply_patches.sh": "upstream fix commits of the patch series (git)",
+    "install_torch_build_deps.sh": "cmake/ninja (hash-locked) and the tag's requirements.txt (pip)",
+    "install_torch.sh": "the official torch wheel (wheel route; by path with --no-index otherwise)",
+    "build_sentencepiece.sh": "build tools (apt) and the sentencepiece sdist (hash-locked)",
+    "install_python_stack.sh": "the locked stack (hash-locked) and what torch needs from its index",
+}
+
 
 def _quote(value: str) -> str:
     """A Dockerfile ARG/LABEL value: bare when safe, else a double-quoted JSON string."""
@@ -21,6 +40,8 @@ def build_args(plan: Plan) -> dict[str, str]:
     """Top-level ARGs (name -> default) in Dockerfile order; every pin of the plan is one."""
     release, torch = plan.release, plan.torch
     args = {"BASE_IMAGE": plan.base_image, "SOURCE_DATE_EPOCH": str(plan.build_tools.source_date_epoch)}
+    if release.apt_key_fingerprint:
+        args |= {"ROCM_KEY_URL": release.apt_key_url, "ROCM_KEY_FINGERPRINT": release.apt_key_fingerprint}
     if release.amdgpu_install:  # the flavor has an installer route (ubuntu + amdgpu-install)
         args |= {
             "ROCM_VERSION": release.version,
@@ -91,6 +112,8 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
     """Everything images/Dockerfile.j2 and images/stages/*.j2 read."""
     args = build_args(plan)
     base_args = ["SOURCE_DATE_EPOCH"]
+    if plan.release.apt_key_fingerprint:
+        base_args += ["ROCM_KEY_URL", "ROCM_KEY_FINGERPRINT"]
     if plan.release.amdgpu_install:
         base_args += ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION"]
     if plan.os_packages:
@@ -104,11 +127,15 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
         "stages": list(plan.stages),
         "args": [f"{name}={_quote(value) if value else ''}" for name, value in args.items()],
         "base_args": base_args,
+        "apt_key_step": bool(plan.release.apt_key_fingerprint),
+        "tool_path": plan.flavor.tool_path,
+        "library_path": plan.flavor.library_path,
         "accel_install_step": bool(plan.release.amdgpu_install),
         "os_packages_step": bool(plan.os_packages),
         "torch_build_args": ["TORCH_BUILD_PINS"],
         "runtime_env": [f"{k}={_quote(v)}" for k, v in runtime_env.items()],
         "torch_stage": plan.torch_stage,
+        "torch_index_url": plan.wheel_index_url,
         "arch_env": plan.flavor.arch_env,
         "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
         "source_prepare": plan.flavor.source_prepare,

@@ -191,6 +191,44 @@ def for_plan(plan) -> Lock:
     return read_file(plan.lock_path, plan.torch.line, plan.cell.python, digest, plan.stack)
 
 
+#: The hash-locked build tools of a torch source build (cmake, ninja), next to recipes/build-tools.toml.
+TORCH_BUILD_LOCK = "torch-build.lock"
+
+
+def read_build_tools_lock(path: Path, pins: dict[str, str]) -> str:
+    """recipes/torch-build.lock, checked to pin exactly `pins` (build-tools.toml [torch_build]), each with
+    hashes; LockError (missing/stale/invalid) otherwise. Returns the text, a pip requirements file."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LockError(f"{path} is missing: resolve it with the command in docs/rocm-route.md", "missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"cannot read {path}: {exc}") from exc
+    found: dict[str, list[str]] = {}
+    current = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip().rstrip(" \\").strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("--hash="):
+            match = _HASH.match(line)
+            if current is None or not match:
+                raise LockError(f"{path}:{number}: expected --hash=sha256:<64 hex> after a NAME==VERSION line")
+            found[current].append(match.group(1))
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not _NAME.match(name) or not _VERSION.match(version):
+            raise LockError(f"{path}:{number}: expected NAME==VERSION, got {line[:80]!r}")
+        current = f"{normalize(name)}=={version}"
+        found[current] = []
+    wanted = {f"{normalize(n)}=={v}" for n, v in pins.items()}
+    if set(found) != wanted or not all(found.values()):
+        raise LockError(f"{path} pins {', '.join(sorted(found)) or 'nothing'} but build-tools.toml [torch_build] "
+                        f"pins {', '.join(sorted(wanted))} (each with hashes); resolve it again with the command "
+                        f"in its header", "stale")
+    return text
+
+
 def read_file(path: Path, line: str, python: str, digest: str, stack: dict[str, str]) -> Lock:
     command = lock_command(line, python)
     try:

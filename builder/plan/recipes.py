@@ -44,6 +44,8 @@ class Flavor(_Frozen):
     backend: str = ""  # torch.version attribute a torch of this flavor sets ("hip", "cuda"; "" for cpu)
     source_local_version: str = ""  # local version label of a source-built wheel ("{version}" = the release)
     source_compile: str = ""  # why torch.compile cannot work on a source-built torch ("" = it can)
+    tool_path: str = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
+    library_path: str = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
 
     @field_validator("backend")
     @classmethod
@@ -78,7 +80,16 @@ class Release(_Frozen):
     python_ppa: str = ""
     default_arch: str = ""
     source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
+    apt_key_url: str = ""  # the accelerator apt repository's signing key, fetched again in the base stage
+    apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
     source: str
+
+    @field_validator("apt_key_fingerprint")
+    @classmethod
+    def _fingerprint(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[0-9A-F]{40}", value):
+            raise ValueError(f"apt_key_fingerprint must be 40 upper-case hex digits, got {value!r}")
+        return value
 
     @field_validator("pythons")
     @classmethod

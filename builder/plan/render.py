@@ -14,8 +14,8 @@ import jinja2
 
 from builder import __version__
 from builder.paths import IMAGES_DIR, WORKLOAD_DIR
-from builder.plan.context import expectations, labels, lock_files, template_vars
-from builder.plan.lock import Lock, LockError, for_plan
+from builder.plan.context import FETCH_STEPS, expectations, labels, lock_files, template_vars
+from builder.plan.lock import TORCH_BUILD_LOCK, Lock, LockError, for_plan, read_build_tools_lock
 from builder.plan.resolve import Plan
 from builder.plan.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, file_sha256, hashes, stage, torch_origin,
                                      wheels_in)
@@ -108,6 +108,8 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
     """
     try:
         lock = for_plan(plan)
+        build_lock = (read_build_tools_lock(plan.lock_path.parent.parent / TORCH_BUILD_LOCK,
+                                            plan.build_tools.torch_build) if plan.torch_source == "source" else None)
     except LockError as exc:
         raise RenderError(str(exc)) from exc
     static = static or StaticFiles.read()
@@ -118,6 +120,7 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
     files = {
         **{name: text.encode() for name, text in lock_files(plan, lock).items()},
         "expect.json": (json.dumps(expectations(plan, lock), indent=2, sort_keys=True) + "\n").encode(),
+        **({TORCH_BUILD_LOCK: build_lock.encode()} if build_lock is not None else {}),
         KEEP: b"",
         # only the scripts this Dockerfile copies: editing another step's script changes no other context
         **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
@@ -141,6 +144,7 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
                  "venv": lock.versions("venv"), "from_torch_index": list(lock.from_torch_index)},
         "files": file_hashes(files, known),
         "torch_origin": torch_origin(plan, wheelhouse),
+        "fetch_steps": {name: what for name, what in FETCH_STEPS.items() if f"common/{name}" in files},
         "context_hash": context_hash,
         "image_tag": image_tag,
     }

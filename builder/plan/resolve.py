@@ -114,6 +114,7 @@ class Plan(BaseModel):
                 "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None},
                 "wheel_index_url": self.wheel_index_url or None,
                 "git": self.git_source,
+                "build_env": dict(sorted(self.flavor.build_env.items())) if self.torch_source == "source" else {},
             },
             "stack": dict(sorted(self.stack.items())),
             "os_packages": list(self.os_packages),

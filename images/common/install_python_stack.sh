@@ -8,7 +8,8 @@
 source "$(dirname "$0")/lib.sh"
 lock=/opt/envbuild/requirements.lock
 pip_install --no-index --no-deps /sentencepiece/sentencepiece-*.whl
-pip_install --no-deps --require-hashes -r "$lock"
+# the lock was resolved against PyPI: its install asks no other index (TORCH_INDEX_URL only for what follows)
+TORCH_INDEX_URL='' pip_install --no-deps --require-hashes -r "$lock"
 missing=$(python - <<'PY'
 import importlib.metadata as md
 from packaging.requirements import Requirement

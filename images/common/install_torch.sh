@@ -17,6 +17,10 @@ if [ "${#wheels[@]}" -gt 0 ]; then
 elif [ "$dir" = /torch-dist ]; then
   echo "envbuild: the torch build left no torch-$TORCH_VERSION-$pytag-*.whl in $dir ($(ls "$dir"))" >&2
   exit 1
+elif [ "$TORCH_VERSION" != "${TORCH_VERSION%%+*}" ] && [ -z "${TORCH_INDEX_URL:-}" ]; then
+  # PyPI hosts no local versions: without the PyTorch index this would fail late, or find nothing
+  echo "envbuild: torch $TORCH_VERSION needs TORCH_INDEX_URL (the PyTorch wheel index), which is empty" >&2
+  exit 1
 else
   pip_install --no-deps "torch==$TORCH_VERSION"
 fi
