@@ -352,3 +352,13 @@ def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
 
     assert resolved("-c", str(tmp_path / "constraints.txt"), *pins)["cmake"] == "3.31.10"
     assert int(resolved()["cmake"].split(".")[0]) >= 4  # what an unpinned build got
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CELLS))
+def test_expect_json_names_no_cuda_package(name):
+    """Review 2, finding 10: what the image checks names no nvidia-*/triton package (PyPI's CUDA torch needs
+    them; a ROCm or CPU torch never installs them); the manifest keeps them only as what the lock left out."""
+    files, manifest = context_files(resolve(GOLDEN_CELLS[name]), golden_static())
+    expect = files["expect.json"].decode()
+    assert "nvidia" not in expect and '"triton' not in expect
+    assert "triton" in manifest["lock"]["left_out_cuda_requirements"]

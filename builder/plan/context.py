@@ -50,6 +50,8 @@ def build_args(plan: Plan) -> dict[str, str]:
         }
     if plan.os_packages:
         args["OS_PACKAGES"] = " ".join(plan.os_packages)
+        if plan.flavor.kernel_dbs and plan.cell.arch:
+            args["MIOPEN_KDB_ARCH"] = plan.cell.arch
     args |= {
         "PYTHON_VERSION": plan.cell.python,
         "SYSTEM_PYTHON": release.system_python,
@@ -118,6 +120,8 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
         base_args += ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION"]
     if plan.os_packages:
         base_args.append("OS_PACKAGES")
+        if "MIOPEN_KDB_ARCH" in args:
+            base_args.append("MIOPEN_KDB_ARCH")
     base_args += ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA"]
     runtime_env = {"PYTHONPATH": "/opt/envbuild"}
     if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
@@ -179,7 +183,6 @@ def expectations(plan: Plan, lock: Lock) -> dict:
         "sentencepiece": plan.stack["sentencepiece"],
         "lock": lock.versions("stack"),
         "venv": lock.versions("venv"),
-        "from_torch_index": list(lock.from_torch_index),
         "complete": True,
         "compile_unavailable": plan.compile_unavailable or None,
     }

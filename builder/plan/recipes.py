@@ -46,6 +46,7 @@ class Flavor(_Frozen):
     source_compile: str = ""  # why torch.compile cannot work on a source-built torch ("" = it can)
     tool_path: str = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
     library_path: str = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
+    kernel_dbs: bool = False  # a source build installs the precompiled kernel databases of the cell's arch
 
     @field_validator("backend")
     @classmethod

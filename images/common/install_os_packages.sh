@@ -8,4 +8,15 @@ if [ -z "${OS_PACKAGES:-}" ]; then
 fi
 read -r -a packages <<<"$OS_PACKAGES"
 apt_install "${packages[@]}"
+# MIOpen's precompiled kernel databases for the cell's GPU (as PyTorch's .ci/docker/common/install_rocm.sh
+# installs every unversioned miopen-hip-gfx* package; here only $MIOPEN_KDB_ARCH's): without them MIOpen
+# compiles its kernels at first use
+if [ -n "${MIOPEN_KDB_ARCH:-}" ]; then
+  mapfile -t kdbs < <(apt-cache search --names-only "^miopen-hip-${MIOPEN_KDB_ARCH}" | awk '{print $1}' | grep -F -v . || true)
+  if [ "${#kdbs[@]}" -eq 0 ]; then
+    echo "envbuild: no miopen-hip-${MIOPEN_KDB_ARCH}* kernel database package in the ROCm repository" >&2
+    exit 1
+  fi
+  apt-get install -y -qq --no-install-recommends "${kdbs[@]}"
+fi
 apt_clean
