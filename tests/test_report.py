@@ -40,7 +40,10 @@ def site(tmp_path_factory):
         (tmp / "build.log").write_text("#1 [internal] load build definition\n")
         store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10"),
                            status="pass", image_tag="envbuild/rocm:abc", image_digest="sha256:" + "d" * 64,
-                           duration_s=321.0, log_path=tmp / "build.log", created_at="2026-12-01T09:00:00Z")
+                           duration_s=321.0, log_path=tmp / "build.log", created_at="2026-12-01T09:00:00Z",
+                           manifest={"cell": {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4",
+                                              "arch": "gfx90a", "python": "3.10"},
+                                     "torch": {"git": {"proof": "unproven"}}})  # rendered with --unproven
         store.record_run(with_probe_failure(cpu_result()))
         store.record_run(failed_result("oom", "HIP out of memory <tried 2 GiB>",
                                        image={"manifest": {"cell": fail_cell}}))
@@ -187,3 +190,17 @@ _FILTER_SCRIPT = """(() => {
   set('', '6.2', '');
   return out;
 })()"""
+
+
+def test_a_cell_built_from_an_unproven_source_says_so_everywhere(site):
+    """Review 2, finding 1: a torch source build rendered with --unproven is marked in the index, the cell
+    page, summary.md and data.json; other cells are not."""
+    out, index = site
+    html = index.read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr data-cell="([^"]+)".*?</tr>', html, re.S)}
+    assert '<span class="unproven"' in rows[ROCM_KEY] and "unproven" not in rows[CPU_KEY]
+    assert '<span class="unproven"' in (out / "cells" / f"{ROCM_KEY}.html").read_text()
+    assert '<span class="unproven"' not in (out / "cells" / f"{CPU_KEY}.html").read_text()
+    assert re.search(r"rocm6\.2-torch2\.4-gfx90a-py3\.10\.html\) \| pass[^|]* \(unproven source\) \|", (out / "summary.md").read_text())
+    flags = {c["key"]: c["unproven"] for c in json.loads((out / "data.json").read_text())["cells"]}
+    assert flags[ROCM_KEY] is True and not any(v for k, v in flags.items() if k != ROCM_KEY)

@@ -67,6 +67,7 @@ class IndexEntry:
     vendor: vendor_support.VendorSupport
     provenance: str  # the latest run's kind (builder.matrix.provenance.KINDS), "none" without a run
     provenance_label: str
+    unproven: bool = False  # torch built from a source no peer has shown to compile (render --unproven)
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ def _index_entry(s: CellSummary, vendor: dict) -> IndexEntry:
         failure_class=s.failure_class, note=s.note, last_at=(s.last_event_at or "")[:16].replace("T", " "),
         hardware=_hardware(s.latest_run), samples_per_s=metrics.get("samples_per_s"), mfu=metrics.get("mfu"),
         **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=vendor_support.support_of(cell, vendor),
-        **_cell_provenance(s))
+        unproven=s.unproven, **_cell_provenance(s))
 
 
 def _cell_provenance(s: CellSummary) -> dict:

@@ -95,6 +95,17 @@ class CellSummary:
         return sum(e.kind == "run" for e in self.verdicts)
 
     @property
+    def unproven(self) -> bool:
+        """A build or run of this cell had a torch built from a source no peer has shown to compile
+        (`envbuild render --unproven`: the manifest's torch.git.proof is "unproven")."""
+        manifests = [b.get("manifest") for b in self.builds]
+        for row in self.runs:
+            result = row.get("result") if isinstance(row.get("result"), dict) else row
+            image = result.get("image") if isinstance(result, dict) else None
+            manifests.append(image.get("manifest") if isinstance(image, dict) else None)
+        return any(_torch_proof(m) == "unproven" for m in manifests)
+
+    @property
     def environments(self) -> list[str]:
         """The environments with verdicts, the latest one last."""
         order = {e.environment: e.at for e in self.verdicts}
@@ -193,8 +204,17 @@ def summary_record(s: CellSummary, *, with_runs: bool = True) -> dict:
     return record
 
 
+def _torch_proof(manifest: object) -> str | None:
+    """torch.git.proof of a stored manifest (untrusted data: anything not of that shape gives None)."""
+    torch = manifest.get("torch") if isinstance(manifest, dict) else None
+    git = torch.get("git") if isinstance(torch, dict) else None
+    proof = git.get("proof") if isinstance(git, dict) else None
+    return proof if isinstance(proof, str) else None
+
+
 def summary_line(s: CellSummary) -> dict:
     return {"key": s.key, "status": s.status, "failure_class": s.failure_class, "note": s.note,
+            "unproven": s.unproven,
             "runs": s.run_count, "builds": len(s.builds), "attempts": len(s.attempts),
             "last_pass_at": s.last_pass_at, "last_event_at": s.last_event_at, "flaky": s.flaky,
             "environment": s.environment, "environments": [environment_line(s, env) for env in s.environments]}
