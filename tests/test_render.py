@@ -205,10 +205,10 @@ def _step_text(run: str, files: dict[str, bytes]) -> tuple[str | None, str]:
 ], ids=["rocm-source", "rocm-wheel", "rocm-installer-source", "cpu"])
 def test_no_build_step_uses_the_network_outside_the_declared_fetch_steps(request_):
     """Review 2, findings 3/4/9: every RUN of a rendered context is grepped, with the script it runs, for network
-    tools; only the declared fetch steps (builder.context.FETCH_STEPS, listed in the manifest) may use them,
+    tools; only the declared fetch steps (builder.plan.context.FETCH_STEPS, listed in the manifest) may use them,
     and only they get the proxy CA secret. The torch compile is offline: no network tool, every proxy variable
     at a closed port, and AOTriton's users switched off, so torch's cmake cannot download it."""
-    from builder.context import FETCH_STEPS
+    from builder.plan.context import FETCH_STEPS
 
     files, manifest = context_files(resolve(request_))
     runs = _runs(files["Dockerfile"].decode())
