@@ -115,14 +115,22 @@ def test_envbuild_run_refuses_bad_arguments_with_exit_2(tmp_path, args, message)
     assert not out.exists() and not db.exists()
 
 
-@pytest.mark.parametrize("db", ["/proc/x/m.db", "DIR", "NOT_SQLITE", "READ_ONLY_DIR/m.db"])
-def test_envbuild_run_checks_the_matrix_before_training(tmp_path, read_only_dir, db):
+@pytest.mark.parametrize("db,message", [
+    ("/proc/x/m.db", "cannot use the matrix database /proc/x/m.db (--db / $ENVBUILD_DB): No such file or directory"),
+    ("DIR", "Invalid value for '--db': File 'TMP' is a directory."),
+    ("NOT_SQLITE", "TMP/not.db is not an SQLite database"),
+    ("EMPTY", "TMP/empty.db is empty (0 bytes)"),
+    ("READ_ONLY_DIR/m.db", "cannot use the matrix database READ_ONLY_DIR/m.db"),
+])
+def test_envbuild_run_checks_the_matrix_before_training(tmp_path, read_only_dir, db, message):
     (tmp_path / "not.db").write_text("not a database")
-    db = {"DIR": str(tmp_path), "NOT_SQLITE": str(tmp_path / "not.db"),
+    (tmp_path / "empty.db").write_bytes(b"")
+    db = {"DIR": str(tmp_path), "NOT_SQLITE": str(tmp_path / "not.db"), "EMPTY": str(tmp_path / "empty.db"),
           "READ_ONLY_DIR/m.db": str(read_only_dir / "m.db")}.get(db, db)
     result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(tmp_path / "out")],
                                 env={"ENVBUILD_DB": db})
     assert result.exit_code == 2, result.output
-    assert ("cannot use the matrix database" in result.output or "'--db'" in result.output), result.output
+    expected = message.replace("READ_ONLY_DIR", str(read_only_dir)).replace("TMP", str(tmp_path))
+    assert expected in " ".join(result.output.split()), result.output
     assert "running locally" not in result.output
     assert not (tmp_path / "out").exists()

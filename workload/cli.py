@@ -46,10 +46,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="data-parallel processes: auto = one per visible GPU (1 on the CPU); N > 1 on the CPU "
                         "starts N gloo processes. A plain start re-launches itself under torchrun")
     t.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"])
-    t.add_argument("--attn", dest="attn_implementation", help="attention implementation: sdpa, eager, auto")
+    t.add_argument("--attn", dest="attn_implementation",
+                   help="attention implementation: auto, sdpa, eager, flash_attention_2, flash_attention_3, "
+                        "flex_attention")
     t.add_argument("--seed", type=int)
     t.add_argument("--epochs", type=int)
-    t.add_argument("--max-steps", type=int)
+    t.add_argument("--max-steps", type=int, help="stop after N optimizer steps (N >= 1; the schedule repeats "
+                                                 "epochs if needed) [default: no limit, --epochs decide]")
     t.add_argument("--batch-size", type=int)
     t.add_argument("--lr", dest="learning_rate", type=float)
     t.add_argument("--max-length", type=int)
@@ -58,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--lora-dropout", type=float)
     t.add_argument("--pad-multiple", type=int)
     t.add_argument("--gradient-checkpointing", action="store_true", default=None)
-    t.add_argument("--min-accuracy", type=float, help="fail with did_not_learn below this eval accuracy")
+    t.add_argument("--min-accuracy", type=float,
+                   help="fail with did_not_learn below this eval accuracy (0 to 1) [default: the pass bar from "
+                        "the eval split: its majority-class rate plus a margin, docs/matrix.md]")
     t.add_argument("--no-probes", action="store_true", help="skip the environment probes")
     t.add_argument("--quiet", action="store_true")
 
@@ -153,7 +158,6 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     from .errors import InputError
-    from .runner import bad_input
 
     created: list[Path] = []
     try:
@@ -163,7 +167,8 @@ def main(argv=None) -> int:
         for path in reversed(created):  # bad input leaves nothing behind, not even an empty --out
             with contextlib.suppress(OSError):
                 path.rmdir()
-        return bad_input(exc)
+        print(f"[workload] bad input: {exc}", file=sys.stderr, flush=True)
+        return 2
 
 
 def _launch_size(args) -> int:
@@ -181,6 +186,10 @@ def _launch_size(args) -> int:
 
 def _dispatch(args, argv: list[str], created: list[Path]) -> int:
     if args.command == "train":
+        from .settings import check_device, check_recipe
+
+        recipe = check_recipe(_recipe(args))  # settings out of range: exit 2 before anything is written (or imported)
+        check_device(args.device)
         from .runner import launch_train_command, train_command
 
         if args.out is None and not launch.under_launcher():
@@ -191,18 +200,21 @@ def _dispatch(args, argv: list[str], created: list[Path]) -> int:
             _writable_out(args.out, created)
         nproc = _launch_size(args)
         if nproc > 1:
-            code, _ = launch_train_command(_recipe(args), argv, nproc, out_dir=args.out, device_name=args.device,
+            code, _ = launch_train_command(recipe, argv, nproc, out_dir=args.out, device_name=args.device,
                                            dataset_path=args.data, text_column=args.text_column,
-                                           label_column=args.label_column)
+                                           label_column=args.label_column, revision=args.revision)
             return code
-        code, _ = train_command(_recipe(args), out_dir=args.out, dataset_path=args.data, device_name=args.device,
+        code, _ = train_command(recipe, out_dir=args.out, dataset_path=args.data, device_name=args.device,
                                 revision=args.revision, probes=not args.no_probes, text_column=args.text_column,
-                                label_column=args.label_column, quiet=args.quiet)
+                                label_column=args.label_column, quiet=args.quiet, argv=argv)
         return code
     if args.command == "probe":
         from .probe_table import probe_table
         from .runner import probe_command
 
+        from .settings import check_device
+
+        check_device(args.device)
         if args.out is not None:
             _writable_out(args.out, created)
         code, result = probe_command(args.out, args.device, args.dtype)
@@ -216,6 +228,9 @@ def _dispatch(args, argv: list[str], created: list[Path]) -> int:
         return code
     from .models import read_adapter_meta
     from .predict import predict
+    from .settings import check_device
+
+    check_device(args.device)
 
     read_adapter_meta(args.adapter)  # a bad --adapter is one clear line before anything loads
     texts = args.texts or [line.strip() for line in sys.stdin if line.strip()]

@@ -57,6 +57,12 @@ class DidNotLearn(WorkloadError):
     status = "fail"
 
 
+class DidNotTrain(WorkloadError):
+    """No optimizer step ran: the run measured nothing about learning (never a pass)."""
+
+    error_class = "did_not_train"
+
+
 class ProbeFailure(WorkloadError):
     """At least one environment probe failed."""
 

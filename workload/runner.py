@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -13,8 +14,9 @@ import torch
 
 from . import environment as env
 from . import launch
-from .errors import DidNotLearn, InputError, ProbeFailure, WorkloadError
-from .presets import Recipe
+from .errors import DidNotLearn, DidNotTrain, InputError, ProbeFailure, WorkloadError
+from .noise import third_party_to
+from .presets import PRESETS, Recipe
 from .result import finish, new_result, write_result
 
 
@@ -111,16 +113,20 @@ def probe_command(out_dir: Path | None, device_name: str = "auto", dtype: str = 
 
 def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | None = None,
                   device_name: str = "auto", revision: str | None = None, probes: bool = True,
-                  text_column: str = "text", label_column: str = "label", quiet: bool = False) -> tuple[int, dict]:
+                  text_column: str = "text", label_column: str = "label", quiet: bool = False,
+                  argv: list[str] | None = None) -> tuple[int, dict]:
     """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json.
-    Bad input (data, model path) raises InputError before anything is written."""
+    Bad input (settings, data, model path) raises InputError before anything is written. `argv`: the
+    command line that started it (recorded in `invocation`)."""
     from . import distributed
 
     data = _checked_inputs(recipe, dataset_path, text_column, label_column)
     result = new_result("train")
+    result["invocation"] = dict(invocation(recipe, data, argv, revision), probes=probes)
     exc = None
     scratch = Path(tempfile.mkdtemp(prefix="workload-"))
     dist = distributed.Dist()
+    noise = Path(out_dir) / third_party_log_name() if out_dir is not None else None
     try:
         dist = distributed.init_from_env(device_name)
         if dist.is_main:
@@ -133,7 +139,8 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
         _check_visible_devices(device)
         dtype = env.resolve_dtype(recipe.dtype, device)
         result["config"] = _config_block(recipe, dtype, dist.world_size)
-        _train(result, recipe, device, dtype, dist, data, revision, probes, out_dir, scratch, quiet)
+        with third_party_to(noise):
+            _train(result, recipe, device, dtype, dist, data, revision, probes, out_dir, scratch, quiet)
     except BaseException as e:  # noqa: BLE001 - recorded in the result
         exc = e
     finally:
@@ -148,11 +155,12 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
 
 def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, out_dir: Path | None,
                          device_name: str = "auto", dataset_path: str | None = None, text_column: str = "text",
-                         label_column: str = "label") -> tuple[int, dict]:
+                         label_column: str = "label", revision: str | None = None) -> tuple[int, dict]:
     """Data parallelism from a plain start: re-run `train_argv` under torchrun with `nproc` ranks
     (workload/launch.py); (exit code, the final result: rank 0's, corrected if a rank failed)."""
-    _checked_inputs(recipe, dataset_path, text_column, label_column)  # bad input: InputError, nothing written
+    data = _checked_inputs(recipe, dataset_path, text_column, label_column)  # bad input: InputError, nothing written
     result = new_result("train")
+    result["invocation"] = invocation(recipe, data, train_argv, revision)
     try:
         result["versions"] = env.versions()
         device = env.pick_device(device_name)
@@ -170,10 +178,13 @@ def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, o
 
 
 def _checked_inputs(recipe: Recipe, dataset_path, text_column: str, label_column: str):
-    """The dataset, loaded and validated, after the model source is checked (InputError if either is bad)."""
+    """The dataset, loaded and validated, after the settings and the model source are checked (InputError if
+    any is bad)."""
     from .dataset import CHARS_PER_TOKEN_LIMIT, load_dataset
     from .models import check_model_source
+    from .settings import check_recipe
 
+    check_recipe(recipe)
     check_model_source(recipe.model)
     data = load_dataset(dataset_path, labels=recipe.labels, eval_fraction=recipe.eval_fraction, seed=recipe.seed,
                         text_col=text_column, label_col=label_column,
@@ -182,6 +193,34 @@ def _checked_inputs(recipe: Recipe, dataset_path, text_column: str, label_column
         _log(f"{data.truncated} text(s) longer than {recipe.max_length * CHARS_PER_TOKEN_LIMIT} characters "
              f"were cut to that length when read ({CHARS_PER_TOKEN_LIMIT} per token of max_length)")
     return data
+
+
+def third_party_log_name() -> str:
+    """third-party.log on rank 0 (and single-process runs), third-party.rankN.log on the others."""
+    from .noise import LOG_NAME
+
+    rank = os.environ.get("RANK", "0")
+    return LOG_NAME if rank == "0" else LOG_NAME.replace(".log", f".rank{rank}.log")
+
+
+def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | None) -> dict:
+    """What made this run: the command line, preset, model, data file (name and sha256) and every setting that
+    differs from the preset's (`overrides`; empty: the preset as it stands)."""
+    from .dataset import DEFAULT_DATASET
+
+    preset = PRESETS[recipe.preset]
+    overrides = {f.name: _plain(getattr(recipe, f.name)) for f in dataclasses.fields(recipe)
+                 if f.name not in ("preset", "model") and getattr(recipe, f.name) != getattr(preset, f.name)}
+    bundled = Path(data.path).resolve() == DEFAULT_DATASET.resolve()
+    return {"argv": ["python", "-m", "workload", *argv] if argv is not None else None,
+            "preset": recipe.preset, "model": recipe.model, "revision": revision,
+            "data": {"name": DEFAULT_DATASET.name if bundled else Path(data.path).name, "bundled": bundled,
+                     "sha256": data.sha256},
+            "overrides": overrides}
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _tokenise(tokenizer, texts: list[str], max_length: int, what: str, quiet: bool) -> tuple[list[list[int]], int]:
@@ -239,6 +278,7 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
     from .metrics import mfu
+    from .pass_bar import pass_bar
     from .models import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
                          save_adapter)
     from .train import Tokenised, evaluate, train
@@ -276,6 +316,8 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
                     eval_ids, [label_ids[e.label] for e in data.eval])
     pad_id = loaded.tokenizer.pad_token_id
     eval_kwargs = dict(device=device, dtype=dtype, pad_id=pad_id, recipe=recipe, num_labels=len(data.labels))
+    bar = pass_bar(tok.eval_labels, len(data.labels), floor=recipe.accuracy_floor, given=recipe.min_accuracy)
+    result["config"].update(min_accuracy=bar["min_accuracy"], pass_bar=bar)
     metrics = {"eval_before": evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)}
     result["metrics"] = metrics
     if device.type == "cuda":
@@ -303,16 +345,18 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
         "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
     })
+    if stats.steps == 0:
+        raise DidNotTrain("no optimizer step ran, so nothing was trained: the run says nothing about learning")
     metrics["eval_after"] = evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)
     if out_dir is not None and dist.is_main:
         save_adapter(loaded, Path(out_dir) / "adapter", data.labels,
                      {"max_length": recipe.max_length, "dataset_sha256": data.sha256})
         result["artifacts"] = {"adapter_dir": "adapter"}
     after = metrics["eval_after"]["accuracy"]
-    if after < recipe.min_accuracy:
-        raise DidNotLearn(f"eval accuracy after training {after:.3f} is below {recipe.min_accuracy:.3f} "
-                          f"(chance {1 / len(data.labels):.3f}, before training "
-                          f"{metrics['eval_before']['accuracy']:.3f})")
+    if after < bar["min_accuracy"]:
+        raise DidNotLearn(f"eval accuracy after training {after:.3f} is below the pass bar {bar['min_accuracy']:.3f} "
+                          f"({bar['source']}; majority-class rate {bar['majority_rate']:.3f}, chance "
+                          f"{bar['chance']:.3f}, before training {metrics['eval_before']['accuracy']:.3f})")
     failure = _probe_failure(result["probes"])
     if failure:
         raise ProbeFailure(failure)
