@@ -64,6 +64,8 @@ def test_workload_train_refuses_bad_data_with_exit_2(tmp_path, case):
 @pytest.mark.parametrize("args,message", [
     (["train", "--model", "MODEL_DIR"], "no config.json in it"),
     (["train", "--model", "./no/such/model"], "--model ./no/such/model: no such directory"),
+    (["train", "--model", "tiny-gema"], "--model tiny-gema: not a tiny model, a local directory or a hub id "
+                                        "(owner/name); did you mean tiny-gemma?"),
     (["train", "--data", "./no-such.jsonl"], "no-such.jsonl: no such file"),
     (["train", "--preset", "smok"], "invalid choice: 'smok'"),
     (["train", "--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
@@ -72,7 +74,7 @@ def test_workload_train_refuses_bad_data_with_exit_2(tmp_path, case):
     (["probe", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
     (["predict", "--adapter", "/nonexistent", "hi"], "--adapter /nonexistent: no such directory"),
     (["predict", "--adapter", "MODEL_DIR", "hi"], "not a workload adapter"),
-], ids=["model-dir-without-config", "missing-model-dir", "missing-data", "typo-preset", "bad-arg-value",
+], ids=["model-dir-without-config", "missing-model-dir", "typo-tiny-model", "missing-data", "typo-preset", "bad-arg-value",
         "unknown-arg", "train-out-proc", "probe-out-proc", "predict-missing-adapter", "predict-not-an-adapter"])
 def test_workload_refuses_bad_paths_and_arguments_with_exit_2(tmp_path, args, message):
     model_dir = tmp_path / "model"

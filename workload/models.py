@@ -155,9 +155,18 @@ def _looks_like_path(model_id: str) -> bool:
 
 
 def check_model_source(model_id: str) -> None:
-    """A local model path must be a directory with config.json (PathError otherwise); hub ids are checked
-    when loaded."""
-    if is_tiny(model_id) or not _looks_like_path(model_id):
+    """A local model path must be a directory with config.json, a hub id is `owner/name` (PathError otherwise,
+    with a "did you mean" for a near miss of a tiny model); hub ids are checked further when loaded."""
+    if is_tiny(model_id):
+        return
+    if not _looks_like_path(model_id):
+        if "/" not in model_id:  # every Gemma on the hub is owner/name (google/gemma-2b): no need to ask it
+            import difflib
+
+            near = difflib.get_close_matches(model_id, sorted(TINY_FAMILIES), n=1, cutoff=0.75)
+            hint = f"did you mean {near[0]}? " if near else ""
+            raise PathError(f"--model {model_id}: not a tiny model, a local directory or a hub id (owner/name); "
+                            f"{hint}tiny models: {', '.join(sorted(TINY_FAMILIES))}")
         return
     path = Path(model_id).expanduser()
     if not path.exists():

@@ -1,0 +1,97 @@
+"""The configuration a run belongs to (preset, model) and whether it is the verdict configuration, the run that
+decides its cell (docs/matrix.md "Verdict runs and measurements").
+
+The verdict configuration is the `smoke` train preset as it stands: model `tiny-gemma`, the bundled sample
+data, no setting overridden, probes on. Every other run (another preset or model, random-weight speed runs,
+`--max-steps`, `--min-accuracy`, other data, `--no-probes`, the `probe` command) is a measurement of its own
+configuration: shown with its own status, never the cell's verdict, never a flip.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+
+VERDICT_PRESET = "smoke"
+VERDICT_MODEL = "tiny-gemma"
+BUNDLED_DATA = "emotions.jsonl"
+#: The smoke preset's own pass bar, how a result written before `invocation` shows it ran the preset as it stands.
+LEGACY_SMOKE_BAR = 0.45
+
+#: The result fields the rule reads, as SQLite JSON paths (`MatrixStore.run_events` extracts them, guarded by
+#: json_valid so a damaged row is read without them).
+FIELDS = ("$.command", "$.invocation.preset", "$.invocation.model", "$.invocation.overrides",
+          "$.invocation.data.bundled", "$.invocation.probes", "$.config.preset", "$.model.id",
+          "$.config.max_steps", "$.config.min_accuracy", "$.dataset.path", "$.invocation")
+SQL = "CASE WHEN json_valid(result_json) THEN json_array({}) END".format(
+    ", ".join(f"json_extract(result_json, '{path}')" for path in FIELDS))
+
+
+@dataclass(frozen=True)
+class RunConfiguration:
+    """A run's configuration: `preset` and `model` name it; `decides` when it is the verdict configuration."""
+
+    preset: str
+    model: str
+    decides: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.preset} · {self.model}"
+
+
+UNKNOWN = RunConfiguration("?", "?", True)  # a row whose JSON is damaged: its own columns still give the verdict
+
+
+def of_result(result: dict) -> RunConfiguration:
+    """The configuration of a result.json dict."""
+    invocation = result.get("invocation") if isinstance(result.get("invocation"), dict) else None
+    data = (invocation or {}).get("data") if isinstance((invocation or {}).get("data"), dict) else {}
+    config = result.get("config") if isinstance(result.get("config"), dict) else {}
+    model = result.get("model") if isinstance(result.get("model"), dict) else {}
+    dataset = result.get("dataset") if isinstance(result.get("dataset"), dict) else {}
+    return _configuration(result.get("command"), invocation is not None, (invocation or {}).get("preset"),
+                          (invocation or {}).get("model"), (invocation or {}).get("overrides"), data.get("bundled"),
+                          (invocation or {}).get("probes"), config.get("preset"), model.get("id"),
+                          config.get("max_steps"), config.get("min_accuracy"), dataset.get("path"))
+
+
+def of_row(extracted: str | None) -> RunConfiguration:
+    """The configuration from the JSON array that `SQL` extracts (None: the row's JSON is damaged)."""
+    if extracted is None:
+        return UNKNOWN
+    try:
+        (command, preset, model, overrides, bundled, probes, config_preset, model_id, max_steps, min_accuracy,
+         path, invocation) = json.loads(extracted)
+    except (ValueError, TypeError):
+        return UNKNOWN
+    if isinstance(overrides, str):  # json_extract returns an object as its JSON text
+        try:
+            overrides = json.loads(overrides)
+        except ValueError:
+            overrides = None
+    return _configuration(command, invocation is not None, preset, model, overrides, bundled, probes,
+                          config_preset, model_id, max_steps, min_accuracy, path)
+
+
+def _configuration(command, has_invocation, preset, model, overrides, bundled, probes, config_preset, model_id,
+                   max_steps, min_accuracy, path) -> RunConfiguration:
+    if command == "probe":
+        return RunConfiguration("probe", "-", False)
+    preset = _text(preset if has_invocation else config_preset)
+    model = _text(model if has_invocation else model_id)
+    if has_invocation:
+        # SQLite's json_extract gives JSON booleans as 1 / 0
+        decides = (preset == VERDICT_PRESET and model == VERDICT_MODEL and overrides == {} and bundled in (True, 1)
+                   and probes not in (False, 0))
+    else:  # written before `invocation`: the preset as it stands shows in its config, model and data file
+        decides = (preset in (None, VERDICT_PRESET) and model in (None, VERDICT_MODEL) and max_steps is None
+                   and min_accuracy in (None, LEGACY_SMOKE_BAR)
+                   and (path is None or posixpath.basename(str(path)) == BUNDLED_DATA))
+    return RunConfiguration(preset or VERDICT_PRESET if decides else preset or "?",
+                            model or VERDICT_MODEL if decides else model or "?", decides)
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
