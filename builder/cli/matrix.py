@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -18,7 +19,9 @@ from builder.cli.store_options import DatabaseError, db_option, open_store, plai
 from builder.matrix import attest
 from builder.matrix.provenance import Provenance
 from builder.matrix.store import MatrixStore, StoreError, canonical_json, default_db_path, validate_result
-from builder.matrix.summary import CellSummary, environment_line, export_data, summarize, summary_line, summary_record
+from builder.matrix.run_config import VERDICT_LABEL
+from builder.matrix.summary import (CellSummary, configuration_line, environment_line, export_data, summarize,
+                                    summary_line, summary_record)
 from builder.plan.cells import Cell
 
 _STYLE = {"pass": "green", "partial": "yellow", "fail": "red", "untested": "dim"}
@@ -42,30 +45,76 @@ def matrix() -> None:
 @matrix.command("list")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_cells(db: Path | None, as_json: bool) -> None:
-    """One line per recorded cell: status, runs, attempts, flaky.
+@click.option("--wide", is_flag=True, help="Every column (builds, attempts, configuration, environment) on a "
+              "terminal too; piped output always has them, plain and untruncated.")
+def list_cells(db: Path | None, as_json: bool, wide: bool) -> None:
+    """One line per recorded cell: status, runs, flaky, last pass, class / note.
 
-    Earlier environments of a cell (another base image or content hash) get lines of their own, with
-    their failure class."""
+    Earlier environments of a cell (another base image or content hash) and its measurements (runs of
+    other configurations: presets, models, speed runs; docs/matrix.md) get lines of their own, with their
+    status. On a terminal the table fits its width (--wide: every column); piped, it is plain text,
+    columns separated by two spaces, nothing cut."""
     summaries = _read(db, with_runs=False)
     if as_json:
         click.echo(json.dumps([summary_line(s) for s in summaries], indent=2))
         return
-    table = Table()
-    table.add_column("cell", no_wrap=True)
-    for name in ("status", "class / note", "runs", "builds", "attempts", "last pass", "flaky", "environment"):
-        table.add_column(name)
-    for s in summaries:
-        table.add_row(Text(plain(s.key)), _status(s.status), Text(_class_note(s)), str(s.run_count),
-                      str(len(s.builds)), str(len(s.attempts)), Text(plain(s.last_pass_at or "-")),
-                      "flaky" if s.flaky else "", Text(plain(s.environment or "-")))
-        for env in s.environments[:-1][::-1]:  # earlier environments: a row each, never a flip
-            line = environment_line(s, env)
-            table.add_row(Text(plain(f"  {s.key}")), _status(line["status"]),
-                          Text(plain(" ".join(x for x in (line["failure_class"], line["note"]) if x) or "-")),
-                          "", "", "", Text(plain(line["last_pass_at"] or "-")), "flaky" if line["flaky"] else "",
-                          Text(plain(env)))
-    Console().print(table)
+    rows = [row for s in summaries for row in _list_rows(s)]
+    console = Console()
+    if not console.is_terminal:
+        click.echo(_plain_table(_WIDE, rows))
+        return
+    columns = _WIDE if wide else _NARROW
+    if not wide:  # one line a row: the flaky marker beside the status, the date of the last pass
+        rows = [{**row, "status": f"{row['status']} {row['flaky']}".strip(), "last pass": row["last pass"][:10]}
+                for row in rows]
+    # every column but the note as wide as its values; the note takes the rest of the line, cut with …
+    widths = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in columns}
+    widths["class / note"] = max(12, console.width - sum(w for c, w in widths.items() if c != "class / note")
+                                 - 2 * len(columns))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for name in columns:
+        table.add_column(name, no_wrap=True, overflow="ellipsis", width=widths[name])
+    for row in rows:
+        table.add_row(*(_status(row[c]) if c == "status" else Text(row[c]) for c in columns))
+    console.print(table)
+
+
+_WIDE = ("cell", "status", "runs", "flaky", "last pass", "class / note", "configuration", "builds", "attempts",
+         "environment")
+_NARROW = ("cell", "status", "runs", "last pass", "class / note")
+
+
+def _list_rows(s: CellSummary) -> list[dict]:
+    """The cell's line, one per earlier environment and one per measurement configuration (plain strings)."""
+    rows = [{"cell": s.key, "status": s.status, "runs": str(s.run_count), "flaky": "flaky" if s.flaky else "",
+             "last pass": s.last_pass_at or "-", "class / note": _class_note(s),
+             "configuration": configuration_line_label(), "builds": str(len(s.builds)),
+             "attempts": str(len(s.attempts)), "environment": s.environment or "-"}]
+    for env in s.environments[:-1][::-1]:  # earlier environments: a row each, never a flip
+        line = environment_line(s, env)
+        rows.append({"cell": f"  {s.key}", "status": line["status"], "runs": str(line["verdicts"]),
+                     "flaky": "flaky" if line["flaky"] else "", "last pass": line["last_pass_at"] or "-",
+                     "class / note": " ".join(x for x in ("earlier environment:", env, line["failure_class"],
+                                                           line["note"]) if x),
+                     "configuration": configuration_line_label(), "builds": "", "attempts": "", "environment": env})
+    for configuration in s.configurations[::-1]:  # measurements: their own status, never the cell's
+        line = configuration_line(s, configuration)
+        rows.append({"cell": f"  ↳ {configuration}", "status": line["status"], "runs": str(line["runs"]),
+                     "flaky": "flaky" if line["flaky"] else "", "last pass": "-",
+                     "class / note": " ".join(x for x in (line["failure_class"], line["note"]) if x) or "-",
+                     "configuration": configuration, "builds": "", "attempts": "", "environment": line["environment"]})
+    return [{k: plain(v) for k, v in row.items()} for row in rows]
+
+
+def configuration_line_label() -> str:
+    return f"{VERDICT_LABEL} (verdict)"
+
+
+def _plain_table(columns: tuple[str, ...], rows: list[dict]) -> str:
+    """Columns padded to their widest value, two spaces apart, nothing cut (for pipes and files)."""
+    widths = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in columns}
+    lines = [[c for c in columns], *([r[c] for c in columns] for r in rows)]
+    return "\n".join("  ".join(v.ljust(widths[c]) for c, v in zip(columns, line)).rstrip() for line in lines)
 
 
 @matrix.command("show")
@@ -265,7 +314,7 @@ def _conflicts(target: Path, results: list, databases: list, *, check_recorded: 
 
 
 def _status(verdict: str) -> Text:
-    return Text(verdict, style=_STYLE.get(verdict, ""))
+    return Text(verdict, style=_STYLE.get(verdict.split()[0] if verdict else "", ""))
 
 
 def _class_note(s: CellSummary) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from builder.matrix import run_config
 from builder.matrix.provenance import KINDS, PUBLISHED, UNSIGNED
 from builder.matrix.store_schema import RUN_STATUSES, DamagedRow, StoreConnection, _first_error, _is_result
 from builder.plan.cells import Cell
@@ -89,20 +90,23 @@ class StoreReads(StoreConnection):
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
 
         Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated),
-        counts (a verdict, not only an attempt), base_image, base_digest, context_hash, attempt_dir.
-        A row whose status column is damaged is skipped and noted.
+        counts (a verdict, not only an attempt), base_image, base_digest, context_hash, attempt_dir, and
+        `configuration` (run_config.RunConfiguration: the few result fields it needs, read only where the
+        stored JSON is valid). A row whose status column is damaged is skipped and noted.
         """
         cur = self._conn.execute(
             "SELECT runs.id, cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
             " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
             " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail'),"
-            " runs.counts, runs.base_image, runs.base_digest, runs.context_hash, runs.attempt_dir"
+            " runs.counts, runs.base_image, runs.base_digest, runs.context_hash, runs.attempt_dir,"
+            f" {run_config.SQL}"
             " FROM runs JOIN cells ON cells.id = runs.cell_id ORDER BY at, runs.id")
         names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes", "counts",
-                 "base_image", "base_digest", "context_hash", "attempt_dir")
+                 "base_image", "base_digest", "context_hash", "attempt_dir", "configuration")
         events = []
         for row_id, *row in cur:
             event = dict(zip(names, row))
+            event["configuration"] = run_config.of_row(event["configuration"])
             if event["status"] in RUN_STATUSES and isinstance(event["at"], str):
                 events.append(event)
             else:

@@ -16,6 +16,7 @@ from typing import Any, Iterator, TypeVar
 
 from pydantic import ValidationError
 
+from builder.matrix import verdict_rules
 from builder.plan.cells import Cell
 
 #: Environment variable naming the matrix database (the `--db` option reads it too).
@@ -88,8 +89,9 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
     # 2: attempts vs verdicts (builder/matrix/verdict_rules.py), each attempt's own directory, the environment
-    # (base image and digest, content hash). The class lists are those of this version, frozen here.
-    """
+    # (base image and digest, content hash). The attempt classes are verdict_rules' own sets, the ones every
+    # write uses: an upgraded file and a new one classify alike.
+    f"""
     ALTER TABLE builds ADD COLUMN counts INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE builds ADD COLUMN attempt_dir TEXT;
     ALTER TABLE builds ADD COLUMN base_image TEXT;
@@ -105,9 +107,9 @@ MIGRATIONS: tuple[str, ...] = (
         context_hash = json_extract(result_json, '$.image.manifest.context_hash')
         WHERE json_valid(result_json) AND json_type(result_json, '$.image.manifest') = 'object';
     UPDATE builds SET counts = 0 WHERE status = 'fail' AND failure_class IN
-        ('base_image_unavailable', 'build_context_error', 'interrupted', 'usage_error');
+        {verdict_rules.sql_list(verdict_rules.BUILD_ATTEMPT_CLASSES)};
     UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
-        ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
+        {verdict_rules.sql_list(verdict_rules.RUN_ATTEMPT_CLASSES)}
     """,
     # 3: who measured each run (builder/matrix/provenance.py): 'ci', 'contributed' (a verified signed
     # attestation: its signer and envelope) or 'unsigned'. Runs recorded before had no attestation.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from builder.matrix import verdict_rules
+from builder.matrix import run_config, verdict_rules
 from builder.matrix.store import MatrixStore
 from builder.plan.cells import Cell
 
@@ -56,10 +56,22 @@ class Event:
     note: str = ""
     environment: str = verdict_rules.UNKNOWN_ENVIRONMENT
     attempt_dir: str | None = None
+    configuration: str = run_config.VERDICT_LABEL  # "preset · model"
+    decides: bool = True  # the verdict configuration (a build always is: a failed build fails every run)
 
     @property
     def counts(self) -> bool:
         return self.verdict != ATTEMPT
+
+    @property
+    def is_verdict(self) -> bool:
+        """A verdict of the cell: about the environment, and of the configuration that decides the cell."""
+        return self.counts and self.decides
+
+    @property
+    def is_measurement(self) -> bool:
+        """About the environment, but of another configuration: shown with its own status, never the cell's."""
+        return self.counts and not self.decides
 
 
 @dataclass
@@ -82,7 +94,22 @@ class CellSummary:
 
     @property
     def verdicts(self) -> list[Event]:
-        return [e for e in self.events if e.counts]
+        """The events that decide the cell: verdict-configuration runs and failed builds, oldest first."""
+        return [e for e in self.events if e.is_verdict]
+
+    @property
+    def measurements(self) -> list[Event]:
+        """Runs of other configurations that reached the environment, oldest first."""
+        return [e for e in self.events if e.is_measurement]
+
+    @property
+    def configurations(self) -> list[str]:
+        """The measurement configurations ("preset · model"), the latest measured last."""
+        order = {e.configuration: e.at for e in self.measurements}
+        return sorted(order, key=order.get)
+
+    def configuration_events(self, configuration: str) -> list[Event]:
+        return [e for e in self.measurements if e.configuration == configuration]
 
     @property
     def attempts(self) -> list[Event]:
@@ -137,16 +164,25 @@ class CellSummary:
 
     @property
     def latest_run(self) -> dict | None:
-        """The newest run that is a verdict (else the newest attempt)."""
-        counted = [row for row in self.runs if row.get("counts", True)] or self.runs
-        return counted[-1]["result"] if counted else None
+        """The newest verdict run (else the newest measurement, else the newest attempt)."""
+        counted = [row for row in self.runs if row.get("counts", True)]
+        deciding = [row for row in counted if run_config.of_result(row["result"]).decides]
+        chosen = deciding or counted or self.runs
+        return chosen[-1]["result"] if chosen else None
 
     @property
     def latest_train_run(self) -> dict | None:
-        """The newest result with training metrics (what the curves and accuracy come from)."""
+        """The newest completed train run of the verdict configuration (else of any configuration): what the
+        numbers, curves and accuracy come from. An interrupted or crashed run never replaces them."""
+        return self.latest_completed(run_config.VERDICT_LABEL) or self.latest_completed()
+
+    def latest_completed(self, configuration: str | None = None) -> dict | None:
+        """The newest train result of `configuration` (None: any) whose training finished (steps and an eval
+        after training), pass or not."""
         for row in reversed(self.runs):
-            if row["result"].get("command") == "train" and row["result"].get("metrics"):
-                return row["result"]
+            result = row["result"]
+            if completed(result) and configuration in (None, run_config.of_result(result).label):
+                return result
         return None
 
     @property
@@ -180,6 +216,13 @@ def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = 
     for key, summary in summaries.items():
         _fill_verdict(summary, events.get(key, []))
     return [summaries[k] for k in sorted(summaries)]
+
+
+def completed(result: dict) -> bool:
+    """A train run whose training finished: optimizer steps ran and the model was evaluated after them."""
+    metrics = result.get("metrics") if isinstance(result.get("metrics"), dict) else {}
+    return (result.get("command") == "train" and bool(metrics.get("steps"))
+            and isinstance(metrics.get("eval_after"), dict))
 
 
 def export_data(summaries: list[CellSummary]) -> dict:
@@ -217,7 +260,22 @@ def summary_line(s: CellSummary) -> dict:
             "unproven": s.unproven,
             "runs": s.run_count, "builds": len(s.builds), "attempts": len(s.attempts),
             "last_pass_at": s.last_pass_at, "last_event_at": s.last_event_at, "flaky": s.flaky,
-            "environment": s.environment, "environments": [environment_line(s, env) for env in s.environments]}
+            "environment": s.environment, "environments": [environment_line(s, env) for env in s.environments],
+            "configuration": run_config.VERDICT_LABEL,
+            "measurements": [configuration_line(s, c) for c in s.configurations]}
+
+
+def configuration_line(s: CellSummary, configuration: str) -> dict:
+    """One measurement configuration of a cell: its latest status, runs, flips (in one environment) and flaky."""
+    events = s.configuration_events(configuration)
+    latest = events[-1]
+    by_env: dict[str, list[Event]] = {}
+    for e in events:
+        by_env.setdefault(e.environment, []).append(e)
+    flips = sum(a.verdict != b.verdict for env in by_env.values() for a, b in _pairs(env))
+    return {"configuration": configuration, "status": latest.verdict, "failure_class": latest.failure_class,
+            "note": latest.note, "runs": len(events), "flips": flips, "flaky": _flaky(by_env[latest.environment]),
+            "last_at": latest.at, "environment": latest.environment}
 
 
 def environment_line(s: CellSummary, environment: str) -> dict:
@@ -238,8 +296,11 @@ def _run_event(row: dict) -> Event:
         verdict, note = "partial", f"probe warnings: {row['failed_probes']}"
     else:
         verdict, note = "pass", ""
+    config = row.get("configuration") or run_config.UNKNOWN
     return Event(at=row["at"], verdict=verdict if row["counts"] else ATTEMPT, kind="run", ident=row["run_id"],
                  failure_class=row["error_class"], note=note, attempt_dir=row["attempt_dir"],
+                 configuration=config.label if not config.decides else run_config.VERDICT_LABEL,
+                 decides=config.decides,
                  environment=verdict_rules.environment(row["base_image"], row["base_digest"], row["context_hash"]))
 
 
@@ -261,6 +322,9 @@ def _fill_verdict(summary: CellSummary, events: list[Event]) -> None:
         latest = verdicts[-1]
         summary.status, summary.failure_class, summary.note = latest.verdict, latest.failure_class, latest.note
         summary.environment = latest.environment
+    elif summary.measurements:
+        summary.note = (f"no {run_config.VERDICT_LABEL} run yet: {len(summary.measurements)} measurement(s) of "
+                        f"{', '.join(summary.configurations)}")
     elif events:
         last = events[-1]
         summary.note = f"no verdict yet: {len(events)} attempt(s), the last {last.failure_class or last.kind}"

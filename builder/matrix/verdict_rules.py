@@ -11,9 +11,16 @@ from __future__ import annotations
 BUILD_ATTEMPT_CLASSES = frozenset({"base_image_unavailable", "build_context_error", "interrupted", "usage_error"})
 #: Run error classes that are about the input, the engine or a stop, not the environment.
 RUN_ATTEMPT_CLASSES = frozenset({"interrupted", "data_error", "model_error", "usage_error", "input_error",
-                                 "container_error"})
+                                 "container_error", "did_not_train"})
 #: The label of an environment known by nothing but its cell (a `--local` run, a build without manifest).
 UNKNOWN_ENVIRONMENT = "local"
+
+
+def sql_list(classes: frozenset[str]) -> str:
+    """The classes as an SQL list literal, `('a', 'b')`: the migrations use the same sets as the writes."""
+    if not all(c.replace("_", "").isalnum() for c in classes):
+        raise ValueError(f"attempt classes must be plain names: {sorted(classes)}")
+    return "(" + ", ".join(f"'{c}'" for c in sorted(classes)) + ")"
 
 
 def counts(kind: str, status: str, failure_class: str | None) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 VERDICT_PRESET = "smoke"
 VERDICT_MODEL = "tiny-gemma"
 BUNDLED_DATA = "emotions.jsonl"
+VERDICT_LABEL = f"{VERDICT_PRESET} · {VERDICT_MODEL}"
 #: The smoke preset's own pass bar, how a result written before `invocation` shows it ran the preset as it stands.
 LEGACY_SMOKE_BAR = 0.45
 
