@@ -34,7 +34,8 @@ def request_options(command):
             show_default=True,
             help="auto: the official wheel where one exists, else a source build.",
         ),
-        click.option("--base-image", default=None, metavar="REF", help="Override the base image reference."),
+        click.option("--base-image", default=None, metavar="REF", callback=_image_reference,
+                     help="Override the base image reference ([registry/]name[:tag][@digest])."),
         click.option(
             "--install-rocm",
             is_flag=True,
@@ -48,6 +49,16 @@ def request_options(command):
         ),
     ]
     return functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
+
+
+def _image_reference(ctx, param, value: str | None) -> str | None:
+    """--base-image must parse as an image reference: it goes into the Dockerfile's FROM line."""
+    from builder.engine.image_ref import is_image_reference
+
+    if value is not None and not is_image_reference(value):
+        raise click.BadParameter(f"{value!r} is not an image reference; give [registry/]name[:tag][@digest] "
+                                 "in lower case, e.g. rocm/dev-ubuntu-22.04:6.2", param_hint="'--base-image'")
+    return value
 
 
 def request_from_options(

@@ -33,7 +33,11 @@ def run() -> None:
     """Run things in built images (or locally) and record what they measured."""
 
 
-@run.command("workload", context_settings={"ignore_unknown_options": True})
+@run.command("workload", context_settings={"ignore_unknown_options": True}, epilog=(
+    "WORKLOAD ARGS after `--` go to `python -m workload train` unchanged, e.g. `-- --labels auto` (take the "
+    "label names from --data), `--labels a,b,c`, `--max-steps N`, `--seed N`, `--dtype bf16`, `--no-probes`; "
+    "`python -m workload train --help` lists them all. A run with any of them is a measurement of its own "
+    "configuration, not the cell's verdict (docs/matrix.md)."))
 @click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
 @click.option("--local", is_flag=True, help="Run in this Python environment on the CPU (the default "
               "without --image): works without Docker or a GPU.")
@@ -83,12 +87,15 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
     if summary := _summary(result):
         console.print(summary)
+    passed = result["status"] == "pass"  # only a pass suggests the report; anything else says where to look
     if db_path is None:
-        console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site"))
+        console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site" if passed
+                             else f"the full output: {Path(out_dir).resolve()}"))
     else:
-        _record(db_path, result, result_path, console)
-        console.print(escape(f"next: envbuild report -o site{f' --db {db}' if db else ''}"
-                             "  (the compatibility report, with this run)"))
+        recorded = _record(db_path, result, result_path, console)
+        db_flag = f" --db {db}" if db else ""
+        console.print(escape(f"next: envbuild report -o site{db_flag}  (the compatibility report, with this run)"
+                             if passed else f"details: envbuild matrix show {recorded.cell_key}{db_flag}"))
     if result["status"] == "pass":
         return
     if result.get("error_class") != "interrupted":
@@ -135,6 +142,9 @@ def _check_store(db: Path | None) -> Path:
     must be writable; nothing is created yet); an unusable --db is bad input (exit code 2)."""
     path = Path(db or default_db_path())
     try:
+        if path.is_file() and path.stat().st_size == 0:  # SQLite would take it as a new database
+            raise StoreError(f"{path} is empty (0 bytes), not a matrix database; nothing was changed. Remove it, "
+                             f"or point --db / ${DB_ENV_VAR} at an existing matrix")
         MatrixStore.preflight(path)  # opens an existing file read-only: a check never grows it
         if path.exists():
             if not os.access(path, os.W_OK):
@@ -152,7 +162,7 @@ def _check_store(db: Path | None) -> Path:
     return path
 
 
-def _record(db: Path, result: dict, result_path: Path, console: Console) -> None:
+def _record(db: Path, result: dict, result_path: Path, console: Console):
     try:
         store = MatrixStore.connect(db)
     except (StoreError, OSError, sqlite3.Error) as exc:
@@ -167,3 +177,4 @@ def _record(db: Path, result: dict, result_path: Path, console: Console) -> None
     finally:
         store.close()
     console.print(f"recorded in {store.path}" + ("" if recorded.inserted else " (already there)"))
+    return recorded

@@ -24,7 +24,7 @@ from builder.engine.build import MANIFEST_LABEL
 from builder.engine.docker import docker_client
 from builder.engine.doctor import HostView, host_record, kfd_gpus
 from builder.engine.interrupt import describe
-from builder.engine.run_result import check_out_dir, finalize
+from builder.engine.run_result import check_out_dir, envbuild_invocation, finalize
 
 OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
 WORKLOAD_ENTRYPOINT = ["python3", "-m", "workload"]
@@ -255,7 +255,8 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
     cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
     versions = {k: cell.get(k) for k in ("python", "torch")}
     return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image))
+                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image),
+                    invocation=envbuild_invocation(run, run.image))
 
 
 def _stop(container) -> None:

@@ -16,7 +16,7 @@ from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunE
                                       input_error_line, resolve_model, workload_args)
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import Terminated, describe
-from builder.engine.run_result import check_out_dir, finalize
+from builder.engine.run_result import check_out_dir, envbuild_invocation, finalize
 
 LOG_NAME = "workload.log"
 _DISTRIBUTIONS = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
@@ -67,7 +67,8 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
         (out_dir / LOG_NAME).unlink(missing_ok=True)
         raise BadWorkloadInput(bad_input)
     return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                    finished=time.time(), versions=local_versions(), host=host_record(host), image=None)
+                    finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
+                    invocation=envbuild_invocation(request, None))
 
 
 def _exit_failure(code: int) -> tuple[str, str]:

@@ -7,6 +7,7 @@ A result is complete only when the workload wrote a valid `status: "pass"` resul
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import uuid
@@ -78,12 +79,40 @@ def error_result(error_class: str, message: str, *, started: float, finished: fl
     }
 
 
+def envbuild_invocation(request, image: str | None) -> dict:
+    """What `envbuild run workload` was asked, as the result's `invocation` records it: the command that
+    reproduces the run (`envbuild`: `--local` or `--image TAG`, preset, model, data, workload arguments; no
+    --out or --db, which are the user's paths) and, for a run that left no result of its own, the preset,
+    model and data file (name and sha256) the workload would have recorded."""
+    command = ["envbuild", "run", "workload", *(["--image", image] if image else ["--local"]),
+               "--preset", request.preset]
+    command += ["--model", str(request.model)] if request.model else []
+    command += ["--data", Path(request.data).name] if request.data else []
+    command += ["--gpus", request.gpus] if request.gpus else []
+    command += ["--", *request.extra_args] if request.extra_args else []
+    data = None
+    if request.data and Path(request.data).is_file():
+        digest = hashlib.sha256()
+        with open(request.data, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        data = {"name": Path(request.data).name, "bundled": False, "sha256": digest.hexdigest()}
+    elif not request.data:
+        data = {"name": "emotions.jsonl", "bundled": True, "sha256": None}
+    return {"envbuild": command, "preset": request.preset, "model": request.model or None, "data": data,
+            # unknown without the workload: its own arguments may change the recipe
+            "overrides": None if request.extra_args else {}, "probes": "--no-probes" not in request.extra_args}
+
+
 def finalize(out_dir: Path, *, failure_class: str | None, failure: str,
-             started: float, finished: float, versions: dict, host: dict, image: dict | None) -> dict:
+             started: float, finished: float, versions: dict, host: dict, image: dict | None,
+             invocation: dict | None = None) -> dict:
     """Turn what the run left in `out_dir` into its final result.json and return it.
 
     `failure_class` names what went wrong outside the workload ("interrupted", "container_died", ...),
-    None when the process exited 0; `versions` is what is known without the workload (for the envelope).
+    None when the process exited 0; `versions` is what is known without the workload (for the envelope);
+    `invocation` (envbuild_invocation): its `envbuild` command goes into the workload's own `invocation`,
+    the whole block into a result the workload did not write.
     """
     path = Path(out_dir) / RESULT_NAME
     result, invalid = _load(path)
@@ -97,6 +126,9 @@ def finalize(out_dir: Path, *, failure_class: str | None, failure: str,
     elif failure_class and result["status"] == "pass":
         result.update(status="error", error_class=failure_class,
                       error=f"{failure} after the workload reported pass")
+    if invocation is not None:
+        own = result.get("invocation") if isinstance(result.get("invocation"), dict) else None
+        result["invocation"] = {**own, "envbuild": invocation["envbuild"]} if own else invocation
     result["host"] = host
     if image is not None:
         result["image"] = image
@@ -108,7 +140,7 @@ def keep_run(db: Path, out_dir: Path, result: dict) -> str:
     """The run's own attempt directory beside the matrix file `db`: its result.json, log and attempt.json;
     returns the path the store keeps (docs/matrix.md "Attempts")."""
     attempt = new_attempt(db, "run", result["run_id"])
-    for name in (RESULT_NAME, "container.log", "workload.log"):
+    for name in (RESULT_NAME, "container.log", "workload.log", "third-party.log"):
         keep_file(Path(out_dir) / name, attempt)
     write_record(attempt, {"kind": "run", "id": result["run_id"], "status": result["status"],
                            "error_class": result.get("error_class"), "error": result.get("error"),

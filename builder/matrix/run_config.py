@@ -82,6 +82,8 @@ def _configuration(command, has_invocation, preset, model, overrides, bundled, p
         return RunConfiguration("probe", "-", False)
     preset = _text(preset if has_invocation else config_preset)
     model = _text(model if has_invocation else model_id)
+    if has_invocation and model is None and preset == VERDICT_PRESET:  # envbuild's record: the preset's model
+        model = VERDICT_MODEL
     if has_invocation:
         # SQLite's json_extract gives JSON booleans as 1 / 0
         decides = (preset == VERDICT_PRESET and model == VERDICT_MODEL and overrides == {} and bundled in (True, 1)
