@@ -21,10 +21,12 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
-from builder.matrix import compare as report_compare, diff, gpu_prices, plots as report_plots, provenance, vendor_support
+from builder.matrix import (compare as report_compare, diff, gpu_prices, plots as report_plots, provenance,
+                            run_config, vendor_support)
 from builder.matrix.slug import safe_slug
 from builder.matrix.store import MatrixStore, utc_now
-from builder.matrix.summary import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
+from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
+                                    summary_record)
 
 TEMPLATES_DIR = Path(__file__).with_name("report_templates")
 MARKER = ".envbuild-report"  # marks a folder as a report this command may replace
@@ -103,7 +105,8 @@ def public_host(host: dict | None) -> dict | None:
     """The part of a host record a published report shows: OS, kernel version, driver, GPU archs and count."""
     if not host:
         return None
-    return {**{k: host.get(k) for k in PUBLIC_HOST_KEYS}, "gpu_count": len(host.get("gpus") or [])}
+    # the doctor counts the AMD GPUs it finds (/dev/kfd): none seen is "-", not a count next to an NVIDIA GPU
+    return {**{k: host.get(k) for k in PUBLIC_HOST_KEYS}, "gpu_count": len(host.get("gpus") or []) or None}
 
 
 def _check_target(out_dir: Path) -> None:
@@ -141,7 +144,8 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     entries = {s.key: _index_entry(s, vendor) for s in summaries}
     throughput: dict[str, list[dict]] = {}
     for row in store.train_metrics():
-        throughput.setdefault(row["cell_key"], []).append(row)
+        if row["configuration"].decides:  # the plot follows one configuration: the one that decides the cell
+            throughput.setdefault(row["cell_key"], []).append(row)
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
@@ -191,7 +195,7 @@ def _environments() -> tuple[Environment, Environment]:
     md = Environment(autoescape=False, finalize=markdown_text, **options)
     for env in (html, md):
         env.filters["num"] = _num
-        env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+        env.filters["pct"] = percent
         env.filters["gib"] = lambda v: "-" if v is None else f"{v / 2**30:.2f} GiB"
     return html, md
 
@@ -205,6 +209,15 @@ def markdown_text(value) -> str:
     text = " ".join(_CONTROL.sub(" ", str("" if value is None else value)).split())
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def percent(value) -> str:
+    """A fraction as a percentage: "47.6%", "0.0023%" for a tiny model's MFU (never a misleading 0.0%), and
+    "–" where it could not be computed (CPU, a GPU without a known peak)."""
+    if value is None:
+        return "–"
+    pct = 100 * value
+    return f"{pct:.1f}%" if pct == 0 or abs(pct) >= 0.1 else f"{pct:.2g}%"
 
 
 def _num(value, digits: int = 2) -> str:
@@ -327,6 +340,9 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
         "reproduce": _reproduce(summary.cell, image.get("tag")),
+        "recorded_command": _recorded_command(latest),
+        "configuration": run_config.VERDICT_LABEL,
+        "measurements": [_measurement(summary, c) for c in reversed(summary.configurations)],
         "builds": list(reversed(builds)),
         "host": (_rows(host) if host_details else _rows(public_host(host))) if host else None,
         "probes": [{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
@@ -339,10 +355,38 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
     }
 
 
+def _measurement(summary: CellSummary, configuration: str) -> dict:
+    """One measurement configuration on a cell page: its status line, the numbers of its latest completed run
+    and the command that made that run."""
+    result = summary.latest_completed(configuration)
+    return {"line": configuration_line(summary, configuration),
+            "metrics": _metrics((result or {}).get("metrics") or {}) if result else None,
+            "run_id": (result or {}).get("run_id"),
+            "command": _recorded_command(result) if result else None}
+
+
+def _recorded_command(result: dict | None) -> dict | None:
+    """{"text", "recorded"}: the `envbuild run workload` command the run recorded (invocation.envbuild), or, for
+    a result written before commands were recorded, one rebuilt from its preset, model and image."""
+    if not result:
+        return None
+    invocation = result.get("invocation") if isinstance(result.get("invocation"), dict) else {}
+    command = invocation.get("envbuild")
+    if isinstance(command, list) and all(isinstance(x, str) for x in command):
+        return {"text": shlex.join(command), "recorded": True}
+    config = result.get("config") if isinstance(result.get("config"), dict) else {}
+    model = (result.get("model") or {}).get("id") if isinstance(result.get("model"), dict) else None
+    image = (result.get("image") or {}).get("tag") if isinstance(result.get("image"), dict) else None
+    rebuilt = ["envbuild", "run", "workload", *(["--image", image] if image else ["--local"]),
+               "--preset", str(config.get("preset") or "smoke")]
+    rebuilt += ["--model", str(model)] if model else []
+    return {"text": shlex.join(rebuilt), "recorded": False}
+
+
 def _reproduce(cell, tag: str | None) -> list[str]:
     """Copy-paste commands that rebuild this cell's image and run the workload in it."""
-    if cell.flavor == "rocm":
-        image = ["envbuild", "image", "--rocm", cell.accel_version, "--torch", cell.torch]
+    if cell.flavor in ("rocm", "cuda"):  # the release flag implies the flavor (and a cuda image needs it)
+        image = ["envbuild", "image", f"--{cell.flavor}", cell.accel_version, "--torch", cell.torch]
         image += ["--arch", cell.arch] if cell.arch else []
     else:
         image = ["envbuild", "image", "--flavor", cell.flavor, "--torch", cell.torch]

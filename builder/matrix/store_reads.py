@@ -78,13 +78,16 @@ class StoreReads(StoreConnection):
         return [row[0] for row in cur]
 
     def train_metrics(self) -> list[dict]:
-        """Every readable train run's cell_key, time (`at`), samples_per_s and mfu, oldest first (no parsing)."""
+        """Every readable train run's cell_key, time (`at`), samples_per_s, mfu and `configuration`
+        (run_config.RunConfiguration), oldest first (no parsing of whole results)."""
         cur = self._conn.execute(
             "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
-            " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu')"
+            " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu'),"
+            f" {run_config.SQL.replace('result_json', 'runs.result_json')}"
             " FROM runs JOIN cells ON cells.id = runs.cell_id"
             " WHERE runs.command = 'train' AND json_valid(runs.result_json) ORDER BY at, runs.id")
-        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu} for k, at, sps, mfu in cur]
+        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu, "configuration": run_config.of_row(c)}
+                for k, at, sps, mfu, c in cur]
 
     def run_events(self) -> list[dict]:
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
