@@ -45,8 +45,8 @@ def matrix() -> None:
 @matrix.command("list")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--wide", is_flag=True, help="Every column (builds, attempts, configuration, environment) on a "
-              "terminal too; piped output always has them, plain and untruncated.")
+@click.option("--wide", is_flag=True, help="Every column (builds, attempts, configuration, environment), plain "
+              "and uncut, on a terminal too (piped output always is).")
 def list_cells(db: Path | None, as_json: bool, wide: bool) -> None:
     """One line per recorded cell: status, runs, flaky, last pass, class / note.
 
@@ -60,13 +60,12 @@ def list_cells(db: Path | None, as_json: bool, wide: bool) -> None:
         return
     rows = [row for s in summaries for row in _list_rows(s)]
     console = Console()
-    if not console.is_terminal:
+    if wide or not console.is_terminal:  # every column, nothing cut (lines as long as they need)
         click.echo(_plain_table(_WIDE, rows))
         return
-    columns = _WIDE if wide else _NARROW
-    if not wide:  # one line a row: the flaky marker beside the status, the date of the last pass
-        rows = [{**row, "status": f"{row['status']} {row['flaky']}".strip(), "last pass": row["last pass"][:10]}
-                for row in rows]
+    columns = _NARROW  # one line a row: the flaky marker beside the status, the date of the last pass
+    rows = [{**row, "status": f"{row['status']} {row['flaky']}".strip(), "last pass": row["last pass"][:10]}
+            for row in rows]
     # every column but the note as wide as its values; the note takes the rest of the line, cut with …
     widths = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in columns}
     widths["class / note"] = max(12, console.width - sum(w for c, w in widths.items() if c != "class / note")
