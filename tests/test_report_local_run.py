@@ -17,11 +17,10 @@ ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
 @pytest.mark.slow
 def test_a_local_workload_run_appears_in_the_report(tmp_path):
     db, run_dir, site = tmp_path / "m.db", tmp_path / "run", tmp_path / "site"
-    # A short real fine-tune (the smoke preset capped at 8 steps, no accuracy floor: whether it learns is
-    # the workload's test); here the point is that what it recorded reaches the report as a pass.
-    run = subprocess.run([*ENVBUILD, "run", "workload", "--local", "--out", str(run_dir), "--db", str(db),
-                          "--", "--max-steps", "8", "--min-accuracy", "0"], capture_output=True, text=True,
-                         timeout=600)
+    # The verdict configuration (the smoke preset as it stands: a shortened run would be a measurement, not the
+    # cell's verdict, docs/matrix.md): what it recorded reaches the report as the cell's pass.
+    run = subprocess.run([*ENVBUILD, "run", "workload", "--local", "--out", str(run_dir), "--db", str(db)],
+                         capture_output=True, text=True, timeout=900)
     result_path = run_dir / "result.json"
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     result = json.loads(result_path.read_text())
