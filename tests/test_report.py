@@ -101,7 +101,7 @@ def test_cell_page_shows_digest_probes_versions_and_history(site):
     html = (out / "cells" / f"{ROCM_KEY}.html").read_text()
     assert "plots/" + ROCM_KEY + "-curves.svg" in html and "0.140 → 0.710" in html and "21.0%" in html
     assert "2.4.1+rocm6.2" in html and "sdpa_vs_math" in html
-    assert "last pass 2026-12-02T10:00:00Z" in html and "3 verdict(s), 0 attempt(s)" in html
+    assert "last pass 2026-12-02T10:00:00Z" in html and "3 verdict(s), 0 measurement(s), 0 attempt(s)" in html
     assert "sha256:" + "d" * 64 in html  # from the older run: the newest run carries no image block
     assert "envbuild image --rocm 6.2 --torch 2.4 --arch gfx90a --python 3.10" in html
     assert "envbuild run workload --image envbuild/rocm:abc --gpus all" in html

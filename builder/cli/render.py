@@ -53,7 +53,7 @@ def request_options(command):
 
 def _image_reference(ctx, param, value: str | None) -> str | None:
     """--base-image must parse as an image reference: it goes into the Dockerfile's FROM line."""
-    from builder.engine.image_ref import is_image_reference
+    from builder.plan.image_ref import is_image_reference
 
     if value is not None and not is_image_reference(value):
         raise click.BadParameter(f"{value!r} is not an image reference; give [registry/]name[:tag][@digest] "
