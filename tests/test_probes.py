@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 import torch
@@ -38,17 +39,28 @@ def gemma_tokenizer_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def all_records(gemma_tokenizer_dir):
-    return run_probes(CPU, tokenizer=str(gemma_tokenizer_dir))
+def probe_call(gemma_tokenizer_dir):
+    """(every probe's record, the wall time of the whole call in seconds)."""
+    started = time.perf_counter()
+    records = run_probes(CPU, tokenizer=str(gemma_tokenizer_dir))
+    return records, time.perf_counter() - started
 
 
-def test_every_probe_returns_a_schema_record(all_records):
+@pytest.fixture(scope="module")
+def all_records(probe_call):
+    return probe_call[0]
+
+
+def test_every_probe_returns_a_schema_record(all_records, probe_call):
     assert [r["name"] for r in all_records] == PROBE_NAMES
     for record in all_records:
         assert set(record) == {"name", "status", "values", "message"}
         assert record["status"] in ("pass", "fail", "skip")
         assert isinstance(record["values"], dict) and isinstance(record["message"], str)
-        assert record["values"]["duration_s"] >= 0
+        assert isinstance(record["values"]["duration_s"], float) and record["values"]["duration_s"] >= 0
+    # seconds, each probe timed on its own: together within the wall time of the whole call
+    wall = probe_call[1]
+    assert 0 < sum(r["values"]["duration_s"] for r in all_records) <= wall
     json.dumps(all_records, allow_nan=False)  # goes into result.json as it is
 
 

@@ -189,8 +189,10 @@ def test_unwritable_out_dir(tmp_path, fake_image):
 
 def test_no_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/absent.sock")
-    result = run_cli("--image", "whatever:1", "--out", str(tmp_path / "out"))
+    monkeypatch.chdir(tmp_path)  # nothing may land in the checkout, not even the default matrix file
+    result = run_cli("--image", "whatever:1", "--out", str(tmp_path / "out"), "--db", str(tmp_path / "m.db"))
     assert result.exit_code == 1 and "no Docker engine answers" in result.output and "--local" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no run dir, no matrix file: nothing ran
 
 
 def test_rocm_device_flags_follow_the_selected_gpus(tmp_path):

@@ -50,8 +50,8 @@ def lock(torch_line: str | None, python: str | None, check: bool, verify: bool, 
     try:
         recipes = load()
         selected = [k for k in keys(recipes) if (torch_line in (None, k[0])) and (python in (None, k[1]))]
-    except RecipeError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except RecipeError as exc:  # bad recipe data is bad input: exit code 2, as the docstring says
+        raise LockFailed(str(exc)) from exc
     if not selected:
         known = ", ".join(f"{line}/{py}" for line, py in keys(recipes))
         raise click.UsageError(f"no cell has torch {torch_line or 'any'} with Python {python or 'any'}; "
