@@ -118,7 +118,10 @@ class StoreReads(StoreConnection):
 
     def builds(self, cell_key: str | None = None) -> list[dict]:
         """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates)."""
-        sql = ("SELECT builds.*, CAST(builds.manifest_json AS BLOB) AS manifest_blob, cells.key AS cell_key,"
+        # every column but the manifest's text (its bytes may not be UTF-8: read as a blob, checked by _json)
+        columns = ", ".join(f"builds.{c[1]}" for c in self._conn.execute("PRAGMA table_info(builds)")
+                            if c[1] != "manifest_json")
+        sql = (f"SELECT {columns}, CAST(builds.manifest_json AS BLOB) AS manifest_blob, cells.key AS cell_key,"
                " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
                " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
         args: tuple = ()
@@ -130,14 +133,11 @@ class StoreReads(StoreConnection):
         out = []
         for row in cur:
             build = dict(zip(names, row))
-            del build["manifest_json"]
             blob = build.pop("manifest_blob")
             build["manifest"] = None
-            if blob is not None:
+            if blob is not None:  # a damaged manifest is named in `damaged`; the build's own columns still count
                 build["manifest"] = self._json("builds", build["id"], build["build_uid"], "manifest_json", blob,
                                                lambda v: isinstance(v, dict))
-                if build["manifest"] is None:
-                    continue
             build["cell"] = {name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")}
             out.append(build)
         return out
