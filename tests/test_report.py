@@ -169,14 +169,16 @@ def test_index_filters_by_arch_rocm_release_and_status(site, tmp_path):
     assert len(v["all"]) == 5 and v["shown_all"] == "5 of 5 cells"
     assert sorted(v["status=fail"]) == sorted([FAIL_KEY, BUILD_FAIL_KEY]) and v["grid_fail"] == 2
     assert sorted(v["arch=gfx942"]) == sorted([FAIL_KEY, BUILD_FAIL_KEY])
-    assert v["rocm=cpu"] == [CPU_KEY] and v["shown_cpu"] == "1 of 5 cells" and v["grid_rows_cpu"] == 1
-    assert v["rocm=6.2&status=untested"] == [UNTESTED.key]
+    assert v["release=cpu"] == [CPU_KEY] and v["shown_cpu"] == "1 of 5 cells" and v["grid_rows_cpu"] == 1
+    assert v["release=rocm 6.2&status=untested"] == [UNTESTED.key]
+    # options per flavor: the ROCm group offers ROCm releases only, the CPU reference is its own group
+    assert v["groups"] == {"ROCm": ["ROCm 6.1.2", "ROCm 6.2"], "CPU": ["CPU CPU reference"]}
     print(f"screenshot (filtered to ROCm 6.2): {shot}")
 
 
 _FILTER_SCRIPT = """(() => {
   const f = document.getElementById('filters');
-  const set = (arch, rocm, status) => { f.arch.value = arch; f.rocm.value = rocm; f.status.value = status;
+  const set = (arch, release, status) => { f.arch.value = arch; f.release.value = release; f.status.value = status;
                                        f.dispatchEvent(new Event('change')); };
   const rows = () => Array.from(document.querySelectorAll('#cells tbody tr')).filter(r => !r.hidden).map(r => r.dataset.cell);
   const grid = () => Array.from(document.querySelectorAll('#matrix-grid a.entry')).filter(a => !a.hidden).length;
@@ -184,10 +186,12 @@ _FILTER_SCRIPT = """(() => {
   const out = {all: rows(), shown_all: document.getElementById('shown').textContent};
   set('', '', 'fail'); out['status=fail'] = rows(); out.grid_fail = grid();
   set('gfx942', '', ''); out['arch=gfx942'] = rows();
-  set('', 'cpu', ''); out['rocm=cpu'] = rows(); out.shown_cpu = document.getElementById('shown').textContent;
+  set('', 'cpu', ''); out['release=cpu'] = rows(); out.shown_cpu = document.getElementById('shown').textContent;
   out.grid_rows_cpu = gridRows();
-  set('', '6.2', 'untested'); out['rocm=6.2&status=untested'] = rows();
-  set('', '6.2', '');
+  set('', 'rocm 6.2', 'untested'); out['release=rocm 6.2&status=untested'] = rows();
+  out.groups = Object.fromEntries(Array.from(f.release.querySelectorAll('optgroup')).map(
+    g => [g.label, Array.from(g.querySelectorAll('option')).map(o => o.textContent)]));
+  set('', 'rocm 6.2', '');
   return out;
 })()"""
 

@@ -51,6 +51,7 @@ class IndexEntry:
     slug: str
     flavor: str
     accel: str
+    release: str  # the release filter's value: "rocm 6.2", "cuda 13.0", "cpu"
     arch: str
     torch: str
     python: str
@@ -160,7 +161,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
                             "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
-    filters = {"arch": sorted({e.arch for e in ordered}), "rocm": sorted({e.accel for e in ordered}, key=_version_key),
+    filters = {"arch": sorted({e.arch for e in ordered}), "release": _release_filter(ordered),
                "status": list(VERDICTS),
                "provenance": [(kind, _PROVENANCE_FILTER[kind]) for kind in (*provenance.KINDS, "none")
                               if any(e.provenance == kind for e in ordered)]}
@@ -171,6 +172,27 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     report_compare.write(root, html, store, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def release_value(flavor: str, accel: str | None) -> str:
+    """The release filter's value of a cell: "rocm 6.2", "cuda 13.0", "cpu"."""
+    return flavor if flavor == "cpu" or not accel or accel == "cpu" else f"{flavor} {accel}"
+
+
+def _release_filter(entries: list[IndexEntry]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The release filter's options per flavor, GPU flavors first: [("ROCm", [("rocm 6.2", "6.2"), ...]), ...,
+    ("CPU", [("cpu", "CPU reference")])]: a ROCm release list never offers a CUDA release or "cpu"."""
+    groups: dict[str, set[str]] = {}
+    for e in entries:
+        groups.setdefault(e.flavor, set()).add(e.accel)
+    out = []
+    for flavor in sorted(groups, key=lambda f: (_FLAVOR_ORDER.get(f, 1), f)):
+        label = _FLAVOR_LABELS.get(flavor, flavor)
+        if flavor == "cpu":
+            out.append((label, [("cpu", "CPU reference")]))
+        else:
+            out.append((label, [(release_value(flavor, a), a) for a in sorted(groups[flavor], key=_version_key)]))
+    return out
 
 
 def summary_markdown(summaries: list[CellSummary], generated_at: str, vendor: dict | None = None,
@@ -249,6 +271,7 @@ def _index_entry(s: CellSummary, vendor: dict) -> IndexEntry:
     cell = s.cell
     return IndexEntry(
         key=s.key, slug=safe_slug(s.key), flavor=cell.flavor, accel=cell.accel_version or "cpu",
+        release=release_value(cell.flavor, cell.accel_version),
         arch=cell.arch or "none", torch=cell.torch, python=cell.python, status=s.status,
         failure_class=s.failure_class, note=s.note, last_at=(s.last_event_at or "")[:16].replace("T", " "),
         hardware=_hardware(s.latest_run), samples_per_s=metrics.get("samples_per_s"), mfu=metrics.get("mfu"),
