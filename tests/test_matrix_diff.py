@@ -45,12 +45,17 @@ def test_diff_puts_versions_throughput_and_probes_side_by_side(db):
     assert data["a"]["preset"] == data["b"]["preset"] == "smoke"  # B's run of A's preset, not B's newest
     torch = rows[("versions", "torch")]
     assert torch["a"] == "2.13.0+cpu" and torch["b"] == "2.11.0+cu130" and torch["differs"]
-    speed = rows[("throughput", "samples_per_s")]
+    speed = rows[("speed", "samples_per_s")]
+    assert speed["label"] == "training throughput (samples/s)" and speed["b_text"] == "1,162"
+    assert rows[("learning", "eval_after_accuracy")]["label"] == "eval accuracy after training (fraction correct)"
+    memory = rows[("memory", "peak_memory_allocated_bytes")]
+    assert memory["a"] is None and memory["b_text"] == "0.08 GiB" and memory["label"].endswith("(GiB)")
+    assert rows[("speed", "mfu")]["b_text"] == "0.0023%"
     assert speed["ratio"] == pytest.approx(speed["b"] / speed["a"]) and speed["ratio"] > 10
     assert rows[("versions", "gpu")]["a"] == "CPU only" and rows[("versions", "gpu")]["b"] == "NVIDIA H200 x 1"
     versions = [r for r in data["rows"] if r["section"] == "versions"]
     assert [r["differs"] for r in versions] == sorted((r["differs"] for r in versions), reverse=True)
-    cost = rows[("throughput", "cost_per_1k_samples")]
+    cost = rows[("speed", "cost_per_1k_samples")]
     assert cost["a"] is None and cost["b"] == pytest.approx(1000 * 4.54 / (speed["b"] * 3600), rel=1e-3)
     assert data["train_loss"]["a"] and data["train_loss"]["b"]
 
@@ -100,12 +105,30 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
       f.dispatchEvent(new Event('change'));
       var torch = Array.from(document.querySelectorAll('#versions tbody tr'))
         .find(function (r) {{ return r.cells[0].textContent === 'torch'; }});
+      var rows = function (id) {{ return Array.from(document.querySelectorAll('#' + id + ' tbody tr')).map(
+        function (r) {{ return [r.cells[0].textContent, r.cells[1].textContent, r.cells[2].textContent]; }}); }};
       return {{curves: document.querySelectorAll('#curves polyline').length,
                torch: [torch.cells[1].textContent, torch.cells[2].textContent, torch.className],
                firstSame: document.querySelector('#versions tbody tr.same') !== null,
-               presets: Array.from(f.preset.options).map(function (o) {{ return o.value; }})}};
+               presets: Array.from(f.preset.options).map(function (o) {{ return o.value; }}),
+               titles: Array.from(document.querySelectorAll('h2')).map(function (h) {{ return h.textContent; }}),
+               learning: rows('learning'), speed: rows('speed'), memory: rows('memory'),
+               yTicks: Array.from(document.querySelectorAll('#curves text')).filter(
+                 function (t) {{ return t.getAttribute('text-anchor') === 'end'; }}).length}};
     }})()"""
     page = inspect_page((site / "compare.html").as_uri(), tmp_path / "compare.png", expression)
     assert page.errors == []
-    assert page.value == {"curves": 2, "torch": ["2.13.0+cpu", "2.11.0+cu130", "differs"], "firstSame": True,
-                          "presets": ["", "smoke"]}
+    v = page.value
+    assert (v["curves"], v["torch"], v["firstSame"]) == (2, ["2.13.0+cpu", "2.11.0+cu130", "differs"], True)
+    assert v["presets"] == ["", "smoke · tiny-gemma"]  # configurations, the verdict one picked by default
+    assert v["titles"][1:] == ["Versions and hardware", "Learning: eval accuracy", "Speed and cost", "Memory",
+                               "Probes: measured values"]
+    labels = {row[0]: row[1:] for section in ("learning", "speed", "memory") for row in v[section]}
+    assert [row[0] for row in v["learning"]] == ["eval accuracy after training (fraction correct)",
+                                                 "eval accuracy before training (fraction correct)"]
+    assert labels["model FLOPs utilization (% of peak)"] == ["-", "0.0023%"]
+    assert labels["peak GPU memory allocated (GiB)"] == ["-", "0.08 GiB"]
+    assert labels["training throughput (samples/s)"][1] == "1,162"
+    assert labels["cost per 1,000 samples (USD, public GPU-hour price)"][1].startswith("$0.00")
+    assert not any(name.startswith(("mfu", "peak_memory", "eval_")) for name in labels)  # no raw field names
+    assert v["yTicks"] >= 5  # the loss axis has ticks, not one label at the top

@@ -14,14 +14,8 @@ from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.matrix import diff
 
 
-def _value(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else plain(value)
-
-
 def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
-    table = Table(title=section, title_justify="left")
+    table = Table(title=diff.SECTION_TITLES[section], title_justify="left")
     for column, justify in (("", "left"), ("A " + key_a, "right"), ("B " + key_b, "right"), ("B/A", "right"),
                             ("", "left")):
         table.add_column(Text(plain(column)), justify=justify, overflow="fold")
@@ -29,7 +23,7 @@ def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
         style = "bold" if row.differs else "dim"
         note = f"out of limit: {row.out_of_limit}" if row.out_of_limit else ""
         ratio = f"{row.ratio:.3g}" if row.ratio is not None and row.differs else ""
-        table.add_row(Text(plain(row.name), style=style), Text(_value(row.a)), Text(_value(row.b)),
+        table.add_row(Text(plain(row.label or row.name), style=style), Text(plain(row.a_text)), Text(plain(row.b_text)),
                       Text(ratio), Text(note, style="red" if note else ""))
     return table
 

@@ -10,10 +10,52 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-SECTIONS = ("versions", "throughput", "probes")
-_THROUGHPUT = ("samples_per_s", "tokens_per_s", "mfu", "samples_per_gpu_hour", "cost_per_1k_samples",
-               "peak_memory_allocated_bytes", "peak_memory_reserved_bytes", "wall_time_s", "steps",
-               "eval_before_accuracy", "eval_after_accuracy")
+from builder.matrix import run_config
+
+SECTIONS = ("versions", "learning", "speed", "memory", "probes")
+SECTION_TITLES = {"versions": "Versions and hardware", "learning": "Learning: eval accuracy",
+                  "speed": "Speed and cost", "memory": "Memory", "probes": "Probes: measured values"}
+#: name -> (section, label, unit, kind); kind says how a value reads: num, int, fraction (a %), bytes (GiB), usd
+METRICS = {
+    "eval_before_accuracy": ("learning", "eval accuracy before training", "fraction correct", "num"),
+    "eval_after_accuracy": ("learning", "eval accuracy after training", "fraction correct", "num"),
+    "samples_per_s": ("speed", "training throughput", "samples/s", "num"),
+    "tokens_per_s": ("speed", "token throughput", "non-pad tokens/s", "num"),
+    "mfu": ("speed", "model FLOPs utilization", "% of peak", "fraction"),
+    "samples_per_gpu_hour": ("speed", "samples per GPU-hour", "samples", "num"),
+    "cost_per_1k_samples": ("speed", "cost per 1,000 samples", "USD, public GPU-hour price", "usd"),
+    "wall_time_s": ("speed", "wall time of the run", "s", "num"),
+    "steps": ("speed", "optimizer steps", "", "int"),
+    "peak_memory_allocated_bytes": ("memory", "peak GPU memory allocated", "GiB", "bytes"),
+    "peak_memory_reserved_bytes": ("memory", "peak GPU memory reserved", "GiB", "bytes"),
+}
+
+
+def label(name: str) -> str:
+    """A row's label with its unit: "training throughput (samples/s)"; other names as they are."""
+    if name not in METRICS:
+        return name
+    _, text, unit, _ = METRICS[name]
+    return f"{text} ({unit})" if unit else text
+
+
+def value_text(name: str, value) -> str:
+    """A value as it reads in its unit: 47.6%, 20.37 GiB, $0.0011, 1,162; "-" for none."""
+    if value is None:
+        return "-"
+    kind = METRICS[name][3] if name in METRICS else ""
+    if not _number(value):
+        return str(value)
+    if kind == "fraction":
+        pct = 100 * value
+        return f"{pct:.1f}%" if pct == 0 or abs(pct) >= 0.1 else f"{pct:.2g}%"
+    if kind == "bytes":
+        return f"{value / 2**30:.2f} GiB"
+    if kind == "usd":
+        return f"${value:.4f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
 
 
 @dataclass(frozen=True)
@@ -25,6 +67,9 @@ class Row:
     differs: bool
     ratio: float | None  # b / a for two positive numbers
     out_of_limit: str  # "", "A", "B" or "A and B": where a probe failed
+    label: str = ""  # the name with its unit ("training throughput (samples/s)")
+    a_text: str = ""  # the values as they read ("47.6%", "20.37 GiB")
+    b_text: str = ""
 
 
 def _number(value) -> bool:
@@ -64,7 +109,7 @@ def profile(result: dict, cost_per_gpu_hour: float | None = None) -> dict:
         "base image": manifest.get("base_image"),
     }
     metrics = result.get("metrics") or {}
-    throughput = {k: metrics.get(k) for k in _THROUGHPUT if _number(metrics.get(k))}
+    throughput = {k: metrics.get(k) for k in METRICS if _number(metrics.get(k))}
     throughput["wall_time_s"] = result.get("wall_time_s")
     for when in ("eval_before", "eval_after"):
         accuracy = (metrics.get(when) or {}).get("accuracy")
@@ -81,10 +126,14 @@ def profile(result: dict, cost_per_gpu_hour: float | None = None) -> dict:
         probes[f"{probe['name']}.status"] = probe.get("status")
         _flat(probe["name"], probe.get("values") or {}, probes)
     curve = ((metrics.get("curves") or {}).get("train_loss")) or []
+    measured = {section: {} for section in ("learning", "speed", "memory")}
+    for name, value in throughput.items():
+        if value is not None:
+            measured[METRICS[name][0]][name] = value
     return {"run_id": result.get("run_id"), "preset": (result.get("config") or {}).get("preset"),
+            "configuration": run_config.of_result(result).label,
             "status": result.get("status"), "finished_at": result.get("finished_at"),
-            "versions": versions, "throughput": {k: v for k, v in throughput.items() if v is not None},
-            "probes": probes, "probe_status": status, "train_loss": curve}
+            "versions": versions, **measured, "probes": probes, "probe_status": status, "train_loss": curve}
 
 
 def compare(a: dict, b: dict) -> list[Row]:
@@ -101,7 +150,8 @@ def compare(a: dict, b: dict) -> list[Row]:
                 probe = name.split(".", 1)[0]
                 failed = [side for side, p in (("A", a), ("B", b)) if p["probe_status"].get(probe) == "fail"]
                 out = " and ".join(failed)
-            section_rows.append(Row(section, name, va, vb, va != vb, ratio, out))
+            section_rows.append(Row(section, name, va, vb, va != vb, ratio, out, label(name),
+                                    value_text(name, va), value_text(name, vb)))
         rows += sorted(section_rows, key=lambda r: (not r.differs, r.name))
     return rows
 

@@ -310,7 +310,7 @@ def _measured_by(summary: CellSummary, root: Path) -> list[dict]:
 
 def _cost(train: dict) -> dict:
     """Samples per GPU-hour of a GPU run and, with a public price (recipes/gpu-prices.toml), cost per 1k samples."""
-    throughput = diff.profile(train, None)["throughput"] if train else {}
+    throughput = diff.profile(train, None)["speed"] if train else {}
     per_hour = throughput.get("samples_per_gpu_hour")
     price = gpu_prices.price_for(train) if per_hour else None
     cost = f"${1000 * price.usd_per_gpu_hour / per_hour:.4f} (price of {price.as_of})" if price else ""

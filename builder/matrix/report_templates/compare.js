@@ -1,20 +1,38 @@
-// envbuild report: compare two cells' newest runs (profiles embedded by builder/report_compare.py).
+// envbuild report: compare two cells, one configuration each (profiles embedded by builder/matrix/compare.py).
 // Every value is written with textContent: data never becomes markup.
 (function () {
   var form = document.getElementById("pick");
   if (!form) { return; }
   var profiles = JSON.parse(document.getElementById("profiles").textContent);
+  var metrics = JSON.parse(document.getElementById("metrics").textContent);  // name -> [label with unit, kind]
   var SVG = "http://www.w3.org/2000/svg";
 
-  function pick(key, preset) {
+  function pick(key, configuration) {
     var runs = profiles[key] || [];
-    for (var i = 0; i < runs.length; i++) { if (!preset || runs[i].preset === preset) { return runs[i]; } }
+    for (var i = 0; i < runs.length; i++) {
+      if (!configuration || runs[i].configuration === configuration) { return runs[i]; }
+    }
     return runs[0];
   }
   function text(value) {
     if (value === null || value === undefined) { return "-"; }
     if (typeof value === "number" && !Number.isInteger(value)) { return Number(value.toPrecision(4)).toString(); }
     return String(value);
+  }
+  // a value as it reads in its unit (the same as builder/matrix/diff.py value_text)
+  function show(name, value) {
+    var kind = metrics[name] ? metrics[name][1] : "";
+    if (value === null || value === undefined) { return "-"; }
+    if (typeof value !== "number") { return String(value); }
+    if (kind === "fraction") {
+      var pct = 100 * value;
+      return (pct === 0 || Math.abs(pct) >= 0.1 ? pct.toFixed(1) : Number(pct.toPrecision(2)).toString()) + "%";
+    }
+    if (kind === "bytes") { return (value / 1073741824).toFixed(2) + " GiB"; }
+    if (kind === "usd") { return "$" + value.toFixed(4); }
+    if (Number.isInteger(value)) { return value.toLocaleString("en-US"); }
+    return Math.abs(value) < 1e4 ? Number(value.toPrecision(4)).toLocaleString("en-US", {maximumFractionDigits: 6})
+                                 : Math.round(value).toLocaleString("en-US");
   }
   function cell(row, value, cls) {
     var td = document.createElement("td");
@@ -34,9 +52,9 @@
     rows.forEach(function (r) {
       var tr = document.createElement("tr");
       tr.className = r.differs ? "differs" : "same";
-      cell(tr, r.name);
-      cell(tr, text(r.a), "num");
-      cell(tr, text(r.b), "num");
+      cell(tr, metrics[r.name] ? metrics[r.name][0] : r.name);
+      cell(tr, show(r.name, r.a), "num");
+      cell(tr, show(r.name, r.b), "num");
       var ratio = (typeof r.a === "number" && typeof r.b === "number" && r.a > 0 && r.differs) ? text(r.b / r.a) : "";
       cell(tr, ratio, "num");
       var out = "";
@@ -70,8 +88,13 @@
     node("text", {x: (L + W) / 2, y: H - 5, "font-size": 12, "text-anchor": "middle"}, "optimizer step");
     node("text", {x: 12, y: (T + H) / 2, "font-size": 12, transform: "rotate(-90 12 " + (T + H) / 2 + ")",
                   "text-anchor": "middle"}, "training loss (nats)");
-    node("text", {x: L - 4, y: T + 10, "font-size": 11, "text-anchor": "end"}, text(maxY));
-    node("text", {x: W - R, y: H - B + 14, "font-size": 11, "text-anchor": "end"}, String(maxX));
+    for (var t = 0; t <= 4; t++) {  // five ticks on each axis: 0, 1/4, 1/2, 3/4 and the maximum
+      var y = H - B - (H - B - T) * t / 4, x = L + (W - L - R) * t / 4;
+      node("line", {x1: L - 4, y1: y, x2: L, y2: y, stroke: "#57606a"});
+      node("text", {x: L - 6, y: y + 4, "font-size": 11, "text-anchor": "end"}, text(maxY * t / 4));
+      node("line", {x1: x, y1: H - B, x2: x, y2: H - B + 4, stroke: "#57606a"});
+      node("text", {x: x, y: H - B + 16, "font-size": 11, "text-anchor": "middle"}, String(Math.round(maxX * t / 4)));
+    }
     series.forEach(function (s, i) {
       if (!s[0].length) { return; }
       var d = s[0].map(function (p) {
@@ -81,16 +104,16 @@
       node("text", {x: W - R - 40, y: T + 14 + 14 * i, "font-size": 12, fill: s[1]}, s[2]);
     });
   }
-  function presets() {
+  function presets() {  // the configurations ("preset · model") A has
     var seen = {};
     var select = form.preset, current = select.value;
     while (select.options.length > 1) { select.remove(1); }
     (profiles[form.a.value] || []).forEach(function (p) {
-      if (p.preset && !seen[p.preset]) {
-        seen[p.preset] = true;
+      if (p.configuration && !seen[p.configuration]) {
+        seen[p.configuration] = true;
         var option = document.createElement("option");
-        option.value = p.preset;
-        option.textContent = p.preset;
+        option.value = p.configuration;
+        option.textContent = p.configuration;
         select.appendChild(option);
       }
     });
@@ -99,12 +122,12 @@
   function render() {
     presets();
     var a = pick(form.a.value, form.preset.value);
-    var b = pick(form.b.value, form.preset.value || (a && a.preset));
+    var b = pick(form.b.value, form.preset.value || (a && a.configuration));
     if (!a || !b) { return; }
     document.getElementById("runs").textContent =
-      "A: run " + a.run_id + " (" + a.preset + ", " + a.status + ", " + a.finished_at + ") · " +
-      "B: run " + b.run_id + " (" + b.preset + ", " + b.status + ", " + b.finished_at + ")";
-    ["versions", "throughput", "probes"].forEach(function (s) { fill(s, a, b); });
+      "A: run " + a.run_id + " (" + a.configuration + ", " + a.status + ", " + a.finished_at + ") · " +
+      "B: run " + b.run_id + " (" + b.configuration + ", " + b.status + ", " + b.finished_at + ")";
+    ["versions", "learning", "speed", "memory", "probes"].forEach(function (s) { fill(s, a, b); });
     curves(a, b);
   }
   form.addEventListener("change", render);
