@@ -136,3 +136,19 @@ def test_envbuild_run_checks_the_matrix_before_training(tmp_path, read_only_dir,
     assert expected in " ".join(result.output.split()), result.output
     assert "running locally" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [["render", "-o", "OUT"], ["image", "-o", "OUT", "--dry-run"]])
+@pytest.mark.parametrize("ref", ["NOT A REF", "Upper/Case:1", "x:tag with space", "a//b"])
+def test_a_base_image_that_is_no_image_reference_is_refused(tmp_path, command, ref):
+    """It would go into the Dockerfile's FROM line: refused before anything is rendered (exit 2)."""
+    args = [str(tmp_path / "ctx") if a == "OUT" else a for a in command]
+    result = CliRunner().invoke(main, [args[0], "--flavor", "cpu", "--torch", "2.13", "--base-image", ref, *args[1:]])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--base-image': {ref!r} is not an image reference" in " ".join(result.output.split())
+    assert not (tmp_path / "ctx").exists()
+
+
+def test_run_workload_help_names_the_workload_arguments():
+    shown = CliRunner().invoke(main, ["run", "workload", "--help"], terminal_width=200).output
+    assert "-- --labels auto" in shown and "--labels a,b,c" in shown and "python -m workload train --help" in shown
