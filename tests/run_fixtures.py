@@ -1,6 +1,8 @@
 """A stand-in workload image for container-run tests: real containers that pass, die, hang or lie.
 
-`python3 -m workload train --preset MODE --out DIR ...` in this image behaves as MODE says; it also
+`python3 -m workload train --out DIR ...` in this image behaves as DIR/fake-mode says (`fake_mode`), else as
+`--preset MODE` says. A mode file keeps the run the verdict configuration (the smoke preset as it stands,
+docs/matrix.md), so a crash of the stand-in is a verdict, as a crash of the real workload would be. It also
 reports what it saw of its mounts and environment so tests can check them from the outside.
 """
 
@@ -16,7 +18,9 @@ import json, os, signal, sys, time, uuid
 
 args = sys.argv[1:]
 opt = lambda name: args[args.index(name) + 1] if name in args else None
-mode, out = opt("--preset"), opt("--out")
+out = opt("--out")
+mode_file = os.path.join(out, "fake-mode")
+mode = open(mode_file).read().strip() if os.path.exists(mode_file) else opt("--preset")
 
 def writable(path):
     try:
@@ -60,6 +64,13 @@ elif mode == "sleep":
 
 MANIFEST = {"image_tag": "envbuild-test/fake-workload:1", "context_hash": "fake",
             "cell": {"flavor": "cpu", "accel_version": None, "torch": "2.13", "arch": None, "python": "3.11"}}
+
+
+def fake_mode(out: Path, mode: str) -> Path:
+    """Make `out` (a run's --out) with the stand-in's mode in it; returns `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fake-mode").write_text(mode)
+    return out
 
 
 def build_fake_workload_image(tools_image: str, workdir: Path) -> str:

@@ -17,7 +17,7 @@ from builder.cli import main
 from builder.engine.container import RunError, device_options
 from builder.engine.doctor import HostView
 from builder.matrix.store import MatrixStore
-from tests.run_fixtures import build_fake_workload_image
+from tests.run_fixtures import build_fake_workload_image, fake_mode
 from tests.test_doctor import fake_gpu_host
 
 pytestmark = pytest.mark.docker
@@ -82,9 +82,10 @@ def matrix_list(db: Path) -> dict:
 @pytest.mark.parametrize("mode, error_class", [("die", "container_died"), ("pass-then-crash", "container_died"),
                                                ("garbage", "invalid_result")])
 def test_faults_never_record_pass(tmp_path, fake_image, docker_engine, mode, error_class):
-    out, db = tmp_path / "out", tmp_path / "m.db"
-    assert run_cli("--image", fake_image, "--preset", "pass", "--out", str(tmp_path / "ok"), "--db", str(db)).exit_code == 0
-    result = run_cli("--image", fake_image, "--preset", mode, "--out", str(out), "--db", str(db))
+    out, db = fake_mode(tmp_path / "out", mode), tmp_path / "m.db"
+    ok = fake_mode(tmp_path / "ok", "pass")
+    assert run_cli("--image", fake_image, "--out", str(ok), "--db", str(db)).exit_code == 0
+    result = run_cli("--image", fake_image, "--out", str(out), "--db", str(db))
     assert result.exit_code == 1, result.output
     record = result_of(out)
     assert record["status"] == "error" and record["error_class"] == error_class
@@ -108,8 +109,8 @@ def test_bad_input_refused_by_the_workload_is_exit_2_and_not_recorded(tmp_path, 
 
 def start_sleeper(fake_image: str, out: Path, engine, db: Path) -> subprocess.Popen:
     """`envbuild run workload` (recording into `db`) in a subprocess whose container sleeps; returns once it sleeps."""
-    proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--image", fake_image, "--preset", "sleep",
-                             "--out", str(out), "--db", str(db)],
+    proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--image", fake_image,
+                             "--out", str(fake_mode(out, "sleep")), "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log, deadline = out / "container.log", time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and "sleeping" in log.read_text()):
