@@ -334,11 +334,18 @@ def _print_summary(s: CellSummary, store_dir: Path) -> None:
         for p in latest.get("probes") or []:
             probes.add_row(Text(plain(p["name"])), _status(p["status"]), Text(plain(p.get("message") or "")))
         console.print(probes)
-    console.print(Text(plain(f"environment: {s.environment or '-'}")))
-    history = Table("at", "verdict", "kind", "class", "note", "environment")
+    console.print(Text(plain(f"environment: {s.environment or '-'}  verdict configuration: {VERDICT_LABEL}")))
+    for configuration in s.configurations[::-1]:  # measurements: their own status, never the cell's
+        line = configuration_line(s, configuration)
+        console.print(Text.assemble(plain(f"measurement {configuration}: "), _status(line["status"]),
+                                    plain(f"  runs: {line['runs']}" + ("  flaky" if line["flaky"] else "")
+                                          + (f"  {line['failure_class']}" if line["failure_class"] else ""))))
+    history = Table("at", "verdict", "kind", "configuration", "class", "note", "environment")
     for e in s.events:
-        history.add_row(Text(plain(e.at)), _status(e.verdict), e.kind, Text(plain(e.failure_class or "")),
-                        Text(plain(e.note)), Text(plain(e.environment)))
+        verdict = e.verdict if e.decides or not e.counts else f"measurement: {e.verdict}"
+        history.add_row(Text(plain(e.at)), _status(verdict), e.kind, Text(plain(e.configuration if e.kind == "run"
+                                                                                else "")),
+                        Text(plain(e.failure_class or "")), Text(plain(e.note)), Text(plain(e.environment)))
     console.print(history)
     records = Table("at", "kind", "outcome", "id", "attempt directory", title="every build and run, with its record")
     for at, kind, outcome, ident, directory in _attempt_rows(s, store_dir):
