@@ -75,10 +75,9 @@ def test_hostile_text_is_inert_in_index_cell_page_and_summary(hostile_site):
     summary = (site / "summary.md").read_text()
     assert "<script" not in summary and "&lt;script&gt;alert\\(1\\)&lt;/script&gt;" in summary
     table = [line for line in summary.splitlines() if line.startswith("| [")]
-    # the value's "
-next line" stays inside its row: no line of the file holds it but the row itself
+    # the value's "\nnext line" stays inside its row: no line of the file holds it but the row itself
     assert [line for line in summary.splitlines() if "next line" in line] == table and len(table) == 1
-    assert len(re.findall(r"(?<!\)\|", table[0])) == 14  # 13 columns: no value adds an unescaped pipe
+    assert len(re.findall(r"(?<!\\)\|", table[0])) == 14  # 13 columns: no value adds an unescaped pipe
     assert "\\[/\\] \\[bold\\] ../../escape" in summary and "\x1b" not in summary
 
 
