@@ -12,7 +12,7 @@ mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
   workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
                              rows, lr scaled by sqrt(samples per step / 16), compiled layers
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
-dense bf16 peak), peak memory, final eval loss, and the ratios to the baseline; --out writes them as JSON.
+dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak memory, final eval loss, and the ratios to the baseline; --out writes them as JSON.
 
     python bench/train_throughput.py --steps 200 --throughput-steps 40 --out bench.json   # on the GPU
     python bench/train_throughput.py --tiny --steps 6                                     # a CPU check
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workload import environment as env  # noqa: E402
 from workload.models import LastTokenClassifier, apply_lora, count_parameters, make_trainable_fp32  # noqa: E402
-from workload.metrics import mfu  # noqa: E402
+from workload.metrics import attention_flops, attention_layers, flops_per_token, mfu, mfu_from_flops  # noqa: E402
 from workload.presets import PRESETS  # noqa: E402
 from workload.train import Tokenised, evaluate, train  # noqa: E402
 
@@ -157,7 +157,8 @@ def run_baseline(shape, data: Tokenised, recipe, device, steps: int) -> dict:
         seconds = time.perf_counter() - start
     used = steps * recipe.batch_size
     tokens = sum(len(x) for x in data.train_ids[:used])
-    return _report("hf_trainer_baseline", model, data, recipe, device, seconds, used, tokens, steps,
+    attn = attention_flops([len(x) for x in data.train_ids[:used]], attention_layers(model))
+    return _report("hf_trainer_baseline", model, data, recipe, device, seconds, used, tokens, steps, attn,
                    extra={"optim": str(args.optim)})
 
 
@@ -171,6 +172,7 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
     levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
                                               "pack_length", "compile", "lr_scaling")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
+                   stats.attention_flops,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
                           "warmup_seconds": round(stats.warmup_seconds, 1), "learning_rate": stats.learning_rate,
                           "warmup_steps": stats.warmup_steps, "compile_error": stats.compile_error,
@@ -195,7 +197,10 @@ def attempt(run, *args) -> dict:
             torch.cuda.empty_cache()
 
 
-def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, extra) -> dict:
+def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, attn_flops, extra) -> dict:
+    """One run's numbers. `mfu` counts 4 x non-embedding parameters FLOPs per non-pad token (the targets' definition);
+    `mfu_with_attention` adds the attention-score FLOPs (PaLM appendix B: 12 x layers x heads x head_dim x the
+    sample's length per token) for comparison with reports that count them."""
     peak = (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)) \
         if device.type == "cuda" else (None, None)
     ev = evaluate(model, data.eval_ids, data.eval_labels, device=device, dtype=recipe.dtype, pad_id=PAD,
@@ -203,9 +208,11 @@ def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, 
     n_non_embedding = count_parameters(model)[2]
     peak_tflops = env.hardware(device)["peak_tflops"] if device.type == "cuda" else None
     rate = mfu(tokens / seconds, n_non_embedding, peak_tflops)
+    rate_attn = mfu_from_flops((tokens * flops_per_token(n_non_embedding) + attn_flops) / seconds, peak_tflops)
     out = {"name": name, "steps": steps, "samples": samples, "seconds": round(seconds, 3),
            "samples_per_s": round(samples / seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
            "mfu": round(rate, 4) if rate is not None else None,
+           "mfu_with_attention": round(rate_attn, 4) if rate_attn is not None else None,
            "peak_allocated_gb": round(peak[0] / 1e9, 2) if peak[0] else None,
            "peak_reserved_gb": round(peak[1] / 1e9, 2) if peak[1] else None,
            "eval_loss": round(ev["loss"], 4), "eval_accuracy": round(ev["accuracy"], 4), **extra}
@@ -292,13 +299,14 @@ def main(argv=None) -> int:
                "ratios": {r["name"]: round(r["samples_per_s"] / base["samples_per_s"], 3)
                           for r in runs if "error" not in r}}
     print()
-    print(f"{'run':<28}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'peak alloc GB':>15}{'eval loss':>11}")
+    print(f"{'run':<28}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'MFU+attn':>9}{'peak alloc GB':>15}"
+          f"{'eval loss':>11}")
     for r in runs:
         if "error" in r:
             print(f"{r['name']:<28} FAILED: {r['error'][:200]}")
             continue
         print(f"{r['name']:<28}{r['samples_per_s']:>11.1f}{r['tokens_per_s']:>11.0f}{(r['mfu'] or 0) * 100:>7.1f}%"
-              f"{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}")
+              f"{(r['mfu_with_attention'] or 0) * 100:>8.1f}%{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}")
     print(f"ratio (workload / baseline) samples/s: {ratio:.2f}x; eval loss diff {loss_diff:.4f} "
           f"({'within' if summary['eval_loss_within_tolerance'] else 'OUTSIDE'} tolerance {args.loss_tolerance})")
     if args.out:

@@ -238,7 +238,7 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
-    from .metrics import mfu
+    from .metrics import flops_per_token, mfu, mfu_from_flops
     from .models import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
                          save_adapter)
     from .train import Tokenised, evaluate, train
@@ -300,6 +300,9 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
         "warmup_seconds": round(stats.warmup_seconds, 3), "padded_tokens": stats.padded_tokens,
         "samples_per_s": round(stats.samples_per_s, 3), "tokens_per_s": round(stats.tokens_per_s, 1),
         "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, dist.world_size),
+        "mfu_with_attention": mfu_from_flops(
+            (stats.tokens * flops_per_token(n_non_embedding) + stats.attention_flops) / stats.seconds
+            if stats.seconds else 0.0, peak, dist.world_size),
         "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
     })

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from .batching import (bucket_length, collate, collate_packed, eval_batches, packed_steps, padded_length,
                        token_budget_batches, train_batches)
 from .errors import NonFiniteLoss
-from .metrics import accuracy, macro_f1
+from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
 from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
 
@@ -43,6 +43,7 @@ class TrainStats:
     compiled_layers: int = 0  # decoder layers that ran compiled (0: eager, e.g. on the CPU)
     compile_error: str | None = None  # set when compiled layers were asked for but failed (the run went eager)
     packed: bool = False  # packing ran (False when asked for but the installed transformers cannot mask it)
+    attention_flops: float = 0.0  # attention-score FLOPs of the samples trained (metrics.attention_flops), global
 
     @property
     def samples_per_s(self) -> float:
@@ -306,6 +307,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                     p.grad = None
             stats.warmup_seconds = time.perf_counter() - begin
         stats.compiled_layers = compiled
+        trained_lengths: list[int] = []
         _sync(device)
         start = time.perf_counter()
         for step_no, step in enumerate(schedule, start=1):
@@ -334,6 +336,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
             pending_norm.append(norm.detach().float())
             stats.steps, stats.samples = step_no, stats.samples + n_global
             stats.tokens += sum(lengths[i] for i in step.samples)
+            trained_lengths.extend(lengths[i] for i in step.samples)
             if step_no % recipe.log_every == 0 or step_no == len(schedule):
                 _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype, reduce_sum)
                 pending_loss, pending_norm = [], []
@@ -341,6 +344,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                     on_step(step_no, len(schedule), stats.train_loss[-1][1])
         _sync(device)
         stats.seconds = time.perf_counter() - start
+        stats.attention_flops = attention_flops(trained_lengths, attention_layers(model))
     finally:
         if compiled:
             uncompile_layers(model)
