@@ -11,6 +11,11 @@ mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
   workload_throughput_eager  the `throughput` preset without compiled layers     (--variants throughput_eager)
   workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
                              rows, lr scaled by sqrt(samples per step / 16), compiled layers
+Levers under evaluation, each its own run (--variants):
+  workload_seed_graphs       seed + each step layout's whole step replayed as one captured CUDA/HIP graph
+  workload_throughput_flex   throughput with packed rows through flex_attention (block-sparse per-sample mask)
+  workload_throughput_nodropout  throughput with LoRA dropout 0: the ceiling of removing dropout's copies
+                             (changes the recipe; a measurement, not a lever)
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
 dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak memory, final eval loss, and the ratios to the baseline; --out writes them as JSON.
 
@@ -21,6 +26,7 @@ dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak m
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -170,12 +176,14 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
     stats = train(model, data, recipe.replace(max_steps=steps, epochs=1), device=device, dtype=recipe.dtype,
                   pad_id=PAD)
     levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
-                                              "pack_length", "compile", "lr_scaling")}
+                                              "pack_length", "compile", "lr_scaling", "graph_steps",
+                                              "packed_attention", "lora_dropout")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
                    stats.attention_flops,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
                           "warmup_seconds": round(stats.warmup_seconds, 1), "learning_rate": stats.learning_rate,
                           "warmup_steps": stats.warmup_steps, "compile_error": stats.compile_error,
+                          "graph_error": stats.graph_error, "graphed_layouts": stats.graphed_layouts,
                           "compiled_layers": stats.compiled_layers, "first_losses": stats.train_loss[:4],
                           "levers": levers})
 
@@ -242,7 +250,8 @@ def main(argv=None) -> int:
     p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b", help="model shape")
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
     p.add_argument("--variants", default="seed_eager,throughput_eager",
-                   help="extra runs, comma-separated: seed_eager, throughput_eager ('' for none)")
+                   help="extra runs, comma-separated: seed_eager, seed_graphs, throughput_eager, throughput_flex, "
+                        "throughput_nodropout ('' for none)")
     p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
     p.add_argument("--warmup", type=int, default=30,
                    help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up")
@@ -273,6 +282,9 @@ def main(argv=None) -> int:
     if "seed_eager" in variants:  # the seed preset without compiled layers
         runs.append(attempt(run_workload, shape, data, recipe.replace(compile=False), device, args.steps,
                             "workload_seed_eager"))
+    if "seed_graphs" in variants:
+        runs.append(attempt(run_workload, shape, data, recipe.replace(graph_steps=True), device, args.steps,
+                            "workload_seed_graphs"))
     throughput = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
     if args.tiny:
         throughput = throughput.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
@@ -284,6 +296,12 @@ def main(argv=None) -> int:
                             args.throughput_steps, "workload_throughput_eager"))
     runs.append(attempt(run_workload, shape, t_data, throughput,
                         device, args.throughput_steps, "workload_throughput"))
+    if "throughput_flex" in variants:
+        runs.append(attempt(run_workload, shape, t_data, throughput.replace(packed_attention="flex_attention"),
+                            device, args.throughput_steps, "workload_throughput_flex"))
+    if "throughput_nodropout" in variants:
+        runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, lora_dropout=0.0),
+                            device, args.throughput_steps, "workload_throughput_nodropout"))
     base, ours = runs[0], runs[1]
     if "error" in base or "error" in ours:
         print("a reference run failed: no ratio", flush=True)

@@ -46,6 +46,9 @@ class Recipe:
     pack_length: int = 1024
     lr_scaling: str = "none"  # none | sqrt | linear in the mean samples per step relative to `batch_size`
     compile: bool = False  # torch.compile each decoder layer (static shapes; warm-up excluded from timing)
+    packed_attention: str | None = None  # with pack: the attention implementation packed forwards use (e.g.
+    # "flex_attention": a block-sparse per-sample mask instead of a dense row x row one); None: the model's own
+    graph_steps: bool = False  # GPUs, padded steps: replay each step layout's whole step as one captured graph
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
