@@ -252,6 +252,8 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default="seed_eager,throughput_eager",
                    help="extra runs, comma-separated: seed_eager, seed_graphs, throughput_eager, throughput_flex, "
                         "throughput_nodropout ('' for none)")
+    p.add_argument("--no-seed", action="store_true",
+                   help="leave the seed preset out (the ratio is then the first remaining workload run's)")
     p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
     p.add_argument("--warmup", type=int, default=30,
                    help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up")
@@ -276,8 +278,9 @@ def main(argv=None) -> int:
     if args.warmup:
         print("warm-up (not counted):", flush=True)
         attempt(run_baseline, shape, data, recipe, device, args.warmup)
-    runs = [attempt(run_baseline, shape, data, recipe, device, args.steps),
-            attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed")]
+    runs = [attempt(run_baseline, shape, data, recipe, device, args.steps)]
+    if not args.no_seed:
+        runs.append(attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed"))
     variants = set(args.variants.split(",")) if args.variants else set()
     if "seed_eager" in variants:  # the seed preset without compiled layers
         runs.append(attempt(run_workload, shape, data, recipe.replace(compile=False), device, args.steps,

@@ -234,7 +234,8 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
             "speed": {"tokens_per_step": recipe.tokens_per_step, "micro_batch_tokens": recipe.micro_batch_tokens,
                       "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
                       "pack": recipe.pack, "pack_length": recipe.pack_length, "lr_scaling": recipe.lr_scaling,
-                      "compile": recipe.compile}}
+                      "compile": recipe.compile, "graph_steps": recipe.graph_steps,
+                      "packed_attention": recipe.packed_attention}}
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
@@ -293,7 +294,8 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
     result["config"].update(base_learning_rate=recipe.learning_rate, learning_rate=stats.learning_rate,
                             warmup_steps=stats.warmup_steps)
     result["config"]["speed"].update(packed=stats.packed, compiled_layers=stats.compiled_layers,
-                                     compile_error=stats.compile_error)
+                                     compile_error=stats.compile_error, graphed_layouts=stats.graphed_layouts,
+                                     graph_error=stats.graph_error)
     metrics.update({
         "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
         "steps": stats.steps, "train_seconds": round(stats.seconds, 3),
