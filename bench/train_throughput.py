@@ -6,14 +6,15 @@ text shape with --shape gemma4-e2b) and the same synthetic variable-length data 
 mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
   hf_trainer_baseline        16 samples per step, each batch padded to its longest sample (dynamic padding)
   workload_seed              the `seed` preset: 16 samples per step, widths 64/128/256/512, micro-batches of at
-                             most 4096 padded tokens, compiled decoder layers (warm-up compile not timed)
-  workload_seed_eager        the same without compiled layers                          (--variants seed_eager)
+                             most 2048 padded tokens, compiled decoder layers, each step layout's whole step
+                             replayed as one captured graph (compile and capture warm-up not timed)
+  workload_seed_eager        the same without compiled layers or graphs                (--variants seed_eager)
   workload_throughput_eager  the `throughput` preset without compiled layers     (--variants throughput_eager)
   workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
                              rows, lr scaled by sqrt(samples per step / 16), compiled layers
 Levers under evaluation, each its own run (--variants):
-  workload_seed_graphs       seed + each step layout's whole step replayed as one captured CUDA/HIP graph
-  workload_throughput_flex   throughput with packed rows through flex_attention (block-sparse per-sample mask)
+  workload_seed_nographs     seed without the captured step graphs (compiled layers only: the seed preset
+                             before issue 25)
   workload_throughput_nodropout  throughput with LoRA dropout 0: the ceiling of removing dropout's copies
                              (changes the recipe; a measurement, not a lever)
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
@@ -177,7 +178,7 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
                   pad_id=PAD)
     levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
                                               "pack_length", "compile", "lr_scaling", "graph_steps",
-                                              "packed_attention", "lora_dropout")}
+                                              "lora_dropout")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
                    stats.attention_flops,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
     p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b", help="model shape")
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
     p.add_argument("--variants", default="seed_eager,throughput_eager",
-                   help="extra runs, comma-separated: seed_eager, seed_graphs, throughput_eager, throughput_flex, "
+                   help="extra runs, comma-separated: seed_eager, seed_nographs, throughput_eager, "
                         "throughput_nodropout ('' for none)")
     p.add_argument("--no-seed", action="store_true",
                    help="leave the seed preset out (the ratio is then the first remaining workload run's)")
@@ -283,11 +284,11 @@ def main(argv=None) -> int:
         runs.append(attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed"))
     variants = set(args.variants.split(",")) if args.variants else set()
     if "seed_eager" in variants:  # the seed preset without compiled layers
-        runs.append(attempt(run_workload, shape, data, recipe.replace(compile=False), device, args.steps,
-                            "workload_seed_eager"))
-    if "seed_graphs" in variants:
-        runs.append(attempt(run_workload, shape, data, recipe.replace(graph_steps=True), device, args.steps,
-                            "workload_seed_graphs"))
+        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, compile=False, graph_steps=False), device,
+                            args.steps, "workload_seed_eager"))
+    if "seed_nographs" in variants:
+        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, graph_steps=False), device,
+                            args.steps, "workload_seed_nographs"))
     throughput = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
     if args.tiny:
         throughput = throughput.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
@@ -299,9 +300,6 @@ def main(argv=None) -> int:
                             args.throughput_steps, "workload_throughput_eager"))
     runs.append(attempt(run_workload, shape, t_data, throughput,
                         device, args.throughput_steps, "workload_throughput"))
-    if "throughput_flex" in variants:
-        runs.append(attempt(run_workload, shape, t_data, throughput.replace(packed_attention="flex_attention"),
-                            device, args.throughput_steps, "workload_throughput_flex"))
     if "throughput_nodropout" in variants:
         runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, lora_dropout=0.0),
                             device, args.throughput_steps, "workload_throughput_nodropout"))

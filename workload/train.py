@@ -17,8 +17,7 @@ from .batching import (bucket_length, collate, collate_packed, eval_batches, pac
 from .errors import NonFiniteLoss
 from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
-from .speed import (COMPILE_UNAVAILABLE_ENV, classifier_parts, compile_layers, packed_logits, packing_supported,
-                    uncompile_layers)
+from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
 
 
 @dataclass
@@ -340,11 +339,6 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     manual_sync = recipe.pack and ddp_world > 1
     forward_model = model.module if manual_sync and hasattr(model, "module") else model
     model.train()
-    # Packed forwards through another attention implementation (set before compiling: the layers read it).
-    backbone = classifier_parts(forward_model)[0] if recipe.pack and recipe.packed_attention else None
-    attn_before = backbone.config._attn_implementation if backbone is not None else None
-    if backbone is not None:
-        backbone.set_attn_implementation(recipe.packed_attention)
     # Compiled layers on GPUs only (inductor's CPU compile costs more than it saves on short runs), unless
     # WORKLOAD_COMPILE_BACKEND names a backend (tests: "aot_eager" exercises the same path on the CPU quickly).
     backend = os.environ.get("WORKLOAD_COMPILE_BACKEND")
@@ -445,8 +439,6 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     finally:
         if compiled:
             uncompile_layers(model)
-        if backbone is not None:
-            backbone.set_attn_implementation(attn_before)
         for config in configs:
             config.use_cache = True
     stats.padded_tokens *= ddp_world  # each rank counted its own share
