@@ -18,7 +18,8 @@ Levers under evaluation, each its own run (--variants):
   workload_throughput_nodropout  throughput with LoRA dropout 0: the ceiling of removing dropout's copies
                              (changes the recipe; a measurement, not a lever)
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
-dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak memory, final eval loss, and the ratios to the baseline; --out writes them as JSON.
+dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak memory, final eval loss, and the
+ratios to the baseline; --out writes them as JSON.
 
     python bench/train_throughput.py --steps 200 --throughput-steps 40 --out bench.json   # on the GPU
     python bench/train_throughput.py --tiny --steps 6                                     # a CPU check
@@ -284,8 +285,8 @@ def main(argv=None) -> int:
         runs.append(attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed"))
     variants = set(args.variants.split(",")) if args.variants else set()
     if "seed_eager" in variants:  # the seed preset without compiled layers
-        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, compile=False, graph_steps=False), device,
-                            args.steps, "workload_seed_eager"))
+        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, compile=False, graph_steps=False),
+                            device, args.steps, "workload_seed_eager"))
     if "seed_nographs" in variants:
         runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, graph_steps=False), device,
                             args.steps, "workload_seed_nographs"))
