@@ -14,7 +14,7 @@ from rich.text import Text
 from builder.cells import Cell
 from builder.cli_paths import writable_output
 from builder.matrix import CellSummary, environment_line, export_data, summarize, summary_line, summary_record
-from builder.store import (DB_ENV_VAR, MatrixStore, StoreError, canonical_json, default_db_path,
+from builder.store import (DB_ENV_VAR, MatrixStore, StoreError, canonical_json, default_db_path, read_mergeable,
                            validate_result)
 
 db_option = click.option(
@@ -229,22 +229,15 @@ def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[st
             if target.exists() and file.resolve() == target.resolve():
                 continue
             try:
-                with MatrixStore.open(file, readonly=True) as source:
-                    runs = [row["result"] for row in source.runs()]
-                    for result in runs:
-                        validate_result(result)
-                    for build in source.builds():
-                        Cell(**build["cell"])
-                databases.append((file, runs))
+                _, rows = read_mergeable(file)
+                databases.append((file, [row["result"] for row in rows]))
             except (StoreError, ValueError) as exc:
                 problems.append(f"{file}: {exc}")
             continue
         try:
-            result = json.loads(file.read_text())
-            validate_result(result)
-            results.append((file, result))
-        except (OSError, ValueError) as exc:  # InvalidResultError and JSONDecodeError are ValueErrors
-            problems.append(f"{file}: {exc}")
+            results.append((file, validate_result(json.loads(file.read_text(encoding="utf-8")))))
+        except (OSError, ValueError, RecursionError) as exc:  # InvalidResultError, JSON and UTF-8 errors are ValueErrors
+            problems.append(f"{file}: {str(exc) or type(exc).__name__}")
     return results, databases, [plain(p) for p in problems]
 
 
@@ -258,12 +251,16 @@ def _conflicts(target: Path, results: list, databases: list, *, check_recorded: 
         if seen.setdefault(result["run_id"], content) != content:
             twice.append(f"run {plain(result['run_id'])} ({plain(file)})")
     if check_recorded and target.exists() and target.stat().st_size:
-        store = open_store(target, must_exist=True)
         try:
-            recorded = [f"run {plain(r['run_id'])} ({plain(file)}): recorded with other content in {plain(target)}"
-                        for file, r in incoming if store.classify_run(r) == "conflict"]
-        finally:
-            store.close()
+            store = MatrixStore.peek(target)  # an older schema or a file being created right now is fine
+        except StoreError as exc:
+            raise DatabaseError(str(exc)) from exc
+        if store is not None:
+            try:
+                recorded = [f"run {plain(r['run_id'])} ({plain(file)}): recorded with other content in {plain(target)}"
+                            for file, r in incoming if store.classify_run(r) == "conflict"]
+            finally:
+                store.close()
     return twice, recorded
 
 

@@ -60,7 +60,8 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         index = None
         if out_dir is not None and not check:
             with console.status("writing the site"):
-                index = build_report(store, summaries, out_dir, host_details=include_host_details)
+                index = build_report(store, summaries, out_dir, host_details=include_host_details,
+                                     warn=lambda message: click.echo(f"warning: {plain(message)}", err=True))
     except ReportError as exc:
         raise click.UsageError(str(exc)) from exc
     finally:

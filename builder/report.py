@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from builder import __version__, diff, gpu_prices, report_compare, report_plots, vendor_support
+from builder import __version__, attempt_files, diff, gpu_prices, report_compare, report_plots, vendor_support
 from builder.matrix import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
 from builder.slug import safe_slug
 from builder.store import MatrixStore, utc_now
@@ -71,25 +71,30 @@ class GridRow:
 
 
 def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path, *,
-                 generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False) -> Path:
+                 generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False,
+                 warn=None) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
     `summaries`: from `summarize(store, ..., runs_per_cell=HISTORY_ROWS)` (pages show the newest runs;
     the per-cell data files get every run straight from `store`). `host_details`: publish each run's
     full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
-    GPU count are.
+    GPU count are. `warn(message)` hears about logs left out (see `attempt_files`).
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     build_dir = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.building-"))
     try:
+        skipped: list[str] = []
         _write_site(store, summaries, build_dir, generated_at or utc_now(),
-                    vendor_support.load() if vendor is None else vendor, host_details)
+                    vendor_support.load() if vendor is None else vendor, host_details, skipped)
         _swap(build_dir, out_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
+    if skipped and warn:
+        warn(f"{len(skipped)} log(s) not published, e.g. {skipped[0]}; a report publishes only the logs"
+             " in attempt folders this matrix file's store created")
     return out_dir / "index.html"
 
 
@@ -123,7 +128,7 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
 
 
 def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
-                host_details: bool) -> None:
+                host_details: bool, skipped: list[str]) -> None:
     html, md = _environments()
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
     common = {"generated_at": generated_at, "version": __version__, "counts": counts}
@@ -139,7 +144,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
-        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []))
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), store.path, skipped)
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
         record = summary_record(summary, with_runs=False)
@@ -262,7 +267,7 @@ def _grid(summaries: list[CellSummary], entries: dict[str, IndexEntry]) -> tuple
 
 
 def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details: bool,
-               throughput: list[dict]) -> dict:
+               throughput: list[dict], db: Path, skipped: list[str]) -> dict:
     """Everything one cell page shows, with its plots drawn and logs copied into the site."""
     latest, train = summary.latest_run, summary.latest_train_run
     plots = {"curves": None, "accuracy": None}
@@ -271,8 +276,10 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         plots["accuracy"] = report_plots.accuracy_before_after(train, root / "plots" / f"{entry.slug}-accuracy.svg")
     plots["throughput"] = report_plots.throughput_history(throughput, root / "plots" / f"{entry.slug}-throughput.svg")
     image = _latest_image(summary)
-    run_logs = {row["result"]["run_id"]: _copy_log(_run_log(row), root) for row in summary.runs[-HISTORY_ROWS:]}
-    builds = [{**b, "log_link": _copy_log(b.get("log_path"), root)} for b in summary.builds[-HISTORY_ROWS:]]
+    run_logs = {row["result"]["run_id"]: _copy_log(db, row.get("attempt_dir"), ("container.log", "workload.log"),
+                                                   root, skipped) for row in summary.runs[-HISTORY_ROWS:]}
+    builds = [{**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
+              for b in summary.builds[-HISTORY_ROWS:]]
     build_logs = {b["build_uid"]: b["log_link"] for b in builds}
     host = (latest or {}).get("host")
     return {
@@ -316,25 +323,23 @@ def _reproduce(cell, tag: str | None) -> list[str]:
     return commands
 
 
-def _run_log(row: dict) -> Path | None:
-    """The container log beside a run's result.json, if the run was imported from a file."""
-    return Path(row["source"]).with_name("container.log") if row.get("source") else None
+def _copy_log(db: Path, attempt_dir: str | None, names: tuple[str, ...], root: Path, skipped: list[str]) -> str | None:
+    """Copy the tail of an attempt's log into the site, if the whitelist allows it; its site-relative path.
 
-
-def _copy_log(path, root: Path) -> str | None:
-    """Copy (the tail of) a log that exists here into the site; its site-relative path, else None."""
-    if not path:
+    Only a log in an attempt folder this matrix file's store created is opened (`attempt_files`);
+    paths named by data (a build's `log_path`, a run's `source`) never are.
+    """
+    path, why_not = attempt_files.attempt_log(db, attempt_dir, names)
+    if why_not:
+        skipped.append(why_not)
+    if path is None:
         return None
-    source = Path(path)
     try:
-        if not source.is_file():
-            return None
-        with source.open("rb") as fh:
-            fh.seek(max(0, source.stat().st_size - LOG_TAIL_BYTES))
-            data = fh.read()
-    except OSError:
+        data = attempt_files.read_tail(path, LOG_TAIL_BYTES)
+    except OSError as exc:
+        skipped.append(f"{path}: {exc.strerror}")
         return None
-    name = f"logs/{safe_slug(str(source.resolve()))}.txt"
+    name = f"logs/{safe_slug(str(Path(attempt_dir).name))}-{path.stem}.txt"
     (root / name).write_bytes(data)
     return name
 

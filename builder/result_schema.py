@@ -186,19 +186,56 @@ class Result(_Block):
         return self
 
 
+class Build(BaseModel):
+    """A build row of a matrix file being merged (the columns `MatrixStore.record_build` takes)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    build_uid: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    status: Literal["pass", "fail"]
+    failure_class: Ident | None = None
+    error: Text | None = None
+    recipe_hash: Name | None = None
+    context_hash: Name | None = None
+    image_tag: Name | None = None
+    image_digest: Name | None = None
+    base_image: Name | None = None
+    base_digest: Name | None = None
+    duration_s: NonNegative | None = None
+    log_path: Text | None = None  # kept as a note: never opened (the log is the attempt folder's build.log)
+    attempt_dir: Text | None = None
+    manifest: Open | None = None
+    created_at: Timestamp
+
+    @model_validator(mode="after")
+    def _failure_has_a_class(self) -> "Build":
+        if self.status == "fail" and not self.failure_class:
+            raise ValueError("a failed build needs a failure_class")
+        return self
+
+
 def validate(raw: Any) -> dict:
     """`raw` (parsed JSON) checked against the schema; returns it with its strings cleaned.
 
     Raises ResultSchemaError listing each violation as "field.path: rule".
     """
+    return _validated(raw, Result)
+
+
+def validate_build(raw: Any) -> dict:
+    """A merged build row checked like a result (same bounds and cleaning); ResultSchemaError otherwise."""
+    return _validated(raw, Build)
+
+
+def _validated(raw: Any, model: type[BaseModel]) -> dict:
     problems: list[str] = []
     cleaned = _bounded(raw, (), problems)
     if problems:
         raise ResultSchemaError(problems)
     if not isinstance(cleaned, dict):
-        raise ResultSchemaError(["(top level): a result must be a JSON object"])
+        raise ResultSchemaError(["(top level): must be a JSON object"])
     try:
-        Result.model_validate(cleaned)
+        model.model_validate(cleaned)
     except ValidationError as exc:
         raise ResultSchemaError([_problem(e) for e in exc.errors(include_url=False)]) from None
     return cleaned

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from builder import verdict_rules
+from builder import attempt_files, result_schema, verdict_rules
 from builder.cells import Cell
 
 #: Environment variable naming the matrix database (the `--db` option reads it too).
@@ -115,6 +115,11 @@ MIGRATIONS: tuple[str, ...] = (
         ('base_image_unavailable', 'build_context_error', 'interrupted', 'usage_error');
     UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
         ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
+    """,
+    # 3: a cell is its coordinates: no two rows may hold the same ones under different keys (issue 20).
+    """
+    CREATE UNIQUE INDEX cells_coordinates ON cells (flavor, COALESCE(accel_version, ''), torch,
+        COALESCE(arch, ''), python)
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -237,6 +242,15 @@ class MatrixStore:
                              f" point --db / ${DB_ENV_VAR} elsewhere")
         return db
 
+    @classmethod
+    def peek(cls, path: str | os.PathLike) -> "MatrixStore | None":
+        """Read-only, for the checks an import makes before it writes: an older schema is fine (the import
+        upgrades it); a file that another importer is creating this instant (no tables yet) gives None."""
+        db = Path(path)
+        _check_header(db)
+        conn = _connect_readonly(db, require_current=False, allow_new=True)
+        return None if conn is None else cls(conn, db)
+
     @property
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
@@ -314,7 +328,7 @@ class MatrixStore:
         row = self._conn.execute("SELECT result_json FROM runs WHERE run_id = ?", (result["run_id"],)).fetchone()
         if row is None:
             return "new"
-        return "identical" if row[0] == canonical_json(result) else "conflict"
+        return "identical" if row[0] == canonical_json(validate_result(result)) else "conflict"
 
     def record_run(self, result: dict, *, build_id: int | None = None, source: str | None = None,
                    replace: bool = False, attempt_dir: str | os.PathLike | None = None) -> RecordedRun:
@@ -326,7 +340,7 @@ class MatrixStore:
         Verdict or attempt: `verdict_rules.counts`; the environment: the image manifest's base image and
         content hash, the linked build's base digest.
         """
-        validate_result(result)
+        result = validate_result(result)
         cell = Cell.from_result(result)
         image = result.get("image") or {}
         content = canonical_json(result)
@@ -346,9 +360,16 @@ class MatrixStore:
             cell_id = _ensure_cell(conn, cell)
             if build_id is None and image.get("digest"):
                 row = conn.execute(
-                    "SELECT id FROM builds WHERE image_digest = ? ORDER BY id DESC LIMIT 1", (image["digest"],)
-                ).fetchone()
+                    "SELECT id FROM builds WHERE image_digest = ? AND cell_id = ? ORDER BY id DESC LIMIT 1",
+                    (image["digest"], cell_id)).fetchone()
                 build_id = row[0] if row else None
+            elif build_id is not None:
+                row = conn.execute("SELECT cells.id, cells.key FROM builds JOIN cells ON cells.id = builds.cell_id"
+                                   " WHERE builds.id = ?", (build_id,)).fetchone()
+                if row is None or row[0] != cell_id:
+                    raise InvalidResultError(
+                        f"run {result['run_id']} is of cell {cell.key}, but build {build_id} is of cell"
+                        f" {row[1] if row else '(none)'}; nothing was recorded")
             manifest = image.get("manifest") if isinstance(image.get("manifest"), dict) else {}
             base_digest = conn.execute("SELECT base_digest FROM builds WHERE id = ?", (build_id,)).fetchone()
             cur = conn.execute(
@@ -377,27 +398,26 @@ class MatrixStore:
         """Copy the builds and runs of another matrix file (e.g. a CI job's) into this one, idempotently.
 
         Returns (builds added, {"new"|"identical"|"replaced": runs}); rows already here (same build_uid /
-        identical run) are skipped. Each row is its own transaction: an interrupted merge is completed by
-        running it again. The other file is only read.
+        identical run) are skipped. Every row is checked first (`read_mergeable`): one invalid row merges
+        nothing. Attempt folders are copied under this file's own attempt root (`attempt_files.adopt_attempt`);
+        paths the rows name (`log_path`, `source`) are kept as notes and never opened. Each row is its own
+        transaction: an interrupted merge is completed by running it again. The other file is only read.
         """
-        with MatrixStore.open(other, readonly=True) as source:
-            builds, runs = source.builds(), source.runs()
-            self.damaged += source.damaged
+        builds, runs = read_mergeable(other)
         added_builds = 0
         outcomes = {"new": 0, "identical": 0, "replaced": 0}
         id_map: dict[int, int] = {}  # source build id -> build id here
-        for build in builds:
+        for source_id, cell, build in builds:
             before = self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build["build_uid"],)).fetchone()
-            id_map[build["id"]] = self.record_build(
-                Cell(**build["cell"]),
-                **{k: build[k] for k in ("status", "recipe_hash", "context_hash", "image_tag", "image_digest",
-                                         "duration_s", "log_path", "failure_class", "error", "manifest",
-                                         "created_at", "build_uid", "base_image", "base_digest")},
-                attempt_dir=source.attempt_path(build["attempt_dir"]))
+            source_attempt = build.pop("attempt_dir")
+            attempt = attempt_files.adopt_attempt(Path(other), source_attempt, self.path) if before is None else None
+            id_map[source_id] = self.record_build(cell, **build, attempt_dir=attempt)
             added_builds += before is None
         for row in runs:
+            new = self.classify_run(row["result"]) != "identical"
+            attempt = attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path) if new else None
             recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"],
-                                       replace=replace, attempt_dir=source.attempt_path(row["attempt_dir"]))
+                                       replace=replace, attempt_dir=attempt)
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
@@ -410,7 +430,10 @@ class MatrixStore:
         for row_id, key, *coords in self._conn.execute(
                 "SELECT id, key, flavor, accel_version, torch, arch, python FROM cells ORDER BY key"):
             try:
-                out.append(Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords))))
+                cell = Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords)))
+                if cell.key != key:
+                    raise ValueError(f"the key does not name its coordinates ({cell.key})")
+                out.append(cell)
             except ValueError as exc:
                 self.damaged.append(DamagedRow("cells", row_id, key, "coordinates", _first_error(exc)))
         return out
@@ -557,10 +580,51 @@ class MatrixStore:
             if valid(value):
                 return value
             problem = "not the expected JSON object"
-        except (UnicodeDecodeError, ValueError) as exc:
-            problem = str(exc).splitlines()[0][:120]
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
         self.damaged.append(DamagedRow(table, row_id, str(ident), column, problem))
         return None
+
+
+_BUILD_COLUMNS = ("build_uid", "status", "failure_class", "error", "recipe_hash", "context_hash", "image_tag",
+                  "image_digest", "base_image", "base_digest", "duration_s", "log_path", "attempt_dir", "manifest",
+                  "created_at")
+
+
+def read_mergeable(other: str | os.PathLike) -> tuple[list[tuple[int, Cell, dict]], list[dict]]:
+    """Every build and run of another matrix file, each checked by the result schema; reads only.
+
+    Returns ([(source build id, cell, build columns)], [run rows with `result` cleaned]). Raises
+    StoreError for a file that cannot be read, InvalidResultError naming the first row that breaks the
+    schema (a damaged row counts: merging a file should not lose rows silently).
+    """
+    with MatrixStore.open(other, readonly=True) as source:
+        raw_builds, raw_runs = source.builds(), source.runs()
+        if source.damaged:
+            raise InvalidResultError(f"{other}: {source.damaged[0]}; `envbuild matrix check --db {other}` lists"
+                                     " every such row")
+    builds = []
+    for build in raw_builds:
+        try:
+            cell = Cell(**build["cell"])
+            if cell.key != build["cell_key"]:
+                raise ValueError(f"cell key {build['cell_key']!r} does not name its coordinates ({cell.key})")
+            clean = result_schema.validate_build({k: build[k] for k in _BUILD_COLUMNS})
+        except (ValueError, TypeError) as exc:
+            raise InvalidResultError(f"builds row {build['id']} ({_short(build.get('build_uid'))}):"
+                                     f" {_first_error(exc)}") from None
+        builds.append((build["id"], cell, clean))
+    runs = []
+    for row in raw_runs:
+        try:
+            result = validate_result(row["result"])
+        except InvalidResultError as exc:
+            raise InvalidResultError(f"runs row {row['row_id']} ({_short(row['result'].get('run_id'))}): {exc}") from None
+        if Cell.from_result(result).key != row["cell_key"]:
+            raise InvalidResultError(f"runs row {row['row_id']}: stored under cell {row['cell_key']}, but its"
+                                     f" result names {Cell.from_result(result).key}")
+        runs.append({**row, "result": result})
+    return builds, runs
 
 
 def canonical_json(result: dict) -> str:
@@ -582,41 +646,61 @@ def _first_error(exc: Exception) -> str:
     return str(exc)
 
 
-def validate_result(result: Any) -> None:
-    """Raise InvalidResultError unless `result` has what the matrix needs from docs/result-schema.md."""
+def validate_result(result: Any) -> dict:
+    """`result` as the matrix stores it (docs/result-schema.md; strings cleaned), or InvalidResultError.
+
+    The message names the field path and the rule; the cell the result names is checked too.
+    """
     if not isinstance(result, dict):
         raise InvalidResultError("a result must be a JSON object (docs/result-schema.md)")
     version = result.get("schema_version")
     if version not in RESULT_SCHEMA_VERSIONS:
         raise InvalidResultError(
-            f"result schema_version {version!r} is not one this envbuild reads {RESULT_SCHEMA_VERSIONS};"
+            f"result schema_version {_short(version)} is not one this envbuild reads {RESULT_SCHEMA_VERSIONS};"
             " upgrade envbuild or re-run the workload with a matching version")
     missing = [k for k in ("run_id", "command", "status", "versions") if not result.get(k)]
     if missing:
         raise InvalidResultError(f"result is missing {', '.join(missing)} (docs/result-schema.md)")
-    if result["status"] not in RUN_STATUSES:
-        raise InvalidResultError(f"result status must be one of {RUN_STATUSES}, got {result['status']!r}")
-    if result["status"] != "pass" and not result.get("error_class"):
-        raise InvalidResultError("a result that did not pass needs an error_class (docs/result-schema.md)")
+    if not isinstance(result["status"], str) or result["status"] not in RUN_STATUSES:
+        raise InvalidResultError(f"result status must be one of {RUN_STATUSES}, got {_short(result['status'])}")
+    versions = result["versions"] if isinstance(result["versions"], dict) else {}
     for key in ("python", "torch"):
-        if not (result["versions"] or {}).get(key):
+        if not versions.get(key):
             raise InvalidResultError(f"result versions.{key} is missing: the matrix cell cannot be known")
-    for probe in result.get("probes") or []:
-        if not isinstance(probe, dict) or not probe.get("name") or probe.get("status") not in ("pass", "fail", "skip"):
-            raise InvalidResultError(f"probe entry {probe!r} needs a name and a status pass|fail|skip")
     try:
-        Cell.from_result(result)
+        clean = result_schema.validate(result)
+    except result_schema.ResultSchemaError as exc:
+        raise InvalidResultError(f"result does not follow docs/result-schema.md: {exc}") from None
+    try:
+        Cell.from_result(clean)
     except (ValueError, TypeError, AttributeError) as exc:
         raise InvalidResultError(f"result names no valid matrix cell: {_first_error(exc)}") from exc
+    return clean
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def _ensure_cell(conn: sqlite3.Connection, cell: Cell) -> int:
-    conn.execute(
-        "INSERT INTO cells (key, flavor, accel_version, torch, arch, python) VALUES (?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT(key) DO NOTHING",
-        (cell.key, cell.flavor, cell.accel_version, cell.torch, cell.arch, cell.python),
-    )
-    return conn.execute("SELECT id FROM cells WHERE key = ?", (cell.key,)).fetchone()[0]
+    """The row of `cell`, inserted if new. A row with its key but other coordinates (written by an older
+    envbuild, whose keys could collide) is never joined: InvalidResultError."""
+    coords = (cell.flavor, cell.accel_version, cell.torch, cell.arch, cell.python)
+    row = conn.execute("SELECT id, flavor, accel_version, torch, arch, python FROM cells WHERE key = ?",
+                       (cell.key,)).fetchone()
+    if row is None:
+        try:
+            return conn.execute("INSERT INTO cells (key, flavor, accel_version, torch, arch, python)"
+                                " VALUES (?, ?, ?, ?, ?, ?)", (cell.key, *coords)).lastrowid
+        except sqlite3.IntegrityError:
+            raise InvalidResultError(f"cell {cell.key}: its coordinates are stored under another key;"
+                                     " `envbuild matrix check` lists the row") from None
+    if tuple(row[1:]) != coords:
+        raise InvalidResultError(
+            f"cell key {cell.key} in the matrix names other coordinates ({', '.join(map(str, row[1:]))});"
+            " the run was not recorded. `envbuild matrix check` lists that row")
+    return row[0]
 
 
 def _wal(conn: sqlite3.Connection) -> None:
@@ -647,8 +731,11 @@ def _check_header(db: Path) -> None:
             f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
 
 
-def _connect_readonly(db: Path, *, require_current: bool = True) -> sqlite3.Connection:
-    """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched)."""
+def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool = False) -> sqlite3.Connection | None:
+    """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched).
+
+    `allow_new`: a file another process is creating right now (schema 0 and no tables yet) gives None.
+    """
     if not db.exists():
         raise StoreError(
             f"no matrix database at {db}: record a run (`envbuild run workload`), import results"
@@ -664,6 +751,9 @@ def _connect_readonly(db: Path, *, require_current: bool = True) -> sqlite3.Conn
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _check_readable(conn, db)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0 and allow_new and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            conn.close()
+            return None
         if version == 0:
             raise StoreError(f"{db} is an SQLite file but not a matrix database; nothing was changed."
                              f" Point --db / ${DB_ENV_VAR} at a matrix")

@@ -143,16 +143,23 @@ def test_every_row_of_an_imported_db_is_validated(tmp_path, mutate, message):
     assert not db.exists()
 
 
-def test_a_build_row_of_an_imported_db_is_validated(tmp_path):
+@pytest.mark.parametrize("column, value, message", [
+    ("duration_s", "many", "duration_s: Input should be a valid number"),
+    ("error", "x" * 2**20, "error: string longer than 4096 characters"),
+    ("created_at", "9999-12-31T23:59:59Z", "created_at: .*must lie between"),
+    ("duration_s", float("inf"), "duration_s: number must be finite"),
+])
+def test_a_build_row_of_an_imported_db_is_validated(tmp_path, column, value, message):
     other = tmp_path / "ci" / "matrix.db"
     with MatrixStore.open(other) as store:
         store.record_build(Cell(flavor="cpu", torch="2.13", python="3.11"), status="pass", duration_s=1.0)
     conn = sqlite3.connect(other)
     with conn:
-        conn.execute("UPDATE builds SET duration_s = 'many', error = ?", ("x" * 2**20,))
+        conn.execute(f"UPDATE builds SET {column} = ?", (value,))
     conn.close()
     result = _invoke("matrix", "import", other, "--db", tmp_path / "m.db")
-    assert result.exit_code == 2 and "duration_s" in result.output, result.output
+    import re
+    assert result.exit_code == 2 and re.search(message, result.output), result.output
     assert not (tmp_path / "m.db").exists()
 
 
