@@ -13,14 +13,13 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from builder import __version__, attempt_files, diff, gpu_prices, report_compare, report_plots, vendor_support
+from builder import (__version__, attempt_files, diff, gpu_prices, report_compare, report_plots, site_folders,
+                     vendor_support)
 from builder.matrix import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
 from builder.slug import safe_slug
 from builder.store import MatrixStore, utc_now
@@ -83,7 +82,10 @@ def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path
     out_dir = Path(out_dir)
     _check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    build_dir = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.building-"))
+    for stale in site_folders.sweep_stale(out_dir):
+        if warn:
+            warn(f"removed {stale.name}, left by an earlier report that was killed")
+    build_dir = site_folders.building_dir(out_dir)
     try:
         skipped: list[str] = []
         _write_site(store, summaries, build_dir, generated_at or utc_now(),
@@ -120,9 +122,14 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
     os.chmod(build_dir, 0o777 & ~umask)
     old = None
     if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
+        old = site_folders.old_dir(out_dir)
         os.rename(out_dir, old)
-    os.rename(build_dir, out_dir)
+    try:
+        os.rename(build_dir, out_dir)
+    except BaseException:
+        if old:
+            os.rename(old, out_dir)  # the previous site stays whole
+        raise
     if old:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -137,10 +137,20 @@ class Metrics(_Block):
 
 
 class Probe(_Block):
-    name: Ident
+    name: Name
     status: Literal["pass", "fail", "skip"]
     message: Text | None = None
     values: Open | None = None
+
+
+class Host(_Block):
+    """The `envbuild doctor --json` record; the report publishes os, kernel, driver, GPU archs and count."""
+
+    os: Text | None = None
+    kernel: Text | None = None
+    amdgpu_version: Name | None = None
+    gpu_archs: Annotated[list[Name], Field(max_length=1024)] | None = None
+    gpus: Annotated[list[Any], Field(max_length=1024)] | None = None
 
 
 class Image(_Block):
@@ -163,7 +173,7 @@ class Result(_Block):
     run_id: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     command: Literal["train", "probe"]
     status: Literal["pass", "fail", "error"]
-    error_class: Ident | None = None
+    error_class: Name | None = None
     error: Text | None = None
     started_at: Timestamp | None = None
     finished_at: Timestamp | None = None
@@ -176,7 +186,7 @@ class Result(_Block):
     metrics: Metrics | None = None
     probes: Annotated[list[Probe], Field(max_length=1000)] | None = None
     artifacts: Open | None = None
-    host: Open | None = None
+    host: Host | None = None
     image: Image | None = None
 
     @model_validator(mode="after")
