@@ -181,6 +181,16 @@ class MatrixStore:
         self._conn = conn
         self.path = path
         self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
+        self.bad_text = 0  # text values read that were not UTF-8 (shown with U+FFFD; `check` names their rows)
+        conn.text_factory = self._text
+
+    def _text(self, raw: bytes) -> str:
+        """A TEXT value: bytes that are not UTF-8 (damage that passes the integrity check) never stop a read."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.bad_text += 1
+            return raw.decode("utf-8", "replace")
 
     # ---- opening ---------------------------------------------------------------------------
     @classmethod
@@ -568,7 +578,26 @@ class MatrixStore:
         self.builds()
         for (row_id,) in self._conn.execute("SELECT id FROM runs ORDER BY id").fetchall():
             self.probe_rows(row_id)
-        return list(self.damaged)
+        self._check_text()
+        return list(dict.fromkeys(self.damaged))
+
+    def _check_text(self) -> None:
+        """Every TEXT value that is not UTF-8, as a DamagedRow (read as bytes, so nothing is replaced)."""
+        idents = {"cells": "key", "builds": "build_uid", "runs": "run_id", "probes": "name"}
+        for table, ident in idents.items():
+            columns = [row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")]
+            row_key = "run_row" if table == "probes" else "id"
+            cur = self._conn.execute(f"SELECT {row_key}, CAST({ident} AS BLOB), "
+                                     + ", ".join(f"CAST({c} AS BLOB)" if c else c for c in columns)
+                                     + f" FROM {table} WHERE " + " OR ".join(f"typeof({c}) = 'text'" for c in columns))
+            for row_id, name, *values in cur:
+                for column, value in zip(columns, values):
+                    if isinstance(value, bytes):
+                        try:
+                            value.decode("utf-8")
+                        except UnicodeDecodeError as exc:
+                            self.damaged.append(DamagedRow(table, row_id, bytes(name or b"").decode("utf-8", "replace"),
+                                                           column, f"not UTF-8 ({exc.reason} at byte {exc.start})"))
 
     def integrity_ok(self) -> bool:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
