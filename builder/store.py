@@ -489,10 +489,17 @@ class MatrixStore:
             for key in host_keys:
                 args += [key, f"$.host.{key}"]
         cur = self._conn.execute(
-            f"SELECT {column} FROM runs JOIN cells ON cells.id = runs.cell_id WHERE cells.key = ?"
-            " AND json_valid(runs.result_json) ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
+            f"SELECT json_valid(runs.result_json), runs.id, runs.run_id,"
+            f" CASE WHEN json_valid(runs.result_json) THEN {column} END FROM runs JOIN cells ON cells.id = runs.cell_id"
+            " WHERE cells.key = ? ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
             [*args, cell_key])
-        return [row[0] for row in cur]
+        out = []
+        for valid, row_id, run_id, text in cur:
+            if valid:
+                out.append(text)
+            else:
+                self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json", "not valid JSON"))
+        return out
 
     def train_metrics(self) -> list[dict]:
         """Every readable train run's cell_key, time (`at`), samples_per_s and mfu, oldest first (no parsing)."""
@@ -503,7 +510,7 @@ class MatrixStore:
             " WHERE runs.command = 'train' AND json_valid(runs.result_json) ORDER BY at, runs.id")
         return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu} for k, at, sps, mfu in cur]
 
-    def run_events(self) -> list[dict]:
+    def run_events(self, cell_key: str | None = None) -> list[dict]:
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
 
         Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated),
@@ -515,7 +522,8 @@ class MatrixStore:
             " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
             " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail'),"
             " runs.counts, runs.base_image, runs.base_digest, runs.context_hash, runs.attempt_dir"
-            " FROM runs JOIN cells ON cells.id = runs.cell_id ORDER BY at, runs.id")
+            " FROM runs JOIN cells ON cells.id = runs.cell_id WHERE ? IS NULL OR cells.key = ? ORDER BY at, runs.id",
+            (cell_key, cell_key))
         names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes", "counts",
                  "base_image", "base_digest", "context_hash", "attempt_dir")
         events = []
@@ -574,12 +582,19 @@ class MatrixStore:
         """Every row whose stored JSON or cell coordinates do not parse (what the reads would skip)."""
         self.damaged = []
         self.cells()
-        self.runs()
+        for row_id, run_id in self._conn.execute(  # in SQL: no result is parsed in Python (fast at any size)
+                "SELECT id, run_id FROM runs WHERE NOT json_valid(result_json) OR json_type(result_json, '$.run_id')"
+                " IS NOT 'text' OR json_type(result_json, '$.status') IS NOT 'text'"
+                " OR json_type(result_json, '$.command') IS NOT 'text' ORDER BY id"):
+            self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json", "not a JSON result object"))
         self.builds()
-        for (row_id,) in self._conn.execute("SELECT id FROM runs ORDER BY id").fetchall():
-            self.probe_rows(row_id)
+        for row_id, name in self._conn.execute(
+                "SELECT run_row, name FROM probes WHERE values_json IS NOT NULL AND (NOT json_valid(values_json)"
+                " OR json_type(values_json) IS NOT 'object') ORDER BY run_row"):
+            self.damaged.append(DamagedRow("probes", row_id, str(name), "values_json", "not a JSON object"))
         self._check_text()
-        return list(dict.fromkeys(self.damaged))
+        unique = {(d.table, d.row_id, d.column): d for d in reversed(self.damaged)}  # first finding per column
+        return sorted(unique.values(), key=lambda d: (d.table != "cells", d.table, d.row_id, d.column))
 
     def _check_text(self) -> None:
         """Every TEXT value that is not UTF-8, as a DamagedRow (read as bytes, so nothing is replaced)."""
