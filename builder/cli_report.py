@@ -12,7 +12,7 @@ from builder.cli_matrix import db_option, open_store, plain, warn_damaged
 from builder.cli_paths import writable_output
 from builder.matrix import VERDICTS, summarize
 from builder.recipe_cells import RecipeCellsError, recipe_cells
-from builder.report import HISTORY_ROWS, ReportError, build_report, summary_markdown
+from builder.report import PAGE_RUNS, ReportError, build_report, summary_markdown
 
 
 @click.command("report")
@@ -52,7 +52,7 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):
-            summaries = summarize(store, cells, runs_per_cell=HISTORY_ROWS)
+            summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS)
         text = None
         if markdown is not None:
             newest = max((r["result"].get("finished_at") or "" for r in store.runs(last=1)), default="") or "-"

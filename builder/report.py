@@ -27,6 +27,11 @@ from builder.store import MatrixStore, utc_now
 TEMPLATES_DIR = Path(__file__).with_name("report_templates")
 MARKER = ".envbuild-report"  # marks a folder as a report this command may replace
 HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<cell>.json
+#: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
+#: come from the store's columns, so a report never parses every stored result.
+PAGE_RUNS = 3
+#: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
+DATA_FILE_BYTES = 900_000
 LOG_TAIL_BYTES = 256 * 1024
 PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
 _FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
@@ -74,7 +79,7 @@ def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path
                  warn=None) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
-    `summaries`: from `summarize(store, ..., runs_per_cell=HISTORY_ROWS)` (pages show the newest runs;
+    `summaries`: from `summarize(store, ..., runs_per_cell=PAGE_RUNS)` (pages show the newest runs;
     the per-cell data files get every run straight from `store`). `host_details`: publish each run's
     full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
     GPU count are. `warn(message)` hears about logs left out (see `attempt_files`).
@@ -156,8 +161,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
             page=page, root="../", **common))
         record = summary_record(summary, with_runs=False)
         runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
-        (root / "data" / f"{entry.slug}.json").write_text(
-            json.dumps(record, sort_keys=True, default=str)[:-1] + ', "runs": [' + ", ".join(runs) + "]}")
+        _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
         index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
                             "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
     torch_lines, rows = _grid(summaries, entries)
@@ -171,6 +175,24 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     report_compare.write(root, html, store, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
+    """data/<slug>.json: the cell's record with its runs (stored JSON as it is, oldest first). Runs beyond
+    DATA_FILE_BYTES go to data/<slug>-runs-2.json, -3, ... ({"runs": [...]}), listed in `more_runs`."""
+    chunks: list[list[str]] = [[]]
+    size = len(record)
+    for run in runs:
+        if chunks[-1] and size + len(run) > DATA_FILE_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(run)
+        size += len(run) + 2
+    more = [f"data/{slug}-runs-{n}.json" for n in range(2, len(chunks) + 1)]
+    for name, chunk in zip(more, chunks[1:]):
+        (root / name).write_text('{"runs": [' + ", ".join(chunk) + "]}")
+    (root / "data" / f"{slug}.json").write_text(
+        record[:-1] + ', "more_runs": ' + json.dumps(more) + ', "runs": [' + ", ".join(chunks[0]) + "]}")
 
 
 def summary_markdown(summaries: list[CellSummary], generated_at: str, vendor: dict | None = None,
@@ -283,8 +305,8 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         plots["accuracy"] = report_plots.accuracy_before_after(train, root / "plots" / f"{entry.slug}-accuracy.svg")
     plots["throughput"] = report_plots.throughput_history(throughput, root / "plots" / f"{entry.slug}-throughput.svg")
     image = _latest_image(summary)
-    run_logs = {row["result"]["run_id"]: _copy_log(db, row.get("attempt_dir"), ("container.log", "workload.log"),
-                                                   root, skipped) for row in summary.runs[-HISTORY_ROWS:]}
+    run_logs = {e.ident: _copy_log(db, e.attempt_dir, ("container.log", "workload.log"), root, skipped)
+                for e in summary.events[-HISTORY_ROWS:] if e.kind == "run"}
     builds = [{**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
               for b in summary.builds[-HISTORY_ROWS:]]
     build_logs = {b["build_uid"]: b["log_link"] for b in builds}

@@ -182,7 +182,20 @@ class MatrixStore:
         self.path = path
         self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
         self.bad_text = 0  # text values read that were not UTF-8 (shown with U+FFFD; `check` names their rows)
-        conn.text_factory = self._text
+
+    def _rows(self, sql: str, args=()) -> list[tuple]:
+        """A read's rows. SQLite's own UTF-8 decoding is fast but stops at a damaged value: the query is then
+        run again decoding in Python, where such a value becomes U+FFFD (counted in `bad_text`)."""
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):
+                raise
+        self._conn.text_factory = self._text
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        finally:
+            self._conn.text_factory = str
 
     def _text(self, raw: bytes) -> str:
         """A TEXT value: bytes that are not UTF-8 (damage that passes the integrity check) never stop a read."""
@@ -437,7 +450,7 @@ class MatrixStore:
     def cells(self) -> list[Cell]:
         """Every cell that has a build or a run recorded, ordered by key (unreadable coordinates skipped)."""
         out = []
-        for row_id, key, *coords in self._conn.execute(
+        for row_id, key, *coords in self._rows(
                 "SELECT id, key, flavor, accel_version, torch, arch, python FROM cells ORDER BY key"):
             try:
                 cell = Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords)))
@@ -466,7 +479,7 @@ class MatrixStore:
             args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
-        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts in self._conn.execute(sql, args):
+        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts in self._rows(sql, args):
             result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
@@ -488,7 +501,7 @@ class MatrixStore:
                       " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END")
             for key in host_keys:
                 args += [key, f"$.host.{key}"]
-        cur = self._conn.execute(
+        cur = self._rows(
             f"SELECT json_valid(runs.result_json), runs.id, runs.run_id,"
             f" CASE WHEN json_valid(runs.result_json) THEN {column} END FROM runs JOIN cells ON cells.id = runs.cell_id"
             " WHERE cells.key = ? ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
@@ -501,9 +514,24 @@ class MatrixStore:
                 self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json", "not valid JSON"))
         return out
 
+    def newest_per_preset(self) -> dict[str, list[dict]]:
+        """cell key -> the newest readable run of each `config.preset`, newest first (only those are parsed)."""
+        cur = self._rows(
+            "SELECT runs.id, runs.run_id, cells.key, CAST(runs.result_json AS BLOB) FROM runs"
+            " JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER"
+            " (PARTITION BY cell_id, json_extract(result_json, '$.config.preset') ORDER BY COALESCE(finished_at,"
+            " recorded_at) DESC, id DESC) AS n FROM runs WHERE json_valid(result_json)) WHERE n = 1)"
+            " ORDER BY cells.key, COALESCE(runs.finished_at, runs.recorded_at) DESC, runs.id DESC")
+        out: dict[str, list[dict]] = {}
+        for row_id, run_id, key, blob in cur:
+            result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+            if result is not None:
+                out.setdefault(key, []).append(result)
+        return out
+
     def train_metrics(self) -> list[dict]:
         """Every readable train run's cell_key, time (`at`), samples_per_s and mfu, oldest first (no parsing)."""
-        cur = self._conn.execute(
+        cur = self._rows(
             "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
             " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu')"
             " FROM runs JOIN cells ON cells.id = runs.cell_id"
@@ -517,7 +545,7 @@ class MatrixStore:
         counts (a verdict, not only an attempt), base_image, base_digest, context_hash, attempt_dir.
         A row whose status column is damaged is skipped and noted.
         """
-        cur = self._conn.execute(
+        cur = self._rows(
             "SELECT runs.id, cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
             " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
             " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail'),"
@@ -544,8 +572,9 @@ class MatrixStore:
         if cell_key is not None:
             sql += " WHERE cells.key = ?"
             args = (cell_key,)
-        cur = self._conn.execute(sql + " ORDER BY builds.created_at, builds.id", args)
-        names = [d[0] for d in cur.description]
+        sql += " ORDER BY builds.created_at, builds.id"
+        names = [d[0] for d in self._conn.execute(sql + " LIMIT 0", args).description]
+        cur = self._rows(sql, args)
         out = []
         for row in cur:
             build = dict(zip(names, row))
@@ -568,7 +597,7 @@ class MatrixStore:
         return str((self.path.resolve().parent / attempt_dir))
 
     def probe_rows(self, run_row: int) -> list[dict]:
-        cur = self._conn.execute(
+        cur = self._rows(
             "SELECT name, status, message, CAST(values_json AS BLOB) FROM probes WHERE run_row = ? ORDER BY name",
             (run_row,))
         out = []
