@@ -164,15 +164,25 @@ def realistic_db(path: Path, runs: int, n_cells: int, seed: int = 13) -> None:
 
 
 def timed(args: list[str], repeat: int) -> float:
-    """Median wall time of running `envbuild ARGS` as a whole process."""
+    """Median wall time of running `envbuild ARGS` as a whole process (its CPU time is noted in CPU_S)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args], check=True, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *args], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            raise SystemExit(f"envbuild {' '.join(args)} exited {proc.returncode}")
         times.append(time.perf_counter() - start)
+        cpu.append(usage.ru_utime + usage.ru_stime)
+    CPU_S[" ".join(args[:2])] = statistics.median(cpu)
     return statistics.median(times)
+
+
+#: Median CPU seconds (user + system) per command: what a loaded shared machine inflates least.
+CPU_S: dict[str, float] = {}
 
 
 def peak_rss_mb(args: list[str]) -> float:
@@ -216,8 +226,9 @@ def main() -> None:
         "report": timed(["report", "-o", str(site), "--db", str(db)], args.repeat),
         "envbuild --help (start-up floor)": timed(["--help"], args.repeat),
     }
-    for name, seconds in figures.items():
-        print(f"{name:40s} {seconds:6.2f} s  (median of {args.repeat}, whole process)")
+    for (name, seconds), cpu in zip(figures.items(), CPU_S.values()):
+        print(f"{name:40s} {seconds:6.2f} s  (median of {args.repeat}, whole process; CPU {cpu:.2f} s)")
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     export_mb = peak_rss_mb(["matrix", "export", "--json", "--db", str(db)])
     report_mb = peak_rss_mb(["report", "-o", str(site), "--db", str(db)])
     print(f"{'matrix export --json peak memory':40s} {export_mb:6.0f} MB;  report peak memory {report_mb:.0f} MB")
