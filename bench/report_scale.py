@@ -177,12 +177,12 @@ def timed(args: list[str], repeat: int) -> float:
             raise SystemExit(f"envbuild {' '.join(args)} exited {proc.returncode}")
         times.append(time.perf_counter() - start)
         cpu.append(usage.ru_utime + usage.ru_stime)
-    CPU_S[" ".join(args[:2])] = statistics.median(cpu)
+    CPU_S.append(statistics.median(cpu))
     return statistics.median(times)
 
 
-#: Median CPU seconds (user + system) per command: what a loaded shared machine inflates least.
-CPU_S: dict[str, float] = {}
+#: Median CPU seconds (user + system) of each timed command, in order: what a loaded machine inflates least.
+CPU_S: list[float] = []
 
 
 def peak_rss_mb(args: list[str]) -> float:
@@ -226,7 +226,7 @@ def main() -> None:
         "report": timed(["report", "-o", str(site), "--db", str(db)], args.repeat),
         "envbuild --help (start-up floor)": timed(["--help"], args.repeat),
     }
-    for (name, seconds), cpu in zip(figures.items(), CPU_S.values()):
+    for (name, seconds), cpu in zip(figures.items(), CPU_S):
         print(f"{name:40s} {seconds:6.2f} s  (median of {args.repeat}, whole process; CPU {cpu:.2f} s)")
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     export_mb = peak_rss_mb(["matrix", "export", "--json", "--db", str(db)])
