@@ -480,7 +480,7 @@ class MatrixStore:
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
         for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts in self._rows(sql, args):
-            result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+            result = self._result(row_id, run_id, blob)
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
                             "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
@@ -524,7 +524,7 @@ class MatrixStore:
             " ORDER BY cells.key, COALESCE(runs.finished_at, runs.recorded_at) DESC, runs.id DESC")
         out: dict[str, list[dict]] = {}
         for row_id, run_id, key, blob in cur:
-            result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+            result = self._result(row_id, run_id, blob)
             if result is not None:
                 out.setdefault(key, []).append(result)
         return out
@@ -645,6 +645,19 @@ class MatrixStore:
 
     def integrity_ok(self) -> bool:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def _result(self, row_id: int, run_id: str, blob: bytes) -> dict | None:
+        """A stored result, parsed and checked by the result schema (rows an older envbuild stored unchecked
+        included): None, and a DamagedRow noted, when it is not one."""
+        result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+        if result is None:
+            return None
+        try:
+            return result_schema.validate(result)
+        except result_schema.ResultSchemaError as exc:
+            self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json",
+                                           f"breaks the result schema: {exc.problems[0]}"))
+            return None
 
     def _json(self, table: str, row_id: int, ident: str, column: str, blob: bytes, valid) -> Any:
         """The parsed JSON of one column, or None (and a DamagedRow noted) when it does not parse."""

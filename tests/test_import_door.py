@@ -239,3 +239,37 @@ def test_a_symlinked_container_log_is_not_followed(tmp_path):
     assert "TOP-SECRET" not in text
     logs = list((site / "logs").iterdir())
     assert len(logs) == 1 and logs[0].read_text() == "step 1 loss 1.95\n"
+
+
+def test_a_nan_row_stored_by_an_older_envbuild_is_skipped_everywhere_and_named_by_check(tmp_path):
+    """Issue 20: `samples_per_s: NaN` wrote bare NaN into compare.html (the page showed 0 rows), the run was
+    silently missing from its data file, and `check` called every row readable."""
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        store.record_run(cpu_result())
+        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z"))
+    bad = make_result(finished_at="2026-12-02T10:00:00Z")
+    bad["metrics"]["samples_per_s"] = float("nan")
+    conn = sqlite3.connect(db)
+    with conn:  # as an older envbuild stored it: json.dumps writes NaN
+        conn.execute("INSERT INTO runs (run_id, cell_id, command, status, result_json, finished_at, recorded_at)"
+                     " SELECT ?, cell_id, 'train', 'pass', ?, ?, ? FROM runs WHERE id = 2",
+                     (bad["run_id"], json.dumps(bad), bad["finished_at"], bad["finished_at"]))
+    conn.close()
+    site = tmp_path / "site"
+    result = _report(db, site)
+    assert result.exit_code == 0, result.output
+    assert f"({bad['run_id']}): result_json unreadable" in result.stderr
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in published JSON"))
+
+    import re
+    (blob,) = re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', (site / "compare.html").read_text(), re.S)
+    assert "rocm6.2-torch2.4-gfx90a-py3.10" in strict(blob)
+    for data in (site / "data").glob("*.json"):
+        strict(data.read_text())
+    shown = _invoke("matrix", "show", "rocm6.2-torch2.4-gfx90a-py3.10", "--json", "--db", db)
+    assert shown.exit_code == 0 and bad["run_id"] not in [r["run_id"] for r in json.loads(shown.stdout)["runs"]]
+    check = CliRunner().invoke(main, ["matrix", "check", "--db", str(db)])
+    assert check.exit_code == 1 and f"runs row 3 ({bad['run_id']}): result_json unreadable" in check.stdout
