@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from builder.recipes import load
-from builder.render import StaticFiles, context_files, render
-from builder.resolve import all_plans
+from builder.plan.recipes import load
+from builder.plan.render import StaticFiles, context_files, render
+from builder.plan.resolve import all_plans
 
 
 def best_of(repeat: int, fn) -> float:

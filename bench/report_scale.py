@@ -30,9 +30,9 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from builder.cells import Cell
-from builder.recipe_cells import recipe_cells
-from builder.store import MatrixStore
+from builder.matrix.store import MatrixStore
+from builder.plan.cells import Cell
+from builder.plan.recipe_cells import recipe_cells
 
 REPO = Path(__file__).resolve().parent.parent
 _RESULT = {

@@ -12,7 +12,7 @@ import signal
 import docker.errors
 import pytest
 
-from builder.engine import EngineUnavailable, docker_client
+from builder.engine.docker import EngineUnavailable, docker_client
 
 LOCAL_BASE = "envbuild-local/debian:bookworm"
 REQUIRE_DOCKER = os.environ.get("ENVBUILD_REQUIRE_DOCKER") == "1"
@@ -66,7 +66,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends git pyt
 @pytest.fixture(scope="session")
 def tools_image(local_base, tmp_path_factory) -> str:
     """The local base plus git, python3 and pip (~20 s cold, cached by BuildKit afterwards)."""
-    from builder.build import BuildOptions, build_image
+    from builder.engine.build import BuildOptions, build_image
 
     ctx = tmp_path_factory.mktemp("tools") / "ctx"
     ctx.mkdir()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from builder.render import StaticFiles
-from builder.resolve import Request
+from builder.plan.render import StaticFiles
+from builder.plan.resolve import Request
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 GOLDEN_WORKLOAD = GOLDEN_DIR / "workload"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builder.build import BuildOptions, build_image
+from builder.engine.build import BuildOptions, build_image
 
 FAKE_WORKLOAD = r'''
 import json, os, signal, sys, time, uuid

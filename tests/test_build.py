@@ -14,10 +14,10 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
-from builder.build import BuildError, BuildOptions, build_command, build_image
-from builder.build_log import PlainLog, diagnose
 from builder.cli import main
-from builder.engine import BuildTool
+from builder.engine.build import BuildError, BuildOptions, build_command, build_image
+from builder.engine.build_log import PlainLog, diagnose
+from builder.engine.docker import BuildTool
 from sleeper_fixtures import sleeper_dockerfile, step_started
 
 pytestmark = pytest.mark.docker
@@ -149,8 +149,8 @@ def test_wheelhouse_disables_the_index_and_secrets_are_referenced(tmp_path):
 def test_a_wheel_added_after_rendering_is_refused_before_building(tmp_path, docker_engine):
     """The tag covers the wheelhouse: a wheel dropped into a rendered context would build other content
     under the same tag, so the build stops and says how to re-render."""
-    from builder.render import render
-    from builder.resolve import Request, resolve
+    from builder.plan.render import render
+    from builder.plan.resolve import Request, resolve
 
     ctx = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx").out_dir
     (ctx / "wheelhouse" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"PK")

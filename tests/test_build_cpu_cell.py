@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from builder.build import MANIFEST_LABEL
 from builder.cli import main
-from builder.store import MatrixStore, validate_result
+from builder.engine.build import MANIFEST_LABEL
+from builder.matrix.store import MatrixStore, validate_result
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -134,7 +134,7 @@ def test_an_image_that_does_not_match_its_manifest_fails_its_build(cpu_cell, tmp
     never installed) fails the build with its own failure class, from the cached layers in seconds."""
     import shutil
 
-    from builder.build import BuildError, BuildOptions, build_image
+    from builder.engine.build import BuildError, BuildOptions, build_image
 
     _, _, _, work = cpu_cell
     ctx = tmp_path / "ctx"

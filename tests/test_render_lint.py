@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from builder.paths import IMAGES_DIR
-from builder.render import StaticFiles, context_files
-from builder.resolve import Request, all_plans, resolve
+from builder.plan.render import StaticFiles, context_files
+from builder.plan.resolve import Request, all_plans, resolve
 
 HADOLINT_CONFIG = IMAGES_DIR / "hadolint.yaml"  # the one place ignored rules are listed and justified
 VARIANTS = [

@@ -8,11 +8,11 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from builder.cells import Cell
 from builder.cli import main
-from builder.matrix import summarize
-from builder.report import build_report
-from builder.store import MatrixStore
+from builder.matrix.report import build_report
+from builder.matrix.store import MatrixStore
+from builder.matrix.summary import summarize
+from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result, with_probe_failure
 from report_browser import inspect_page, require_chromium
 

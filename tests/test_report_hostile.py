@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.report import build_report, ReportError
-from builder.matrix import summarize
-from builder.store import MatrixStore
+from builder.matrix.report import build_report, ReportError
+from builder.matrix.store import MatrixStore
+from builder.matrix.summary import summarize
 from matrix_fixtures import make_result
 
 EVIL = '<script>alert(1)</script> | pipe\nnext line "quoted" & amp [/] [bold] ../../escape \x1b[31mred'
@@ -113,7 +113,7 @@ def test_a_failed_report_leaves_the_previous_site_whole(hostile_site, tmp_path, 
         def broken(*_):
             raise RuntimeError("disk full")
 
-        monkeypatch.setattr("builder.report_plots.throughput_history", broken)
+        monkeypatch.setattr("builder.matrix.plots.throughput_history", broken)
         with pytest.raises(RuntimeError, match="disk full"):
             build_report(store, summaries, out, generated_at="2026-12-03T14:00:00Z")
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.cells import Cell
-from builder.store import MatrixStore
+from builder.plan.cells import Cell
+from builder.matrix.store import MatrixStore
 from matrix_fixtures import make_result
 
 REPO = Path(__file__).resolve().parent.parent

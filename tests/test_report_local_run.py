@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from builder.cells import Cell
+from builder.plan.cells import Cell
 from report_browser import inspect_page, require_chromium
 
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
@@ -30,6 +30,7 @@ def test_a_local_workload_run_appears_in_the_report(tmp_path):
 
     again = subprocess.run([*ENVBUILD, "matrix", "import", str(result_path), "--db", str(db)],
                            capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
     assert "imported 0 new run(s), 1 already recorded" in again.stdout, again.stderr  # the file is what was recorded
     report = subprocess.run([*ENVBUILD, "report", "-o", str(site), "--db", str(db)],
                             capture_output=True, text=True, timeout=300)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.repro import Difference, compare, tar_entries
+from builder.engine.repro import Difference, compare, tar_entries
 
 
 def _tar(members: dict[str, tuple]) -> io.BytesIO:

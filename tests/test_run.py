@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.container import RunError, device_options
-from builder.doctor import HostView
-from builder.store import MatrixStore
+from builder.engine.container import RunError, device_options
+from builder.engine.doctor import HostView
+from builder.matrix.store import MatrixStore
 from tests.run_fixtures import build_fake_workload_image
 from tests.test_doctor import fake_gpu_host
 

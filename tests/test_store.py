@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.cells import Cell
-from builder.store import SCHEMA_VERSION, InvalidResultError, MatrixStore, StoreError, default_db_path
+from builder.matrix.store import SCHEMA_VERSION, InvalidResultError, MatrixStore, StoreError, default_db_path
+from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result
 
 CELL = Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10")
@@ -156,7 +156,7 @@ def test_reopening_an_existing_database_keeps_its_rows(tmp_path):
 
 
 def test_an_older_schema_is_migrated_in_place_keeping_its_rows(tmp_path, monkeypatch):
-    from builder import store as store_module
+    from builder.matrix import store_schema as store_module  # the migrations live there
 
     db = tmp_path / "m.db"
     with MatrixStore.open(db) as store:
@@ -171,14 +171,16 @@ def test_an_older_schema_is_migrated_in_place_keeping_its_rows(tmp_path, monkeyp
 
 
 def _store_of_commit(commit: str, tmp_path):
-    """builder/store.py as it was at `commit` (a real older envbuild's writer), imported from a file."""
+    """builder/store.py as it was at `commit` (a real older envbuild's writer), imported from a file; its
+    imports of the modules that since moved into subpackages point at their new places."""
     import importlib.util
 
     shown = subprocess.run(["git", "-C", str(Path(__file__).parent), "show", f"{commit}:builder/store.py"],
                            capture_output=True, text=True)
     if shown.returncode != 0:
         pytest.skip(f"no git history with {commit} here: {shown.stderr.strip()}")
-    source = shown.stdout
+    source = (shown.stdout.replace("from builder.cells import", "from builder.plan.cells import")
+              .replace("from builder import verdict_rules", "from builder.matrix import verdict_rules"))
     path = tmp_path / f"store_{commit}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -189,8 +191,8 @@ def _store_of_commit(commit: str, tmp_path):
 
 
 def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts(tmp_path):
-    from builder.cells import Cell
-    from builder.matrix import summarize
+    from builder.matrix.summary import summarize
+    from builder.plan.cells import Cell
 
     old = _store_of_commit("3865b08", tmp_path)  # the last schema-1 envbuild
     db = tmp_path / "m.db"
@@ -225,7 +227,7 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
 def test_merged_rows_get_copies_of_their_attempt_directories(tmp_path):
     """Merging a CI job's file copies its attempts' own files under this file's attempt root (re-rooted);
     a symlink among them, or an attempt path outside the job's own root, is not followed."""
-    from builder.cells import Cell
+    from builder.plan.cells import Cell
 
     job = tmp_path / "artifacts" / "result-a"
     cell = Cell(flavor="cpu", accel_version=None, torch="2.13", arch=None, python="3.11")

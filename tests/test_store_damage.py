@@ -8,9 +8,9 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from builder.cells import Cell
+from builder.plan.cells import Cell
 from builder.cli import main
-from builder.store import MatrixStore
+from builder.matrix.store import MatrixStore
 from matrix_fixtures import cpu_result, failed_result
 
 ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"

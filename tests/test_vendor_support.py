@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from builder import vendor_support
-from builder.cells import Cell
+from builder.matrix import vendor_support
+from builder.plan.cells import Cell
 
 
 @pytest.mark.parametrize("rocm, torch, arch, status", [

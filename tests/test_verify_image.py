@@ -32,7 +32,9 @@ def _verify(tmp_path: Path, expect: dict, pythonpath: Path | None = None,
     python = [sys.executable, "-S"] if isolated else [sys.executable]
     proc = subprocess.run([*python, str(VERIFY), str(tmp_path / "expect.json"), str(tmp_path / "out.json")],
                           capture_output=True, text=True, env=env, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr, json.loads((tmp_path / "out.json").read_text())
+    out = tmp_path / "out.json"
+    assert out.is_file(), f"verify_image.py exited {proc.returncode} without out.json:\n{(proc.stdout + proc.stderr)[-3000:]}"
+    return proc.returncode, proc.stdout + proc.stderr, json.loads(out.read_text())
 
 
 def _host_expect(**changes) -> dict:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.recipes import load
-from builder.render import context_files
-from builder.resolve import all_plans
+from builder.plan.recipes import load
+from builder.plan.render import context_files
+from builder.plan.resolve import all_plans
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,0 +1,75 @@
+"""The `envbuild` command line: one Click group (`main`, here) and one module per verb group (image, run,
+render, lock, matrix, report, inspect, doctor, ci; diff and publish are `matrix` sub-commands), each only
+parsing options, calling the engine, matrix or plan, and printing; store_options and paths hold the options
+and output checks several verbs share. A sub-command's module is imported only when it runs (`envbuild
+--help` imports none of them: no docker SDK, matplotlib or pydantic). It may import every other builder
+package; nothing in builder imports it."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from builder import __version__
+
+# name -> (module, attribute, the summary `envbuild --help` shows: the command's own first docstring line)
+COMMANDS = {
+    "recipes": ("builder.cli.render", "recipes_group",
+                "The version data in recipes/: known cells and how each gets torch."),
+    "render": ("builder.cli.render", "render_command",
+               "Write a complete, deterministic Docker build context for a version request."),
+    "image": ("builder.cli.image", "image",
+              "Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit."),
+    "run": ("builder.cli.run", "run", "Run things in built images (or locally) and record what they measured."),
+    "doctor": ("builder.cli.doctor", "doctor",
+               "Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU "
+               "archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails."),
+    "lock": ("builder.cli.lock", "lock",
+             "Resolve the dependency locks (recipes/locks/): every distribution an image installs, with hashes."),
+    "matrix": ("builder.cli.matrix", "matrix",
+               "The compatibility matrix: which (ROCm, torch, arch) cells build, train correctly, how fast."),
+    "report": ("builder.cli.report", "report",
+               "Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell."),
+    "inspect": ("builder.cli.inspect", "inspect",
+                "List the GPU archs an image's or a file's code objects cover, and say whether --arch is missing."),
+    "ci": ("builder.cli.ci", "ci", "The product's CI matrix (ci/): one job per recipe cell, then the published report."),
+}
+
+
+class LazyGroup(click.Group):
+    """Commands from COMMANDS, imported on first use; the command list is printed from COMMANDS alone."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attribute)
+
+    def invoke(self, ctx: click.Context):
+        """Every command: SIGTERM unwinds like Ctrl-C (clean-up runs), then exit 143; Ctrl-C exits 130."""
+        from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+
+        try:
+            with sigterm_as_interrupt():
+                return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            click.echo("interrupted (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)", err=True)
+            ctx.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="envbuild")
+def main() -> None:
+    """Reproducible, verified ROCm fine-tuning environments, with evidence.
+
+    Exit codes: 0 success, 1 a build or run that did not pass, 2 bad input (nothing written), 130 Ctrl-C,
+    143 SIGTERM.
+    Start with `envbuild recipes list`; `envbuild COMMAND --help` for each command."""

@@ -1,0 +1,89 @@
+"""`envbuild matrix diff CELL_A CELL_B`: what changed between two cells' runs, differences first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from builder.cli.store_options import db_option, open_store, plain, warn_damaged
+from builder.matrix import diff
+
+
+def _value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else plain(value)
+
+
+def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
+    table = Table(title=section, title_justify="left")
+    for column, justify in (("", "left"), ("A " + key_a, "right"), ("B " + key_b, "right"), ("B/A", "right"),
+                            ("", "left")):
+        table.add_column(Text(plain(column)), justify=justify, overflow="fold")
+    for row in rows:
+        style = "bold" if row.differs else "dim"
+        note = f"out of limit: {row.out_of_limit}" if row.out_of_limit else ""
+        ratio = f"{row.ratio:.3g}" if row.ratio is not None and row.differs else ""
+        table.add_row(Text(plain(row.name), style=style), Text(_value(row.a)), Text(_value(row.b)),
+                      Text(ratio), Text(note, style="red" if note else ""))
+    return table
+
+
+@click.command("diff")
+@click.argument("cell_a", metavar="CELL_A")
+@click.argument("cell_b", metavar="CELL_B")
+@click.option("--preset", help="Compare runs of this preset [default: A's newest run's preset].")
+@click.option("--all", "show_all", is_flag=True, help="Also list the rows that are equal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@db_option
+def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_json: bool, db: Path | None) -> None:
+    """What changed between two cells' newest runs, differences first.
+
+    Versions (every package, driver, kernel, image digest), throughput and memory with ratios B/A, and
+    probe values side by side with the side outside its limit, for the newest runs of two cells (the same
+    preset on both sides when B has one). Exit code 0, or 2 for an unknown cell or a bad DB."""
+    store = open_store(db, must_exist=True)
+    try:
+        runs = {}
+        for label, key in (("CELL_A", cell_a), ("CELL_B", cell_b)):
+            found = [r["result"] for r in reversed(store.runs(key))]
+            if not found:
+                known = ", ".join(c.key for c in store.cells()) or "none recorded yet"
+                raise click.BadParameter(f"no runs of {plain(key)!r} in the matrix (cells: {known})", param_hint=label)
+            runs[key] = found
+        warn_damaged(store)
+    finally:
+        store.close()
+    try:
+        result_a, result_b = diff.pick_runs(runs[cell_a], runs[cell_b], preset)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--preset") from exc
+    from builder.matrix import gpu_prices  # reads recipes/ (pydantic): only when the command runs
+
+    prices = [gpu_prices.price_for(r) for r in (result_a, result_b)]
+    a, b = (diff.profile(r, p.usd_per_gpu_hour if p else None) for r, p in zip((result_a, result_b), prices))
+    if as_json:
+        click.echo(json.dumps(diff.as_json(a, b), indent=2, default=str))
+        return
+    console = Console(soft_wrap=True)
+    console.print(Text(f"A {plain(cell_a)}: run {plain(a['run_id'])} ({plain(a['preset'])}, {plain(a['status'])}, "
+                       f"{plain(a['finished_at'])})"))
+    console.print(Text(f"B {plain(cell_b)}: run {plain(b['run_id'])} ({plain(b['preset'])}, {plain(b['status'])}, "
+                       f"{plain(b['finished_at'])})"))
+    rows = diff.compare(a, b)
+    for section in diff.SECTIONS:
+        shown = [r for r in rows if r.section == section and (show_all or r.differs)]
+        same = sum(1 for r in rows if r.section == section and not r.differs)
+        if shown:
+            console.print(_table(section, shown, cell_a, cell_b))
+        if same and not show_all:
+            console.print(Text(f"  {section}: {same} equal row(s) not shown (--all shows them)", style="dim"))
+    for label, price in zip("AB", prices):
+        if price:
+            console.print(Text(f"{label}: cost from ${price.usd_per_gpu_hour}/GPU-hour, {price.as_of} "
+                               f"({plain(price.source)})", style="dim"))

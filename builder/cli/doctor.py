@@ -1,0 +1,40 @@
+"""`envbuild doctor`: host preflight for GPU containers, as a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from builder.engine.doctor import FAIL, HostView, host_record
+
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print the host record as JSON (what each run carries).")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("/"),
+              show_default=True, help="Read /sys, /proc, /dev and /etc below this directory (for tests).")
+@click.option("--flavor", type=click.Choice(["auto", "rocm", "cpu"]), default="auto", show_default=True,
+              help="rocm: a missing GPU, driver or device access is a failure; auto: only when an AMD "
+                   "driver is present.")
+@click.option("--no-engine", is_flag=True, help="Skip the Docker engine and BuildKit checks.")
+def doctor(as_json: bool, root: Path, flavor: str, no_engine: bool) -> None:
+    """Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU
+    archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails."""
+    record = host_record(HostView(root=root, check_engine=not no_engine), flavor=flavor)
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+    else:
+        table = Table(title=f"envbuild doctor ({record['kernel'] or 'unknown kernel'})")
+        for column in ("check", "status", "detail", "fix"):
+            table.add_column(column, overflow="fold")
+        for check in record["checks"]:
+            style = _STYLE[check["status"]]
+            table.add_row(check["name"], f"[{style}]{check['status']}[/]", check["detail"], check["hint"])
+        Console().print(table)
+    sys.exit(1 if record["status"] == FAIL else 0)

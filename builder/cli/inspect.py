@@ -1,0 +1,111 @@
+"""`envbuild inspect TARGET`: which GPU archs an image's (or a file's) code objects cover.
+
+TARGET is a file or directory on this machine, or an image reference. For an image, the scan runs inside
+it (`python -m workload.codeobjects`, standard library only) over torch/lib and /opt/rocm/lib, and the
+image's own verify record (/opt/envbuild/verify.json, written at the end of its build) is shown too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from builder.plan.image_ref import is_image_reference
+
+EXIT_MISSING = 1
+_IN_IMAGE = """
+import json, pathlib, sys
+from workload.codeobjects import coverage, torch_paths
+verify = pathlib.Path("/opt/envbuild/verify.json")
+print(json.dumps({"verify": json.loads(verify.read_text()) if verify.is_file() else None,
+                  "coverage": coverage(torch_paths(), sys.argv[1] or None).to_json()}))
+"""
+_HINT = ("a kernel launched on that arch fails with 'HIP error: invalid device function' "
+         "(or 'no kernel image is available'): build or pick an image for it (--arch)")
+
+
+def _scan_image(ref: str, arch: str | None) -> tuple[dict, dict | None, str | None]:
+    """(coverage JSON, verify record or None, the image's arch label) from a container of `ref`."""
+    import docker.errors
+
+    from builder.engine.docker import EngineUnavailable, docker_client
+
+    try:
+        client = docker_client()
+        image = client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        raise click.UsageError(f"{ref!r} is neither a path here nor a local image (docker images)") from None
+    except EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    arch = arch or (image.labels or {}).get("io.envbuild.arch") or None
+    try:  # arch travels as an argument, never through a shell
+        raw = client.containers.run(ref, ["python", "-c", _IN_IMAGE, arch or ""], entrypoint=[], remove=True,
+                                    network_mode="none", environment={"PYTHONPATH": "/opt/envbuild"})
+    except docker.errors.ContainerError as exc:
+        raise click.ClickException(f"the scan failed inside {ref}: {exc.stderr.decode(errors='replace')[-500:]}")
+    record = json.loads(raw.decode())
+    return record["coverage"], record["verify"], arch
+
+
+def _print(cov: dict, verify: dict | None, console: Console) -> None:
+    table = Table(title="GPU code objects", show_lines=False)
+    for column in ("file or library dir", "archs", "bundles"):
+        table.add_column(column)
+    for b in cov["binaries"]:
+        compressed = f" + {b['compressed_bundles']} compressed (not decoded)" if b["compressed_bundles"] else ""
+        table.add_row(escape(b["path"]), escape(", ".join(b["targets"]) or "-"), f"{b['bundles']}{compressed}")
+    for directory, counts in cov["library_files"].items():
+        table.add_row(escape(directory), escape(", ".join(f"{a} ({n} files)" for a, n in counts.items()) or "-"), "")
+    console.print(table)
+    if verify is not None:
+        failed = [c for c in verify.get("checks", []) if not c.get("ok")]
+        state = "[green]passed[/]" if verify.get("ok") else "[red]failed[/]"
+        console.print(f"build verify step: {state} ({len(verify.get('checks', []))} checks)")
+        for check in failed:
+            console.print(f"  FAIL {escape(str(check.get('name')))}: {escape(str(check.get('detail')))}")
+    arch, verdict = cov.get("arch"), cov["verdict"]
+    if arch is None:
+        console.print(f"archs found: {escape(', '.join(cov['archs']) or 'none')} (pass --arch to check one)")
+    elif verdict == "present":
+        console.print(f"[green]{escape(arch)}: present[/] in every GPU binary and kernel library found")
+    elif verdict == "missing":
+        console.print(f"[red]{escape(arch)}: MISSING[/] in {escape(', '.join(cov['missing_in']))}")
+        console.print(f"  {_HINT}")
+    else:
+        console.print(f"[yellow]{escape(arch)}: unknown[/]: no readable GPU code objects were found")
+
+
+@click.command("inspect")
+@click.argument("target")
+@click.option("--arch", help="GPU arch that must be covered, e.g. gfx90a [default: the image's arch label].")
+@click.option("--json", "as_json", is_flag=True, help="Print the coverage as JSON.")
+def inspect(target: str, arch: str | None, as_json: bool) -> None:
+    """List the GPU archs an image's or a file's code objects cover, and say whether --arch is missing.
+
+    Reads clang offload bundles (HIP fat binaries such as libtorch_hip.so) and per-arch rocBLAS/hipBLASLt
+    kernel files; needs no GPU. Exit code 0 covered (or no --arch), 1 missing or unknown, 2 bad input."""
+    path = Path(target)
+    verify = None
+    if path.exists():
+        from workload.codeobjects import coverage
+
+        try:
+            cov = coverage([path], arch).to_json()
+        except PermissionError as exc:
+            raise click.UsageError(f"{target}: {exc.strerror}") from exc
+    elif is_image_reference(target):
+        cov, verify, arch = _scan_image(target, arch)
+    else:
+        raise click.UsageError(f"{target!r}: no such file or directory, and not an image reference either")
+    if as_json:
+        click.echo(json.dumps({**cov, "verify": verify}, indent=2))
+    else:
+        _print(cov, verify, Console(soft_wrap=True))
+    if arch is not None and cov["verdict"] != "present":
+        sys.exit(EXIT_MISSING)

@@ -1,0 +1,64 @@
+"""`envbuild matrix publish RESULT_JSON --name NAME -o results/`: a measured run, ready to commit.
+
+The repository's `results/` folder holds real runs' result.json files that CI imports into a fresh matrix
+to render docs/compatibility.md. A local result.json may hold more about its host than a published one
+should (docs/result-schema.md): the host name and the kernel command line are dropped here, the rest is
+kept as measured. Files land in `results/<cell key>/<name>/` (the key and name checked as path parts),
+with the run's container.log next to it when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import click
+
+
+PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def publishable(result: dict) -> dict:
+    """`result` without the host details a public file must not carry."""
+    host = result.get("host")
+    if not isinstance(host, dict):
+        return result
+    return {**result, "host": {k: v for k, v in host.items() if k not in PRIVATE_HOST_KEYS}}
+
+
+@click.command("publish")
+@click.argument("result_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Name of this run in the results folder, e.g. local-seed-tiny-gemma.")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="The results folder.")
+def publish(result_json: Path, name: str, out: Path) -> None:
+    """Copy a measured run into results/ for committing.
+
+    RESULT_JSON (and its container.log) goes to OUT/<cell>/<NAME>/ without the host name and kernel
+    command line, which a public file must not carry. Exit code 0, or 2 for an invalid result, a bad name or an existing entry."""
+    from builder.cli.paths import writable_output
+    from builder.matrix.store import StoreError, validate_result
+    from builder.plan.cells import Cell
+
+    if not _NAME.fullmatch(name):
+        raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' and '-' (up to 64)", param_hint="--name")
+    try:
+        result = validate_result(json.loads(result_json.read_text(encoding="utf-8")))
+        cell = Cell.from_result(result)
+    except (OSError, ValueError, StoreError, RecursionError) as exc:
+        raise click.BadParameter(f"{result_json}: {exc}", param_hint="RESULT_JSON") from exc
+    target = out / cell.key / name
+    if target.exists():
+        raise click.UsageError(f"{target} exists already: choose another --name")
+    writable_output(target, "'-o' / '--out'")
+    target.mkdir(parents=True)
+    (target / "result.json").write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
+    log = result_json.with_name("container.log")
+    if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
+        shutil.copyfile(log, target / "container.log")
+    elif log.is_symlink():
+        click.echo(f"warning: {log} is a symbolic link; not published", err=True)
+    click.echo(str(target / "result.json"))

@@ -1,0 +1,182 @@
+"""`envbuild recipes list` and `envbuild render`; `request_options` is shared with `envbuild image`."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from builder.cli.paths import writable_output
+
+if TYPE_CHECKING:
+    from builder.plan.resolve import Plan, Request
+
+
+def request_options(command):
+    """Click options that describe a build request (one set for `render` and `image`)."""
+    options = [
+        click.option("--flavor", default=None, help="rocm (implied by --rocm), cuda (implied by --cuda) or cpu; "
+                     "see recipes/flavors.toml and recipes/flavors.d/."),
+        click.option("--rocm", "rocm", default=None, metavar="VERSION", help="ROCm release, e.g. 6.2 or 6.1.2."),
+        click.option("--cuda", "cuda", default=None, metavar="VERSION", help="CUDA release, e.g. 13.0."),
+        click.option("--torch", "torch", required=True, metavar="LINE", help="torch line (2.4) or release (2.4.1)."),
+        click.option("--arch", default=None, metavar="GFX", help="GPU target, e.g. gfx90a (default: the recipe's)."),
+        click.option("--python", default=None, metavar="X.Y", help="Python version (default: the base OS's)."),
+        click.option(
+            "--torch-source",
+            type=click.Choice(["auto", "wheel", "source"]),
+            default="auto",
+            show_default=True,
+            help="auto: the official wheel where one exists, else a source build.",
+        ),
+        click.option("--base-image", default=None, metavar="REF", help="Override the base image reference."),
+        click.option(
+            "--install-rocm",
+            is_flag=True,
+            help="Start from the plain Ubuntu image and install ROCm with amdgpu-install.",
+        ),
+    ]
+    return functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
+
+
+def request_from_options(
+    flavor: str | None,
+    rocm: str | None,
+    cuda: str | None,
+    torch: str,
+    arch: str | None,
+    python: str | None,
+    torch_source: str,
+    base_image: str | None,
+    install_rocm: bool,
+) -> Request:
+    """A Request from `request_options` values; raises click.UsageError (exit code 2) on conflicts."""
+    from builder.plan.resolve import Request
+
+    given = {name: version for name, version in (("rocm", rocm), ("cuda", cuda)) if version}
+    if len(given) > 1:
+        raise click.UsageError("--rocm and --cuda exclude each other: one accelerator per image")
+    for name, version in given.items():
+        if flavor and flavor != name:
+            raise click.UsageError(f"--{name} {version} conflicts with --flavor {flavor}; drop one of them")
+    implied = next(iter(given), "rocm")
+    return Request(
+        flavor=flavor or implied,
+        accel_version=given.get(flavor or implied),
+        torch=torch,
+        arch=arch,
+        python=python,
+        torch_source=torch_source,
+        base_image=base_image,
+        install_accel=install_rocm,
+    )
+
+
+def plan_from_options(**options) -> Plan:
+    """Resolve the request the options describe; bad requests become click.UsageError (exit code 2)."""
+    from builder.plan.recipes import RecipeError
+    from builder.plan.resolve import ResolveError, resolve
+
+    try:
+        return resolve(request_from_options(**options))
+    except ResolveError as exc:
+        raise click.UsageError(str(exc)) from exc
+    except RecipeError as exc:
+        raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+
+
+def plan_table(plan: Plan, title: str) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    for field, value in plan.describe():
+        table.add_row(field, value)
+    return table
+
+
+@click.group("recipes")
+def recipes_group() -> None:
+    """The version data in recipes/: known cells and how each gets torch."""
+
+
+@recipes_group.command("list")
+@click.option("--flavor", default=None, help="Only this flavor.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
+def recipes_list(flavor: str | None, as_json: bool) -> None:
+    """List the known cells (flavor x release x torch x arch x Python) and where torch comes from."""
+    from builder.plan.recipes import RecipeError, load
+    from builder.plan.resolve import all_plans
+
+    try:
+        recipes = load()
+        if flavor is not None and flavor not in recipes.flavors:
+            raise click.UsageError(f"unknown flavor {flavor!r}; choose one of {', '.join(sorted(recipes.flavors))}")
+        plans = all_plans(recipes, flavor)
+    except RecipeError as exc:
+        raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+    rows = [
+        {
+            "cell": p.cell.key,
+            **p.cell.model_dump(),
+            "torch_version": p.torch.version,
+            "torch_source": p.torch_source,
+            "reason": p.torch_source_reason,
+            "fact_source": p.torch.source,
+        }
+        for p in plans
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    _print_cells(rows)
+
+
+def _print_cells(rows: list[dict]) -> None:
+    """The cells as a table as wide as the terminal; the long columns end in "…" (--json has the full text)."""
+    from rich import box
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    keys = ("cell", "torch_version", "torch_source", "reason", "fact_source")
+    fixed = [max(len(str(r[k])) for r in rows + [{k: name}]) for k, name in zip(keys[:3], ("cell", "torch", "source"))]
+    free = max(20, console.width - sum(fixed) - 3 * len(keys) - 2)  # what the two long columns share
+    table = Table(title=f"{len(rows)} known cells (torch source: auto; full text: --json)", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for name, width in zip(("cell", "torch", "source"), fixed):
+        table.add_column(name, no_wrap=True, width=width)
+    table.add_column("why", no_wrap=True, overflow="ellipsis", width=free * 3 // 5)
+    table.add_column("fact source", no_wrap=True, overflow="ellipsis", width=free - free * 3 // 5)
+    for row in rows:
+        table.add_row(*(Text(str(row[k])) for k in keys))  # plain text: no markup in the data is interpreted
+    console.print(table)
+
+
+@click.command("render")
+@request_options
+@click.option(
+    "-o", "--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the build context (replaced if it holds an earlier envbuild context).",
+)
+@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path),
+              help="Dir of wheels to put in the context's wheelhouse/ (hashed into the tag) [default: keep "
+                   "those already there].")
+def render_command(out: Path, wheelhouse: Path | None, **options) -> None:
+    """Write a complete, deterministic Docker build context for a version request."""
+    from builder.plan.render import RenderError, render
+    from builder.plan.wheelhouse import origin_text
+
+    writable_output(out, "'-o' / '--out'")
+    plan = plan_from_options(**options)
+    try:
+        rendered = render(plan, out, wheelhouse=wheelhouse)
+    except RenderError as exc:
+        raise click.UsageError(str(exc)) from exc
+    console = Console()
+    console.print(plan_table(plan, f"plan for {plan.cell.key}"))
+    console.print(f"torch: {plan.torch_source} ({plan.torch_source_reason})")
+    console.print(f"wrote {rendered.dockerfile} ({len(rendered.manifest['files'])} files hashed)")
+    console.print(f"torch from: {origin_text(rendered.manifest['torch_origin'])}")
+    console.print(f"image tag: {rendered.image_tag}")

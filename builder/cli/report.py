@@ -1,0 +1,90 @@
+"""`envbuild report -o DIR`: publish the matrix as a static, offline site."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from builder.cli.paths import writable_output
+from builder.cli.store_options import db_option, open_store, plain, warn_damaged
+from builder.matrix.report import PAGE_RUNS, ReportError, build_report, summary_markdown
+from builder.matrix.summary import VERDICTS, summarize
+from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
+
+
+@click.command("report")
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the site (new, empty, or a previous report, which is replaced whole).")
+@click.option("--markdown", "markdown", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the summary (no links; dated by the newest run, not the clock) to this file, "
+                   "e.g. docs/compatibility.md.")
+@click.option("--check", is_flag=True, help="With --markdown: write nothing; exit 1 when the file differs from "
+              "what the matrix gives (a stale committed summary).")
+@db_option
+@click.option("--recipes/--no-recipes", "with_recipes", default=True, show_default=True,
+              help="Show every cell the recipes define, 'untested' where nothing is recorded.")
+@click.option("--include-host-details", is_flag=True,
+              help="Publish each run's full host record (hostname, kernel command line, ...); by default"
+                   " only OS, kernel version, driver, GPU archs and count.")
+def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | None, with_recipes: bool,
+           include_host_details: bool) -> None:
+    """Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell.
+
+    The site is built aside and swapped in at the end: a failure leaves the previous one whole.
+    Exit code 0, 1 for a stale --markdown file under --check, 2 for bad input (a bad DB, a bad -o).
+    """
+    if out_dir is None and markdown is None:
+        raise click.UsageError("give -o DIR for the site, --markdown FILE for the summary, or both")
+    if check and markdown is None:
+        raise click.UsageError("--check compares a --markdown FILE with the matrix: give --markdown")
+    if out_dir is not None and not check:
+        writable_output(out_dir, "'-o' / '--output'")
+    if markdown is not None and not check:
+        writable_output(markdown, "'--markdown'", is_file=True)
+    try:
+        cells = recipe_cells() if with_recipes else []
+    except RecipeCellsError as exc:
+        raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
+    store = open_store(db, must_exist=True)
+    console = Console(stderr=True)
+    try:
+        with console.status("collecting the matrix"):
+            summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS)
+        text = None
+        if markdown is not None:
+            newest = max((r["result"].get("finished_at") or "" for r in store.runs(last=1)), default="") or "-"
+            text = summary_markdown(summaries, f"from runs up to {newest}")
+        index = None
+        if out_dir is not None and not check:
+            with console.status("writing the site"):
+                index = build_report(store, summaries, out_dir, host_details=include_host_details,
+                                     warn=lambda message: click.echo(f"warning: {plain(message)}", err=True))
+    except ReportError as exc:
+        raise click.UsageError(str(exc)) from exc
+    finally:
+        store.close()
+    warn_damaged(store)
+    counts = ", ".join(f"{sum(s.status == v for s in summaries)} {v}" for v in VERDICTS)
+    if index is not None:
+        click.echo(f"wrote {plain(index)} ({len(summaries)} cells: {counts})")
+    if markdown is not None and text is not None:
+        _markdown(markdown, text, check)
+
+
+def _markdown(path: Path, text: str, check: bool) -> None:
+    if check:
+        current = path.read_text() if path.is_file() else None
+        if current != text:
+            click.echo(f"{plain(path)} is stale: regenerate it with `envbuild report --markdown {plain(path)}` "
+                       "(same --db) and commit it", err=True)
+            sys.exit(1)
+        click.echo(f"{plain(path)} is up to date")
+        return
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise click.UsageError(f"cannot write {path}: {exc.strerror}") from exc
+    click.echo(f"wrote {plain(path)}")

@@ -1,0 +1,169 @@
+"""`envbuild run workload`: the fine-tune inside a built image (`--image TAG`) or here (`--local`)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sqlite3
+import sys
+import tempfile
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from builder.cli.store_options import db_option
+from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
+from builder.engine.run_result import RESULT_NAME, keep_run
+from builder.matrix.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
+
+
+class BadInput(click.ClickException):
+    """Bad input found before or by the workload: exit code 2, nothing recorded."""
+
+    exit_code = 2
+
+
+@click.group("run")
+def run() -> None:
+    """Run things in built images (or locally) and record what they measured."""
+
+
+@run.command("workload", context_settings={"ignore_unknown_options": True})
+@click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
+@click.option("--local", is_flag=True, help="Run in this Python environment on the CPU (the default "
+              "without --image): works without Docker or a GPU.")
+@click.option("--gpus", metavar="all|0,1", help="GPUs for the container (ROCm: only those render nodes).")
+@click.option("--model", metavar="ID|PATH", help="Hub model id or local model dir (mounted read-only).")
+@click.option("--data", type=click.Path(path_type=Path), help="Dataset file or dir (mounted read-only).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output dir for result.json and artifacts [default: ./envbuild-runs/<time>-<id>].")
+@click.option("--preset", default="smoke", show_default=True, help="Workload training preset.")
+@click.option("--shm-size", default="16g", show_default=True, help="/dev/shm size of the container.")
+@click.option("--network", help="Container network (e.g. host) when the model must be downloaded.")
+@db_option
+@click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- WORKLOAD ARGS]")
+def workload(image: str | None, local: bool, gpus: str | None, model: str | None, data: Path | None,
+             out_dir: Path | None, preset: str, shm_size: str, network: str | None, db: Path | None,
+             no_record: bool, extra: tuple[str, ...]) -> None:
+    """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
+
+    Exit code 0 only when the result is "pass"; 1 when it is not; 2 for bad input (unknown image, missing
+    model/data path, unusable --out or --db, data or arguments the workload refuses: then nothing is
+    recorded); 130 on Ctrl-C and 143 on SIGTERM (the workload is stopped and the attempt recorded as
+    `interrupted`, not a verdict).
+    """
+    if image and local:
+        raise click.UsageError("--image and --local exclude each other: pick one")
+    db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
+    console = Console(stderr=True, soft_wrap=True)
+    out_dir = out_dir or Path("envbuild-runs") / (
+        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
+    request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
+    created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
+    try:
+        with sigterm_as_interrupt() as stop:
+            result = _run(request, image, shm_size, network, console)
+    except BadInput:
+        for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
+    except KeyboardInterrupt as exc:  # before the workload started: nothing to record
+        console.print(f"[yellow]run interrupted ({describe(exc)}) before the workload started[/]")
+        sys.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
+    result_path = Path(out_dir).resolve() / RESULT_NAME
+    style = "green" if result["status"] == "pass" else "red"
+    detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
+    console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
+    if summary := _summary(result):
+        console.print(summary)
+    if db_path is None:
+        console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site"))
+    else:
+        _record(db_path, result, result_path, console)
+        console.print(escape(f"next: envbuild report -o site{f' --db {db}' if db else ''}"
+                             "  (the compatibility report, with this run)"))
+    if result["status"] == "pass":
+        return
+    if result.get("error_class") != "interrupted":
+        sys.exit(1)
+    console.print(f"[yellow]run interrupted ({'SIGTERM' if stop.terminated else 'Ctrl-C'})[/]: the workload was"
+                  " stopped (an attempt, never a verdict)")
+    sys.exit(stop.exit_code)
+
+
+def _run(request: dict, image: str | None, shm_size: str, network: str | None, console: Console) -> dict:
+    """The run in the image or here; refusals of the input become BadInput (exit code 2)."""
+    from builder.engine.container import ContainerRun, RunError, RunRequest, run_in_container
+    from builder.engine.docker import EngineUnavailable
+    from builder.engine.local_run import run_local
+
+    try:
+        if image:
+            return run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
+                                    console)
+        return run_local(RunRequest(**request), console)
+    except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
+        raise BadInput(str(exc)) from exc
+    except EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _summary(result: dict) -> str:
+    """One line of what was measured: accuracy before -> after, throughput, probe verdicts."""
+    parts = []
+    metrics = result.get("metrics") or {}
+    before, after = metrics.get("eval_before") or {}, metrics.get("eval_after") or {}
+    if "accuracy" in before and "accuracy" in after:
+        parts.append(f"eval accuracy {before['accuracy']:.3f} -> {after['accuracy']:.3f}")
+    if metrics.get("samples_per_s"):
+        parts.append(f"{metrics['samples_per_s']:.1f} samples/s")
+    if probes := result.get("probes"):
+        counts = {s: sum(p["status"] == s for p in probes) for s in ("pass", "fail", "skip")}
+        parts.append("probes " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return "; ".join(parts)
+
+
+def _check_store(db: Path | None) -> Path:
+    """The matrix path, checked before the run (an existing file is opened and checked, a new one's directory
+    must be writable; nothing is created yet); an unusable --db is bad input (exit code 2)."""
+    path = Path(db or default_db_path())
+    try:
+        MatrixStore.preflight(path)  # opens an existing file read-only: a check never grows it
+        if path.exists():
+            if not os.access(path, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+        else:
+            parent = path.parent
+            while not parent.exists():  # connect creates the missing directories
+                parent = parent.parent
+            with tempfile.NamedTemporaryFile(dir=parent, prefix=".envbuild-write-test-"):
+                pass
+    except (StoreError, OSError, sqlite3.Error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise BadInput(f"cannot use the matrix database {path} (--db / ${DB_ENV_VAR}): {reason}; "
+                       "pass --db with a file you can write, or --no-record") from exc
+    return path
+
+
+def _record(db: Path, result: dict, result_path: Path, console: Console) -> None:
+    try:
+        store = MatrixStore.connect(db)
+    except (StoreError, OSError, sqlite3.Error) as exc:
+        raise click.ClickException(f"{exc} (the result stays in {result_path}; "
+                                   f"`envbuild matrix import {result_path}` retries)") from exc
+    try:
+        attempt = keep_run(store.path, result_path.parent, result)
+        recorded = store.record_run(result, source=str(result_path), attempt_dir=attempt)
+    except StoreError as exc:
+        raise click.ClickException(f"{exc} (the result stays in {result_path}; "
+                                   f"`envbuild matrix import {result_path}` retries)") from exc
+    finally:
+        store.close()
+    console.print(f"recorded in {store.path}" + ("" if recorded.inserted else " (already there)"))

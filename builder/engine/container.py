@@ -1,0 +1,270 @@
+"""Run the workload inside a built image and collect its result.
+
+Device access follows the image's flavor (from its manifest label): ROCm images get /dev/kfd, the
+render nodes, the video/render groups, `seccomp=unconfined`, host IPC and a large /dev/shm; CUDA
+images get a GPU device request; cpu images get neither. The container is always removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker.errors
+from docker.types import DeviceRequest, Mount
+from rich.console import Console
+from rich.markup import escape
+
+from builder.engine.build import MANIFEST_LABEL
+from builder.engine.docker import docker_client
+from builder.engine.doctor import HostView, host_record, kfd_gpus
+from builder.engine.interrupt import describe
+from builder.engine.run_result import check_out_dir, finalize
+
+OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
+WORKLOAD_ENTRYPOINT = ["python3", "-m", "workload"]
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+WORKLOAD_BAD_INPUT = 2  # the workload's exit code for bad input (with its bad-input line): it wrote no result
+_BAD_INPUT_MARK = "[workload] bad input: "
+
+
+class RunError(RuntimeError):
+    """The run could not start (bad input, no engine, unknown image): nothing was recorded."""
+
+
+class BadWorkloadInput(RunError):
+    """The workload refused its input (data, model, arguments) with exit code 2: not an environment verdict."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{message} (no result written, nothing recorded)")
+
+
+def input_error_line(line: str) -> str | None:
+    """The message of the workload's bad-input line, None for any other line."""
+    _, mark, message = line.partition(_BAD_INPUT_MARK)
+    return message.strip() or None if mark else None
+
+
+@dataclass
+class RunRequest:
+    """One workload run: what to run, on which devices, with which inputs, and where results go."""
+
+    out_dir: Path
+    preset: str = "smoke"
+    model: str | None = None  # hub id or local path
+    data: Path | None = None
+    gpus: str | None = None  # "all" | "0,1"
+    extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ContainerRun(RunRequest):
+    image: str = ""
+    shm_size: str = "16g"
+    network: str | None = None
+
+
+def resolve_model(model: str | None) -> tuple[str | None, Path | None]:
+    """("hub id", None) or (None, local path); a path that does not exist is a clear error."""
+    if model is None:
+        return None, None
+    path = Path(model).expanduser()
+    if path.exists():
+        return None, path.resolve()
+    if model.startswith((".", "/", "~")) or not _HUB_ID.match(model):
+        raise RunError(f"--model {model}: no such file or directory (give a local model dir or a hub id "
+                       "such as google/gemma-2b)")
+    return model, None
+
+
+def check_data(data: Path | None) -> Path | None:
+    if data is None:
+        return None
+    data = Path(data).expanduser()
+    if not data.exists():
+        raise RunError(f"--data {data}: no such file or directory")
+    return data.resolve()
+
+
+def workload_args(request: RunRequest, model_arg: str | None, data_arg: str | None, out_arg: str) -> list[str]:
+    """`train` arguments for the workload CLI (`python -m workload train ...`)."""
+    args = ["train", "--preset", request.preset, "--out", out_arg]
+    if model_arg:
+        args += ["--model", model_arg]
+    if data_arg:
+        args += ["--data", data_arg]
+    return args + list(request.extra_args)
+
+
+def image_labels_manifest(image) -> dict | None:
+    raw = (image.labels or {}).get(MANIFEST_LABEL)
+    return json.loads(raw) if raw else None
+
+
+def image_block(image, requested: str) -> dict:
+    """The result's `image` block: tag (the one asked for, when the image carries several), digest, manifest."""
+    digests = image.attrs.get("RepoDigests") or []
+    return {
+        "tag": requested if requested in image.tags else (image.tags[0] if image.tags else image.id),
+        "id": image.id,
+        "digest": digests[0].split("@", 1)[1] if digests else image.id,
+        "manifest": image_labels_manifest(image),
+    }
+
+
+def flavor_of(manifest: dict | None) -> str:
+    cell = (manifest or {}).get("cell") or {}
+    return cell.get("flavor") or (manifest or {}).get("flavor") or "cpu"
+
+
+def _parse_gpus(gpus: str | None) -> list[int] | None:
+    """None/"all" -> None (every GPU); "0,1" -> [0, 1]."""
+    if gpus in (None, "all"):
+        return None
+    try:
+        return [int(i) for i in gpus.split(",")]
+    except ValueError:
+        raise RunError(f"--gpus {gpus}: use 'all' or comma-separated GPU indices such as 0,1") from None
+
+
+def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
+    """docker SDK `containers.create` keyword arguments giving the container its accelerators."""
+    if flavor == "rocm":
+        selected = _parse_gpus(gpus)
+        dri = host.path("/dev/dri")
+        if not host.path("/dev/kfd").exists():
+            raise RunError("this ROCm image needs /dev/kfd, which this host lacks: load the amdgpu "
+                           "driver (see `envbuild doctor`) or run a cpu image / --local")
+        if selected is None:
+            nodes = ["/dev/dri"]
+        else:
+            known = kfd_gpus(host)
+            bad = [i for i in selected if i >= len(known) or known[i].render_minor is None]
+            if bad:
+                raise RunError(f"--gpus {gpus}: this host has GPUs 0..{len(known) - 1} "
+                               f"(see `envbuild doctor`), not {bad}")
+            nodes = [f"/dev/dri/renderD{known[i].render_minor}" for i in selected]
+        gids = sorted({os.stat(p).st_gid for p in (host.path("/dev/kfd"), *dri.glob("renderD*"))})
+        return {
+            "devices": [f"{host.path(p)}:{p}:rwm" for p in ["/dev/kfd", *nodes]],
+            "group_add": ["video", *[str(g) for g in gids]],
+            "security_opt": ["seccomp=unconfined"],
+            "ipc_mode": "host",
+        }
+    if flavor == "cuda":
+        selected = _parse_gpus(gpus)
+        request = DeviceRequest(count=-1, capabilities=[["gpu"]]) if selected is None else \
+            DeviceRequest(device_ids=[str(i) for i in selected], capabilities=[["gpu"]])
+        return {"device_requests": [request], "ipc_mode": "host"}
+    if gpus:
+        raise RunError(f"--gpus {gpus}: the image is a {flavor} image; it runs without GPUs")
+    return {}
+
+
+def run_in_container(run: ContainerRun, console: Console | None = None, host: HostView | None = None) -> dict:
+    """Run the workload in `run.image`, stream its output, collect and complete result.json."""
+    console = console or Console(stderr=True, soft_wrap=True)
+    host = host or HostView()
+    client = docker_client()
+    try:
+        image = client.images.get(run.image)
+    except docker.errors.ImageNotFound:
+        raise RunError(f"image {run.image} not found locally: build it with `envbuild image ...` "
+                       f"or `docker pull {run.image}`") from None
+    except docker.errors.APIError as exc:
+        raise RunError(f"image {run.image}: {exc.explanation or exc}") from None
+    manifest = image_labels_manifest(image)
+    flavor = flavor_of(manifest)
+    hub_id, model_dir = resolve_model(run.model)
+    data = check_data(run.data)
+    devices = device_options(flavor, run.gpus, host)
+    out_dir = check_out_dir(run.out_dir)
+
+    mounts = [Mount(OUT_MOUNT, str(out_dir), type="bind")]
+    environment = {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
+    model_arg = data_arg = None
+    if model_dir:
+        mounts.append(Mount(MODEL_MOUNT, str(model_dir), type="bind", read_only=True))
+        model_arg = MODEL_MOUNT
+    elif hub_id:
+        model_arg = hub_id
+        hf_cache = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+        if hf_cache.is_dir():
+            mounts.append(Mount(HF_MOUNT, str(hf_cache), type="bind", read_only=True))
+            environment["HF_HOME"] = HF_MOUNT
+    if data:  # a file keeps its name (the workload tells JSONL from CSV by it)
+        data_arg = DATA_MOUNT if data.is_dir() else f"{DATA_MOUNT}/{data.name}"
+        mounts.append(Mount(data_arg, str(data), type="bind", read_only=True))
+    if os.environ.get("HF_TOKEN"):
+        environment["HF_TOKEN"] = os.environ["HF_TOKEN"]  # handed to the engine, never printed
+
+    name = f"envbuild-run-{uuid.uuid4().hex[:12]}"
+    command = workload_args(run, model_arg, data_arg, OUT_MOUNT)
+    console.print(escape(f"running {run.image} ({flavor}) as {name}: "
+                         f"{' '.join(WORKLOAD_ENTRYPOINT + command)}; output -> {out_dir}"))
+    user = None if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+    started = time.time()
+    container = None
+    failure_class, failure = None, ""
+    try:
+        container = client.containers.create(
+            run.image, command=command, entrypoint=WORKLOAD_ENTRYPOINT, name=name, mounts=mounts,
+            environment=environment, user=user, shm_size=run.shm_size, network_mode=run.network,
+            labels={"org.envbuild.run": name}, **devices,
+        )
+        container.start()
+        with open(out_dir / "container.log", "wb") as log:
+            for chunk in container.logs(stream=True, follow=True):
+                log.write(chunk)
+                log.flush()
+                console.out(chunk.decode("utf-8", "replace"), end="", highlight=False)
+        status = container.wait()
+        exit_code = status.get("StatusCode", -1)
+        bad_input = [m for m in map(input_error_line, (out_dir / "container.log").read_text(
+            errors="replace").splitlines()) if m]
+        if exit_code == WORKLOAD_BAD_INPUT and bad_input:
+            raise BadWorkloadInput(bad_input[-1])
+        if exit_code != 0:
+            state = client.api.inspect_container(container.id)["State"]
+            failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"
+            failure = f"the container exited with code {exit_code}" + (" (OOM-killed)" if state.get("OOMKilled") else "")
+            if exit_code == 2 and not state.get("OOMKilled"):
+                failure_class, failure = "usage_error", "the workload refused its arguments (exit code 2; see container.log)"
+    except KeyboardInterrupt as exc:
+        how = describe(exc)
+        failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+        with open(out_dir / "container.log", "a", encoding="utf-8") as log:
+            log.write(f"\n# envbuild: interrupted ({how}); stopping the container\n")
+        if container is not None:
+            _stop(container)
+    except docker.errors.APIError as exc:
+        failure_class, failure = "container_error", f"the engine refused the container: {exc.explanation or exc}"
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except docker.errors.APIError:
+                console.print(f"[yellow]could not remove container {name}; remove it with `docker rm -f {name}`")
+    cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
+    versions = {k: cell.get(k) for k in ("python", "torch")}
+    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
+                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image))
+
+
+def _stop(container) -> None:
+    """Give the workload a chance to write an `interrupted` result (SIGINT), then kill."""
+    try:
+        container.kill(signal="SIGINT")
+        container.wait(timeout=20)
+    except Exception:  # noqa: BLE001 - whatever state it is in, the next step kills and removes it
+        try:
+            container.kill()
+        except docker.errors.APIError:
+            pass

@@ -1,0 +1,104 @@
+"""Run the workload in this Python environment (CPU, tiny model): the run that works without Docker or a GPU."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+from rich.markup import escape
+
+from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data,
+                                      input_error_line, resolve_model, workload_args)
+from builder.engine.doctor import HostView, host_record
+from builder.engine.interrupt import Terminated, describe
+from builder.engine.run_result import check_out_dir, finalize
+
+LOG_NAME = "workload.log"
+_DISTRIBUTIONS = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
+                  "sentencepiece": "sentencepiece", "safetensors": "safetensors", "numpy": "numpy"}
+
+
+def local_versions() -> dict:
+    """Versions of this interpreter's stack (for the envelope of a run that left no result)."""
+    versions = {"python": platform.python_version()}
+    for key, dist in _DISTRIBUTIONS.items():
+        try:
+            versions[key] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[key] = None
+    return versions
+
+
+def run_local(request: RunRequest, console: Console | None = None, host: HostView | None = None) -> dict:
+    """`python -m workload train ...` as a subprocess of this interpreter; collect and complete its result."""
+    console = console or Console(stderr=True, soft_wrap=True)
+    if request.gpus:
+        raise RunError("--gpus needs --image: a --local run uses this machine's CPU")
+    hub_id, model_dir = resolve_model(request.model)
+    data = check_data(request.data)
+    out_dir = check_out_dir(request.out_dir)
+    model_arg = str(model_dir) if model_dir else hub_id
+    argv = [sys.executable, "-m", "workload",
+            *workload_args(request, model_arg, str(data) if data else None, str(out_dir))]
+    console.print(escape(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
+    started = time.time()
+    failure_class, failure = None, ""
+    code, bad_input = None, None
+    with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1)
+        try:
+            bad_input = _tee(proc, log)
+            code = proc.wait()
+            if code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
+                failure_class, failure = _exit_failure(code)
+        except KeyboardInterrupt as exc:
+            how = describe(exc)
+            failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+            log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
+            _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
+            _tee(proc, log)
+    if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
+        (out_dir / LOG_NAME).unlink(missing_ok=True)
+        raise BadWorkloadInput(bad_input)
+    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
+                    finished=time.time(), versions=local_versions(), host=host_record(host), image=None)
+
+
+def _exit_failure(code: int) -> tuple[str, str]:
+    """The error class of a non-zero exit: 2 is the workload refusing its arguments (usage_error)."""
+    if code == 2:
+        return "usage_error", f"the workload refused its arguments (exit code 2; see {LOG_NAME})"
+    return "process_died", f"the workload exited with code {code}"
+
+
+def _tee(proc: subprocess.Popen, log) -> str | None:
+    """The workload's output to the log and this terminal, line by line, until it closes; returns the
+    message of its bad-input line, if it printed one."""
+    bad_input = None
+    for line in proc.stdout:
+        log.write(line)
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        bad_input = input_error_line(line) or bad_input
+    return bad_input
+
+
+def _stop(proc: subprocess.Popen, forward: signal.Signals | None) -> None:
+    """Let the workload write its `interrupted` result (a terminal's Ctrl-C reached it too; SIGTERM is
+    forwarded; else send SIGINT), then kill it if it does not exit."""
+    steps = ((forward, 20), (signal.SIGKILL, 10)) if forward else \
+        ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10))
+    for action, wait_s in steps:
+        if action is not None:
+            proc.send_signal(action)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

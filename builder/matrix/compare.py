@@ -1,0 +1,68 @@
+"""The report's compare page: any two cells side by side (versions, throughput and memory, probes, loss curves).
+
+Python flattens each cell's newest run per preset with `builder.matrix.diff.profile` (the same facts
+`envbuild matrix diff` compares) and embeds them in compare.html as JSON; compare.js joins the two chosen
+profiles in the browser. Embedded, not fetched: the site works from file:// too. The JSON is escaped for
+a <script> element (no `<`, `>` or `&` survive), and compare.js writes every value as text, never markup.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jinja2 import Environment
+from markupsafe import Markup
+
+from builder.matrix import diff, gpu_prices
+from builder.matrix.store import MatrixStore
+from builder.matrix.summary import CellSummary
+
+
+#: Points of each loss curve embedded per profile (evenly spaced, first and last kept): the page stays small.
+CURVE_POINTS = 60
+
+
+def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list[dict]]:
+    """cell key -> the newest run's profile of each preset (newest first), loss curves downsampled."""
+    newest = store.newest_per_preset()
+    out: dict[str, list[dict]] = {}
+    for summary in summaries:
+        for result in newest.get(summary.key, []):
+            price = gpu_prices.price_for(result)
+            profile = diff.profile(result, price.usd_per_gpu_hour if price else None)
+            out.setdefault(summary.key, []).append(_rounded({**profile, "train_loss": downsample(profile["train_loss"])}))
+    return out
+
+
+def _rounded(value):
+    """Floats to 4 significant digits (what the page shows), everywhere in a profile."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def downsample(points: list, limit: int = CURVE_POINTS) -> list:
+    """At most `limit` points of a curve, evenly spaced, the first and the last always kept."""
+    if len(points) <= limit:
+        return points
+    step = (len(points) - 1) / (limit - 1)
+    return [points[round(i * step)] for i in range(limit)]
+
+
+def script_json(value) -> Markup:
+    """JSON safe inside a <script type="application/json"> element."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return Markup(text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e"))
+
+
+def write(root: Path, html: Environment, store: MatrixStore, summaries: list[CellSummary], common: dict) -> None:
+    data = profiles(store, summaries)
+    keys = [s.key for s in summaries if s.key in data]
+    (root / "compare.html").write_text(html.get_template("compare.html.j2").render(
+        keys=keys, first=keys[0] if keys else "", second=keys[1] if len(keys) > 1 else "",
+        profiles=script_json(data), sections=list(diff.SECTIONS), root="", **common))

@@ -1,0 +1,435 @@
+"""`envbuild report`: the matrix as a static, offline site (HTML + summary.md + JSON data + SVG plots).
+
+Python computes every value here; the templates in `builder/matrix/report_templates/` only format them
+(HTML autoescaped; Markdown escaped by the environment's `finalize`, so no value reaches either raw).
+The site is built in a temporary folder next to the target and swapped in at the end: a failure
+leaves the previous site whole. Every file name comes from `builder.matrix.slug.safe_slug`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from builder import __version__
+from builder.matrix import attempt_files, compare as report_compare, diff, gpu_prices, plots as report_plots, site_folders
+from builder.matrix import vendor_support
+from builder.matrix.slug import safe_slug
+from builder.matrix.store import MatrixStore, utc_now
+from builder.matrix.summary import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
+
+TEMPLATES_DIR = Path(__file__).with_name("report_templates")
+MARKER = ".envbuild-report"  # marks a folder as a report this command may replace
+HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<cell>.json
+#: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
+#: come from the store's columns, so a report never parses every stored result.
+PAGE_RUNS = 3
+#: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
+DATA_FILE_BYTES = 900_000
+LOG_TAIL_BYTES = 256 * 1024
+PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
+_FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
+_FLAVOR_ORDER = {"rocm": 0, "cuda": 1, "cpu": 2}  # rows: GPU flavors first, the CPU reference last
+
+
+class ReportError(Exception):
+    """The report cannot be written where asked; the message says why (nothing was changed)."""
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One cell as the index shows it (grid entry and table row)."""
+
+    key: str
+    slug: str
+    flavor: str
+    accel: str
+    arch: str
+    torch: str
+    python: str
+    status: str
+    failure_class: str | None
+    note: str
+    last_at: str
+    hardware: str
+    samples_per_s: float | None
+    mfu: float | None
+    samples_per_gpu_hour: float | None
+    cost_per_1k: str  # "$0.0011 (price of 2026-03-17)" where a public GPU-hour price is recorded, else ""
+    flaky: bool
+    flips: int
+    runs: int
+    vendor: vendor_support.VendorSupport
+
+
+@dataclass(frozen=True)
+class GridRow:
+    label: str
+    entries: dict[str, list[IndexEntry]]  # torch line -> entries (one per Python line)
+
+
+def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path, *,
+                 generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False,
+                 warn=None) -> Path:
+    """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
+
+    `summaries`: from `summarize(store, ..., runs_per_cell=PAGE_RUNS)` (pages show the newest runs;
+    the per-cell data files get every run straight from `store`). `host_details`: publish each run's
+    full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
+    GPU count are. `warn(message)` hears about logs left out (see `attempt_files`).
+    """
+    out_dir = Path(out_dir)
+    _check_target(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in site_folders.sweep_stale(out_dir):
+        if warn:
+            warn(f"removed {stale.name}, left by an earlier report that was killed")
+    build_dir = site_folders.building_dir(out_dir)
+    try:
+        skipped: list[str] = []
+        _write_site(store, summaries, build_dir, generated_at or utc_now(),
+                    vendor_support.load() if vendor is None else vendor, host_details, skipped)
+        _swap(build_dir, out_dir)
+    except BaseException:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise
+    if skipped and warn:
+        warn(f"{len(skipped)} log(s) not published, e.g. {skipped[0]}; a report publishes only the logs"
+             " in attempt folders this matrix file's store created")
+    return out_dir / "index.html"
+
+
+def public_host(host: dict | None) -> dict | None:
+    """The part of a host record a published report shows: OS, kernel version, driver, GPU archs and count."""
+    if not host:
+        return None
+    return {**{k: host.get(k) for k in PUBLIC_HOST_KEYS}, "gpu_count": len(host.get("gpus") or [])}
+
+
+def _check_target(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReportError(f"{out_dir} is a file; give a folder for the report")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MARKER).exists():
+        raise ReportError(f"{out_dir} is not empty and holds no envbuild report ({MARKER} is missing);"
+                          " nothing was changed. Give a new or empty folder, or a previous report's")
+
+
+def _swap(build_dir: Path, out_dir: Path) -> None:
+    """Put the finished site in place: the old one is moved aside first, then removed."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(build_dir, 0o777 & ~umask)
+    old = None
+    if out_dir.exists():
+        old = site_folders.old_dir(out_dir)
+        os.rename(out_dir, old)
+    try:
+        os.rename(build_dir, out_dir)
+    except BaseException:
+        if old:
+            os.rename(old, out_dir)  # the previous site stays whole
+        raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
+                host_details: bool, skipped: list[str]) -> None:
+    html, md = _environments()
+    counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
+    common = {"generated_at": generated_at, "version": __version__, "counts": counts}
+    (root / MARKER).write_text("written by envbuild report; the next report replaces this folder whole\n")
+    for name in ("style.css", "filter.js", "compare.js"):
+        shutil.copyfile(TEMPLATES_DIR / name, root / name)
+    for sub in ("cells", "plots", "data", "logs"):
+        (root / sub).mkdir()
+    entries = {s.key: _index_entry(s, vendor) for s in summaries}
+    throughput: dict[str, list[dict]] = {}
+    for row in store.train_metrics():
+        throughput.setdefault(row["cell_key"], []).append(row)
+    index_cells = []
+    for summary in summaries:
+        entry = entries[summary.key]
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), store.path, skipped)
+        (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
+            page=page, root="../", **common))
+        record = summary_record(summary, with_runs=False)
+        runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
+        _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
+        index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
+                            "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
+    torch_lines, rows = _grid(summaries, entries)
+    ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
+    filters = {"arch": sorted({e.arch for e in ordered}), "rocm": sorted({e.accel for e in ordered}, key=_version_key),
+               "status": list(VERDICTS)}
+    (root / "index.html").write_text(html.get_template("index.html.j2").render(
+        torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, root="", **common))
+    (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
+        torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
+    report_compare.write(root, html, store, summaries, common)
+    data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
+    (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
+    """data/<slug>.json: the cell's record with its runs (stored JSON as it is, oldest first). Runs beyond
+    DATA_FILE_BYTES go to data/<slug>-runs-2.json, -3, ... ({"runs": [...]}), listed in `more_runs`."""
+    chunks: list[list[str]] = [[]]
+    size = len(record)
+    for run in runs:
+        if chunks[-1] and size + len(run) > DATA_FILE_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(run)
+        size += len(run) + 2
+    more = [f"data/{slug}-runs-{n}.json" for n in range(2, len(chunks) + 1)]
+    for name, chunk in zip(more, chunks[1:]):
+        (root / name).write_text('{"runs": [' + ", ".join(chunk) + "]}")
+    (root / "data" / f"{slug}.json").write_text(
+        record[:-1] + ', "more_runs": ' + json.dumps(more) + ', "runs": [' + ", ".join(chunks[0]) + "]}")
+
+
+def summary_markdown(summaries: list[CellSummary], generated_at: str, vendor: dict | None = None,
+                     link_base: str | None = None) -> str:
+    """The site's summary.md alone (e.g. committed as docs/compatibility.md); `link_base` None: no links."""
+    _, md = _environments()
+    vendor = vendor_support.load() if vendor is None else vendor
+    entries = {s.key: _index_entry(s, vendor) for s in summaries}
+    torch_lines, rows = _grid(summaries, entries)
+    ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
+    counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
+    return md.get_template("summary.md.j2").render(torch_lines=torch_lines, rows=rows, entries=ordered,
+                                                   link_base=link_base, generated_at=generated_at,
+                                                   version=__version__, counts=counts)
+
+
+def _environments() -> tuple[Environment, Environment]:
+    """(HTML environment, autoescaped; Markdown environment, every value escaped by `finalize`)."""
+    options = dict(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
+                   lstrip_blocks=True, keep_trailing_newline=True)
+    html = Environment(autoescape=select_autoescape(["html.j2"]), **options)
+    md = Environment(autoescape=False, finalize=markdown_text, **options)
+    for env in (html, md):
+        env.filters["num"] = _num
+        env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+        env.filters["gib"] = lambda v: "-" if v is None else f"{v / 2**30:.2f} GiB"
+    return html, md
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!~|])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def markdown_text(value) -> str:
+    """Any value as inert Markdown table-cell text: one line, HTML entities, Markdown syntax backslashed."""
+    text = " ".join(_CONTROL.sub(" ", str("" if value is None else value)).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _num(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def _version_key(version: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.split("."))
+
+
+def _hardware(result: dict | None) -> str:
+    """'AMD Instinct MI250X × 1', 'CPU only', or '-'."""
+    hw = (result or {}).get("hardware") or {}
+    if hw.get("device_type") == "cpu" or hw.get("vendor") == "cpu":
+        return "CPU only"
+    name = hw.get("gpu_name") or hw.get("arch")
+    if not name:
+        return "-"
+    return f"{name} × {hw.get('gpu_count')}" if hw.get("gpu_count") else str(name)
+
+
+def _index_entry(s: CellSummary, vendor: dict) -> IndexEntry:
+    train = s.latest_train_run or {}
+    metrics = train.get("metrics") or {}
+    cell = s.cell
+    return IndexEntry(
+        key=s.key, slug=safe_slug(s.key), flavor=cell.flavor, accel=cell.accel_version or "cpu",
+        arch=cell.arch or "none", torch=cell.torch, python=cell.python, status=s.status,
+        failure_class=s.failure_class, note=s.note, last_at=(s.last_event_at or "")[:16].replace("T", " "),
+        hardware=_hardware(s.latest_run), samples_per_s=metrics.get("samples_per_s"), mfu=metrics.get("mfu"),
+        **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=vendor_support.support_of(cell, vendor))
+
+
+def _cost(train: dict) -> dict:
+    """Samples per GPU-hour of a GPU run and, with a public price (recipes/gpu-prices.toml), cost per 1k samples."""
+    throughput = diff.profile(train, None)["throughput"] if train else {}
+    per_hour = throughput.get("samples_per_gpu_hour")
+    price = gpu_prices.price_for(train) if per_hour else None
+    cost = f"${1000 * price.usd_per_gpu_hour / per_hour:.4f} (price of {price.as_of})" if price else ""
+    return {"samples_per_gpu_hour": per_hour, "cost_per_1k": cost}
+
+
+def _row_label(cell) -> tuple[tuple, str]:
+    label = f"{_FLAVOR_LABELS.get(cell.flavor, cell.flavor)} {cell.accel_version or ''}".strip()
+    if cell.arch:
+        label += f" · {cell.arch}"
+    return (_FLAVOR_ORDER.get(cell.flavor, 1), cell.flavor, _version_key(cell.accel_version or "0"), cell.arch or ""), label
+
+
+def _grid(summaries: list[CellSummary], entries: dict[str, IndexEntry]) -> tuple[list[str], list[GridRow]]:
+    """Rows: accelerator release (× arch); columns: torch line; one entry per Python line in a slot."""
+    torch_lines = sorted({s.cell.torch for s in summaries}, key=_version_key)
+    rows: dict[tuple, GridRow] = {}
+    for s in sorted(summaries, key=lambda s: (_row_label(s.cell)[0], _version_key(s.cell.python))):
+        sort_key, label = _row_label(s.cell)
+        row = rows.setdefault(sort_key, GridRow(label=label, entries={t: [] for t in torch_lines}))
+        row.entries[s.cell.torch].append(entries[s.key])
+    return torch_lines, [rows[k] for k in sorted(rows)]
+
+
+def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details: bool,
+               throughput: list[dict], db: Path, skipped: list[str]) -> dict:
+    """Everything one cell page shows, with its plots drawn and logs copied into the site."""
+    latest, train = summary.latest_run, summary.latest_train_run
+    plots = {"curves": None, "accuracy": None}
+    if train:
+        plots["curves"] = report_plots.training_curves(train, root / "plots" / f"{entry.slug}-curves.svg")
+        plots["accuracy"] = report_plots.accuracy_before_after(train, root / "plots" / f"{entry.slug}-accuracy.svg")
+    plots["throughput"] = report_plots.throughput_history(throughput, root / "plots" / f"{entry.slug}-throughput.svg")
+    image = _latest_image(summary)
+    run_logs = {e.ident: _copy_log(db, e.attempt_dir, ("container.log", "workload.log"), root, skipped)
+                for e in summary.events[-HISTORY_ROWS:] if e.kind == "run"}
+    builds = [{**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
+              for b in summary.builds[-HISTORY_ROWS:]]
+    build_logs = {b["build_uid"]: b["log_link"] for b in builds}
+    host = (latest or {}).get("host")
+    return {
+        "summary": summary,
+        "entry": entry,
+        "cell": summary.cell,
+        "latest": _pick(latest, _RUN_KEYS) if latest else None,
+        "latest_verdict": run_verdict(latest) if latest else None,
+        "train": train,
+        "metrics": _metrics((train or {}).get("metrics") or {}),
+        "plots": {name: f"plots/{p.name}" if p else None for name, p in plots.items()},
+        "versions": sorted(((latest or {}).get("versions") or {}).items()),
+        "hardware": _hardware(latest),
+        "image_tag": image.get("tag"),
+        "image_digest": image.get("digest"),
+        "reproduce": _reproduce(summary.cell, image.get("tag")),
+        "builds": list(reversed(builds)),
+        "host": (_rows(host) if host_details else _rows(public_host(host))) if host else None,
+        "probes": [{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
+                   for p in (latest or {}).get("probes") or []],
+        "history": [(e, run_logs.get(e.ident) if e.kind == "run" else build_logs.get(e.ident))
+                    for e in reversed(summary.events[-HISTORY_ROWS:])],
+        "history_total": len(summary.events),
+        "flips": list(reversed(summary.flips))[:10],
+    }
+
+
+def _reproduce(cell, tag: str | None) -> list[str]:
+    """Copy-paste commands that rebuild this cell's image and run the workload in it."""
+    if cell.flavor == "rocm":
+        image = ["envbuild", "image", "--rocm", cell.accel_version, "--torch", cell.torch]
+        image += ["--arch", cell.arch] if cell.arch else []
+    else:
+        image = ["envbuild", "image", "--flavor", cell.flavor, "--torch", cell.torch]
+    image += ["--python", cell.python]
+    run = ["envbuild", "run", "workload", "--image", tag or "TAG"]
+    run += ["--gpus", "all"] if cell.flavor != "cpu" else []
+    commands = [shlex.join(image), shlex.join(run)]
+    if not tag:
+        commands[1] += "    # TAG: the tag `envbuild image` printed"
+    return commands
+
+
+def _copy_log(db: Path, attempt_dir: str | None, names: tuple[str, ...], root: Path, skipped: list[str]) -> str | None:
+    """Copy the tail of an attempt's log into the site, if the whitelist allows it; its site-relative path.
+
+    Only a log in an attempt folder this matrix file's store created is opened (`attempt_files`);
+    paths named by data (a build's `log_path`, a run's `source`) never are.
+    """
+    path, why_not = attempt_files.attempt_log(db, attempt_dir, names)
+    if why_not:
+        skipped.append(why_not)
+    if path is None:
+        return None
+    try:
+        data = attempt_files.read_tail(path, LOG_TAIL_BYTES)
+    except OSError as exc:
+        skipped.append(f"{path}: {exc.strerror}")
+        return None
+    name = f"logs/{safe_slug(str(Path(attempt_dir).name))}-{path.stem}.txt"
+    (root / name).write_bytes(data)
+    return name
+
+
+def _rows(mapping) -> list[tuple[str, str]]:
+    """A nested dict as readable (dotted key, value) rows: numbers rounded, lists joined."""
+    rows: list[tuple[str, str]] = []
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict) and value:
+            for k in sorted(value):
+                walk(f"{prefix}.{k}" if prefix else str(k), value[k])
+        else:
+            rows.append((prefix or "value", _value_text(value)))
+
+    if mapping:
+        walk("", mapping)
+    return rows
+
+
+def _value_text(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "-"}[value]
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return "; ".join(_value_text(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_value_text(v)}" for k, v in sorted(value.items())) or "-"
+    return str(value)
+
+
+def _latest_image(summary: CellSummary) -> dict:
+    """The newest image {tag, digest} a run of this cell used, else the newest one built for it."""
+    for row in reversed(summary.runs):
+        image = row["result"].get("image") or {}
+        if image.get("digest") or image.get("tag"):
+            return image
+    for build in reversed(summary.builds):
+        if build.get("image_digest") or build.get("image_tag"):
+            return {"tag": build.get("image_tag"), "digest": build.get("image_digest")}
+    return {}
+
+
+_METRIC_KEYS = ("steps", "samples_per_s", "tokens_per_s", "mfu", "peak_memory_allocated_bytes",
+                "peak_memory_reserved_bytes")
+_EVAL_KEYS = ("accuracy", "macro_f1", "loss")
+_RUN_KEYS = ("run_id", "command", "status", "error_class", "error", "finished_at", "wall_time_s")
+_PROBE_KEYS = ("name", "status", "message")
+
+
+def _pick(mapping: dict, keys: tuple[str, ...]) -> dict:
+    """`mapping` restricted to `keys`, absent ones None (the templates read every key)."""
+    return {k: mapping.get(k) for k in keys}
+
+
+def _metrics(metrics: dict) -> dict:
+    picked = _pick(metrics, _METRIC_KEYS)
+    for name in ("eval_before", "eval_after"):
+        picked[name] = _pick(metrics.get(name) or {}, _EVAL_KEYS)
+    return picked

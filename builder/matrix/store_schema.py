@@ -1,0 +1,431 @@
+"""The matrix file itself: its SQL schema and migrations, opening and checking the file (header, integrity,
+schema version, WAL, busy timeout), the write transaction, and which result.json documents the store
+accepts (`validate_result`, docs/result-schema.md). `builder.matrix.store.MatrixStore` is assembled from
+`StoreConnection` (here), the writes (store_writes) and the reads (store_reads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, TypeVar
+
+from pydantic import ValidationError
+
+from builder.matrix import result_schema
+from builder.plan.cells import Cell
+
+#: Environment variable naming the matrix database (the `--db` option reads it too).
+DB_ENV_VAR = "ENVBUILD_DB"
+DEFAULT_DB_NAME = "envbuild-matrix.db"
+#: The result.json schema versions this store can import (docs/result-schema.md).
+RESULT_SCHEMA_VERSIONS = (1,)
+RUN_STATUSES = ("pass", "fail", "error")
+BUILD_STATUSES = ("pass", "fail")
+BUSY_TIMEOUT_MS = 60_000
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Migration N takes the schema from version N-1 to N. Append new ones; never edit a published one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE cells (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        flavor TEXT NOT NULL,
+        accel_version TEXT,
+        torch TEXT NOT NULL,
+        arch TEXT,
+        python TEXT NOT NULL
+    );
+    CREATE TABLE builds (
+        id INTEGER PRIMARY KEY,
+        build_uid TEXT NOT NULL UNIQUE,
+        cell_id INTEGER NOT NULL REFERENCES cells(id),
+        recipe_hash TEXT,
+        context_hash TEXT,
+        image_tag TEXT,
+        image_digest TEXT,
+        duration_s REAL,
+        log_path TEXT,
+        status TEXT NOT NULL CHECK (status IN ('pass', 'fail')),
+        failure_class TEXT,
+        error TEXT,
+        manifest_json TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX builds_cell ON builds(cell_id, created_at);
+    CREATE INDEX builds_digest ON builds(image_digest);
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL UNIQUE,
+        cell_id INTEGER NOT NULL REFERENCES cells(id),
+        build_id INTEGER REFERENCES builds(id),
+        command TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pass', 'fail', 'error')),
+        error_class TEXT,
+        error TEXT,
+        started_at TEXT,
+        finished_at TEXT,
+        wall_time_s REAL,
+        image_tag TEXT,
+        image_digest TEXT,
+        host_json TEXT,
+        result_json TEXT NOT NULL,
+        source TEXT,
+        recorded_at TEXT NOT NULL
+    );
+    CREATE INDEX runs_cell ON runs(cell_id, finished_at);
+    CREATE TABLE probes (
+        run_row INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        message TEXT,
+        values_json TEXT,
+        PRIMARY KEY (run_row, name)
+    );
+    """,
+    # 2: attempts vs verdicts (builder/matrix/verdict_rules.py), each attempt's own directory, the environment
+    # (base image and digest, content hash). The class lists are those of this version, frozen here.
+    """
+    ALTER TABLE builds ADD COLUMN counts INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE builds ADD COLUMN attempt_dir TEXT;
+    ALTER TABLE builds ADD COLUMN base_image TEXT;
+    ALTER TABLE builds ADD COLUMN base_digest TEXT;
+    ALTER TABLE runs ADD COLUMN counts INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE runs ADD COLUMN attempt_dir TEXT;
+    ALTER TABLE runs ADD COLUMN base_image TEXT;
+    ALTER TABLE runs ADD COLUMN base_digest TEXT;
+    ALTER TABLE runs ADD COLUMN context_hash TEXT;
+    UPDATE builds SET base_image = json_extract(manifest_json, '$.base_image')
+        WHERE json_valid(manifest_json) AND json_type(manifest_json, '$.base_image') = 'text';
+    UPDATE runs SET base_image = json_extract(result_json, '$.image.manifest.base_image'),
+        context_hash = json_extract(result_json, '$.image.manifest.context_hash')
+        WHERE json_valid(result_json) AND json_type(result_json, '$.image.manifest') = 'object';
+    UPDATE builds SET counts = 0 WHERE status = 'fail' AND failure_class IN
+        ('base_image_unavailable', 'build_context_error', 'interrupted', 'usage_error');
+    UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
+        ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
+    """,
+    # 3: a cell is its coordinates: no two rows may hold the same ones under different keys (issue 20).
+    """
+    CREATE UNIQUE INDEX cells_coordinates ON cells (flavor, COALESCE(accel_version, ''), torch,
+        COALESCE(arch, ''), python)
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(Exception):
+    """The matrix database cannot be used as asked; the message says why and what to do."""
+
+
+class InvalidResultError(StoreError, ValueError):
+    """A result.json that does not follow docs/result-schema.md."""
+
+
+class RunConflictError(StoreError):
+    """A run_id already recorded with other content (refused unless replace=True)."""
+
+
+def default_db_path() -> Path:
+    """`$ENVBUILD_DB` if set, else `./envbuild-matrix.db` in the current directory."""
+    return Path(os.environ.get(DB_ENV_VAR) or DEFAULT_DB_NAME)
+
+
+@dataclass(frozen=True)
+class DamagedRow:
+    """A stored row whose JSON does not parse: reads skip it, `envbuild matrix check` lists it."""
+
+    table: str
+    row_id: int
+    ident: str  # run_id / build_uid / probe name
+    column: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.table} row {self.row_id} ({self.ident}): {self.column} unreadable ({self.problem})"
+
+
+_Store = TypeVar("_Store", bound="StoreConnection")
+
+
+class StoreConnection:
+    """A connection to one matrix database file: opening, closing, the write transaction."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self._conn = conn
+        self.path = path
+        self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
+        self.bad_text = 0  # text values read that were not UTF-8 (shown with U+FFFD; `check` names their rows)
+
+    def _rows(self, sql: str, args=()) -> list[tuple]:
+        """A read's rows. SQLite's own UTF-8 decoding is fast but stops at a damaged value: the query is then
+        run again decoding in Python, where such a value becomes U+FFFD (counted in `bad_text`)."""
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):
+                raise
+        self._conn.text_factory = self._text
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        finally:
+            self._conn.text_factory = str
+
+    def _text(self, raw: bytes) -> str:
+        """A TEXT value: bytes that are not UTF-8 (damage that passes the integrity check) never stop a read."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.bad_text += 1
+            return raw.decode("utf-8", "replace")
+
+    # ---- opening ---------------------------------------------------------------------------
+    @classmethod
+    @contextmanager
+    def open(cls: type[_Store], path: str | os.PathLike | None = None, *, readonly: bool = False) -> Iterator[_Store]:
+        """Open (creating and migrating if needed) the database at `path` (default: `default_db_path()`).
+
+        `readonly`: the file must exist and hold a current matrix; nothing is created, migrated or grown.
+        """
+        store = cls.connect(path, readonly=readonly)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @classmethod
+    def connect(cls: type[_Store], path: str | os.PathLike | None = None, *, readonly: bool = False) -> _Store:
+        """Like `open`, without the context manager: call `close()` yourself."""
+        db = Path(path) if path is not None else default_db_path()
+        _check_header(db)
+        if readonly:
+            return cls(_connect_readonly(db), db)
+        if not db.parent.exists():
+            db.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(db, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open matrix database {db}: {exc}") from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            _check_readable(conn, db)
+            _wal(conn)
+            conn.execute("PRAGMA foreign_keys = ON")
+            _migrate(conn, db)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, db)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @classmethod
+    def preflight(cls, path: str | os.PathLike | None = None) -> Path:
+        """Check, before long work that records into it, that `path` can be opened; creates nothing.
+
+        An existing file is opened read-only (header, integrity, schema); a new one needs a folder
+        that exists or can be made. Returns the path; raises StoreError.
+        """
+        db = Path(path) if path is not None else default_db_path()
+        _check_header(db)
+        if db.exists() and db.stat().st_size:
+            conn = _connect_readonly(db, require_current=False)
+            conn.close()
+            return db
+        folder = next((p for p in (db.parent, *db.parent.parents) if p.exists()), Path("."))
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise StoreError(f"cannot create matrix database {db}: {folder} is not a writable folder;"
+                             f" point --db / ${DB_ENV_VAR} elsewhere")
+        return db
+
+    @classmethod
+    def peek(cls, path: str | os.PathLike) -> "MatrixStore | None":
+        """Read-only, for the checks an import makes before it writes: an older schema is fine (the import
+        upgrades it); a file that another importer is creating this instant (no tables yet) gives None."""
+        db = Path(path)
+        _check_header(db)
+        conn = _connect_readonly(db, require_current=False, allow_new=True)
+        return None if conn is None else cls(conn, db)
+
+    @property
+    def schema_version(self) -> int:
+        return self._conn.execute("PRAGMA user_version").fetchone()[0]
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: all of it lands, or none of it."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+
+def canonical_json(result: dict) -> str:
+    """How a result is stored and compared: sorted keys, default separators."""
+    return json.dumps(result, sort_keys=True)
+
+
+def _is_result(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("run_id", "status", "command"))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return exc.errors()[0]["msg"].removeprefix("Value error, ")
+    return str(exc)
+
+
+def validate_result(result: Any) -> dict:
+    """`result` as the matrix stores it (docs/result-schema.md; strings cleaned), or InvalidResultError.
+
+    The message names the field path and the rule; the cell the result names is checked too.
+    """
+    if not isinstance(result, dict):
+        raise InvalidResultError("a result must be a JSON object (docs/result-schema.md)")
+    version = result.get("schema_version")
+    if version not in RESULT_SCHEMA_VERSIONS:
+        raise InvalidResultError(
+            f"result schema_version {_short(version)} is not one this envbuild reads {RESULT_SCHEMA_VERSIONS};"
+            " upgrade envbuild or re-run the workload with a matching version")
+    missing = [k for k in ("run_id", "command", "status", "versions") if not result.get(k)]
+    if missing:
+        raise InvalidResultError(f"result is missing {', '.join(missing)} (docs/result-schema.md)")
+    if not isinstance(result["status"], str) or result["status"] not in RUN_STATUSES:
+        raise InvalidResultError(f"result status must be one of {RUN_STATUSES}, got {_short(result['status'])}")
+    versions = result["versions"] if isinstance(result["versions"], dict) else {}
+    for key in ("python", "torch"):
+        if not versions.get(key):
+            raise InvalidResultError(f"result versions.{key} is missing: the matrix cell cannot be known")
+    try:
+        clean = result_schema.validate(result)
+    except result_schema.ResultSchemaError as exc:
+        raise InvalidResultError(f"result does not follow docs/result-schema.md: {exc}") from None
+    try:
+        Cell.from_result(clean)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InvalidResultError(f"result names no valid matrix cell: {_first_error(exc)}") from exc
+    return clean
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
+
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL. Two processes opening a new file at once can get "database is locked" here at once
+    (SQLite does not wait on the busy handler for a journal-mode change): retry until the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _check_header(db: Path) -> None:
+    """Refuse, before SQLite touches it, a non-empty file that is not an SQLite database."""
+    if db.is_dir():
+        raise StoreError(f"matrix database {db} is a directory; pass a file path with --db or ${DB_ENV_VAR}")
+    if not db.exists() or db.stat().st_size == 0:
+        return
+    with db.open("rb") as fh:
+        head = fh.read(len(_SQLITE_MAGIC))
+    if head != _SQLITE_MAGIC:
+        raise StoreError(
+            f"{db} is not an SQLite database (corrupt or another file); nothing was changed."
+            f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
+
+
+def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool = False) -> sqlite3.Connection | None:
+    """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched).
+
+    `allow_new`: a file another process is creating right now (schema 0 and no tables yet) gives None.
+    """
+    if not db.exists():
+        raise StoreError(
+            f"no matrix database at {db}: record a run (`envbuild run workload`), import results"
+            f" (`envbuild matrix import`), or point --db / ${DB_ENV_VAR} at an existing one")
+    if db.stat().st_size == 0:
+        raise StoreError(f"{db} is empty (0 bytes), not a matrix database; nothing was changed."
+                         f" Remove it, or point --db / ${DB_ENV_VAR} at an existing matrix")
+    try:
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open matrix database {db}: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _check_readable(conn, db)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0 and allow_new and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            conn.close()
+            return None
+        if version == 0:
+            raise StoreError(f"{db} is an SQLite file but not a matrix database; nothing was changed."
+                             f" Point --db / ${DB_ENV_VAR} at a matrix")
+        if require_current and version < SCHEMA_VERSION:
+            raise StoreError(f"{db} has the older matrix schema {version} (this envbuild: {SCHEMA_VERSION});"
+                             " `envbuild matrix import` into it once upgrades it")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_readable(conn: sqlite3.Connection, db: Path) -> None:
+    """Schema version and integrity, read-only: raise StoreError without writing anything."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
+                " nothing was changed. Upgrade envbuild, or use another --db path")
+        problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
+            f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+    if problems != ["ok"]:
+        raise StoreError(
+            f"{db} failed its integrity check ({'; '.join(problems[:3])}); nothing was changed."
+            f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
+
+
+def _migrate(conn: sqlite3.Connection, db: Path) -> None:
+    """Apply the migrations the file lacks, each in its own transaction (concurrent openers serialise)."""
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version >= SCHEMA_VERSION:
+                conn.execute("COMMIT")
+                return
+            for statement in _statements(MIGRATIONS[version]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of a migration (executescript would commit mid-transaction)."""
+    return [s.strip() for s in script.split(";") if s.strip()]

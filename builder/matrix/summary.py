@@ -1,0 +1,264 @@
+"""The matrix read model: one verdict per cell (pass / partial / fail / untested) and its history.
+
+Rules (docs/matrix.md "Verdicts"): only verdicts count -- builds and runs that reached the environment
+(`verdict_rules.counts`); attempts stopped by the user or failed on the input are listed, never a verdict.
+A run's verdict: status "pass" with every probe pass or skip -> "pass"; "pass" with any probe "fail" ->
+"partial"; "fail" or "error" -> "fail" (with its error_class). A failed image build is a "fail" too
+(class `build:<failure_class>`). Verdicts are about an environment (base image and digest, content
+hash): a cell's status is its latest verdict, a flip is two consecutive verdicts of one environment that
+differ, and a cell is flaky when its current environment flipped among its last FLAKY_WINDOW verdicts.
+Cells known from the recipes with no verdict are "untested".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from builder.matrix import verdict_rules
+from builder.matrix.store import MatrixStore
+from builder.plan.cells import Cell
+
+VERDICTS = ("pass", "partial", "fail", "untested")
+#: What an event that is not a verdict shows in the verdict column.
+ATTEMPT = "attempt"
+#: A cell is flaky when the verdict of its current environment flipped among this many latest verdicts.
+FLAKY_WINDOW = 10
+
+
+def run_verdict(result: dict) -> str:
+    """pass | partial | fail for one result.json, or ATTEMPT when it is no verdict (interrupted, bad input)."""
+    if not verdict_rules.counts("run", result["status"], result.get("error_class")):
+        return ATTEMPT
+    if result["status"] != "pass":
+        return "fail"
+    if any(p.get("status") == "fail" for p in result.get("probes") or []):
+        return "partial"
+    return "pass"
+
+
+def run_note(result: dict) -> str:
+    """One short line on why a run did not fully pass ("" when it did)."""
+    if result["status"] != "pass":
+        return _first_line(result.get("error") or result.get("error_class") or "")
+    failed = [p["name"] for p in result.get("probes") or [] if p.get("status") == "fail"]
+    return f"probe warnings: {', '.join(failed)}" if failed else ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a cell's history: a run or a failed build; a verdict, or only an attempt."""
+
+    at: str
+    verdict: str  # pass | partial | fail, or ATTEMPT
+    kind: str  # "run" | "build"
+    ident: str  # run_id or build uid
+    failure_class: str | None = None
+    note: str = ""
+    environment: str = verdict_rules.UNKNOWN_ENVIRONMENT
+    attempt_dir: str | None = None
+
+    @property
+    def counts(self) -> bool:
+        return self.verdict != ATTEMPT
+
+
+@dataclass
+class CellSummary:
+    """Everything the matrix knows about one cell, newest facts first where it matters."""
+
+    cell: Cell
+    status: str = "untested"
+    failure_class: str | None = None
+    note: str = ""
+    environment: str | None = None  # that of the latest verdict
+    events: list[Event] = field(default_factory=list)  # verdicts and attempts, oldest first
+    runs: list[dict] = field(default_factory=list)  # store rows, oldest first
+    builds: list[dict] = field(default_factory=list)  # store rows, oldest first
+    in_recipes: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.cell.key
+
+    @property
+    def verdicts(self) -> list[Event]:
+        return [e for e in self.events if e.counts]
+
+    @property
+    def attempts(self) -> list[Event]:
+        """Events that are not verdicts (interrupted, input errors), oldest first."""
+        return [e for e in self.events if not e.counts]
+
+    @property
+    def run_count(self) -> int:
+        """Runs that are verdicts (attempts are counted in `attempts`)."""
+        return sum(e.kind == "run" for e in self.verdicts)
+
+    @property
+    def environments(self) -> list[str]:
+        """The environments with verdicts, the latest one last."""
+        order = {e.environment: e.at for e in self.verdicts}
+        return sorted(order, key=order.get)
+
+    def environment_verdicts(self, environment: str) -> list[Event]:
+        return [e for e in self.verdicts if e.environment == environment]
+
+    @property
+    def last_pass_at(self) -> str | None:
+        passes = [e.at for e in self.verdicts if e.verdict == "pass"]
+        return passes[-1] if passes else None
+
+    @property
+    def flips(self) -> list[tuple[Event, Event]]:
+        """Consecutive verdicts of one environment that differ (e.g. pass -> fail), oldest first."""
+        pairs = [(a, b) for env in self.environments for a, b in _pairs(self.environment_verdicts(env))
+                 if a.verdict != b.verdict]
+        return sorted(pairs, key=lambda pair: pair[1].at)
+
+    @property
+    def flaky(self) -> bool:
+        """The current environment's verdict flipped among its latest FLAKY_WINDOW verdicts."""
+        return self.environment is not None and _flaky(self.environment_verdicts(self.environment))
+
+    @property
+    def last_event_at(self) -> str | None:
+        return self.events[-1].at if self.events else None
+
+    @property
+    def latest_run(self) -> dict | None:
+        """The newest run that is a verdict (else the newest attempt)."""
+        counted = [row for row in self.runs if row.get("counts", True)] or self.runs
+        return counted[-1]["result"] if counted else None
+
+    @property
+    def latest_train_run(self) -> dict | None:
+        """The newest result with training metrics (what the curves and accuracy come from)."""
+        for row in reversed(self.runs):
+            if row["result"].get("command") == "train" and row["result"].get("metrics"):
+                return row["result"]
+        return None
+
+    @property
+    def latest_build(self) -> dict | None:
+        return self.builds[-1] if self.builds else None
+
+
+def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = (), *,
+              with_runs: bool = True, runs_per_cell: int | None = None, cell_key: str | None = None) -> list[CellSummary]:
+    """A summary per cell: every recorded cell plus every recipe cell, ordered by key.
+
+    Verdicts come from the runs' columns; `with_runs` also loads the runs' full result.json
+    (`CellSummary.runs`: what `show`, `export` and the report need, `list` does not), only the
+    newest `runs_per_cell` of each cell when given. Rows that do not parse are skipped and listed
+    in `store.damaged`. `cell_key`: only that cell (nothing else is read).
+    """
+    summaries: dict[str, CellSummary] = {c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells
+                                         if cell_key in (None, c.key)}
+    for cell in store.cells():
+        if cell_key in (None, cell.key):
+            summaries.setdefault(cell.key, CellSummary(cell=cell))
+    if with_runs:
+        for row in store.runs(cell_key, last=runs_per_cell):
+            if row["cell_key"] in summaries:
+                summaries[row["cell_key"]].runs.append(row)
+    events: dict[str, list[Event]] = {}
+    for row in store.run_events(cell_key):
+        if row["cell_key"] in summaries:
+            events.setdefault(row["cell_key"], []).append(_run_event(row))
+    for build in store.builds(cell_key):
+        if build["cell_key"] in summaries:
+            summaries[build["cell_key"]].builds.append(build)
+    for key, summary in summaries.items():
+        _fill_verdict(summary, events.get(key, []))
+    return [summaries[k] for k in sorted(summaries)]
+
+
+def export_data(summaries: list[CellSummary]) -> dict:
+    """The JSON form of the matrix (also the report's data.json)."""
+    return {"format": "envbuild-matrix", "version": 1, "cells": [summary_record(s) for s in summaries]}
+
+
+def summary_record(s: CellSummary, *, with_runs: bool = True) -> dict:
+    """One cell: its coordinates, verdict, history, builds and (`with_runs`) runs."""
+    record = {
+        **summary_line(s),
+        "cell": s.cell.model_dump(),
+        "history": [{"at": e.at, "verdict": e.verdict, "kind": e.kind, "id": e.ident,
+                     "failure_class": e.failure_class, "note": e.note, "environment": e.environment,
+                     "attempt_dir": e.attempt_dir} for e in s.events],
+        "flips": [{"at": b.at, "from": a.verdict, "to": b.verdict, "environment": b.environment}
+                  for a, b in s.flips],
+        "builds": s.builds,
+    }
+    if with_runs:
+        record["runs"] = [row["result"] for row in s.runs]
+    return record
+
+
+def summary_line(s: CellSummary) -> dict:
+    return {"key": s.key, "status": s.status, "failure_class": s.failure_class, "note": s.note,
+            "runs": s.run_count, "builds": len(s.builds), "attempts": len(s.attempts),
+            "last_pass_at": s.last_pass_at, "last_event_at": s.last_event_at, "flaky": s.flaky,
+            "environment": s.environment, "environments": [environment_line(s, env) for env in s.environments]}
+
+
+def environment_line(s: CellSummary, environment: str) -> dict:
+    """One environment of a cell: its latest verdict, flips and whether it is flaky."""
+    verdicts = s.environment_verdicts(environment)
+    flips = [(a, b) for a, b in _pairs(verdicts) if a.verdict != b.verdict]
+    latest = verdicts[-1]
+    return {"environment": environment, "status": latest.verdict, "failure_class": latest.failure_class,
+            "note": latest.note, "verdicts": len(verdicts), "flips": len(flips), "flaky": _flaky(verdicts),
+            "last_pass_at": next((e.at for e in reversed(verdicts) if e.verdict == "pass"), None)}
+
+
+def _run_event(row: dict) -> Event:
+    """A run's verdict from its store columns (the same rules as run_verdict / run_note)."""
+    if row["status"] != "pass":
+        verdict, note = "fail", _first_line(row["error"] or row["error_class"] or "")
+    elif row["failed_probes"]:
+        verdict, note = "partial", f"probe warnings: {row['failed_probes']}"
+    else:
+        verdict, note = "pass", ""
+    return Event(at=row["at"], verdict=verdict if row["counts"] else ATTEMPT, kind="run", ident=row["run_id"],
+                 failure_class=row["error_class"], note=note, attempt_dir=row["attempt_dir"],
+                 environment=verdict_rules.environment(row["base_image"], row["base_digest"], row["context_hash"]))
+
+
+def _build_event(build: dict) -> Event:
+    """A failed build: a `build:<class>` fail, or an attempt when the rules say it is not a verdict."""
+    return Event(at=build["created_at"], verdict="fail" if build["counts"] else ATTEMPT, kind="build",
+                 ident=build["build_uid"], failure_class=f"build:{build['failure_class']}",
+                 note=_first_line(build.get("error") or ""), attempt_dir=build.get("attempt_dir"),
+                 environment=verdict_rules.environment(build.get("base_image"), build.get("base_digest"),
+                                                       build.get("context_hash")))
+
+
+def _fill_verdict(summary: CellSummary, events: list[Event]) -> None:
+    events = list(events) + [_build_event(b) for b in summary.builds if b["status"] == "fail"]
+    events.sort(key=lambda e: e.at)
+    summary.events = events
+    verdicts = summary.verdicts
+    if verdicts:
+        latest = verdicts[-1]
+        summary.status, summary.failure_class, summary.note = latest.verdict, latest.failure_class, latest.note
+        summary.environment = latest.environment
+    elif events:
+        last = events[-1]
+        summary.note = f"no verdict yet: {len(events)} attempt(s), the last {last.failure_class or last.kind}"
+    elif summary.builds:
+        summary.note = "image built, no run recorded"
+
+
+def _pairs(events: list[Event]) -> list[tuple[Event, Event]]:
+    return list(zip(events, events[1:]))
+
+
+def _flaky(verdicts: list[Event]) -> bool:
+    """One environment's verdicts flipped among the latest FLAKY_WINDOW."""
+    recent = verdicts[-FLAKY_WINDOW:]
+    return any(a.verdict != b.verdict for a, b in _pairs(recent))
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    return text.strip().splitlines()[0][:limit] if text.strip() else ""

@@ -1,0 +1,149 @@
+"""Plan -> template variables: every decision the Dockerfile encodes is computed here, not in Jinja."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from builder import __version__
+from builder.plan.lock import Lock
+from builder.plan.resolve import Plan
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
+
+
+def _quote(value: str) -> str:
+    """A Dockerfile ARG/LABEL value: bare when safe, else a double-quoted JSON string."""
+    return value if value and _PLAIN.match(value) else json.dumps(value)
+
+
+def build_args(plan: Plan) -> dict[str, str]:
+    """Top-level ARGs (name -> default) in Dockerfile order; every pin of the plan is one."""
+    release, torch = plan.release, plan.torch
+    args = {"BASE_IMAGE": plan.base_image, "SOURCE_DATE_EPOCH": str(plan.build_tools.source_date_epoch)}
+    if release.amdgpu_install:  # the flavor has an installer route (ubuntu + amdgpu-install)
+        args |= {
+            "ROCM_VERSION": release.version,
+            "OS_CODENAME": release.codename,
+            "AMDGPU_INSTALL_VERSION": plan.amdgpu_install,
+        }
+    if plan.os_packages:
+        args["OS_PACKAGES"] = " ".join(plan.os_packages)
+    args |= {
+        "PYTHON_VERSION": plan.cell.python,
+        "SYSTEM_PYTHON": release.system_python,
+        "PYTHON_PPA": release.python_ppa,
+        "TORCH_VERSION": plan.torch_version,
+        "TORCH_INDEX_URL": plan.wheel_index_url,
+    }
+    if plan.torch_source == "source":
+        args |= {"TORCH_GIT_URL": torch.git_url, "TORCH_GIT_TAG": torch.git_tag}
+        if plan.flavor.arch_env:
+            args[plan.flavor.arch_env] = plan.cell.arch or ""
+        args |= {
+            "MAX_JOBS": "",
+            "COMPILE_JOB_MEM_MB": str(plan.flavor.compile_job_mem_mb),
+            "TORCH_SOURCE_PREPARE": plan.flavor.source_prepare,
+            "TORCH_BUILD_PINS": _pins(plan.build_tools.torch_build),
+        }
+    args["SENTENCEPIECE_VERSION"] = plan.stack["sentencepiece"]
+    return args
+
+
+def _pins(pins: dict[str, str]) -> str:
+    return " ".join(f"{name}=={version}" for name, version in sorted(pins.items()))
+
+
+def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
+    """OCI labels plus io.envbuild.* labels (sorted); `context_hash` is "" while the hash is computed."""
+    cell = plan.cell
+    values = {
+        "org.opencontainers.image.title": f"envbuild {cell.key}",
+        "org.opencontainers.image.description": f"{plan.flavor.description} ({cell.key})",
+        "org.opencontainers.image.version": __version__,
+        "org.opencontainers.image.base.name": plan.base_image,
+        "io.envbuild.cell": cell.key,
+        "io.envbuild.flavor": cell.flavor,
+        "io.envbuild.accel-version": cell.accel_version or "",
+        "io.envbuild.arch": cell.arch or "",
+        "io.envbuild.python": cell.python,
+        "io.envbuild.torch": plan.torch_version,
+        "io.envbuild.torch-source": plan.torch_source,
+        "io.envbuild.stack": ",".join(f"{k}=={v}" for k, v in sorted(plan.stack.items())),
+        "io.envbuild.lock": f"{lock.key}@sha256:{lock.sha256}",
+        "io.envbuild.patches": ",".join(f"{p.ref}={p.sha256 or p.url}" for p in plan.patches),
+        "io.envbuild.recipe-hash": plan.recipe_hash,
+        "io.envbuild.context-hash": context_hash,
+    }
+    if plan.amdgpu_install:
+        values["io.envbuild.amdgpu-install"] = plan.amdgpu_install
+    if plan.compile_unavailable:
+        values["io.envbuild.torch-compile"] = f"unavailable: {plan.compile_unavailable}"
+    return dict(sorted(values.items()))
+
+
+def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
+    """Everything images/Dockerfile.j2 and images/stages/*.j2 read."""
+    args = build_args(plan)
+    base_args = ["SOURCE_DATE_EPOCH"]
+    if plan.release.amdgpu_install:
+        base_args += ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION"]
+    if plan.os_packages:
+        base_args.append("OS_PACKAGES")
+    base_args += ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA"]
+    runtime_env = {"PYTHONPATH": "/opt/envbuild"}
+    if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
+        runtime_env["ENVBUILD_TORCH_COMPILE_UNAVAILABLE"] = plan.compile_unavailable
+    return {
+        "cell_key": plan.cell.key,
+        "stages": list(plan.stages),
+        "args": [f"{name}={_quote(value) if value else ''}" for name, value in args.items()],
+        "base_args": base_args,
+        "accel_install_step": bool(plan.release.amdgpu_install),
+        "os_packages_step": bool(plan.os_packages),
+        "torch_build_args": ["TORCH_BUILD_PINS"],
+        "runtime_env": [f"{k}={_quote(v)}" for k, v in runtime_env.items()],
+        "torch_stage": plan.torch_stage,
+        "arch_env": plan.flavor.arch_env,
+        "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
+        "source_prepare": plan.flavor.source_prepare,
+        "ccache_id": f"{plan.cell.flavor}{plan.cell.accel_version or ''}-torch{plan.torch.line}",
+        "labels": [f"{k}={_quote(v)}" for k, v in labels(plan, context_hash, lock).items()],
+    }
+
+
+def lock_files(plan: Plan, lock: Lock) -> dict[str, str]:
+    """The context's pip requirements with hashes, one file per stage that installs (from recipes/locks/):
+    venv.lock (base: the venv's pip/setuptools/wheel), sentencepiece.lock (its sdist, built in its stage)
+    and requirements.lock (runtime: everything else but torch, which its own stage installs)."""
+    origin = f"recipes/locks/{lock.key}.txt (`envbuild lock`, exclude-newer {lock.header.get('exclude-newer', '?')})"
+    return {
+        "venv.lock": f"# The venv's pip/setuptools/wheel, section [venv] of {origin}\n" + lock.requirements("venv"),
+        "sentencepiece.lock": f"# The sentencepiece sdist built in its stage, from [stack] of {origin}\n"
+        + lock.requirements("stack", {"sentencepiece"}),
+        "requirements.lock": (
+            f"# Python stack for {plan.cell.key}, section [stack] of {origin}.\n"
+            f"# torch {plan.torch_version} comes from its own stage; what it needs beyond this file comes from its\n"
+            "# index (listed in /opt/envbuild/from-torch-index.txt in the image).\n"
+            + lock.requirements("stack")
+        ),
+    }
+
+
+def expectations(plan: Plan, lock: Lock) -> dict:
+    """expect.json: what images/common/verify_image.py checks at the end of the build."""
+    release = plan.release
+    return {
+        "cell": plan.cell.key,
+        "flavor": plan.flavor.name,
+        "backend": plan.flavor.backend,
+        "backend_version": release.version if plan.flavor.backend and plan.flavor.versioned else None,
+        "arch": plan.cell.arch,
+        "torch": {"version": plan.torch_version, "by_path": plan.torch_source == "source"},
+        "sentencepiece": plan.stack["sentencepiece"],
+        "lock": lock.versions("stack"),
+        "venv": lock.versions("venv"),
+        "from_torch_index": list(lock.from_torch_index),
+        "complete": True,
+        "compile_unavailable": plan.compile_unavailable or None,
+    }

@@ -1,0 +1,248 @@
+"""Load and validate the version data in recipes/ (TOML files with their sources, patch series)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from builder.paths import RECIPES_DIR
+
+_PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+#: A torch line or Python version ("2.4", "3.10"): they name lock files (builder.plan.lock).
+DOTTED_NUMBER = re.compile(r"^\d+(\.\d+)*$")
+
+
+class RecipeError(Exception):
+    """recipes/ holds data that does not validate (a bug in the data, not in a request)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Flavor(_Frozen):
+    """How an image gets its accelerator userspace and its torch (recipes/flavors.toml)."""
+
+    name: str
+    description: str
+    releases_file: str
+    label: str
+    versioned: bool
+    torch_sources: tuple[str, ...]
+    wheel_index: str
+    local_version: str
+    arch_env: str
+    build_env: dict[str, str]
+    source_prepare: str
+    compile_job_mem_mb: int
+    backend: str = ""  # torch.version attribute a torch of this flavor sets ("hip", "cuda"; "" for cpu)
+    source_local_version: str = ""  # local version label of a source-built wheel ("{version}" = the release)
+    source_compile: str = ""  # why torch.compile cannot work on a source-built torch ("" = it can)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in ("", "hip", "cuda"):
+            raise ValueError(f"backend must be '', 'hip' or 'cuda', got {value!r}")
+        return value
+
+    @field_validator("torch_sources")
+    @classmethod
+    def _known_sources(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or set(value) - {"wheel", "source"}:
+            raise ValueError(f"torch_sources must be a non-empty subset of wheel/source, got {value}")
+        return value
+
+
+class Release(_Frozen):
+    """One accelerator release of a flavor (a ROCm version; the single cpu pseudo-release)."""
+
+    version: str
+    base_image: str
+    base_digest: str = ""  # sha256:... when verified; FROM then pins image@digest
+    os_image: str = ""  # plain OS image for the installer route
+    ubuntu: str = ""
+    codename: str
+    amdgpu_install: str = ""  # amdgpu-install package version ("" = no installer route)
+    host_kernels: tuple[str, ...] = ()  # host kernel lines validated for this release (doctor checks)
+    archs: tuple[str, ...] = ()
+    wheel_suffixes: tuple[str, ...]
+    system_python: str
+    pythons: tuple[str, ...]
+    python_ppa: str = ""
+    default_arch: str = ""
+    source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
+    source: str
+
+    @field_validator("pythons")
+    @classmethod
+    def _dotted_pythons(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if bad := [v for v in value if not DOTTED_NUMBER.match(v)]:
+            raise ValueError(f"pythons must be dotted numbers such as 3.10 (they name lock files), got {bad}")
+        return value
+
+
+class TorchLine(_Frozen):
+    """A PyTorch release line ("2.4") pinned to one release ("2.4.1")."""
+
+    line: str
+    flavors: tuple[str, ...]
+    version: str
+    git_url: str
+    git_tag: str
+    wheel_suffixes: tuple[str, ...]
+    python: tuple[str, str]
+    source: str
+
+    @field_validator("line")
+    @classmethod
+    def _dotted_line(cls, value: str) -> str:
+        if not DOTTED_NUMBER.match(value):
+            raise ValueError(f"a torch line must be a dotted number such as 2.4 (it names lock files), got {value!r}")
+        return value
+
+    def supports_python(self, python: str) -> bool:
+        low, high = (version_key(v) for v in self.python)
+        return low <= version_key(python) <= high
+
+
+class BuildTools(_Frozen):
+    """Pinned tools that build images (recipes/build-tools.toml): the venv's pip/setuptools/wheel, cmake..."""
+
+    venv: dict[str, str]  # installed into the image venv right after it is made
+    torch_build: dict[str, str]  # constraints for a torch source build
+    source_date_epoch: int  # SOURCE_DATE_EPOCH of every build step (reproducible timestamps)
+
+
+class PatchEntry(_Frozen):
+    """One line of a series file: a local patch file or an upstream commit fetched at build time."""
+
+    kind: str  # "patch" | "commit"
+    ref: str  # file name or commit sha
+    url: str = ""  # upstream PR/issue (commit entries)
+    sha256: str = ""  # of the patch file (patch entries)
+
+
+class Recipes(_Frozen):
+    """Everything in recipes/, validated."""
+
+    root: Path
+    flavors: dict[str, Flavor]
+    releases: dict[str, dict[str, Release]]  # flavor -> version -> release
+    torch: dict[str, TorchLine]
+    stacks: dict[str, dict[str, str]] = Field(description="torch line -> package -> version")
+    build_tools: BuildTools
+    digest: str  # sha256 over every recipe file: changes when any data changes
+
+    def torch_lines(self, flavor: str) -> list[str]:
+        return sorted((k for k, t in self.torch.items() if flavor in t.flavors), key=version_key)
+
+    def patches_dir(self, line: str) -> Path:
+        return self.root / "patches" / f"torch-{line}"
+
+    def patch_series(self, line: str) -> list[PatchEntry]:
+        """The parsed series of torch `line` (empty when the line has no patch directory)."""
+        return _parse_series(self.patches_dir(line))
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """'3.10' -> (3, 10); non-numeric parts sort first."""
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+
+
+def _toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RecipeError(f"{path}: {exc}") from exc
+
+
+def _parse_series(directory: Path) -> list[PatchEntry]:
+    series = directory / "series"
+    if not series.exists():
+        return []
+    entries = []
+    for number, raw in enumerate(series.read_text().splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()  # '#' inside a URL is not a comment
+        if not line or line.startswith("#"):
+            continue
+        where = f"{series}:{number}"
+        kind, *rest = line.split()
+        if kind == "patch" and len(rest) == 1 and _PATCH_NAME.match(rest[0]):
+            path = directory / rest[0]
+            if not path.is_file():
+                raise RecipeError(f"{where}: patch file {rest[0]} does not exist")
+            text = path.read_text()
+            header = text.split("\ndiff --git", 1)[0]
+            if "Why:" not in header or "Upstream:" not in header:
+                raise RecipeError(f"{where}: {rest[0]} needs 'Why:' and 'Upstream:' lines in its header")
+            entries.append(PatchEntry(kind="patch", ref=rest[0], sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+        elif kind == "commit" and len(rest) == 2 and _SHA.match(rest[0]) and rest[1].startswith("https://"):
+            entries.append(PatchEntry(kind="commit", ref=rest[0], url=rest[1]))
+        else:
+            raise RecipeError(
+                f"{where}: expected 'patch NNNN-name.patch' or 'commit <40-hex sha> <https URL>', got {raw!r}"
+            )
+    return entries
+
+
+def _digest(root: Path) -> str:
+    sha = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        sha.update(f"{path.relative_to(root).as_posix()}\0".encode())
+        sha.update(hashlib.sha256(path.read_bytes()).digest())
+    return sha.hexdigest()
+
+
+#: Directory of drop-in files: each may add [flavor.X], [torch."L"] and [stack."L"] tables to flavors.toml,
+#: torch.toml and hf-stack.toml (a flavor added as data, in files of its own).
+DROPIN_DIR = "flavors.d"
+
+
+def _merged(root: Path, file: str, table: str, dropins: list[dict]) -> dict:
+    """`[table]` of recipes/`file` plus the same table of every drop-in; a name defined twice is an error."""
+    merged = dict(_toml(root / file)[table])
+    for extra in dropins:
+        for name, data in extra.get(table, {}).items():
+            if name in merged:
+                raise RecipeError(f"{DROPIN_DIR}/: [{table}.\"{name}\"] is already defined in {file}")
+            merged[name] = data
+    return merged
+
+
+@lru_cache(maxsize=4)
+def load(root: Path = RECIPES_DIR) -> Recipes:
+    """Read and validate recipes/ (cached; pass another root for tests)."""
+    try:
+        dropins = [_toml(path) for path in sorted((root / DROPIN_DIR).glob("*.toml"))]
+        flavor_data = _merged(root, "flavors.toml", "flavor", dropins)
+        flavors = {name: Flavor(name=name, **d) for name, d in flavor_data.items()}
+        releases = {
+            name: {v: Release(version=v, **d) for v, d in _toml(root / f.releases_file)["release"].items()}
+            for name, f in flavors.items()
+        }
+        torch = {line: TorchLine(line=line, **d) for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
+        stacks = {line: dict(d) for line, d in _merged(root, "hf-stack.toml", "stack", dropins).items()}
+        build_tools = BuildTools(**_toml(root / "build-tools.toml"))
+        recipes = Recipes(
+            root=root, flavors=flavors, releases=releases, torch=torch, stacks=stacks, build_tools=build_tools,
+            digest=_digest(root),
+        )
+    except (ValidationError, KeyError) as exc:
+        raise RecipeError(f"invalid recipe data under {root}: {exc}") from exc
+    for line, t in torch.items():
+        if line not in stacks:
+            raise RecipeError(f"hf-stack.toml has no [stack.\"{line}\"] for torch line {line}")
+        if unknown := set(t.flavors) - set(flavors):
+            raise RecipeError(f"torch.toml [{line}] names unknown flavors {sorted(unknown)}")
+        for flavor in t.flavors:
+            if "source" in flavors[flavor].torch_sources and not (recipes.patches_dir(line) / "series").exists():
+                raise RecipeError(f"torch line {line} can be built from source but has no patches/torch-{line}/series")
+        recipes.patch_series(line)  # validates the series now, not at the first render
+    return recipes

@@ -1,0 +1,194 @@
+"""Plan -> a deterministic Docker build context: Dockerfile, scripts, lock, patches, workload, manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from builder import __version__
+from builder.paths import IMAGES_DIR, WORKLOAD_DIR
+from builder.plan.context import expectations, labels, lock_files, template_vars
+from builder.plan.lock import Lock, LockError, for_plan
+from builder.plan.resolve import Plan
+from builder.plan.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, file_sha256, hashes, stage, torch_origin,
+                                     wheels_in)
+
+MANIFEST = "manifest.json"
+_SKIP = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+
+
+class RenderError(Exception):
+    """The context cannot be written: the output directory holds something that is not a build context, or
+    the cell's dependency lock is missing or stale."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A written build context."""
+
+    out_dir: Path
+    dockerfile: Path
+    manifest: dict
+    context_hash: str
+    image_tag: str
+
+
+@lru_cache(maxsize=1)
+def _templates() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(IMAGES_DIR),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _tree(root: Path, prefix: str) -> dict[str, bytes]:
+    """Files under `root` keyed `prefix/relative/path` (caches and bytecode left out)."""
+    return {
+        f"{prefix}/{p.relative_to(root).as_posix()}": p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not _SKIP.intersection(p.parts) and p.suffix != ".pyc"
+    }
+
+
+@dataclass(frozen=True)
+class StaticFiles:
+    """The files every context shares (images/common/ scripts, workload/), read once with their hashes."""
+
+    files: dict[str, bytes]
+    hashes: dict[str, str]
+
+    @classmethod
+    def read(cls, workload_dir: Path = WORKLOAD_DIR) -> "StaticFiles":
+        files = {**_tree(IMAGES_DIR / "common", "common"), **_tree(workload_dir, "workload")}
+        return cls(files, {path: _sha256(data) for path, data in files.items()})
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_hashes(files: dict[str, bytes], known: dict[str, str] | None = None) -> dict[str, str]:
+    """{path: sha256} of the files that make up the content hash (all but manifest.json); `known` may
+    hold hashes of files not in `files` (the wheelhouse, hashed where it lies)."""
+    known = known or {}
+    hashed = {path: known.get(path) or _sha256(data) for path, data in files.items() if path != MANIFEST}
+    hashed |= {path: digest for path, digest in known.items() if path.startswith(WHEELHOUSE + "/")}
+    return dict(sorted(hashed.items()))
+
+
+def hash_files(hashes: dict[str, str]) -> str:
+    """Content hash of a context: sha256 over the sorted `<sha256>  <path>` lines of `file_hashes`."""
+    return _sha256("".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items())).encode())
+
+
+def _dockerfile(plan: Plan, context_hash: str, lock: Lock) -> bytes:
+    return _templates().get_template("Dockerfile.j2").render(template_vars(plan, context_hash, lock)).encode()
+
+
+def context_files(plan: Plan, static: StaticFiles | None = None,
+                  wheelhouse: dict[str, str] | None = None) -> tuple[dict[str, bytes], dict]:
+    """The whole build context in memory: {relative path: bytes} (manifest.json included) and the manifest.
+
+    The context hash covers every file except manifest.json, with the Dockerfile's `io.envbuild.context-hash`
+    label empty; the written Dockerfile then carries the hash in that label. `wheelhouse` holds the sha256
+    of the wheels under wheelhouse/ ({"wheelhouse/<name>": sha256}; their bytes are not in the result).
+    Pass one `static` snapshot to render many plans without re-reading the shared files. Raises
+    RenderError when the plan's dependency lock (recipes/locks/) is missing or stale.
+    """
+    try:
+        lock = for_plan(plan)
+    except LockError as exc:
+        raise RenderError(str(exc)) from exc
+    static = static or StaticFiles.read()
+    wheelhouse = wheelhouse or {}
+    known = {**static.hashes, **wheelhouse}
+    dockerfile = _dockerfile(plan, "", lock)
+    used = dockerfile.decode()
+    files = {
+        **{name: text.encode() for name, text in lock_files(plan, lock).items()},
+        "expect.json": (json.dumps(expectations(plan, lock), indent=2, sort_keys=True) + "\n").encode(),
+        KEEP: b"",
+        # only the scripts this Dockerfile copies: editing another step's script changes no other context
+        **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
+    }
+    if plan.patch_dir is not None:
+        files["patches/series"] = (plan.patch_dir / "series").read_bytes()
+        files |= {f"patches/{p.ref}": (plan.patch_dir / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
+    files["Dockerfile"] = dockerfile
+    context_hash = hash_files(file_hashes(files, known))
+    files["Dockerfile"] = _dockerfile(plan, context_hash, lock)
+    image_tag = f"envbuild/{plan.cell.key}:{context_hash[:12]}"
+    manifest = {
+        "schema_version": 1,
+        "envbuild_version": __version__,
+        "cell_key": plan.cell.key,
+        **plan.pinned(),
+        "recipe_hash": plan.recipe_hash,
+        "labels": labels(plan, context_hash, lock),
+        "lock": {"file": f"recipes/locks/{lock.key}.txt", "sha256": lock.sha256,
+                 "exclude_newer": lock.header.get("exclude-newer"), "packages": lock.versions("stack"),
+                 "venv": lock.versions("venv"), "from_torch_index": list(lock.from_torch_index)},
+        "files": file_hashes(files, known),
+        "torch_origin": torch_origin(plan, wheelhouse),
+        "context_hash": context_hash,
+        "image_tag": image_tag,
+    }
+    files[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    return files, manifest
+
+
+def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None,
+           wheelhouse: Path | None = None) -> Rendered:
+    """Write the build context of `plan` to `out_dir` (replacing an earlier envbuild context there).
+
+    `wheelhouse`: a dir whose wheels become the context's wheelhouse/ (hard-linked or copied); without it,
+    files already in `out_dir/wheelhouse/` are kept. Either way they are hashed into the content hash.
+    Raises RenderError when `out_dir` holds anything that is not an envbuild context, or `wheelhouse`
+    holds no wheels.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise RenderError(f"{out_dir} is not empty and is not an envbuild build context; choose another -o DIR")
+    try:
+        wheels = wheels_in(wheelhouse) if wheelhouse is not None else []
+    except WheelhouseError as exc:
+        raise RenderError(str(exc)) from exc
+    wheel_hashes = ({f"{WHEELHOUSE}/{w.name}": file_sha256(w) for w in wheels} if wheelhouse is not None
+                    else hashes(out_dir / WHEELHOUSE))
+    files, manifest = context_files(plan, static, wheel_hashes)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    staging.chmod(0o755)
+    try:
+        for rel, data in files.items():
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if wheelhouse is not None:
+            stage(wheels, staging / WHEELHOUSE)
+        elif (out_dir / WHEELHOUSE).is_dir():
+            shutil.rmtree(staging / WHEELHOUSE)
+            (out_dir / WHEELHOUSE).rename(staging / WHEELHOUSE)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Rendered(
+        out_dir=out_dir,
+        dockerfile=out_dir / "Dockerfile",
+        manifest=manifest,
+        context_hash=manifest["context_hash"],
+        image_tag=manifest["image_tag"],
+    )

@@ -1,0 +1,324 @@
+"""Request -> Plan: check a version request against recipes/ and pin every input of the build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from builder.plan.cells import Cell
+from builder.plan.lock_names import lock_path
+from builder.plan.recipes import BuildTools, Flavor, PatchEntry, Recipes, Release, TorchLine, load, version_key
+
+
+class ResolveError(Exception):
+    """A request that cannot be built; the message names the problem and the nearest valid choices."""
+
+
+class Request(BaseModel):
+    """What the user asked for (CLI flags). None means "the recipe's default"."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    flavor: str = "rocm"
+    accel_version: str | None = None  # the ROCm release for flavor rocm; None for cpu
+    torch: str
+    arch: str | None = None
+    python: str | None = None
+    torch_source: Literal["auto", "wheel", "source"] = "auto"
+    base_image: str | None = None
+    install_accel: bool = False  # start from the plain OS image and install ROCm with amdgpu-install
+
+
+class Plan(BaseModel):
+    """Every input of one build, pinned. Rendering a Plan needs nothing else."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cell: Cell
+    flavor: Flavor
+    release: Release
+    torch: TorchLine
+    torch_source: Literal["wheel", "source"]
+    torch_source_reason: str
+    torch_requirement: str  # "torch==2.5.1+rocm6.2" (official wheel) or "torch==2.4.1+rocm6.2" (source build)
+    wheel_index_url: str  # "" for a source build
+    base_image: str  # reference used in FROM (with @digest when one is known)
+    amdgpu_install: str  # amdgpu-install package version to install, "" when the base has ROCm
+    stack: dict[str, str]  # package -> version (HF stack + numpy + sentencepiece)
+    os_packages: tuple[str, ...]  # accelerator packages installed in the base (source route: the libs torch links)
+    build_tools: BuildTools
+    compile_unavailable: str  # why torch.compile cannot work in this image ("" = it can)
+    patches: tuple[PatchEntry, ...]
+    patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
+    lock_path: Path  # recipes/locks/torch<line>-py<python>.txt: what pip installs, with hashes (builder.plan.lock)
+    stages: tuple[str, ...]
+
+    @property
+    def torch_stage(self) -> str:
+        return f"torch-{self.torch_source}"
+
+    @property
+    def torch_version(self) -> str:
+        """The exact version the image's torch must report, local label included ("2.4.1+rocm6.2")."""
+        return self.torch_requirement.removeprefix("torch==")
+
+    def pinned(self) -> dict:
+        """The resolved inputs as plain data (goes into manifest.json and the recipe hash)."""
+        return {
+            "cell": self.cell.model_dump(),
+            "flavor": self.flavor.name,
+            "accel_version": self.release.version if self.flavor.versioned else None,
+            "base_image": self.base_image,
+            "amdgpu_install": self.amdgpu_install or None,
+            "os_codename": self.release.codename,
+            "python": self.cell.python,
+            "arch": self.cell.arch,
+            "torch": {
+                "line": self.torch.line,
+                "version": self.torch.version,
+                "source": self.torch_source,
+                "reason": self.torch_source_reason,
+                "requirement": self.torch_requirement,
+                "expected_version": self.torch_version,
+                "backend": self.flavor.backend or None,
+                "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None},
+                "wheel_index_url": self.wheel_index_url or None,
+                "git_tag": self.torch.git_tag if self.torch_source == "source" else None,
+            },
+            "stack": dict(sorted(self.stack.items())),
+            "os_packages": list(self.os_packages),
+            "build_tools": {"venv": dict(sorted(self.build_tools.venv.items())),
+                            "torch_build": dict(sorted(self.build_tools.torch_build.items()))
+                            if self.torch_source == "source" else {},
+                            "source_date_epoch": self.build_tools.source_date_epoch},
+            "patches": [p.model_dump() for p in self.patches],
+            "stages": list(self.stages),
+            "sources": {"release": self.release.source, "torch": self.torch.source},
+        }
+
+    @cached_property
+    def recipe_hash(self) -> str:
+        """sha256 of the resolved inputs: equal for equal plans, different when any pin changes."""
+        return hashlib.sha256(json.dumps(self.pinned(), sort_keys=True).encode()).hexdigest()
+
+    def describe(self) -> list[tuple[str, str]]:
+        """(field, value) rows for printing a plan."""
+        rows = [
+            ("cell", self.cell.key),
+            ("base image", self.base_image),
+        ]
+        if self.amdgpu_install:
+            rows.append(("ROCm install", f"amdgpu-install {self.amdgpu_install} --usecase=rocm --no-dkms"))
+        rows += [
+            ("python", self.cell.python),
+            ("torch", f"{self.torch_requirement} ({self.torch_source}: {self.torch_source_reason})"),
+        ]
+        if self.wheel_index_url:
+            rows.append(("torch index", self.wheel_index_url))
+        if self.torch_source == "source":
+            rows.append(("torch git tag", self.torch.git_tag))
+            rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
+        if self.os_packages:
+            rows.append(("OS packages", " ".join(self.os_packages)))
+        if self.compile_unavailable:
+            rows.append(("torch.compile", f"unavailable: {self.compile_unavailable}"))
+        rows += [(name, version) for name, version in sorted(self.stack.items())]
+        rows += [("stages", " -> ".join(self.stages)), ("recipe hash", self.recipe_hash[:12])]
+        return rows
+
+
+def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
+    """Pin every input of `request`, or raise ResolveError saying what is wrong and what would work."""
+    recipes = recipes or load()
+    flavor = _pick("flavor", request.flavor, recipes.flavors)
+    release = _release(request, flavor, recipes.releases[flavor.name])
+    torch = _torch(request.torch, flavor, recipes)
+    arch = _arch(request.arch, flavor, release)
+    python = _python(request.python, release, torch, flavor)
+    source, reason, suffix = _torch_source(request.torch_source, flavor, release, torch, recipes)
+    base_image, amdgpu_install = _base(request, flavor, release)
+    if source == "wheel":
+        local = flavor.local_version.format(suffix=suffix)
+        index = flavor.wheel_index.format(suffix=suffix)
+    else:  # a source build stamps its own local label, as official wheels carry one ("2.4.1+rocm6.2")
+        local, index = flavor.source_local_version.format(version=release.version), ""
+    requirement = f"torch=={torch.version}" + (f"+{local}" if local else "")
+    return Plan(
+        cell=Cell(
+            flavor=flavor.name,
+            accel_version=release.version if flavor.versioned else None,
+            torch=torch.line,
+            arch=arch,
+            python=python,
+        ),
+        flavor=flavor,
+        release=release,
+        torch=torch,
+        torch_source=source,
+        torch_source_reason=reason,
+        torch_requirement=requirement,
+        wheel_index_url=index,
+        base_image=base_image,
+        amdgpu_install=amdgpu_install,
+        stack=recipes.stacks[torch.line],
+        os_packages=release.source_build_packages if source == "source" else (),
+        build_tools=recipes.build_tools,
+        compile_unavailable=flavor.source_compile if source == "source" else "",
+        patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
+        patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
+        lock_path=lock_path(recipes, torch.line, python),
+        stages=("base", "torch-src", "torch-source-build", "torch-source", "sentencepiece", "runtime")
+        if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
+    )
+
+
+def _nearest(value: str, choices: list[str], n: int = 3) -> list[str]:
+    """The `n` choices closest to `value` (numeric distance for versions, else edit similarity)."""
+    import difflib
+
+    try:
+        target = [int(p) for p in value.split(".")]
+        ranked = sorted(
+            choices, key=lambda c: [abs(a - b) for a, b in zip([*map(int, c.split(".")), 0, 0], target + [0, 0])]
+        )
+        return sorted(ranked[:n], key=version_key)
+    except ValueError:
+        return difflib.get_close_matches(value, choices, n=n, cutoff=0) or choices[:n]
+
+
+def _choices(value: str, choices: list[str]) -> str:
+    if not choices:
+        return "there are none"
+    near = _nearest(value, choices)
+    rest = "" if len(choices) <= len(near) else f" (all: {', '.join(choices)})"
+    return f"nearest valid: {', '.join(near)}{rest}"
+
+
+def _pick(what: str, value: str, table: dict):
+    if value not in table:
+        raise ResolveError(f"unknown {what} {value!r}; {_choices(value, sorted(table, key=version_key))}")
+    return table[value]
+
+
+def _release(request: Request, flavor: Flavor, releases: dict[str, Release]) -> Release:
+    known = sorted(releases, key=version_key)
+    if not flavor.versioned:
+        if request.accel_version is not None:
+            raise ResolveError(f"the {flavor.name} flavor takes no accelerator version (got {request.accel_version!r})")
+        return releases[known[0]]
+    if request.accel_version is None:
+        raise ResolveError(f"--{flavor.name} VERSION is required for the {flavor.name} flavor; choose one of {', '.join(known)}")
+    if request.accel_version not in releases:
+        raise ResolveError(
+            f"unknown {flavor.label} release {request.accel_version!r}; {_choices(request.accel_version, known)}"
+        )
+    return releases[request.accel_version]
+
+
+def _torch(value: str, flavor: Flavor, recipes: Recipes) -> TorchLine:
+    lines = recipes.torch_lines(flavor.name)
+    by_version = {recipes.torch[line].version: line for line in lines}
+    line = by_version.get(value, value)
+    release_line = ".".join(value.split(".")[:2])
+    if line not in lines and release_line in lines:
+        pinned = recipes.torch[release_line].version
+        raise ResolveError(f"torch {value} is not the release envbuild pins for line {release_line} ({pinned}); use --torch {release_line}")
+    if line not in lines:
+        raise ResolveError(
+            f"unknown torch {value!r} for the {flavor.name} flavor (known lines: {', '.join(lines)}); "
+            f"{_choices(value, lines)}"
+        )
+    return recipes.torch[line]
+
+
+def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
+    if not release.archs:
+        if value is not None:
+            raise ResolveError(f"the {flavor.name} flavor has no GPU arch; drop --arch {value}")
+        return None
+    arch = value or release.default_arch
+    if arch not in release.archs:
+        raise ResolveError(
+            f"arch {arch!r} is not supported by {flavor.label} {release.version}; "
+            f"{_choices(arch, sorted(release.archs))}"
+        )
+    return arch
+
+
+def _python(value: str | None, release: Release, torch: TorchLine, flavor: Flavor) -> str:
+    where = f"{flavor.label} {release.version}" if flavor.versioned else f"{flavor.name} images"
+    usable = [p for p in release.pythons if torch.supports_python(p)]
+    python = value or (release.system_python if release.system_python in usable else (usable or [""])[-1])
+    if python not in release.pythons:
+        raise ResolveError(f"Python {python} is not available on {where}; {_choices(python, usable or list(release.pythons))}")
+    if not torch.supports_python(python):
+        low, high = torch.python
+        raise ResolveError(
+            f"Python {python} is outside torch {torch.line}'s range {low}-{high}; {_choices(python, usable)}"
+        )
+    return python
+
+
+def _torch_source(
+    wanted: str, flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes
+) -> tuple[str, str, str]:
+    """(route, why, wheel suffix) for `wanted` in auto/wheel/source."""
+    suffix = next((s for s in release.wheel_suffixes if s in torch.wheel_suffixes), "")
+    where = f"{flavor.label} {release.version}" if flavor.versioned else flavor.name
+    if wanted == "source" and "source" not in flavor.torch_sources:
+        raise ResolveError(f"the {flavor.name} flavor has no torch source build; use --torch-source wheel or auto")
+    if wanted == "source":
+        return "source", "source build requested", ""
+    if suffix and "wheel" in flavor.torch_sources:
+        reason = f"official wheel from the {suffix} index"
+        return "wheel", reason + (" (auto: a wheel exists)" if wanted == "auto" else ""), suffix
+    with_wheel = [
+        line for line in recipes.torch_lines(flavor.name)
+        if set(recipes.torch[line].wheel_suffixes) & set(release.wheel_suffixes)
+    ]
+    no_wheel = (
+        f"no official torch {torch.line} wheel for {where} "
+        f"(torch {torch.line} wheels: {', '.join(torch.wheel_suffixes)}; {where} takes: {', '.join(release.wheel_suffixes)})"
+    )
+    if wanted == "auto" and "source" in flavor.torch_sources:
+        return "source", f"{no_wheel}; auto chose a source build", ""
+    options = ["--torch-source source"] if "source" in flavor.torch_sources else []
+    if with_wheel:
+        options.append(f"a torch line with a wheel for {where}: {', '.join(with_wheel)}")
+    raise ResolveError(f"{no_wheel}; use {' or '.join(options) or 'another release'}")
+
+
+def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]:
+    if request.install_accel and not release.amdgpu_install:
+        raise ResolveError(f"the {flavor.name} flavor has no installer route; drop --install-rocm")
+    if request.base_image:
+        return request.base_image, release.amdgpu_install if request.install_accel else ""
+    if request.install_accel:
+        return release.os_image, release.amdgpu_install
+    digest = f"@{release.base_digest}" if release.base_digest else ""
+    return release.base_image + digest, ""
+
+
+def all_plans(recipes: Recipes | None = None, flavor: str | None = None) -> list[Plan]:
+    """The known cells: every valid (flavor, release, torch line, arch, Python), torch source `auto`."""
+    recipes = recipes or load()
+    plans = []
+    for name in sorted(recipes.flavors) if flavor is None else [flavor]:
+        fl = recipes.flavors[name]
+        for version, release in sorted(recipes.releases[name].items(), key=lambda kv: version_key(kv[0])):
+            for line in recipes.torch_lines(name):
+                for arch in sorted(release.archs) or [None]:
+                    for python in release.pythons:
+                        if not recipes.torch[line].supports_python(python):
+                            continue
+                        request = Request(
+                            flavor=name, accel_version=version if fl.versioned else None,
+                            torch=line, arch=arch, python=python,
+                        )
+                        plans.append(resolve(request, recipes))
+    return plans

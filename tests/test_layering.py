@@ -1,0 +1,82 @@
+"""The import contracts in pyproject.toml ([tool.importlinter]), checked with import-linter: builder's layers
+(cli -> engine -> matrix -> plan, arrows only down), no import circles between builder's modules, and
+workload never importing builder. The repo keeps them; a copy with one bad import breaks the one it should."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = "builder layers: cli -> engine -> matrix -> plan, arrows only point down"
+ACYCLIC = "no import circles between builder's modules (function-level imports count too)"
+WORKLOAD = "workload never imports builder"
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` on the packages under `root`, with `root` first on the path and no cache written."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
+         "--no-cache", "--no-logo"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def contract_lines(output: str) -> dict[str, str]:
+    """{contract name: "KEPT" | "BROKEN"} from lint-imports' summary lines."""
+    out = {}
+    for line in output.splitlines():
+        name, _, verdict = line.rpartition(" ")
+        if verdict in ("KEPT", "BROKEN") and name:
+            out[name] = verdict
+    return out
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    """builder/, workload/ and pyproject.toml copied under tmp_path, to be broken there."""
+    for package in ("builder", "workload"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def add_import(module: Path, statement: str) -> None:
+    """Put `statement` right after the module's `from __future__` line (a module-level import)."""
+    text = module.read_text()
+    marker = "from __future__ import annotations\n"
+    assert marker in text, module
+    module.write_text(text.replace(marker, f"{marker}\n{statement}\n", 1))
+
+
+def test_the_repo_keeps_its_import_contracts():
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert contract_lines(done.stdout) == {LAYERS: "KEPT", ACYCLIC: "KEPT", WORKLOAD: "KEPT"}, done.stdout
+
+
+def test_an_upward_import_breaks_the_layers_contract(repo_copy):
+    add_import(repo_copy / "builder" / "plan" / "recipes.py", "import builder.cli.render")
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout)[LAYERS] == "BROKEN", done.stdout
+    assert "builder.plan.recipes -> builder.cli.render" in done.stdout
+
+
+def test_a_circle_within_a_layer_breaks_the_acyclic_contract(repo_copy):
+    add_import(repo_copy / "builder" / "plan" / "cells.py", "import builder.plan.resolve")  # resolve imports cells
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout) == {LAYERS: "KEPT", ACYCLIC: "BROKEN", WORKLOAD: "KEPT"}, done.stdout
+
+
+def test_workload_importing_builder_breaks_its_contract(repo_copy):
+    add_import(repo_copy / "workload" / "codeobjects.py", "import builder.paths")
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout)[WORKLOAD] == "BROKEN", done.stdout
+    assert "workload.codeobjects -> builder.paths" in done.stdout
