@@ -263,42 +263,46 @@ def _problem(error: dict) -> str:
 
 def _bounded(value: Any, path: tuple, problems: list[str]) -> Any:
     """Layer 1: the value with strings cleaned; violations appended to `problems` (first 20 kept)."""
-    if len(problems) >= 20:
-        return value
-    where = ".".join(map(str, path)) or "(top level)"
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is str:
         if len(value) > MAX_TEXT:
-            problems.append(f"{where}: string longer than {MAX_TEXT} characters ({len(value)})")
+            problems.append(f"{_where(path)}: string longer than {MAX_TEXT} characters ({len(value)})")
             return value
-        return clean_text(value)
-    if value is None or isinstance(value, bool):
+        return _STRIPPED.sub("", value) if _STRIPPED.search(value) else value
+    if kind is float:
+        if not (-MAX_NUMBER <= value <= MAX_NUMBER):  # NaN fails every comparison
+            problems.append(f"{_where(path)}: number must be finite and within ±{MAX_NUMBER:g} (got {value!r})")
         return value
-    if isinstance(value, int):
+    if value is None or kind is bool:
+        return value
+    if kind is int:
         if not -MAX_INT <= value <= MAX_INT:
-            problems.append(f"{where}: integer outside ±2^63")
+            problems.append(f"{_where(path)}: integer outside ±2^63")
         return value
-    if isinstance(value, float):
-        if not math.isfinite(value) or abs(value) > MAX_NUMBER:
-            problems.append(f"{where}: number must be finite and within ±{MAX_NUMBER:g} (got {value!r})")
-        return value
-    if isinstance(value, (dict, list)):
+    if kind is dict or kind is list:
+        if len(problems) >= 20:
+            return value
         if len(path) >= MAX_DEPTH:
-            problems.append(f"{where}: nested deeper than {MAX_DEPTH} levels")
+            problems.append(f"{_where(path)}: nested deeper than {MAX_DEPTH} levels")
             return value
         if len(value) > MAX_ITEMS:
-            problems.append(f"{where}: more than {MAX_ITEMS} entries")
+            problems.append(f"{_where(path)}: more than {MAX_ITEMS} entries")
             return value
-        if isinstance(value, list):
+        if kind is list:
             return [_bounded(v, (*path, i), problems) for i, v in enumerate(value)]
         out = {}
         for key, item in value.items():
-            if not isinstance(key, str) or len(key) > MAX_NAME:
-                problems.append(f"{where}: object keys must be strings of at most {MAX_NAME} characters")
+            if type(key) is not str or len(key) > MAX_NAME:
+                problems.append(f"{_where(path)}: object keys must be strings of at most {MAX_NAME} characters")
                 continue
             out[clean_text(key)] = _bounded(item, (*path, key), problems)
         return out
-    problems.append(f"{where}: not a JSON value ({type(value).__name__})")
+    problems.append(f"{_where(path)}: not a JSON value ({kind.__name__})")
     return value
+
+
+def _where(path: tuple) -> str:
+    return ".".join(map(str, path)) or "(top level)"
 
 
 def rules_markdown() -> str:

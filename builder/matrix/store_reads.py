@@ -84,12 +84,13 @@ class StoreReads(StoreConnection):
         return out
 
     def newest_per_preset(self) -> dict[str, list[dict]]:
-        """cell key -> the newest readable run of each `config.preset`, newest first (only those are parsed)."""
+        """cell key -> the newest run of each `config.preset` (the `preset` column), newest first; only those
+        are parsed (a damaged one is skipped and noted)."""
         cur = self._rows(
             "SELECT runs.id, runs.run_id, cells.key, CAST(runs.result_json AS BLOB) FROM runs"
             " JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER"
-            " (PARTITION BY cell_id, json_extract(result_json, '$.config.preset') ORDER BY COALESCE(finished_at,"
-            " recorded_at) DESC, id DESC) AS n FROM runs WHERE json_valid(result_json)) WHERE n = 1)"
+            " (PARTITION BY cell_id, preset ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n"
+            " FROM runs) WHERE n = 1)"
             " ORDER BY cells.key, COALESCE(runs.finished_at, runs.recorded_at) DESC, runs.id DESC")
         out: dict[str, list[dict]] = {}
         for row_id, run_id, key, blob in cur:
@@ -99,12 +100,11 @@ class StoreReads(StoreConnection):
         return out
 
     def train_metrics(self) -> list[dict]:
-        """Every readable train run's cell_key, time (`at`), samples_per_s and mfu, oldest first (no parsing)."""
+        """Every train run's cell_key, time (`at`), samples_per_s and mfu (columns filled on import), oldest first."""
         cur = self._rows(
             "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
-            " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu')"
-            " FROM runs JOIN cells ON cells.id = runs.cell_id"
-            " WHERE runs.command = 'train' AND json_valid(runs.result_json) ORDER BY at, runs.id")
+            " runs.samples_per_s, runs.mfu FROM runs JOIN cells ON cells.id = runs.cell_id"
+            " WHERE runs.command = 'train' ORDER BY at, runs.id")
         return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu} for k, at, sps, mfu in cur]
 
     def run_events(self, cell_key: str | None = None) -> list[dict]:

@@ -110,10 +110,22 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
         ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
     """,
-    # 3: a cell is its coordinates: no two rows may hold the same ones under different keys (issue 20).
+    # 3: a cell is its coordinates: no two rows may hold the same ones under different keys; what the report
+    # reads of every run (preset, samples/s, MFU) as columns, so no report parses every stored result (issue 20).
     """
     CREATE UNIQUE INDEX cells_coordinates ON cells (flavor, COALESCE(accel_version, ''), torch,
-        COALESCE(arch, ''), python)
+        COALESCE(arch, ''), python);
+    ALTER TABLE runs ADD COLUMN preset TEXT;
+    ALTER TABLE runs ADD COLUMN samples_per_s REAL;
+    ALTER TABLE runs ADD COLUMN mfu REAL;
+    UPDATE runs SET
+        preset = CASE WHEN json_type(result_json, '$.config.preset') = 'text'
+                      THEN json_extract(result_json, '$.config.preset') END,
+        samples_per_s = CASE WHEN json_type(result_json, '$.metrics.samples_per_s') IN ('real', 'integer')
+                             THEN json_extract(result_json, '$.metrics.samples_per_s') END,
+        mfu = CASE WHEN json_type(result_json, '$.metrics.mfu') IN ('real', 'integer')
+                   THEN json_extract(result_json, '$.metrics.mfu') END
+        WHERE json_valid(result_json)
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -144,12 +144,13 @@ class StoreWrites(StoreConnection):
                         f"run {result['run_id']} is of cell {cell.key}, but build {build_id} is of cell"
                         f" {row[1] if row else '(none)'}; nothing was recorded")
             manifest = image.get("manifest") if isinstance(image.get("manifest"), dict) else {}
+            metrics = result.get("metrics") or {}  # typed by the schema: numbers or null
             base_digest = conn.execute("SELECT base_digest FROM builds WHERE id = ?", (build_id,)).fetchone()
             cur = conn.execute(
                 "INSERT INTO runs (run_id, cell_id, build_id, command, status, error_class, error, started_at,"
                 " finished_at, wall_time_s, image_tag, image_digest, host_json, result_json, source, recorded_at,"
-                " counts, attempt_dir, base_image, base_digest, context_hash)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " counts, attempt_dir, base_image, base_digest, context_hash, preset, samples_per_s, mfu)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (result["run_id"], cell_id, build_id, result["command"], result["status"],
                  result.get("error_class"), result.get("error"), result.get("started_at"),
                  result.get("finished_at"), result.get("wall_time_s"), image.get("tag"), image.get("digest"),
@@ -157,7 +158,8 @@ class StoreWrites(StoreConnection):
                  content, source, utc_now(),
                  int(verdict_rules.counts("run", result["status"], result.get("error_class"))),
                  str(attempt_dir) if attempt_dir is not None else None, _text(manifest.get("base_image")),
-                 base_digest[0] if base_digest else None, _text(manifest.get("context_hash"))),
+                 base_digest[0] if base_digest else None, _text(manifest.get("context_hash")),
+                 (result.get("config") or {}).get("preset"), metrics.get("samples_per_s"), metrics.get("mfu")),
             )
             row_id = cur.lastrowid
             conn.executemany(
