@@ -36,7 +36,8 @@ class StoreReads(StoreConnection):
         `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
         """
         sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
-               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts FROM runs JOIN cells ON cells.id = runs.cell_id"
+               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts, runs.schema_checked"
+               " FROM runs JOIN cells ON cells.id = runs.cell_id"
                " WHERE 1")
         args: list = []
         if cell_key is not None:
@@ -48,8 +49,8 @@ class StoreReads(StoreConnection):
             args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
-        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts in self._rows(sql, args):
-            result = self._result(row_id, run_id, blob)
+        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, checked in self._rows(sql, args):
+            result = self._result(row_id, run_id, blob, checked)
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
                             "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
@@ -87,14 +88,14 @@ class StoreReads(StoreConnection):
         """cell key -> the newest run of each `config.preset` (the `preset` column), newest first; only those
         are parsed (a damaged one is skipped and noted)."""
         cur = self._rows(
-            "SELECT runs.id, runs.run_id, cells.key, CAST(runs.result_json AS BLOB) FROM runs"
+            "SELECT runs.id, runs.run_id, cells.key, CAST(runs.result_json AS BLOB), runs.schema_checked FROM runs"
             " JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER"
             " (PARTITION BY cell_id, preset ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n"
             " FROM runs) WHERE n = 1)"
             " ORDER BY cells.key, COALESCE(runs.finished_at, runs.recorded_at) DESC, runs.id DESC")
         out: dict[str, list[dict]] = {}
-        for row_id, run_id, key, blob in cur:
-            result = self._result(row_id, run_id, blob)
+        for row_id, run_id, key, blob, checked in cur:
+            result = self._result(row_id, run_id, blob, checked)
             if result is not None:
                 out.setdefault(key, []).append(result)
         return out
@@ -215,12 +216,12 @@ class StoreReads(StoreConnection):
     def integrity_ok(self) -> bool:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
-    def _result(self, row_id: int, run_id: str, blob: bytes) -> dict | None:
-        """A stored result, parsed and checked by the result schema (rows an older envbuild stored unchecked
-        included): None, and a DamagedRow noted, when it is not one."""
+    def _result(self, row_id: int, run_id: str, blob: bytes, checked: int) -> dict | None:
+        """A stored result, parsed; one that did not pass the result schema on its way in (`schema_checked`
+        0: stored by an older envbuild) is checked now. None, and a DamagedRow noted, when it is not one."""
         result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
-        if result is None:
-            return None
+        if result is None or checked:
+            return result
         try:
             return result_schema.validate(result)
         except result_schema.ResultSchemaError as exc:

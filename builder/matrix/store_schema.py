@@ -111,13 +111,15 @@ MIGRATIONS: tuple[str, ...] = (
         ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
     """,
     # 3: a cell is its coordinates: no two rows may hold the same ones under different keys; what the report
-    # reads of every run (preset, samples/s, MFU) as columns, so no report parses every stored result (issue 20).
+    # reads of every run (preset, samples/s, MFU) as columns, so no report parses every stored result; whether
+    # the stored result passed the typed result schema on its way in (older rows are checked when read) (issue 20).
     """
     CREATE UNIQUE INDEX cells_coordinates ON cells (flavor, COALESCE(accel_version, ''), torch,
         COALESCE(arch, ''), python);
     ALTER TABLE runs ADD COLUMN preset TEXT;
     ALTER TABLE runs ADD COLUMN samples_per_s REAL;
     ALTER TABLE runs ADD COLUMN mfu REAL;
+    ALTER TABLE runs ADD COLUMN schema_checked INTEGER NOT NULL DEFAULT 0;
     UPDATE runs SET
         preset = CASE WHEN json_type(result_json, '$.config.preset') = 'text'
                       THEN json_extract(result_json, '$.config.preset') END,

@@ -149,8 +149,8 @@ class StoreWrites(StoreConnection):
             cur = conn.execute(
                 "INSERT INTO runs (run_id, cell_id, build_id, command, status, error_class, error, started_at,"
                 " finished_at, wall_time_s, image_tag, image_digest, host_json, result_json, source, recorded_at,"
-                " counts, attempt_dir, base_image, base_digest, context_hash, preset, samples_per_s, mfu)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " counts, attempt_dir, base_image, base_digest, context_hash, preset, samples_per_s, mfu, schema_checked)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                 (result["run_id"], cell_id, build_id, result["command"], result["status"],
                  result.get("error_class"), result.get("error"), result.get("started_at"),
                  result.get("finished_at"), result.get("wall_time_s"), image.get("tag"), image.get("digest"),
