@@ -404,18 +404,29 @@ def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool
 
 
 def _check_readable(conn: sqlite3.Connection, db: Path) -> None:
-    """Schema version and integrity, read-only: raise StoreError without writing anything."""
-    try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
-                " nothing was changed. Upgrade envbuild, or use another --db path")
-        problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
-    except sqlite3.DatabaseError as exc:
+    """Schema version and integrity, read-only: raise StoreError without writing anything.
+
+    "database is locked" here is another process creating the file or switching it to WAL at this instant
+    (SQLite answers some of those without waiting on the busy handler): retried until the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
+                                 f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+            time.sleep(0.05)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
+                             f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+    if version > SCHEMA_VERSION:
         raise StoreError(
-            f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
-            f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+            f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
+            " nothing was changed. Upgrade envbuild, or use another --db path")
     if problems != ["ok"]:
         raise StoreError(
             f"{db} failed its integrity check ({'; '.join(problems[:3])}); nothing was changed."
