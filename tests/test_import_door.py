@@ -273,3 +273,15 @@ def test_a_nan_row_stored_by_an_older_envbuild_is_skipped_everywhere_and_named_b
     assert shown.exit_code == 0 and bad["run_id"] not in [r["run_id"] for r in json.loads(shown.stdout)["runs"]]
     check = CliRunner().invoke(main, ["matrix", "check", "--db", str(db)])
     assert check.exit_code == 1 and f"runs row 3 ({bad['run_id']}): result_json unreadable" in check.stdout
+
+
+@pytest.mark.parametrize("out", ["/proc/envbuild-x", "afile/x"])
+def test_publish_to_an_unwritable_folder_exits_2_and_writes_nothing(tmp_path, monkeypatch, out):
+    """Issue 20: `matrix publish -o /proc/x` was a FileNotFoundError traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("a file, not a folder\n")
+    src = _write(tmp_path / "run" / "result.json", make_result())
+    result = CliRunner().invoke(main, ["matrix", "publish", str(src), "--name", "x", "-o", out])
+    assert result.exit_code == 2 and "cannot" in result.output, result.output
+    assert isinstance(result.exception, SystemExit)  # a clean exit, not a traceback
+    assert (tmp_path / "afile").read_text() == "a file, not a folder\n"
