@@ -107,10 +107,46 @@ def test_report_job_imports_all_artifacts_and_publishes_pages(rendered):
     uses = [s.get("uses", "") for s in report["steps"]]
     assert 'bash ci/scripts/matrix_history.sh "envbuild-matrix-data" artifacts matrix.db' in runs
     assert report["permissions"]["contents"] == "write"  # the history script pushes the data branch
-    assert "envbuild report --db matrix.db -o site" in runs
+    assert "envbuild report --db matrix.db --published -o site" in runs
     download = next(s for s in report["steps"] if s.get("uses", "").startswith("actions/download-artifact"))
     assert download["with"]["pattern"] == "result-*"
     assert uses[-2].startswith("actions/upload-pages-artifact") and uses[-1].startswith("actions/deploy-pages")
+
+
+def test_cell_job_signs_its_result_with_the_key_from_the_secret(rendered, tmp_path):
+    """The generated sign step, run by bash with a real key in the secret's variable: the attestation verifies as
+    this project's CI, names the commands the job ran, and the key file is gone afterwards."""
+    from builder.matrix import attest
+    from builder.matrix.provenance import CI_PRINCIPAL
+
+    workflow = yaml.safe_load((rendered / WORKFLOW_NAME).read_text())
+    steps = workflow["jobs"]["cell"]["steps"]
+    names = [s.get("name") or s["uses"] for s in steps]
+    assert names.index("Run workload") < names.index("Sign the result") < names.index("Upload result")
+    step = steps[names.index("Sign the result")]
+    assert step["env"]["ENVBUILD_SIGNING_KEY"] == "${{ secrets.ENVBUILD_SIGNING_KEY }}"
+    assert step["if"] == "always() && hashFiles('out/run/result.json') != ''"
+    key = tmp_path / "ci-key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ci", "-f", str(key)], check=True)
+    work = tmp_path / "job"
+    (work / "out" / "run").mkdir(parents=True)
+    result = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke" / "result.json"
+    (work / "out" / "run" / "result.json").write_bytes(result.read_bytes())
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
+    env = {**os.environ, "ENVBUILD_SIGNING_KEY": key.read_text(), "RUNNER_TEMP": str(runner_temp),
+           "RENDER_ARGS": "--flavor cpu --torch 2.13 --python 3.11", "KEY_ID": "cpu-torch2.13-py3.11",
+           "CONTEXT": "ci/contexts/cpu-torch2.13-py3.11", "REGISTRY": "ghcr.io/Example",
+           "IMAGE": "ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3"}
+    subprocess.run(["bash", "-euo", "pipefail", "-c", step["run"]], cwd=work, env=env, check=True, timeout=120)
+    assert list(runner_temp.iterdir()) == []  # the key file is removed
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f'{CI_PRINCIPAL} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n')
+    verified = attest.verify(work / "out" / "run" / attest.ATTESTATION_NAME, allowed)
+    assert verified.principal == CI_PRINCIPAL
+    commands = verified.statement["predicate"]["commands"]
+    assert commands[0] == "envbuild render --flavor cpu --torch 2.13 --python 3.11 --out ci/contexts/cpu-torch2.13-py3.11"
+    assert commands[-1] == "envbuild run workload --image ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3 --out out/run"
 
 
 def _actionlint(path: Path) -> subprocess.CompletedProcess:

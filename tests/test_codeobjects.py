@@ -149,7 +149,7 @@ def test_probe_fails_when_the_device_arch_has_no_code_objects(fat_binary, tmp_pa
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda i: types.SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-"))
     monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "gfx90a gfx908", raising=False)
-    monkeypatch.setattr(probe, "torch_paths", lambda: [lib])
+    monkeypatch.setattr(probe, "library_dirs", lambda: (lib, []))
     record = probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))
     assert record["status"] == "fail"
     assert record["values"]["arch"] == "gfx942" and record["values"]["code_object_archs"] == ["gfx908", "gfx90a"]
@@ -159,3 +159,20 @@ def test_probe_fails_when_the_device_arch_has_no_code_objects(fat_binary, tmp_pa
     assert probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))["status"] == "pass"
     monkeypatch.undo()
     assert run_probes("cpu", only=["arch_code_objects"])[0]["status"] == "skip"
+
+
+def test_dt_needed_of_this_python_agrees_with_readelf_and_broken_files_read_as_none(tmp_path):
+    """workload.elf_needed on an ELF every machine has, then on a truncated copy and on junk: no exception."""
+    import re
+    import sys
+
+    from workload.elf_needed import needed
+
+    python = Path(sys.executable).resolve()
+    dynamic = subprocess.run(["readelf", "-d", str(python)], check=True, capture_output=True, text=True).stdout
+    assert needed(python) == re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic) != []
+    data = python.read_bytes()
+    for name, content in {"truncated": data[:4096], "header only": data[:64], "junk": b"\x7fELF" + b"\xff" * 60}.items():
+        (tmp_path / name).write_bytes(content)
+        assert needed(tmp_path / name) == [], name
+

@@ -76,7 +76,7 @@ def test_site_has_pages_plots_summary_and_data(site):
     summary = (out / "summary.md").read_text()
     assert "2 pass" not in summary and "1 pass, 1 partial (passed with probe warnings), 2 fail, 1 untested" in summary
     assert (f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | not listed | 2026-12-02 13:00 | AMD Instinct MI250X × 1"
-            " | 52.1 | 21.0% | 187,560 | - | 1 | oom | HIP out of memory &lt;tried 2 GiB&gt; |") in summary
+            " | 52.1 | 21.0% | 187,560 | - | 1 | unsigned, imported locally | oom | HIP out of memory &lt;tried 2 GiB&gt; |") in summary
     # samples per GPU-hour from samples/s x 3600 / GPUs; no cost: recipes/gpu-prices.toml has no MI250X price
 
 

@@ -76,7 +76,7 @@ def test_hostile_text_is_inert_in_index_cell_page_and_summary(hostile_site):
     assert "<script" not in summary and "&lt;script&gt;alert\\(1\\)&lt;/script&gt;" in summary
     table = [line for line in summary.splitlines() if line.startswith("| [")]
     assert len(table) == 1, "a newline in a value must not break the table row"
-    assert len(re.findall(r"(?<!\\)\|", table[0])) == 13  # 12 columns: no value adds an unescaped pipe
+    assert len(re.findall(r"(?<!\\)\|", table[0])) == 14  # 13 columns: no value adds an unescaped pipe
     assert "\\[/\\] \\[bold\\] ../../escape" in summary and "\x1b" not in summary
 
 

@@ -211,9 +211,10 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
         store.record_build(cell, status="fail", failure_class="compile_error", error="hipcc", manifest=manifest,
                            context_hash="c" * 64, created_at="2026-12-01T08:00:00Z")
     with MatrixStore.open(db) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
         (summary,) = summarize(store)
         assert len(store.runs()) == 2 and len(store.builds()) == 3
+        assert {(r["provenance"], r["signer"]) for r in store.runs()} == {("unsigned", None)}
     assert summary.status == "pass" and summary.failure_class is None
     assert [(e.verdict, e.failure_class) for e in summary.events] == [
         ("fail", "build:compile_error"), ("pass", None), ("attempt", "interrupted"),

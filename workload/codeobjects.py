@@ -10,7 +10,11 @@ and no ROCm tools (standard library only, so `envbuild inspect` can use it on th
   `hipv4-amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-` (format: clang's ClangOffloadBundler documentation;
   checked against `clang-offload-bundler --list` of llvm-15 on hipcc 5.2.3 output in tests/test_codeobjects.py).
 - Newer clang may compress bundles (magic `CCOB`); those are counted and reported as not decoded.
-- rocBLAS and hipBLASLt keep per-arch kernel files (`.../rocblas/library/*gfx90a*`): counted by arch name.
+- rocBLAS and hipBLASLt keep per-arch kernel files (`.../rocblas/library/*gfx90a*`, or a versioned
+  `rocblas/4.4.1/library` as Debian ships it): counted by arch name.
+- What torch loads (`loaded_split`): torch's own libraries and the libraries they name in DT_NEEDED,
+  transitively, found in torch/lib or the ROCm lib dir, with the kernel dirs of those that have them. Every
+  other library there is "other": a library nothing torch loads may target fewer GPUs without harm.
 
     python -m workload.codeobjects PATH... [--arch gfx90a] [--json]
 """
@@ -26,10 +30,14 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .elf_needed import closure
+
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"
 _ARCH = re.compile(r"gfx[0-9a-f]{3,4}")
-_LIBRARY_DIRS = ("rocblas/library", "hipblaslt/library")
+_KERNEL_LIBRARIES = ("rocblas", "hipblaslt")  # lib<name>.so reads <its dir>/<name>/[version/]library/*
+_TORCH_LIBRARIES = ("libtorch", "libc10", "libcaffe2", "libshm")  # torch's own, in torch/lib
+ROCM_LIB = Path("/opt/rocm/lib")
 _MAX_ENTRIES = 4096  # sanity bound while parsing: a bundle header claiming more is not one
 
 
@@ -141,23 +149,45 @@ def scan_binary(path: Path) -> BinaryArchs:
     return result
 
 
+def _arch_counts(directory: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for f in directory.iterdir():
+        for arch in set(_ARCH.findall(f.name)):
+            counts[arch] = counts.get(arch, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def library_files(root: Path) -> dict[str, dict[str, int]]:
     """{library dir: {arch: number of files naming it}} for rocBLAS/hipBLASLt kernel dirs under `root`."""
-    found: dict[str, dict[str, int]] = {}
-    for name in _LIBRARY_DIRS:
-        for directory in sorted(root.glob(f"**/{name}")) if root.is_dir() else []:
-            counts: dict[str, int] = {}
-            for f in directory.iterdir():
-                for arch in set(_ARCH.findall(f.name)):
-                    counts[arch] = counts.get(arch, 0) + 1
-            found[str(directory)] = dict(sorted(counts.items()))
-    return found
+    if not root.is_dir():
+        return {}
+    dirs = {d for name in _KERNEL_LIBRARIES for d in root.glob(f"**/{name}/**/library") if d.is_dir()}
+    return {str(d): _arch_counts(d) for d in sorted(dirs)}
+
+
+def kernel_dirs_of(library: Path) -> dict[str, dict[str, int]]:
+    """The kernel dirs `library` reads (librocblas.so.* -> rocblas/**/library beside it), as library_files."""
+    for name in _KERNEL_LIBRARIES:
+        if library.name.startswith(f"lib{name}.so") and (library.parent / name).is_dir():
+            dirs = [d for d in (library.parent / name).glob("**/library") if d.is_dir()]
+            return {str(d): _arch_counts(d) for d in sorted(dirs)}
+    return {}
+
+
+def _is_shared_library(p: Path) -> bool:
+    return p.suffix == ".so" or ".so." in p.name
 
 
 def _candidates(root: Path) -> list[Path]:
+    """`root` itself, or every shared library under it once (a symlink chain counts as its target file)."""
     if root.is_file():
         return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
+    real = {p.resolve() for p in root.rglob("*") if p.is_file() and _is_shared_library(p)}
+    return sorted(real)
+
+
+def _scan_all(files: list[Path]) -> list[BinaryArchs]:
+    return [b for b in (scan_binary(p) for p in files) if b.bundles or b.compressed_bundles]
 
 
 def coverage(paths: list[Path], arch: str | None = None) -> Coverage:
@@ -166,18 +196,42 @@ def coverage(paths: list[Path], arch: str | None = None) -> Coverage:
     for root in paths:
         if not root.exists():
             raise FileNotFoundError(f"{root}: no such file or directory")
-        binaries += [b for b in (scan_binary(p) for p in _candidates(root)) if b.bundles or b.compressed_bundles]
+        binaries += _scan_all(_candidates(root))
         libs |= library_files(root)
     return Coverage(arch=arch, binaries=binaries, library_files=libs)
 
 
-def torch_paths() -> list[Path]:
-    """torch/lib of the importable torch plus /opt/rocm/lib when present (what an image's kernels come from)."""
+def loaded_split(torch_lib: Path, rocm_libs: list[Path], arch: str | None) -> tuple[Coverage, Coverage]:
+    """(what torch loads, everything else in torch_lib and rocm_libs), each as a Coverage for `arch`.
+
+    Loaded: torch's own libraries in `torch_lib` (libtorch*, libc10*, ...) and, transitively, the libraries
+    their DT_NEEDED entries name that are found in `torch_lib` or `rocm_libs` (in that order, as a wheel's
+    bundled copies come first), plus the rocBLAS/hipBLASLt kernel dirs of the loaded ones."""
+    dirs = [d.resolve() for d in [torch_lib, *rocm_libs] if d.is_dir()]
+    roots = sorted(p for p in dirs[0].iterdir() if p.is_file() and _is_shared_library(p)
+                   and p.name.startswith(_TORCH_LIBRARIES)) if torch_lib.is_dir() else []
+    loaded = {str(p) for p in closure(roots, dirs)}
+    loaded_dirs: dict[str, dict[str, int]] = {}
+    for library in loaded:
+        loaded_dirs |= kernel_dirs_of(Path(library))
+    everything = coverage(dirs, arch)  # one scan of each file, split below
+    return (Coverage(arch=arch, binaries=[b for b in everything.binaries if b.path in loaded],
+                     library_files=dict(sorted(loaded_dirs.items()))),
+            Coverage(arch=arch, binaries=[b for b in everything.binaries if b.path not in loaded],
+                     library_files={d: c for d, c in everything.library_files.items() if d not in loaded_dirs}))
+
+
+def torch_lib() -> Path | None:
+    """torch/lib of the importable torch (found without importing it), or None."""
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
-    paths = [Path(spec.origin).parent / "lib"] if spec and spec.origin else []
-    return [p for p in [*paths, Path("/opt/rocm/lib")] if p.is_dir()]
+    return Path(spec.origin).parent / "lib" if spec and spec.origin else None
+
+
+def torch_paths() -> list[Path]:
+    """torch/lib of the importable torch plus /opt/rocm/lib when present (what an image's kernels come from)."""
+    return [p for p in [torch_lib(), ROCM_LIB] if p is not None and p.is_dir()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,10 @@
 """`envbuild inspect TARGET`: which GPU archs an image's (or a file's) code objects cover.
 
-TARGET is a file or directory on this machine, or an image reference. For an image, the scan runs inside
-it (`python -m workload.codeobjects`, standard library only) over torch/lib and /opt/rocm/lib, and the
-image's own verify record (/opt/envbuild/verify.json, written at the end of its build) is shown too.
+TARGET is a file or directory on this machine (every library in it counts), or an image reference. For an
+image, the scan runs inside it (workload.codeobjects, standard library only) over torch/lib and /opt/rocm/lib:
+the verdict is about what torch loads (its own libraries and, through DT_NEEDED, the ROCm libraries they
+name); a library nothing torch loads that lacks the arch is a note. The image's own verify record
+(/opt/envbuild/verify.json, written at the end of its build) is shown too.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from builder.plan.image_ref import is_image_reference
 EXIT_MISSING = 1
 _IN_IMAGE = """
 import json, pathlib, sys
-from workload.codeobjects import coverage, torch_paths
+from workload.codeobjects import ROCM_LIB, loaded_split, torch_lib
+loaded, other = loaded_split(torch_lib() or pathlib.Path("/nonexistent"), [ROCM_LIB] if ROCM_LIB.is_dir() else [],
+                             sys.argv[1] or None)
 verify = pathlib.Path("/opt/envbuild/verify.json")
 print(json.dumps({"verify": json.loads(verify.read_text()) if verify.is_file() else None,
-                  "coverage": coverage(torch_paths(), sys.argv[1] or None).to_json()}))
+                  "coverage": {**loaded.to_json(), "not_loaded": other.to_json()}}))
 """
 _HINT = ("a kernel launched on that arch fails with 'HIP error: invalid device function' "
          "(or 'no kernel image is available'): build or pick an image for it (--arch)")
@@ -62,6 +66,13 @@ def _print(cov: dict, verify: dict | None, console: Console) -> None:
         table.add_row(escape(b["path"]), escape(", ".join(b["targets"]) or "-"), f"{b['bundles']}{compressed}")
     for directory, counts in cov["library_files"].items():
         table.add_row(escape(directory), escape(", ".join(f"{a} ({n} files)" for a, n in counts.items()) or "-"), "")
+    other = cov.get("not_loaded") or {"binaries": [], "library_files": {}, "missing_in": []}
+    for b in other["binaries"]:
+        table.add_row(escape(b["path"]) + " [dim](not loaded by torch)[/]", escape(", ".join(b["targets"]) or "-"),
+                      str(b["bundles"]))
+    for directory, counts in other["library_files"].items():
+        table.add_row(escape(directory) + " [dim](not loaded by torch)[/]",
+                      escape(", ".join(f"{a} ({n} files)" for a, n in counts.items()) or "-"), "")
     console.print(table)
     if verify is not None:
         failed = [c for c in verify.get("checks", []) if not c.get("ok")]
@@ -73,12 +84,16 @@ def _print(cov: dict, verify: dict | None, console: Console) -> None:
     if arch is None:
         console.print(f"archs found: {escape(', '.join(cov['archs']) or 'none')} (pass --arch to check one)")
     elif verdict == "present":
-        console.print(f"[green]{escape(arch)}: present[/] in every GPU binary and kernel library found")
+        where = "torch loads" if "not_loaded" in cov else "found"
+        console.print(f"[green]{escape(arch)}: present[/] in every GPU binary and kernel library {where}")
     elif verdict == "missing":
         console.print(f"[red]{escape(arch)}: MISSING[/] in {escape(', '.join(cov['missing_in']))}")
         console.print(f"  {_HINT}")
     else:
         console.print(f"[yellow]{escape(arch)}: unknown[/]: no readable GPU code objects were found")
+    if arch is not None and other["missing_in"]:
+        console.print(f"note: {escape(arch)} is missing in {escape(', '.join(other['missing_in']))}, which torch "
+                      "does not load")
 
 
 @click.command("inspect")

@@ -10,10 +10,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from builder.cli.attest import check_result, revoked_or_default, sign, signer_options, verify
 from builder.cli.diff import diff_cells
 from builder.cli.paths import writable_output
 from builder.cli.publish import publish
 from builder.cli.store_options import DatabaseError, db_option, open_store, plain, warn_damaged
+from builder.matrix import attest
+from builder.matrix.provenance import Provenance
 from builder.matrix.store import (MatrixStore, StoreError, canonical_json, default_db_path, read_mergeable,
                                   validate_result)
 from builder.matrix.summary import CellSummary, environment_line, summarize, summary_line, summary_record
@@ -95,23 +98,38 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
               help="Import the valid files and warn about the rest (default: import nothing if any is invalid).")
 @click.option("--replace", is_flag=True,
               help="A run_id already recorded with other content is overwritten (default: refused, nothing imported).")
-def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool, replace: bool) -> None:
+@signer_options
+def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool, replace: bool,
+                   allowed_signers: Path, revoked: Path | None) -> None:
     """Import result.json files and matrix databases.
 
     Databases (*.db, e.g. a CI job's) come with their builds.
 
     A directory (e.g. unpacked CI artifacts) is searched for result.json and *.db files. Idempotent:
     a run (same run_id, same content) or build (same build_uid) already in the matrix is counted, not
-    added again; the same run_id with other content is refused unless --replace. Exit 2 on bad input.
+    added again; the same run_id with other content is refused unless --replace.
+
+    A result.json with a result.json.intoto.jsonl beside it is verified first (`envbuild matrix verify`) and
+    recorded with its provenance (this project's CI, or the contributor who signed it); one without is
+    recorded as unsigned. Runs from databases come in unsigned. Exit 1 when an attestation does not verify
+    (nothing imported), 2 on bad input.
     """
     target = db or default_db_path()
     results, databases, problems = _collect(paths, target)
     if not results and not databases and not problems:
         raise click.BadParameter("no result.json or *.db found under the given paths", param_hint="PATHS")
+    results, unverified, unreadable = _provenances(results, allowed_signers, revoked_or_default(revoked))
+    problems += unreadable
     if problems and not skip_invalid:
         raise click.BadParameter(
             "not imported, invalid files:\n  " + "\n  ".join(problems)
             + "\n(fix them, or pass --skip-invalid to import the valid ones)", param_hint="PATHS")
+    if unverified and not skip_invalid:
+        click.echo("not imported, attestations that do not verify:\n  " + "\n  ".join(unverified)
+                   + "\n(check them with `envbuild matrix verify`, or pass --skip-invalid to import the others)",
+                   err=True)
+        raise SystemExit(1)
+    problems += unverified
     twice, recorded = _conflicts(target, results, databases, check_recorded=not replace)
     if twice:
         raise click.BadParameter("not imported, the same run_id with different content in the import:\n  "
@@ -129,8 +147,8 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
             builds_added += added
             for outcome, n in outcomes.items():
                 counts[outcome] += n
-        for file, result in results:
-            counts[store.record_run(result, source=str(file), replace=replace).outcome] += 1
+        for file, result, provenance in results:
+            counts[store.record_run(result, source=str(file), replace=replace, provenance=provenance).outcome] += 1
     except StoreError as exc:
         raise DatabaseError(f"{exc} (the files before it were imported; run the import again to finish)") from exc
     finally:
@@ -199,7 +217,7 @@ def check(db: Path | None) -> None:
 
 
 def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[str]]:
-    """(result files with their dicts, databases with their runs, problems) for an import; reads only."""
+    """(result files with their dicts and bytes, databases with their runs, problems) for an import; reads only."""
     results, databases, problems = [], [], []
     for file in _import_files(paths):
         if file.suffix == ".db":
@@ -212,15 +230,34 @@ def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[st
                 problems.append(f"{file}: {exc}")
             continue
         try:
-            results.append((file, validate_result(json.loads(file.read_text(encoding="utf-8")))))
+            raw = file.read_bytes()
+            results.append((file, validate_result(json.loads(raw.decode("utf-8"))), raw))
         except (OSError, ValueError, RecursionError) as exc:  # InvalidResultError, JSON and UTF-8 errors are ValueErrors
             problems.append(f"{file}: {str(exc) or type(exc).__name__}")
     return results, databases, [plain(p) for p in problems]
 
 
+def _provenances(results: list, allowed_signers: Path, revoked: Path | None) -> tuple[list, list[str], list[str]]:
+    """(file, result, provenance) of each result file whose attestation verifies or that has none; a line for each
+    one whose attestation does not verify, and for each one whose attestation cannot be read (bad input)."""
+    out, unverified, unreadable = [], [], []
+    for file, result, raw in results:
+        if attest.attestation_beside(file) is None:
+            out.append((file, result, Provenance()))
+            continue
+        outcome = check_result(file, allowed_signers, revoked, result_bytes=raw)
+        if isinstance(outcome, Provenance):
+            out.append((file, result, outcome))
+        elif isinstance(outcome, attest.VerificationFailure):
+            unverified.append(plain(f"{file}: [{outcome.check}] {outcome}"))
+        else:
+            unreadable.append(plain(f"{file}: {outcome}"))
+    return out, unverified, unreadable
+
+
 def _conflicts(target: Path, results: list, databases: list, *, check_recorded: bool) -> tuple[list, list]:
     """(runs imported twice with different content, runs recorded in `target` with other content); reads only."""
-    incoming = [(file, r) for file, runs in databases for r in runs] + results
+    incoming = [(file, r) for file, runs in databases for r in runs] + [(file, r) for file, r, _ in results]
     seen: dict[str, str] = {}
     twice, recorded = [], []
     for file, result in incoming:
@@ -308,3 +345,5 @@ def _import_files(paths: tuple[Path, ...]) -> list[Path]:
 
 matrix.add_command(diff_cells)  # sub-commands defined in modules of their own
 matrix.add_command(publish)
+matrix.add_command(sign)
+matrix.add_command(verify)

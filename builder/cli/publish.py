@@ -4,7 +4,8 @@ The repository's `results/` folder holds real runs' result.json files that CI im
 to render docs/compatibility.md. A local result.json may hold more about its host than a published one
 should (docs/result-schema.md): the host name and the kernel command line are dropped here, the rest is
 kept as measured. Files land in `results/<cell key>/<name>/` (the key and name checked as path parts),
-with the run's container.log next to it when there is one.
+with the run's container.log next to it when there is one, and with `--sign KEY` its attestation
+(result.json.intoto.jsonl, builder.matrix.attest).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import shutil
 from pathlib import Path
 
 import click
+
+from builder.cli.attest import sign_options, sign_result
 
 
 PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
@@ -34,11 +37,18 @@ def publishable(result: dict) -> dict:
 @click.option("--name", required=True, help="Name of this run in the results folder, e.g. local-seed-tiny-gemma.")
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="The results folder.")
-def publish(result_json: Path, name: str, out: Path) -> None:
+@click.option("--sign", "key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Sign it with this SSH key (private key, or public key with the private half in ssh-agent): "
+                   "writes result.json.intoto.jsonl beside it.")
+@sign_options
+def publish(result_json: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...],
+            sif: Path | None) -> None:
     """Copy a measured run into results/ for committing.
 
     RESULT_JSON (and its container.log) goes to OUT/<cell>/<NAME>/ without the host name and kernel
-    command line, which a public file must not carry. Exit code 0, or 2 for an invalid result, a bad name or an existing entry."""
+    command line, which a public file must not carry. With --sign, the attestation (exact commands from
+    --command) goes beside it. Exit code 0, or 2 for an invalid result, a bad name, an existing entry or a key
+    that cannot sign (nothing is left behind)."""
     from builder.cli.paths import writable_output
     from builder.matrix.store import StoreError, validate_result
     from builder.plan.cells import Cell
@@ -50,15 +60,23 @@ def publish(result_json: Path, name: str, out: Path) -> None:
         cell = Cell.from_result(result)
     except (OSError, ValueError, StoreError, RecursionError) as exc:
         raise click.BadParameter(f"{result_json}: {exc}", param_hint="RESULT_JSON") from exc
+    if key is not None and not commands:
+        raise click.UsageError("give the exact commands that made this result with --command (repeat it)")
     target = out / cell.key / name
     if target.exists():
         raise click.UsageError(f"{target} exists already: choose another --name")
     writable_output(target, "'-o' / '--out'")
     target.mkdir(parents=True)
-    (target / "result.json").write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
-    log = result_json.with_name("container.log")
-    if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
-        shutil.copyfile(log, target / "container.log")
-    elif log.is_symlink():
-        click.echo(f"warning: {log} is a symbolic link; not published", err=True)
+    try:
+        (target / "result.json").write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
+        log = result_json.with_name("container.log")
+        if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
+            shutil.copyfile(log, target / "container.log")
+        elif log.is_symlink():
+            click.echo(f"warning: {log} is a symbolic link; not published", err=True)
+        if key is not None:
+            click.echo(str(sign_result(target / "result.json", key, commands, sif)))
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     click.echo(str(target / "result.json"))

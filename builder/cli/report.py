@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 from rich.console import Console
 
+from builder.cli.attest import check_result, result_files, revoked_or_default, signer_options
 from builder.cli.paths import writable_output
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
+from builder.matrix import attest
 from builder.matrix.report import PAGE_RUNS, ReportError, build_report, summary_markdown
 from builder.matrix.summary import VERDICTS, summarize
 from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
@@ -26,15 +29,23 @@ from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
 @db_option
 @click.option("--recipes/--no-recipes", "with_recipes", default=True, show_default=True,
               help="Show every cell the recipes define, 'untested' where nothing is recorded.")
+@click.option("--published", is_flag=True,
+              help="Leave out unsigned runs: what this project publishes (CI's site, docs/compatibility.md).")
+@click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=attest.RESULTS_DIR, show_default="results/",
+              help="With --check: the committed results, each of which must carry an attestation that verifies.")
+@signer_options
 @click.option("--include-host-details", is_flag=True,
               help="Publish each run's full host record (hostname, kernel command line, ...); by default"
                    " only OS, kernel version, driver, GPU archs and count.")
 def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | None, with_recipes: bool,
+           published: bool, results_dir: Path, allowed_signers: Path, revoked: Path | None,
            include_host_details: bool) -> None:
     """Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell.
 
     The site is built aside and swapped in at the end: a failure leaves the previous one whole.
-    Exit code 0, 1 for a stale --markdown file under --check, 2 for bad input (a bad DB, a bad -o).
+    Exit code 0, 1 for a stale --markdown file under --check or a committed result (--results) whose
+    attestation is missing or does not verify, 2 for bad input (a bad DB, a bad -o, an unreadable attestation).
     """
     if out_dir is None and markdown is None:
         raise click.UsageError("give -o DIR for the site, --markdown FILE for the summary, or both")
@@ -48,7 +59,17 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         cells = recipe_cells() if with_recipes else []
     except RecipeCellsError as exc:
         raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
+    if check:
+        _check_results(results_dir, allowed_signers, revoked_or_default(revoked))
     store = open_store(db, must_exist=True)
+    scratch = None
+    if published:
+        scratch = tempfile.TemporaryDirectory(prefix="envbuild-published-")
+        try:
+            store.copy_published(Path(scratch.name) / "published.db")
+        finally:
+            store.close()
+        store = open_store(Path(scratch.name) / "published.db", must_exist=True)
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):
@@ -66,12 +87,32 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         raise click.UsageError(str(exc)) from exc
     finally:
         store.close()
+        if scratch is not None:
+            scratch.cleanup()
     warn_damaged(store)
     counts = ", ".join(f"{sum(s.status == v for s in summaries)} {v}" for v in VERDICTS)
     if index is not None:
         click.echo(f"wrote {plain(index)} ({len(summaries)} cells: {counts})")
     if markdown is not None and text is not None:
         _markdown(markdown, text, check)
+
+
+def _check_results(results_dir: Path, allowed_signers: Path, revoked: Path | None) -> None:
+    """Every result.json under `results_dir` carries an attestation that verifies; else say which and exit 1 (2 when
+    one cannot be read)."""
+    failed = unreadable = 0
+    for result_json in result_files((results_dir,)):
+        outcome = check_result(result_json, allowed_signers, revoked)
+        if isinstance(outcome, attest.VerificationFailure):
+            failed += 1
+            click.echo(f"{plain(result_json)}: [{outcome.check}] {plain(outcome)}", err=True)
+        elif isinstance(outcome, attest.AttestationInputError):
+            unreadable += 1
+            click.echo(f"{plain(result_json)}: {plain(outcome)}", err=True)
+    if failed or unreadable:
+        click.echo(f"{failed + unreadable} committed result(s) under {plain(results_dir)} without an attestation that "
+                   "verifies: sign them (`envbuild matrix sign`, results/README.md) or remove them", err=True)
+        sys.exit(2 if unreadable else 1)
 
 
 def _markdown(path: Path, text: str, check: bool) -> None:

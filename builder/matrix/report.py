@@ -19,14 +19,16 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
-from builder.matrix import attempt_files, compare as report_compare, diff, gpu_prices, plots as report_plots, site_folders
-from builder.matrix import vendor_support
+from builder.matrix import attempt_files, compare as report_compare, diff, gpu_prices, plots as report_plots, provenance
+from builder.matrix import site_folders, vendor_support
 from builder.matrix.slug import safe_slug
 from builder.matrix.store import MatrixStore, utc_now
 from builder.matrix.summary import VERDICTS, CellSummary, run_verdict, summary_line, summary_record
 
 TEMPLATES_DIR = Path(__file__).with_name("report_templates")
 MARKER = ".envbuild-report"  # marks a folder as a report this command may replace
+_PROVENANCE_FILTER = {"ci": "this project's CI", "contributed": "contributed, signed", "unsigned": "unsigned",
+                      "none": "no run"}
 HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<cell>.json
 #: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
 #: come from the store's columns, so a report never parses every stored result.
@@ -67,6 +69,8 @@ class IndexEntry:
     flips: int
     runs: int
     vendor: vendor_support.VendorSupport
+    provenance: str  # the latest run's kind (builder.matrix.provenance.KINDS), "none" without a run
+    provenance_label: str
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     (root / MARKER).write_text("written by envbuild report; the next report replaces this folder whole\n")
     for name in ("style.css", "filter.js", "compare.js"):
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
-    for sub in ("cells", "plots", "data", "logs"):
+    for sub in ("cells", "plots", "data", "logs", "attestations"):
         (root / sub).mkdir()
     entries = {s.key: _index_entry(s, vendor) for s in summaries}
     throughput: dict[str, list[dict]] = {}
@@ -168,7 +172,9 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
     filters = {"arch": sorted({e.arch for e in ordered}), "rocm": sorted({e.accel for e in ordered}, key=_version_key),
-               "status": list(VERDICTS)}
+               "status": list(VERDICTS),
+               "provenance": [(kind, _PROVENANCE_FILTER[kind]) for kind in (*provenance.KINDS, "none")
+                              if any(e.provenance == kind for e in ordered)]}
     (root / "index.html").write_text(html.get_template("index.html.j2").render(
         torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, root="", **common))
     (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
@@ -266,7 +272,37 @@ def _index_entry(s: CellSummary, vendor: dict) -> IndexEntry:
         arch=cell.arch or "none", torch=cell.torch, python=cell.python, status=s.status,
         failure_class=s.failure_class, note=s.note, last_at=(s.last_event_at or "")[:16].replace("T", " "),
         hardware=_hardware(s.latest_run), samples_per_s=metrics.get("samples_per_s"), mfu=metrics.get("mfu"),
-        **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=vendor_support.support_of(cell, vendor))
+        **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=vendor_support.support_of(cell, vendor),
+        **_cell_provenance(s))
+
+
+def _cell_provenance(s: CellSummary) -> dict:
+    """A cell carries the provenance of the run that makes its verdict (its latest counted run)."""
+    counted = [row for row in s.runs if row.get("counts", True)] or s.runs
+    if not counted:
+        return {"provenance": "none", "provenance_label": "no run"}
+    row = counted[-1]
+    return {"provenance": row["provenance"], "provenance_label": provenance.label(row["provenance"], row["signer"])}
+
+
+def _measured_by(summary: CellSummary, root: Path) -> list[dict]:
+    """Who measured each shown run, on what hardware, with its attestation copied into the site."""
+    rows = []
+    for row in reversed(summary.runs[-HISTORY_ROWS:]):
+        result = row["result"]
+        host = public_host(result.get("host")) or {}
+        link = None
+        if row.get("attestation") and row["provenance"] in provenance.PUBLISHED:
+            link = f"attestations/{safe_slug(result['run_id'])}.intoto.jsonl"
+            (root / link).write_text(row["attestation"] + "\n")
+        rows.append({"run_id": result["run_id"], "at": result.get("finished_at") or row["recorded_at"],
+                     "verdict": run_verdict(result), "provenance": row["provenance"],
+                     "label": provenance.label(row["provenance"], row["signer"]), "hardware": _hardware(result),
+                     "host": " · ".join(str(v) for v in (host.get("os"), host.get("kernel") and f"kernel {host['kernel']}",
+                                                         host.get("amdgpu_version") and f"amdgpu {host['amdgpu_version']}")
+                                        if v) or "-",
+                     "attestation": link})
+    return rows
 
 
 def _cost(train: dict) -> dict:
@@ -334,6 +370,7 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
                     for e in reversed(summary.events[-HISTORY_ROWS:])],
         "history_total": len(summary.events),
         "flips": list(reversed(summary.flips))[:10],
+        "measured_by": _measured_by(summary, root),
     }
 
 

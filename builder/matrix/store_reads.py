@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from builder.matrix import result_schema
+from builder.matrix.provenance import KINDS, PUBLISHED, UNSIGNED
 from builder.matrix.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, StoreConnection, _first_error,
                                          _is_result, _short, validate_result)
 from builder.plan.cells import Cell
@@ -31,13 +32,14 @@ class StoreReads(StoreConnection):
         return out
 
     def runs(self, cell_key: str | None = None, *, last: int | None = None) -> list[dict]:
-        """Recorded runs (oldest first): the stored result.json plus `cell_key`, `row_id`, `build_id`, `counts`.
+        """Recorded runs (oldest first): the stored result.json plus `cell_key`, `row_id`, `build_id`, `counts`,
+        `provenance` (a kind of builder.matrix.provenance), `signer` and `attestation` (the DSSE envelope text).
 
         `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
         """
         sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
-               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts, runs.schema_checked"
-               " FROM runs JOIN cells ON cells.id = runs.cell_id"
+               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts, runs.provenance, runs.signer,"
+               " runs.attestation_json, runs.schema_checked FROM runs JOIN cells ON cells.id = runs.cell_id"
                " WHERE 1")
         args: list = []
         if cell_key is not None:
@@ -49,11 +51,14 @@ class StoreReads(StoreConnection):
             args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
-        for row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, checked in self._rows(sql, args):
+        for (row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, provenance, signer,
+             attestation, checked) in self._rows(sql, args):
             result = self._result(row_id, run_id, blob, checked)
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
                             "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
+                            "provenance": provenance if provenance in KINDS else UNSIGNED,
+                            "signer": signer if provenance in PUBLISHED else None, "attestation": attestation,
                             "result": result})
         return out
 

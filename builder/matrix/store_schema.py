@@ -110,7 +110,14 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
         ('interrupted', 'data_error', 'model_error', 'usage_error', 'input_error', 'container_error')
     """,
-    # 3: a cell is its coordinates: no two rows may hold the same ones under different keys; what the report
+    # 3: who measured each run (builder/matrix/provenance.py): 'ci', 'contributed' (a verified signed
+    # attestation: its signer and envelope) or 'unsigned'. Runs recorded before had no attestation.
+    """
+    ALTER TABLE runs ADD COLUMN provenance TEXT NOT NULL DEFAULT 'unsigned';
+    ALTER TABLE runs ADD COLUMN signer TEXT;
+    ALTER TABLE runs ADD COLUMN attestation_json TEXT
+    """,
+    # 4: a cell is its coordinates: no two rows may hold the same ones under different keys; what the report
     # reads of every run (preset, samples/s, MFU) as columns, so no report parses every stored result; whether
     # the stored result passed the typed result schema on its way in (older rows are checked when read) (issue 20).
     """

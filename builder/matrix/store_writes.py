@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from builder.matrix import attempt_files, verdict_rules
+from builder.matrix.provenance import PUBLISHED, UNSIGNED, Provenance
 from builder.matrix.store_schema import (BUILD_STATUSES, InvalidResultError, RunConflictError, StoreConnection,
                                          StoreError, canonical_json, validate_result)
 from builder.plan.cells import Cell
@@ -104,23 +105,30 @@ class StoreWrites(StoreConnection):
         return "identical" if row[0] == canonical_json(validate_result(result)) else "conflict"
 
     def record_run(self, result: dict, *, build_id: int | None = None, source: str | None = None,
-                   replace: bool = False, attempt_dir: str | os.PathLike | None = None) -> RecordedRun:
+                   replace: bool = False, attempt_dir: str | os.PathLike | None = None,
+                   provenance: Provenance | None = None) -> RecordedRun:
         """Record a result.json (as a dict). Idempotent on `result["run_id"]`: the same content again writes nothing.
 
         The same run_id with other content raises RunConflictError, unless `replace` (the new content
         wins). Without `build_id`, the run is linked to the latest build whose image digest matches
         `result["image"]["digest"]`, if there is one. `source` notes where it came from (a file path).
         Verdict or attempt: `verdict_rules.counts`; the environment: the image manifest's base image and
-        content hash, the linked build's base digest.
+        content hash, the linked build's base digest. `provenance`: who measured it (default: unsigned); a
+        signed provenance for a run already recorded with the same content replaces an unsigned one.
         """
         result = validate_result(result)
+        provenance = provenance or Provenance()
         cell = Cell.from_result(result)
         image = result.get("image") or {}
         content = canonical_json(result)
         outcome = "new"
         with self._write() as conn:
-            existing = conn.execute("SELECT id, result_json FROM runs WHERE run_id = ?", (result["run_id"],)).fetchone()
+            existing = conn.execute("SELECT id, result_json, provenance FROM runs WHERE run_id = ?",
+                                    (result["run_id"],)).fetchone()
             if existing and existing[1] == content:
+                if provenance.kind != UNSIGNED and existing[2] == UNSIGNED:
+                    conn.execute("UPDATE runs SET provenance = ?, signer = ?, attestation_json = ? WHERE id = ?",
+                                 (provenance.kind, provenance.signer, provenance.attestation, existing[0]))
                 return RecordedRun(existing[0], result["run_id"], cell.key, outcome="identical")
             if existing and not replace:
                 raise RunConflictError(
@@ -149,8 +157,9 @@ class StoreWrites(StoreConnection):
             cur = conn.execute(
                 "INSERT INTO runs (run_id, cell_id, build_id, command, status, error_class, error, started_at,"
                 " finished_at, wall_time_s, image_tag, image_digest, host_json, result_json, source, recorded_at,"
-                " counts, attempt_dir, base_image, base_digest, context_hash, preset, samples_per_s, mfu, schema_checked)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                " counts, attempt_dir, base_image, base_digest, context_hash, provenance, signer, attestation_json,"
+                " preset, samples_per_s, mfu, schema_checked)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                 (result["run_id"], cell_id, build_id, result["command"], result["status"],
                  result.get("error_class"), result.get("error"), result.get("started_at"),
                  result.get("finished_at"), result.get("wall_time_s"), image.get("tag"), image.get("digest"),
@@ -159,6 +168,7 @@ class StoreWrites(StoreConnection):
                  int(verdict_rules.counts("run", result["status"], result.get("error_class"))),
                  str(attempt_dir) if attempt_dir is not None else None, _text(manifest.get("base_image")),
                  base_digest[0] if base_digest else None, _text(manifest.get("context_hash")),
+                 provenance.kind, provenance.signer, provenance.attestation,
                  (result.get("config") or {}).get("preset"), metrics.get("samples_per_s"), metrics.get("mfu")),
             )
             row_id = cur.lastrowid
@@ -176,7 +186,10 @@ class StoreWrites(StoreConnection):
         identical run) are skipped. Every row is checked first (`read_mergeable`): one invalid row merges
         nothing. Attempt folders are copied under this file's own attempt root (`attempt_files.adopt_attempt`);
         paths the rows name (`log_path`, `source`) are kept as notes and never opened. Each row is its own
-        transaction: an interrupted merge is completed by running it again. The other file is only read.
+        transaction: an interrupted merge is completed by running it again. The other file is only read. Its
+        runs come in unsigned: another file's provenance is a claim this one cannot check (an attestation
+        covers a result.json's bytes, which a matrix file does not keep); importing the signed result.json
+        files upgrades them.
         """
         builds, runs = type(self).read_mergeable(other)
         added_builds = 0
@@ -195,6 +208,21 @@ class StoreWrites(StoreConnection):
                                        replace=replace, attempt_dir=attempt)
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
+
+    def copy_published(self, target: str | os.PathLike) -> None:
+        """Write a copy of this matrix to the new file `target` without its unsigned runs (what a published report
+        reads). Builds carry no provenance and are kept."""
+        copy = sqlite3.connect(target)
+        try:
+            self._conn.backup(copy)
+            marks = ", ".join("?" for _ in PUBLISHED)
+            copy.execute(f"DELETE FROM probes WHERE run_row IN (SELECT id FROM runs WHERE provenance NOT IN ({marks}))",
+                         PUBLISHED)
+            copy.execute(f"DELETE FROM runs WHERE provenance NOT IN ({marks})", PUBLISHED)
+            copy.execute("DELETE FROM cells WHERE id NOT IN (SELECT cell_id FROM runs UNION SELECT cell_id FROM builds)")
+            copy.commit()
+        finally:
+            copy.close()
 
 
 def _ensure_cell(conn: sqlite3.Connection, cell: Cell) -> int:

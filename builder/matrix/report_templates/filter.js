@@ -1,12 +1,13 @@
-// envbuild report: filter the grid and the cell table by arch, ROCm release and status (no dependencies).
+// envbuild report: filter the grid and the cell table by arch, ROCm release, status and provenance (no dependencies).
 (function () {
   var form = document.getElementById("filters");
   if (!form) { return; }
   function apply() {
-    var want = {arch: form.arch.value, rocm: form.rocm.value, status: form.status.value};
+    var want = {arch: form.arch.value, rocm: form.rocm.value, status: form.status.value,
+                provenance: form.provenance.value};
     var shown = 0, total = 0;
     document.querySelectorAll("#cells tbody tr, #matrix-grid a.entry").forEach(function (el) {
-      var ok = ["arch", "rocm", "status"].every(function (k) { return !want[k] || el.dataset[k] === want[k]; });
+      var ok = ["arch", "rocm", "status", "provenance"].every(function (k) { return !want[k] || el.dataset[k] === want[k]; });
       el.hidden = !ok;
       if (el.tagName === "TR") { total += 1; shown += ok ? 1 : 0; }
     });
