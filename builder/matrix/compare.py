@@ -19,20 +19,39 @@ from builder.matrix.store import MatrixStore
 from builder.matrix.summary import CellSummary
 
 
+#: Points of each loss curve embedded per profile (evenly spaced, first and last kept): the page stays small.
+CURVE_POINTS = 60
+
+
 def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list[dict]]:
-    """cell key -> the newest run's profile of each preset (newest first)."""
+    """cell key -> the newest run's profile of each preset (newest first), loss curves downsampled."""
+    newest = store.newest_per_preset()
     out: dict[str, list[dict]] = {}
     for summary in summaries:
-        seen: set = set()
-        for row in reversed(store.runs(summary.key)):
-            result = row["result"]
-            preset = (result.get("config") or {}).get("preset")
-            if preset in seen:
-                continue
-            seen.add(preset)
+        for result in newest.get(summary.key, []):
             price = gpu_prices.price_for(result)
-            out.setdefault(summary.key, []).append(diff.profile(result, price.usd_per_gpu_hour if price else None))
+            profile = diff.profile(result, price.usd_per_gpu_hour if price else None)
+            out.setdefault(summary.key, []).append(_rounded({**profile, "train_loss": downsample(profile["train_loss"])}))
     return out
+
+
+def _rounded(value):
+    """Floats to 4 significant digits (what the page shows), everywhere in a profile."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def downsample(points: list, limit: int = CURVE_POINTS) -> list:
+    """At most `limit` points of a curve, evenly spaced, the first and the last always kept."""
+    if len(points) <= limit:
+        return points
+    step = (len(points) - 1) / (limit - 1)
+    return [points[round(i * step)] for i in range(limit)]
 
 
 def script_json(value) -> Markup:
