@@ -13,6 +13,7 @@ torch.profiler.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -70,6 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b")
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a CPU check)")
     p.add_argument("--eager", action="store_true", help="without compiled layers")
+    p.add_argument("--no-graph-steps", action="store_true", help="seed: without the captured step graphs")
     p.add_argument("--out", type=Path, help="write the breakdown as JSON here")
     args = p.parse_args(argv)
 
@@ -77,6 +79,8 @@ def main(argv=None) -> int:
     dtype = "bf16" if device.type == "cuda" else "fp32"
     shape = model_shape(args.shape, args.tiny)
     recipe = PRESETS[args.preset].replace(dtype=dtype, log_every=1000, compile=not args.eager)
+    if args.no_graph_steps or args.eager:
+        recipe = dataclasses.replace(recipe, graph_steps=False)
     if args.tiny and recipe.pack:  # rows the tiny model's 512 positions hold
         recipe = recipe.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
     per_step = (recipe.tokens_per_step // 68 + 1) if recipe.tokens_per_step else recipe.batch_size
@@ -101,7 +105,9 @@ def main(argv=None) -> int:
     kernel_total = sum(by_kind.values())
     out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "versions": env.versions(), "shape": shape, "preset": args.preset, "compiled_layers": stats.compiled_layers,
-           "compile_error": stats.compile_error, "steps": stats.steps, "samples": stats.samples,
+           "compile_error": stats.compile_error, "graph_steps": recipe.graph_steps, "graph_error": stats.graph_error,
+           "graphed_layouts": stats.graphed_layouts,
+           "steps": stats.steps, "samples": stats.samples,
            "loop_seconds": round(stats.seconds, 4), "profiled_wall_seconds": round(wall, 4),
            "unprofiled_loop_seconds": round(first.seconds, 4), "kernel_seconds": round(kernel_total, 4),
            "gpu_busy_fraction": round(kernel_total / stats.seconds, 4) if stats.seconds else None,

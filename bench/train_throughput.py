@@ -6,13 +6,20 @@ text shape with --shape gemma4-e2b) and the same synthetic variable-length data 
 mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
   hf_trainer_baseline        16 samples per step, each batch padded to its longest sample (dynamic padding)
   workload_seed              the `seed` preset: 16 samples per step, widths 64/128/256/512, micro-batches of at
-                             most 4096 padded tokens, compiled decoder layers (warm-up compile not timed)
-  workload_seed_eager        the same without compiled layers                          (--variants seed_eager)
+                             most 2048 padded tokens, compiled decoder layers, each step layout's whole step
+                             replayed as one captured graph (compile and capture warm-up not timed)
+  workload_seed_eager        the same without compiled layers or graphs                (--variants seed_eager)
   workload_throughput_eager  the `throughput` preset without compiled layers     (--variants throughput_eager)
   workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
                              rows, lr scaled by sqrt(samples per step / 16), compiled layers
+Levers under evaluation, each its own run (--variants):
+  workload_seed_nographs     seed without the captured step graphs (compiled layers only: the seed preset
+                             before issue 25)
+  workload_throughput_nodropout  throughput with LoRA dropout 0: the ceiling of removing dropout's copies
+                             (changes the recipe; a measurement, not a lever)
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
-dense bf16 peak), peak memory, final eval loss, and the ratios to the baseline; --out writes them as JSON.
+dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak memory, final eval loss, and the
+ratios to the baseline; --out writes them as JSON.
 
     python bench/train_throughput.py --steps 200 --throughput-steps 40 --out bench.json   # on the GPU
     python bench/train_throughput.py --tiny --steps 6                                     # a CPU check
@@ -21,6 +28,7 @@ dense bf16 peak), peak memory, final eval loss, and the ratios to the baseline; 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -37,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workload import environment as env  # noqa: E402
 from workload.models import LastTokenClassifier, apply_lora, count_parameters, make_trainable_fp32  # noqa: E402
-from workload.metrics import mfu  # noqa: E402
+from workload.metrics import attention_flops, attention_layers, flops_per_token, mfu, mfu_from_flops  # noqa: E402
 from workload.presets import PRESETS  # noqa: E402
 from workload.train import Tokenised, evaluate, train  # noqa: E402
 
@@ -157,7 +165,8 @@ def run_baseline(shape, data: Tokenised, recipe, device, steps: int) -> dict:
         seconds = time.perf_counter() - start
     used = steps * recipe.batch_size
     tokens = sum(len(x) for x in data.train_ids[:used])
-    return _report("hf_trainer_baseline", model, data, recipe, device, seconds, used, tokens, steps,
+    attn = attention_flops([len(x) for x in data.train_ids[:used]], attention_layers(model))
+    return _report("hf_trainer_baseline", model, data, recipe, device, seconds, used, tokens, steps, attn,
                    extra={"optim": str(args.optim)})
 
 
@@ -169,11 +178,14 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
     stats = train(model, data, recipe.replace(max_steps=steps, epochs=1), device=device, dtype=recipe.dtype,
                   pad_id=PAD)
     levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
-                                              "pack_length", "compile", "lr_scaling")}
+                                              "pack_length", "compile", "lr_scaling", "graph_steps",
+                                              "lora_dropout")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
+                   stats.attention_flops,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
                           "warmup_seconds": round(stats.warmup_seconds, 1), "learning_rate": stats.learning_rate,
                           "warmup_steps": stats.warmup_steps, "compile_error": stats.compile_error,
+                          "graph_error": stats.graph_error, "graphed_layouts": stats.graphed_layouts,
                           "compiled_layers": stats.compiled_layers, "first_losses": stats.train_loss[:4],
                           "levers": levers})
 
@@ -195,7 +207,10 @@ def attempt(run, *args) -> dict:
             torch.cuda.empty_cache()
 
 
-def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, extra) -> dict:
+def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, attn_flops, extra) -> dict:
+    """One run's numbers. `mfu` counts 4 x non-embedding parameters FLOPs per non-pad token (the targets' definition);
+    `mfu_with_attention` adds the attention-score FLOPs (PaLM appendix B: 12 x layers x heads x head_dim x the
+    sample's length per token) for comparison with reports that count them."""
     peak = (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)) \
         if device.type == "cuda" else (None, None)
     ev = evaluate(model, data.eval_ids, data.eval_labels, device=device, dtype=recipe.dtype, pad_id=PAD,
@@ -203,9 +218,11 @@ def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, 
     n_non_embedding = count_parameters(model)[2]
     peak_tflops = env.hardware(device)["peak_tflops"] if device.type == "cuda" else None
     rate = mfu(tokens / seconds, n_non_embedding, peak_tflops)
+    rate_attn = mfu_from_flops((tokens * flops_per_token(n_non_embedding) + attn_flops) / seconds, peak_tflops)
     out = {"name": name, "steps": steps, "samples": samples, "seconds": round(seconds, 3),
            "samples_per_s": round(samples / seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
            "mfu": round(rate, 4) if rate is not None else None,
+           "mfu_with_attention": round(rate_attn, 4) if rate_attn is not None else None,
            "peak_allocated_gb": round(peak[0] / 1e9, 2) if peak[0] else None,
            "peak_reserved_gb": round(peak[1] / 1e9, 2) if peak[1] else None,
            "eval_loss": round(ev["loss"], 4), "eval_accuracy": round(ev["accuracy"], 4), **extra}
@@ -235,7 +252,10 @@ def main(argv=None) -> int:
     p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b", help="model shape")
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
     p.add_argument("--variants", default="seed_eager,throughput_eager",
-                   help="extra runs, comma-separated: seed_eager, throughput_eager ('' for none)")
+                   help="extra runs, comma-separated: seed_eager, seed_nographs, throughput_eager, "
+                        "throughput_nodropout ('' for none)")
+    p.add_argument("--no-seed", action="store_true",
+                   help="leave the seed preset out (the ratio is then the first remaining workload run's)")
     p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
     p.add_argument("--warmup", type=int, default=30,
                    help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up")
@@ -260,12 +280,16 @@ def main(argv=None) -> int:
     if args.warmup:
         print("warm-up (not counted):", flush=True)
         attempt(run_baseline, shape, data, recipe, device, args.warmup)
-    runs = [attempt(run_baseline, shape, data, recipe, device, args.steps),
-            attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed")]
+    runs = [attempt(run_baseline, shape, data, recipe, device, args.steps)]
+    if not args.no_seed:
+        runs.append(attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed"))
     variants = set(args.variants.split(",")) if args.variants else set()
     if "seed_eager" in variants:  # the seed preset without compiled layers
-        runs.append(attempt(run_workload, shape, data, recipe.replace(compile=False), device, args.steps,
-                            "workload_seed_eager"))
+        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, compile=False, graph_steps=False),
+                            device, args.steps, "workload_seed_eager"))
+    if "seed_nographs" in variants:
+        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, graph_steps=False), device,
+                            args.steps, "workload_seed_nographs"))
     throughput = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
     if args.tiny:
         throughput = throughput.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
@@ -277,6 +301,9 @@ def main(argv=None) -> int:
                             args.throughput_steps, "workload_throughput_eager"))
     runs.append(attempt(run_workload, shape, t_data, throughput,
                         device, args.throughput_steps, "workload_throughput"))
+    if "throughput_nodropout" in variants:
+        runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, lora_dropout=0.0),
+                            device, args.throughput_steps, "workload_throughput_nodropout"))
     base, ours = runs[0], runs[1]
     if "error" in base or "error" in ours:
         print("a reference run failed: no ratio", flush=True)
@@ -292,13 +319,14 @@ def main(argv=None) -> int:
                "ratios": {r["name"]: round(r["samples_per_s"] / base["samples_per_s"], 3)
                           for r in runs if "error" not in r}}
     print()
-    print(f"{'run':<28}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'peak alloc GB':>15}{'eval loss':>11}")
+    print(f"{'run':<28}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'MFU+attn':>9}{'peak alloc GB':>15}"
+          f"{'eval loss':>11}")
     for r in runs:
         if "error" in r:
             print(f"{r['name']:<28} FAILED: {r['error'][:200]}")
             continue
         print(f"{r['name']:<28}{r['samples_per_s']:>11.1f}{r['tokens_per_s']:>11.0f}{(r['mfu'] or 0) * 100:>7.1f}%"
-              f"{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}")
+              f"{(r['mfu_with_attention'] or 0) * 100:>8.1f}%{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}")
     print(f"ratio (workload / baseline) samples/s: {ratio:.2f}x; eval loss diff {loss_diff:.4f} "
           f"({'within' if summary['eval_loss_within_tolerance'] else 'OUTSIDE'} tolerance {args.loss_tolerance})")
     if args.out:

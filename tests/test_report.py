@@ -33,14 +33,18 @@ def site(tmp_path_factory):
         store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
                                      image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}))
         store.record_run(failed_result("nan_loss", "loss became NaN at step 3", finished_at="2026-12-01T18:00:00Z"))
-        run_dir = tmp / "runs" / "latest"
+        run_dir = tmp / "envbuild-attempts" / "20261202T100000Z-run-3f2c9a1b7d4e"  # what `envbuild run` keeps
         run_dir.mkdir(parents=True)
         (run_dir / "container.log").write_text("step 1 loss 1.95\nstep 4 loss 0.90\n")
-        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"), source=str(run_dir / "result.json"))
-        (tmp / "build.log").write_text("#1 [internal] load build definition\n")
+        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"), source=str(run_dir / "result.json"),
+                         attempt_dir=str(run_dir.relative_to(tmp)))
+        build_dir = tmp / "envbuild-attempts" / "20261201T090000Z-build-0c6b44a51eb1"
+        build_dir.mkdir(parents=True)
+        (build_dir / "build.log").write_text("#1 [internal] load build definition\n")
         store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10"),
                            status="pass", image_tag="envbuild/rocm:abc", image_digest="sha256:" + "d" * 64,
-                           duration_s=321.0, log_path=tmp / "build.log", created_at="2026-12-01T09:00:00Z",
+                           duration_s=321.0, log_path=build_dir / "build.log", created_at="2026-12-01T09:00:00Z",
+                           attempt_dir=str(build_dir.relative_to(tmp)),
                            manifest={"cell": {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4",
                                               "arch": "gfx90a", "python": "3.10"},
                                      "torch": {"git": {"proof": "unproven"}}})  # rendered with --unproven

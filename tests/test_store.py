@@ -211,7 +211,7 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
         store.record_build(cell, status="fail", failure_class="compile_error", error="hipcc", manifest=manifest,
                            context_hash="c" * 64, created_at="2026-12-01T08:00:00Z")
     with MatrixStore.open(db) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
         (summary,) = summarize(store)
         assert len(store.runs()) == 2 and len(store.builds()) == 3
         assert {(r["provenance"], r["signer"]) for r in store.runs()} == {("unsigned", None)}
@@ -225,16 +225,28 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
-def test_merged_rows_keep_their_attempt_directories(tmp_path):
+def test_merged_rows_get_copies_of_their_attempt_directories(tmp_path):
+    """Merging a CI job's file copies its attempts' own files under this file's attempt root (re-rooted);
+    a symlink among them, or an attempt path outside the job's own root, is not followed."""
     from builder.plan.cells import Cell
 
     job = tmp_path / "artifacts" / "result-a"
     cell = Cell(flavor="cpu", accel_version=None, torch="2.13", arch=None, python="3.11")
+    b1, r1 = "envbuild-attempts/20261202T215704Z-build-b1", "envbuild-attempts/20261202T220110Z-run-r1"
+    (job / b1).mkdir(parents=True)
+    (job / b1 / "build.log").write_text("#1 [internal] load build definition\n")
+    (job / r1).mkdir(parents=True)
+    (job / "secret").write_text("not for publishing\n")
+    (job / r1 / "container.log").symlink_to(job / "secret")
+    (job / r1 / "attempt.json").write_text("{}\n")
     with MatrixStore.open(job / "matrix.db") as store:
-        store.record_build(cell, status="fail", failure_class="interrupted", attempt_dir="envbuild-attempts/b1")
-        store.record_run(cpu_result(), attempt_dir="envbuild-attempts/r1")
+        store.record_build(cell, status="fail", failure_class="interrupted", attempt_dir=b1)
+        store.record_run(cpu_result(), attempt_dir=r1)
+        store.record_run(cpu_result(), attempt_dir=str(tmp_path / "elsewhere"))
     with MatrixStore.open(tmp_path / "m.db") as store:
         store.merge_from(job / "matrix.db")
-        (build,), (run,) = store.builds(), store.runs()
-    assert build["attempt_dir"] == str(job.resolve() / "envbuild-attempts" / "b1") and build["counts"] == 0
-    assert run["attempt_dir"] == str(job.resolve() / "envbuild-attempts" / "r1") and run["counts"]
+        (build,), runs = store.builds(), store.runs()
+    assert build["attempt_dir"] == b1 and build["counts"] == 0
+    assert (tmp_path / b1 / "build.log").read_text().startswith("#1 [internal]")
+    assert sorted(r["attempt_dir"] or "" for r in runs) == ["", r1]
+    assert sorted(p.name for p in (tmp_path / r1).iterdir()) == ["attempt.json"]  # the link was not copied

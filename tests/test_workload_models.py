@@ -114,3 +114,31 @@ def test_bucketing_covers_every_sample_with_few_shapes():
     plain = train_batches(lengths, 16, seed=0, bucket_batches=1)
     plain_waste = sum(max(lengths[i] for i in b) * len(b) for b in plain) / sum(lengths)
     assert waste < plain_waste
+
+
+def test_attention_flops_match_the_matmuls_a_real_forward_and_backward_runs():
+    """PaLM appendix B's 12 x heads x head_dim x T per token and layer equals the QK^T / AV batched matmuls that
+    eager attention really runs (forward + backward) on a tiny Gemma 4 whose global layer has a wider head_dim."""
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from workload.metrics import attention_flops, attention_layers, mfu_from_flops
+
+    config = transformers.Gemma4TextConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, global_head_dim=32, hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=100, sliding_window=16, layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    backbone = transformers.Gemma4TextModel._from_config(config, attn_implementation="eager")
+    model = apply_lora(models.LastTokenClassifier(backbone, 7), 4, 8, 0.0, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    layers = attention_layers(model)
+    assert layers == [(4 * 16, 16), (4 * 32, None)]
+    n = 12  # within the sliding window: eager attention computes the whole n x n block in both layers
+    ids = torch.randint(3, 100, (1, n))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum().backward()
+    bmm = sum(v for op, v in counter.get_flop_counts()["Global"].items() if "bmm" in str(op))
+    assert bmm == attention_flops([n], layers) == 12 * (64 + 128) * n * n
+    # Past the window, the sliding layer counts only the window; the global layer the whole sample.
+    assert attention_flops([40], layers) == 12 * 64 * 40 * 16 + 12 * 128 * 40 * 40
+    assert mfu_from_flops(989e12 / 2, 989.0) == pytest.approx(0.5) and mfu_from_flops(1.0, None) is None

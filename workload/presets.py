@@ -47,6 +47,7 @@ class Recipe:
     pack_length: int = 1024
     lr_scaling: str = "none"  # none | sqrt | linear in the mean samples per step relative to `batch_size`
     compile: bool = False  # torch.compile each decoder layer (static shapes; warm-up excluded from timing)
+    graph_steps: bool = False  # GPUs, padded steps: replay each step layout's whole step as one captured graph
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -65,8 +66,9 @@ PRESETS = {
                    # Speed levers that keep the recipe's 16 samples per step: batches padded to 64/128/256/512
                    # tokens (few shapes), a step over 4096 padded tokens run as micro-batches (gradient
                    # accumulation inside the step: the same update up to rounding; it also caps peak memory),
-                   # and decoder layers compiled on GPUs (one graph per shape: (16,64) (16,128) (16,256) (8,512)).
-                   bucket_lengths=(64, 128, 256, 512), micro_batch_tokens=4096, compile=True),
+                   # decoder layers compiled on GPUs (one graph per micro-batch shape: (16,64) (16,128) (8,256)
+                   # (4,512)), and each step layout's whole step replayed as one captured device graph on GPUs.
+                   bucket_lengths=(64, 128, 256, 512), micro_batch_tokens=2048, compile=True, graph_steps=True),
     # Tiny random-initialised Gemma on CPU: proves the pipeline end to end and that it learns, in seconds.
     # Its random embeddings carry no meaning, so they are trained too (LoRA alone on random features
     # memorises the training texts and generalises poorly).
@@ -85,4 +87,5 @@ PRESETS = {
 # the epoch's schedule at run time.
 PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput", tokens_per_step=16384,
                                             bucket_lengths=None, pack=True, pack_length=512,
-                                            micro_batch_tokens=8192, lr_scaling="sqrt", compile=True)
+                                            micro_batch_tokens=8192, lr_scaling="sqrt", compile=True,
+                                            graph_steps=False)

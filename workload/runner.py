@@ -273,11 +273,11 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
             "speed": {"tokens_per_step": recipe.tokens_per_step, "micro_batch_tokens": recipe.micro_batch_tokens,
                       "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
                       "pack": recipe.pack, "pack_length": recipe.pack_length, "lr_scaling": recipe.lr_scaling,
-                      "compile": recipe.compile}}
+                      "compile": recipe.compile, "graph_steps": recipe.graph_steps}}
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
-    from .metrics import mfu
+    from .metrics import flops_per_token, mfu, mfu_from_flops
     from .pass_bar import pass_bar
     from .models import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
                          save_adapter)
@@ -335,13 +335,17 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
     result["config"].update(base_learning_rate=recipe.learning_rate, learning_rate=stats.learning_rate,
                             warmup_steps=stats.warmup_steps)
     result["config"]["speed"].update(packed=stats.packed, compiled_layers=stats.compiled_layers,
-                                     compile_error=stats.compile_error)
+                                     compile_error=stats.compile_error, graphed_layouts=stats.graphed_layouts,
+                                     graph_error=stats.graph_error)
     metrics.update({
         "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
         "steps": stats.steps, "train_seconds": round(stats.seconds, 3),
         "warmup_seconds": round(stats.warmup_seconds, 3), "padded_tokens": stats.padded_tokens,
         "samples_per_s": round(stats.samples_per_s, 3), "tokens_per_s": round(stats.tokens_per_s, 1),
         "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, dist.world_size),
+        "mfu_with_attention": mfu_from_flops(
+            (stats.tokens * flops_per_token(n_non_embedding) + stats.attention_flops) / stats.seconds
+            if stats.seconds else 0.0, peak, dist.world_size),
         "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
     })

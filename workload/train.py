@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from .batching import (bucket_length, collate, collate_packed, eval_batches, packed_steps, padded_length,
                        token_budget_batches, train_batches)
 from .errors import NonFiniteLoss
-from .metrics import accuracy, macro_f1
+from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
 from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
 
@@ -42,7 +42,10 @@ class TrainStats:
     warmup_steps: int = 0
     compiled_layers: int = 0  # decoder layers that ran compiled (0: eager, e.g. on the CPU)
     compile_error: str | None = None  # set when compiled layers were asked for but failed (the run went eager)
+    graph_error: str | None = None  # set when graph_steps was asked for but could not be used (the run went on without)
+    graphed_layouts: int = 0  # step layouts captured as device graphs (0: none)
     packed: bool = False  # packing ran (False when asked for but the installed transformers cannot mask it)
+    attention_flops: float = 0.0  # attention-score FLOPs of the samples trained (metrics.attention_flops), global
 
     @property
     def samples_per_s(self) -> float:
@@ -65,11 +68,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def make_optimizer(params, recipe: Recipe, device: torch.device, total_steps: int):
-    """AdamW (fused kernel on GPUs) with linear warmup then linear decay to zero, as HF's default schedule."""
+def make_optimizer(params, recipe: Recipe, device: torch.device, total_steps: int, capturable: bool = False):
+    """AdamW (fused kernel on GPUs) with linear warmup then linear decay to zero, as HF's default schedule.
+    `capturable`: state and learning rate live on the device (a tensor lr the schedule writes), so that the update
+    can be captured in a device graph (`step_graphs`)."""
     kwargs = dict(lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
     if device.type == "cuda":
         kwargs["fused"] = True
+    if capturable:
+        kwargs.update(capturable=True, lr=torch.tensor(recipe.learning_rate, device=device))
     optimizer = torch.optim.AdamW(params, **kwargs)
     warmup = recipe.warmup_steps
 
@@ -169,28 +176,33 @@ def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0,
     return out
 
 
-def _forward(model, micro: dict, data: Tokenised, recipe: Recipe, device, dtype: str, pad_id: int, pin: bool):
-    """(logits, targets, padded tokens) of one micro-batch."""
+def _host_batch(micro: dict, data: Tokenised, recipe: Recipe, pad_id: int, pin: bool) -> tuple[torch.Tensor, ...]:
+    """Host tensors of one micro-batch: padded (input_ids, attention_mask, target) or packed (input_ids,
+    position_ids, sample ends, target); pinned on GPUs."""
     if "rows" in micro:
-        input_ids, position_ids, ends = collate_packed([[data.train_ids[i] for i in row] for row in micro["rows"]],
-                                                       pad_id, recipe.pack_length, micro["n_rows"], pin=pin)
+        tensors = collate_packed([[data.train_ids[i] for i in row] for row in micro["rows"]], pad_id,
+                                 recipe.pack_length, micro["n_rows"], pin=pin)
         samples = [i for row in micro["rows"] for i in row]
     else:
         samples = micro["samples"]
-        input_ids, mask = collate([data.train_ids[i] for i in samples], pad_id, recipe.pad_multiple,
-                                  recipe.max_length, pin=pin, width=micro["width"])
+        tensors = collate([data.train_ids[i] for i in samples], pad_id, recipe.pad_multiple, recipe.max_length,
+                          pin=pin, width=micro["width"])
     target = torch.tensor([data.train_labels[i] for i in samples])
-    if pin:
-        target = target.pin_memory()
-    target = target.to(device, non_blocking=True)
-    input_ids = input_ids.to(device, non_blocking=True)
+    return (*tensors, target.pin_memory() if pin else target)
+
+
+def _to_device(batch: tuple[torch.Tensor, ...], device) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(device, non_blocking=True) for t in batch)
+
+
+def _logits(model, batch: tuple[torch.Tensor, ...], device, dtype: str):
+    """(logits, target) of one micro-batch of device tensors (`_host_batch`'s layout)."""
     with autocast(device, dtype):
-        if "rows" in micro:
-            logits = packed_logits(model, input_ids, position_ids.to(device, non_blocking=True),
-                                   ends.to(device, non_blocking=True))
-        else:
-            logits = model(input_ids=input_ids, attention_mask=mask.to(device, non_blocking=True)).logits
-    return logits, target, input_ids.numel()
+        if len(batch) == 4:
+            input_ids, position_ids, ends, target = batch
+            return packed_logits(model, input_ids, position_ids, ends), target
+        input_ids, mask, target = batch
+        return model(input_ids=input_ids, attention_mask=mask).logits, target
 
 
 def scaled_schedule(recipe: Recipe, schedule: list[Step]) -> tuple[float, int]:
@@ -217,7 +229,8 @@ def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, wo
             if shape in seen:
                 continue
             seen.add(shape)
-            logits, target, _ = _forward(model, micro, data, recipe, device, dtype, pad_id, pin)
+            logits, target = _logits(model, _to_device(_host_batch(micro, data, recipe, pad_id, pin), device),
+                                     device, dtype)
             F.cross_entropy(logits.float(), target).backward()
     for p in params:
         p.grad = None
@@ -240,6 +253,59 @@ def _average_gradients(params, reduce_sum, world: int) -> None:
         at += g.numel()
 
 
+def _record_step(stats: TrainStats, step_no: int, step: Step, lengths: list[int], trained_lengths: list[int]) -> None:
+    stats.steps, stats.samples = step_no, stats.samples + len(step.samples)
+    stats.tokens += sum(lengths[i] for i in step.samples)
+    trained_lengths.extend(lengths[i] for i in step.samples)
+
+
+def _graphs_unsupported(recipe: Recipe, dtype: str, world: int) -> str | None:
+    """Why whole-step graphs cannot run with these settings (None: they can)."""
+    if recipe.pack:
+        return "packed steps vary in their number of samples (no fixed layout to capture)"
+    if dtype == "fp16":
+        return "fp16 loss scaling checks for inf on the host every step"
+    if world > 1:
+        return "several ranks: DDP's gradient hooks are not captured here"
+    return None
+
+
+def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats: TrainStats):
+    """StepGraphs with every step layout of the schedule captured, or None (stats.graph_error says why)."""
+    from .step_graphs import StepGraphs
+
+    def forward_backward(batches):
+        n = sum(batch[-1].shape[0] for batch in batches)
+        step_loss = torch.zeros((), device=device)
+        for batch in batches:
+            logits, target = _logits(model, batch, device, dtype)
+            loss = F.cross_entropy(logits.float(), target, reduction="sum") / n
+            loss.backward()
+            step_loss += loss.detach().float()
+        return step_loss
+
+    def update():
+        norm = torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
+        optimizer.step()
+        return norm.detach().float()
+
+    graphs = StepGraphs(forward_backward, update, optimizer, params, device)
+    lengths = [len(x) for x in data.train_ids]
+    try:
+        for step in schedule:
+            graphs.capture([_host_batch(micro, data, recipe, pad_id, True)
+                            for micro in micro_batches(step, lengths, recipe)])
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the steps run uncaptured instead (recorded)
+        stats.graph_error = _first_line(e)
+        for p in params:
+            p.grad = None
+        _sync(device)
+        return None
+    return graphs
+
+
 def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype: str, pad_id: int,
           on_step=None, ddp_rank: int = 0, ddp_world: int = 1, reduce_sum=None) -> TrainStats:
     """Train `model` (its trainable parameters) for the recipe's epochs (or max_steps).
@@ -256,10 +322,15 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     if recipe.max_steps:
         schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[:recipe.max_steps]
     learning_rate, warmup_steps = scaled_schedule(recipe, schedule)
-    optimizer, scheduler = make_optimizer(params, recipe.replace(learning_rate=learning_rate,
-                                                                 warmup_steps=warmup_steps), device, len(schedule))
-    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "fp16"))
     stats, pending_loss, pending_norm = TrainStats(), [], []
+    use_graphs = False
+    if recipe.graph_steps and device.type == "cuda":
+        stats.graph_error = _graphs_unsupported(recipe, dtype, ddp_world)
+        use_graphs = stats.graph_error is None
+    optimizer, scheduler = make_optimizer(params, recipe.replace(learning_rate=learning_rate,
+                                                                 warmup_steps=warmup_steps), device, len(schedule),
+                                          capturable=use_graphs)
+    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "fp16"))
     stats.learning_rate, stats.warmup_steps = learning_rate, warmup_steps
     stats.packed = recipe.pack
     pin = device.type == "cuda"
@@ -306,22 +377,46 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                     p.grad = None
             stats.warmup_seconds = time.perf_counter() - begin
         stats.compiled_layers = compiled
+        graphs = None
+        if use_graphs:
+            _sync(device)
+            begin = time.perf_counter()
+            graphs = _capture_steps(forward_model, schedule, data, recipe, device, dtype, pad_id, params, optimizer,
+                                    stats)
+            stats.warmup_seconds += time.perf_counter() - begin
+        stats.graphed_layouts = len(graphs.graphs) if graphs else 0
+        trained_lengths: list[int] = []
         _sync(device)
         start = time.perf_counter()
         for step_no, step in enumerate(schedule, start=1):
             n_global = len(step.samples)
             micros = micro_batches(step, lengths, recipe, ddp_rank, ddp_world)
+            if graphs is not None:
+                batches = [_host_batch(micro, data, recipe, pad_id, pin) for micro in micros]
+                step_loss, norm = graphs.step(batches)
+                scheduler.step()
+                stats.padded_tokens += sum(batch[0].numel() for batch in batches)
+                _record_step(stats, step_no, step, lengths, trained_lengths)
+                pending_loss.append(step_loss)
+                pending_norm.append(norm)
+                if step_no % recipe.log_every == 0 or step_no == len(schedule):
+                    _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype,
+                                  reduce_sum)
+                    pending_loss, pending_norm = [], []
+                    if on_step:
+                        on_step(step_no, len(schedule), stats.train_loss[-1][1])
+                continue
             step_loss = torch.zeros((), device=device)
             for k, micro in enumerate(micros):
                 sync_now = k == len(micros) - 1 or not hasattr(model, "no_sync")
                 with contextlib.nullcontext() if sync_now else model.no_sync():
-                    logits, target, padded = _forward(forward_model, micro, data, recipe, device, dtype, pad_id,
-                                                      pin)
+                    batch = _host_batch(micro, data, recipe, pad_id, pin)
+                    logits, target = _logits(forward_model, _to_device(batch, device), device, dtype)
                     # Mean over the global step: each micro-batch's sum / step size (x world: DDP averages).
                     loss = F.cross_entropy(logits.float(), target, reduction="sum") / n_global * ddp_world
                     scaler.scale(loss).backward()
                 step_loss += loss.detach().float() / ddp_world
-                stats.padded_tokens += padded
+                stats.padded_tokens += batch[0].numel()
             if manual_sync:
                 _average_gradients(params, reduce_sum, ddp_world)
             scaler.unscale_(optimizer)
@@ -332,8 +427,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
             optimizer.zero_grad(set_to_none=True)
             pending_loss.append(step_loss)
             pending_norm.append(norm.detach().float())
-            stats.steps, stats.samples = step_no, stats.samples + n_global
-            stats.tokens += sum(lengths[i] for i in step.samples)
+            _record_step(stats, step_no, step, lengths, trained_lengths)
             if step_no % recipe.log_every == 0 or step_no == len(schedule):
                 _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype, reduce_sum)
                 pending_loss, pending_norm = [], []
@@ -341,6 +435,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                     on_step(step_no, len(schedule), stats.train_loss[-1][1])
         _sync(device)
         stats.seconds = time.perf_counter() - start
+        stats.attention_flops = attention_flops(trained_lengths, attention_layers(model))
     finally:
         if compiled:
             uncompile_layers(model)

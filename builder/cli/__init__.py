@@ -49,6 +49,17 @@ class LazyGroup(click.Group):
         module, attribute, _ = COMMANDS[name]
         return getattr(importlib.import_module(module), attribute)
 
+    def invoke(self, ctx: click.Context):
+        """Every command: SIGTERM unwinds like Ctrl-C (clean-up runs), then exit 143; Ctrl-C exits 130."""
+        from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+
+        try:
+            with sigterm_as_interrupt():
+                return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            click.echo("interrupted (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)", err=True)
+            ctx.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
@@ -59,5 +70,6 @@ class LazyGroup(click.Group):
 def main() -> None:
     """Reproducible, verified ROCm fine-tuning environments, with evidence.
 
-    Exit codes: 0 success, 1 a build or run that did not pass, 2 bad input (nothing written), 130 interrupted.
+    Exit codes: 0 success, 1 a build or run that did not pass, 2 bad input (nothing written), 130 Ctrl-C,
+    143 SIGTERM.
     Start with `envbuild recipes list`; `envbuild COMMAND --help` for each command."""

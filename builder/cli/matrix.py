@@ -18,19 +18,24 @@ from builder.cli.publish import publish
 from builder.cli.store_options import DatabaseError, db_option, open_store, plain, warn_damaged
 from builder.matrix import attest
 from builder.matrix.provenance import Provenance
-from builder.matrix.store import MatrixStore, StoreError, canonical_json, default_db_path, validate_result
 from builder.matrix.run_config import VERDICT_LABEL
-from builder.matrix.summary import (CellSummary, configuration_line, environment_line, export_data, summarize,
-                                    summary_line, summary_record)
+from builder.matrix.store import (MatrixStore, StoreError, canonical_json, default_db_path, read_mergeable,
+                                  validate_result)
+from builder.matrix.summary import (CellSummary, configuration_line, environment_line, summarize, summary_line,
+                                    summary_record)
 from builder.plan.cells import Cell
 
 _STYLE = {"pass": "green", "partial": "yellow", "fail": "red", "untested": "dim"}
 
 
-def _read(db: Path | None, *, with_runs: bool) -> list[CellSummary]:
+def _read(db: Path | None, *, with_runs: bool, cell_key: str | None = None) -> list[CellSummary]:
     store = open_store(db, must_exist=True)
     try:
-        summaries = summarize(store, with_runs=with_runs)
+        summaries = summarize(store, with_runs=with_runs, cell_key=cell_key)
+        if cell_key is not None and not summaries:
+            known = ", ".join(c.key for c in store.cells()) or "none recorded yet"
+            raise click.BadParameter(f"no cell {plain(cell_key)!r} in the matrix (known: {plain(known)})",
+                                     param_hint="CELL")
     finally:
         store.close()
     warn_damaged(store)
@@ -124,12 +129,8 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
     """Everything recorded for one CELL, attempts included.
 
     CELL is a key from `envbuild matrix list`; verdicts, attempts and their directories are listed."""
-    summaries = {s.key: s for s in _read(db, with_runs=True)}
+    (summary,) = _read(db, with_runs=True, cell_key=cell_key)
     store_dir = (db or default_db_path()).resolve().parent
-    if cell_key not in summaries:
-        known = ", ".join(summaries) or "none recorded yet"
-        raise click.BadParameter(f"no cell {plain(cell_key)!r} in the matrix (known: {known})", param_hint="CELL")
-    summary = summaries[cell_key]
     if as_json:
         records = [dict(zip(("at", "kind", "outcome", "id", "attempt_dir"), row))
                    for row in _attempt_rows(summary, store_dir)]
@@ -216,15 +217,31 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
 def export(db: Path | None, as_json: bool, output: Path | None) -> None:
     """Every cell with its verdict, builds and runs, as JSON.
 
-    Runs are exported with their full result.json."""
+    Runs are exported with their full result.json, streamed cell by cell (memory stays small at any size)."""
     if output:
         writable_output(output, "'-o' / '--output'", is_file=True)
-    data = export_data(_read(db, with_runs=True))
-    text = json.dumps(data, indent=2, sort_keys=True)
-    if output:
-        output.write_text(text + "\n")
-    else:
-        click.echo(text)
+    store = open_store(db, must_exist=True)
+    try:
+        if output:
+            with output.open("w", encoding="utf-8") as handle:
+                _export(store, handle)
+        else:
+            _export(store, click.get_text_stream("stdout"))
+    except OSError as exc:
+        raise click.BadParameter(f"cannot write {output} ({exc.strerror})", param_hint="'-o' / '--output'") from None
+    finally:
+        store.close()
+    warn_damaged(store)
+
+
+def _export(store: MatrixStore, handle) -> None:
+    """`export_data`'s document, written one cell at a time with each run's stored JSON as it is."""
+    handle.write('{"format": "envbuild-matrix", "version": 1, "cells": [')
+    for n, summary in enumerate(summarize(store, with_runs=False)):
+        record = json.dumps(summary_record(summary, with_runs=False), sort_keys=True, indent=2)
+        handle.write(("," if n else "") + "\n" + record[:-2] + ',\n  "runs": [' + ",\n".join(store.runs_json(summary.key))
+                     + "]\n}")
+    handle.write("\n]}\n")
 
 
 @matrix.command("check")
@@ -255,23 +272,16 @@ def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[st
             if target.exists() and file.resolve() == target.resolve():
                 continue
             try:
-                with MatrixStore.open(file, readonly=True) as source:
-                    runs = [row["result"] for row in source.runs()]
-                    for result in runs:
-                        validate_result(result)
-                    for build in source.builds():
-                        Cell(**build["cell"])
-                databases.append((file, runs))
+                _, rows = read_mergeable(file)
+                databases.append((file, [row["result"] for row in rows]))
             except (StoreError, ValueError) as exc:
                 problems.append(f"{file}: {exc}")
             continue
         try:
             raw = file.read_bytes()
-            result = json.loads(raw)
-            validate_result(result)
-            results.append((file, result, raw))
-        except (OSError, ValueError) as exc:  # InvalidResultError and JSONDecodeError are ValueErrors
-            problems.append(f"{file}: {exc}")
+            results.append((file, validate_result(json.loads(raw.decode("utf-8"))), raw))
+        except (OSError, ValueError, RecursionError) as exc:  # InvalidResultError, JSON and UTF-8 errors are ValueErrors
+            problems.append(f"{file}: {str(exc) or type(exc).__name__}")
     return results, databases, [plain(p) for p in problems]
 
 
@@ -303,12 +313,16 @@ def _conflicts(target: Path, results: list, databases: list, *, check_recorded: 
         if seen.setdefault(result["run_id"], content) != content:
             twice.append(f"run {plain(result['run_id'])} ({plain(file)})")
     if check_recorded and target.exists() and target.stat().st_size:
-        store = open_store(target, must_exist=True)
         try:
-            recorded = [f"run {plain(r['run_id'])} ({plain(file)}): recorded with other content in {plain(target)}"
-                        for file, r in incoming if store.classify_run(r) == "conflict"]
-        finally:
-            store.close()
+            store = MatrixStore.peek(target)  # an older schema or a file being created right now is fine
+        except StoreError as exc:
+            raise DatabaseError(str(exc)) from exc
+        if store is not None:
+            try:
+                recorded = [f"run {plain(r['run_id'])} ({plain(file)}): recorded with other content in {plain(target)}"
+                            for file, r in incoming if store.classify_run(r) == "conflict"]
+            finally:
+                store.close()
     return twice, recorded
 
 

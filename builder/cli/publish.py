@@ -49,28 +49,31 @@ def publish(result_json: Path, name: str, out: Path, key: Path | None, commands:
     command line, which a public file must not carry. With --sign, the attestation (exact commands from
     --command) goes beside it. Exit code 0, or 2 for an invalid result, a bad name, an existing entry or a key
     that cannot sign (nothing is left behind)."""
+    from builder.cli.paths import writable_output
     from builder.matrix.store import StoreError, validate_result
     from builder.plan.cells import Cell
 
     if not _NAME.fullmatch(name):
         raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' and '-' (up to 64)", param_hint="--name")
     try:
-        result = json.loads(result_json.read_text())
-        validate_result(result)
+        result = validate_result(json.loads(result_json.read_text(encoding="utf-8")))
         cell = Cell.from_result(result)
-    except (OSError, ValueError, StoreError) as exc:
+    except (OSError, ValueError, StoreError, RecursionError) as exc:
         raise click.BadParameter(f"{result_json}: {exc}", param_hint="RESULT_JSON") from exc
     if key is not None and not commands:
         raise click.UsageError("give the exact commands that made this result with --command (repeat it)")
     target = out / cell.key / name
     if target.exists():
         raise click.UsageError(f"{target} exists already: choose another --name")
+    writable_output(target, "'-o' / '--out'")
     target.mkdir(parents=True)
     try:
         (target / "result.json").write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
         log = result_json.with_name("container.log")
-        if log.is_file():
+        if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
             shutil.copyfile(log, target / "container.log")
+        elif log.is_symlink():
+            click.echo(f"warning: {log} is a symbolic link; not published", err=True)
         if key is not None:
             click.echo(str(sign_result(target / "result.json", key, commands, sif)))
     except BaseException:

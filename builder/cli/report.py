@@ -13,7 +13,7 @@ from builder.cli.attest import check_result, result_files, revoked_or_default, s
 from builder.cli.paths import writable_output
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.matrix import attest
-from builder.matrix.report import HISTORY_ROWS, ReportError, build_report, summary_markdown
+from builder.matrix.report import PAGE_RUNS, ReportError, build_report, summary_markdown
 from builder.matrix.summary import VERDICTS, summarize
 from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
 
@@ -73,7 +73,7 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):
-            summaries = summarize(store, cells, runs_per_cell=HISTORY_ROWS)
+            summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS)
         text = None
         if markdown is not None:
             newest = max((r["result"].get("finished_at") or "" for r in store.runs(last=1)), default="") or "-"
@@ -81,7 +81,8 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         index = None
         if out_dir is not None and not check:
             with console.status("writing the site"):
-                index = build_report(store, summaries, out_dir, host_details=include_host_details)
+                index = build_report(store, summaries, out_dir, host_details=include_host_details,
+                                     warn=lambda message: click.echo(f"warning: {plain(message)}", err=True))
     except ReportError as exc:
         raise click.UsageError(str(exc)) from exc
     finally:

@@ -51,3 +51,6 @@ def warn_damaged(store: MatrixStore) -> None:
     """Name each row the reads skipped (on stderr)."""
     for row in {(r.table, r.row_id, r.column): r for r in store.damaged}.values():
         click.echo(f"warning: skipped {plain(row)}; `envbuild matrix check` lists every such row", err=True)
+    if store.bad_text:
+        click.echo(f"warning: {store.bad_text} stored text value(s) were not UTF-8 (damaged bytes) and are shown"
+                   " with \ufffd; `envbuild matrix check` lists their rows", err=True)

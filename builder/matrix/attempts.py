@@ -14,9 +14,9 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+from builder.matrix.attempt_files import ATTEMPTS_DIR
 from builder.matrix.store import DB_ENV_VAR, StoreError
 
-ATTEMPTS_DIR = "envbuild-attempts"
 RECORD_NAME = "attempt.json"
 
 

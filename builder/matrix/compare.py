@@ -16,27 +16,43 @@ from markupsafe import Markup
 
 from builder.matrix import diff, gpu_prices, run_config
 from builder.matrix.store import MatrixStore
-from builder.matrix.summary import CellSummary, completed
+from builder.matrix.summary import CellSummary
+
+
+#: Points of each loss curve embedded per profile (evenly spaced, first and last kept): the page stays small.
+CURVE_POINTS = 60
 
 
 def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list[dict]]:
-    """cell key -> one profile per configuration ("preset · model"), the verdict configuration first, then the
-    newest: each configuration's latest completed run (else its newest run), so an interrupted run never
-    blanks a comparison."""
+    """cell key -> the newest run's profile of each preset, the verdict configuration's first (then newest first),
+    loss curves downsampled."""
+    newest = store.newest_per_preset()
     out: dict[str, list[dict]] = {}
     for summary in summaries:
-        chosen: dict[str, dict] = {}
-        for row in reversed(store.runs(summary.key)):
-            result = row["result"]
-            configuration = run_config.of_result(result).label
-            if configuration not in chosen or (completed(result) and not completed(chosen[configuration])):
-                chosen[configuration] = result
-        order = sorted(chosen, key=lambda c: c != run_config.VERDICT_LABEL)
-        for configuration in order:
-            result = chosen[configuration]
+        for result in sorted(newest.get(summary.key, []), key=lambda r: not run_config.of_result(r).decides):
             price = gpu_prices.price_for(result)
-            out.setdefault(summary.key, []).append(diff.profile(result, price.usd_per_gpu_hour if price else None))
+            profile = diff.profile(result, price.usd_per_gpu_hour if price else None)
+            out.setdefault(summary.key, []).append(_rounded({**profile, "train_loss": downsample(profile["train_loss"])}))
     return out
+
+
+def _rounded(value):
+    """Floats to 4 significant digits (what the page shows), everywhere in a profile."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def downsample(points: list, limit: int = CURVE_POINTS) -> list:
+    """At most `limit` points of a curve, evenly spaced, the first and the last always kept."""
+    if len(points) <= limit:
+        return points
+    step = (len(points) - 1) / (limit - 1)
+    return [points[round(i * step)] for i in range(limit)]
 
 
 def script_json(value) -> Markup:

@@ -13,16 +13,14 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
-from builder.matrix import (compare as report_compare, diff, gpu_prices, plots as report_plots, provenance,
-                            run_config, vendor_support)
+from builder.matrix import (attempt_files, compare as report_compare, diff, gpu_prices, plots as report_plots,
+                            provenance, run_config, site_folders, vendor_support)
 from builder.matrix.slug import safe_slug
 from builder.matrix.store import MatrixStore, utc_now
 from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
@@ -33,6 +31,11 @@ MARKER = ".envbuild-report"  # marks a folder as a report this command may repla
 _PROVENANCE_FILTER = {"ci": "this project's CI", "contributed": "contributed, signed", "unsigned": "unsigned",
                       "none": "no run"}
 HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<cell>.json
+#: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
+#: come from the store's columns, so a report never parses every stored result.
+PAGE_RUNS = 3
+#: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
+DATA_FILE_BYTES = 900_000
 LOG_TAIL_BYTES = 256 * 1024
 PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
 _FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
@@ -80,25 +83,33 @@ class GridRow:
 
 
 def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path, *,
-                 generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False) -> Path:
+                 generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False,
+                 warn=None) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
-    `summaries`: from `summarize(store, ..., runs_per_cell=HISTORY_ROWS)` (pages show the newest runs;
+    `summaries`: from `summarize(store, ..., runs_per_cell=PAGE_RUNS)` (pages show the newest runs;
     the per-cell data files get every run straight from `store`). `host_details`: publish each run's
     full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
-    GPU count are.
+    GPU count are. `warn(message)` hears about logs left out (see `attempt_files`).
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    build_dir = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.building-"))
+    for stale in site_folders.sweep_stale(out_dir):
+        if warn:
+            warn(f"removed {stale.name}, left by an earlier report that was killed")
+    build_dir = site_folders.building_dir(out_dir)
     try:
+        skipped: list[str] = []
         _write_site(store, summaries, build_dir, generated_at or utc_now(),
-                    vendor_support.load() if vendor is None else vendor, host_details)
+                    vendor_support.load() if vendor is None else vendor, host_details, skipped)
         _swap(build_dir, out_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
+    if skipped and warn:
+        warn(f"{len(skipped)} log(s) not published, e.g. {skipped[0]}; a report publishes only the logs"
+             " in attempt folders this matrix file's store created")
     return out_dir / "index.html"
 
 
@@ -125,15 +136,20 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
     os.chmod(build_dir, 0o777 & ~umask)
     old = None
     if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
+        old = site_folders.old_dir(out_dir)
         os.rename(out_dir, old)
-    os.rename(build_dir, out_dir)
+    try:
+        os.rename(build_dir, out_dir)
+    except BaseException:
+        if old:
+            os.rename(old, out_dir)  # the previous site stays whole
+        raise
     if old:
         shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
-                host_details: bool) -> None:
+                host_details: bool, skipped: list[str]) -> None:
     html, md = _environments()
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
     common = {"generated_at": generated_at, "version": __version__, "counts": counts}
@@ -150,13 +166,12 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
-        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []))
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), store.path, skipped)
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
         record = summary_record(summary, with_runs=False)
         runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
-        (root / "data" / f"{entry.slug}.json").write_text(
-            json.dumps(record, sort_keys=True, default=str)[:-1] + ', "runs": [' + ", ".join(runs) + "]}")
+        _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
         index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
                             "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
     torch_lines, rows = _grid(summaries, entries)
@@ -172,6 +187,24 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     report_compare.write(root, html, store, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
+    """data/<slug>.json: the cell's record with its runs (stored JSON as it is, oldest first). Runs beyond
+    DATA_FILE_BYTES go to data/<slug>-runs-2.json, -3, ... ({"runs": [...]}), listed in `more_runs`."""
+    chunks: list[list[str]] = [[]]
+    size = len(record)
+    for run in runs:
+        if chunks[-1] and size + len(run) > DATA_FILE_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(run)
+        size += len(run) + 2
+    more = [f"data/{slug}-runs-{n}.json" for n in range(2, len(chunks) + 1)]
+    for name, chunk in zip(more, chunks[1:]):
+        (root / name).write_text('{"runs": [' + ", ".join(chunk) + "]}")
+    (root / "data" / f"{slug}.json").write_text(
+        record[:-1] + ', "more_runs": ' + json.dumps(more) + ', "runs": [' + ", ".join(chunks[0]) + "]}")
 
 
 def release_value(flavor: str, accel: str | None) -> str:
@@ -336,7 +369,7 @@ def _grid(summaries: list[CellSummary], entries: dict[str, IndexEntry]) -> tuple
 
 
 def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details: bool,
-               throughput: list[dict]) -> dict:
+               throughput: list[dict], db: Path, skipped: list[str]) -> dict:
     """Everything one cell page shows, with its plots drawn and logs copied into the site."""
     latest, train = summary.latest_run, summary.latest_train_run
     plots = {"curves": None, "accuracy": None}
@@ -345,8 +378,10 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         plots["accuracy"] = report_plots.accuracy_before_after(train, root / "plots" / f"{entry.slug}-accuracy.svg")
     plots["throughput"] = report_plots.throughput_history(throughput, root / "plots" / f"{entry.slug}-throughput.svg")
     image = _latest_image(summary)
-    run_logs = {row["result"]["run_id"]: _copy_log(_run_log(row), root) for row in summary.runs[-HISTORY_ROWS:]}
-    builds = [{**b, "log_link": _copy_log(b.get("log_path"), root)} for b in summary.builds[-HISTORY_ROWS:]]
+    run_logs = {e.ident: _copy_log(db, e.attempt_dir, ("container.log", "workload.log"), root, skipped)
+                for e in summary.events[-HISTORY_ROWS:] if e.kind == "run"}
+    builds = [{**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
+              for b in summary.builds[-HISTORY_ROWS:]]
     build_logs = {b["build_uid"]: b["log_link"] for b in builds}
     host = (latest or {}).get("host")
     return {
@@ -422,25 +457,23 @@ def _reproduce(cell, tag: str | None) -> list[str]:
     return commands
 
 
-def _run_log(row: dict) -> Path | None:
-    """The container log beside a run's result.json, if the run was imported from a file."""
-    return Path(row["source"]).with_name("container.log") if row.get("source") else None
+def _copy_log(db: Path, attempt_dir: str | None, names: tuple[str, ...], root: Path, skipped: list[str]) -> str | None:
+    """Copy the tail of an attempt's log into the site, if the whitelist allows it; its site-relative path.
 
-
-def _copy_log(path, root: Path) -> str | None:
-    """Copy (the tail of) a log that exists here into the site; its site-relative path, else None."""
-    if not path:
+    Only a log in an attempt folder this matrix file's store created is opened (`attempt_files`);
+    paths named by data (a build's `log_path`, a run's `source`) never are.
+    """
+    path, why_not = attempt_files.attempt_log(db, attempt_dir, names)
+    if why_not:
+        skipped.append(why_not)
+    if path is None:
         return None
-    source = Path(path)
     try:
-        if not source.is_file():
-            return None
-        with source.open("rb") as fh:
-            fh.seek(max(0, source.stat().st_size - LOG_TAIL_BYTES))
-            data = fh.read()
-    except OSError:
+        data = attempt_files.read_tail(path, LOG_TAIL_BYTES)
+    except OSError as exc:
+        skipped.append(f"{path}: {exc.strerror}")
         return None
-    name = f"logs/{safe_slug(str(source.resolve()))}.txt"
+    name = f"logs/{safe_slug(str(Path(attempt_dir).name))}-{path.stem}.txt"
     (root / name).write_bytes(data)
     return name
 

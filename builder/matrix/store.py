@@ -21,8 +21,12 @@ from builder.matrix.store_writes import RecordedRun, StoreWrites, utc_now
 
 __all__ = ["BUILD_STATUSES", "BUSY_TIMEOUT_MS", "DB_ENV_VAR", "DEFAULT_DB_NAME", "MIGRATIONS", "RESULT_SCHEMA_VERSIONS",
            "RUN_STATUSES", "SCHEMA_VERSION", "DamagedRow", "InvalidResultError", "MatrixStore", "RecordedRun",
-           "RunConflictError", "StoreError", "canonical_json", "default_db_path", "utc_now", "validate_result"]
+           "RunConflictError", "StoreError", "canonical_json", "default_db_path", "read_mergeable", "utc_now",
+           "validate_result"]
 
 
 class MatrixStore(StoreWrites, StoreReads):
     """A connection to one matrix database file. Use `MatrixStore.open(path)`."""
+
+
+read_mergeable = MatrixStore.read_mergeable

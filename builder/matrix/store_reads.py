@@ -4,11 +4,13 @@ SQLite's integrity check) is skipped and noted in `store.damaged`, so one bad ro
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
-from builder.matrix import run_config
+from builder.matrix import result_schema, run_config
 from builder.matrix.provenance import KINDS, PUBLISHED, UNSIGNED
-from builder.matrix.store_schema import RUN_STATUSES, DamagedRow, StoreConnection, _first_error, _is_result
+from builder.matrix.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, StoreConnection, _first_error,
+                                         _is_result, _short, validate_result)
 from builder.plan.cells import Cell
 
 
@@ -18,10 +20,13 @@ class StoreReads(StoreConnection):
     def cells(self) -> list[Cell]:
         """Every cell that has a build or a run recorded, ordered by key (unreadable coordinates skipped)."""
         out = []
-        for row_id, key, *coords in self._conn.execute(
+        for row_id, key, *coords in self._rows(
                 "SELECT id, key, flavor, accel_version, torch, arch, python FROM cells ORDER BY key"):
             try:
-                out.append(Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords))))
+                cell = Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords)))
+                if cell.key != key:
+                    raise ValueError(f"the key does not name its coordinates ({cell.key})")
+                out.append(cell)
             except ValueError as exc:
                 self.damaged.append(DamagedRow("cells", row_id, key, "coordinates", _first_error(exc)))
         return out
@@ -34,7 +39,7 @@ class StoreReads(StoreConnection):
         """
         sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
                " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts, runs.provenance, runs.signer,"
-               " runs.attestation_json FROM runs JOIN cells ON cells.id = runs.cell_id"
+               " runs.attestation_json, runs.schema_checked FROM runs JOIN cells ON cells.id = runs.cell_id"
                " WHERE 1")
         args: list = []
         if cell_key is not None:
@@ -47,8 +52,8 @@ class StoreReads(StoreConnection):
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
         for (row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, provenance, signer,
-             attestation) in self._conn.execute(sql, args):
-            result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+             attestation, checked) in self._rows(sql, args):
+            result = self._result(row_id, run_id, blob, checked)
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
                             "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
@@ -71,25 +76,47 @@ class StoreReads(StoreConnection):
                       " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END")
             for key in host_keys:
                 args += [key, f"$.host.{key}"]
-        cur = self._conn.execute(
-            f"SELECT {column} FROM runs JOIN cells ON cells.id = runs.cell_id WHERE cells.key = ?"
-            " AND json_valid(runs.result_json) ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
+        cur = self._rows(
+            f"SELECT json_valid(runs.result_json), runs.id, runs.run_id,"
+            f" CASE WHEN json_valid(runs.result_json) THEN {column} END FROM runs JOIN cells ON cells.id = runs.cell_id"
+            " WHERE cells.key = ? ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
             [*args, cell_key])
-        return [row[0] for row in cur]
+        out = []
+        for valid, row_id, run_id, text in cur:
+            if valid:
+                out.append(text)
+            else:
+                self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json", "not valid JSON"))
+        return out
+
+    def newest_per_preset(self) -> dict[str, list[dict]]:
+        """cell key -> the newest run of each `config.preset` (the `preset` column), newest first; only those
+        are parsed (a damaged one is skipped and noted)."""
+        cur = self._rows(
+            "SELECT runs.id, runs.run_id, cells.key, CAST(runs.result_json AS BLOB), runs.schema_checked FROM runs"
+            " JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER"
+            " (PARTITION BY cell_id, preset ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n"
+            " FROM runs) WHERE n = 1)"
+            " ORDER BY cells.key, COALESCE(runs.finished_at, runs.recorded_at) DESC, runs.id DESC")
+        out: dict[str, list[dict]] = {}
+        for row_id, run_id, key, blob, checked in cur:
+            result = self._result(row_id, run_id, blob, checked)
+            if result is not None:
+                out.setdefault(key, []).append(result)
+        return out
 
     def train_metrics(self) -> list[dict]:
-        """Every readable train run's cell_key, time (`at`), samples_per_s, mfu and `configuration`
-        (run_config.RunConfiguration), oldest first (no parsing of whole results)."""
-        cur = self._conn.execute(
+        """Every train run's cell_key, time (`at`), samples_per_s and mfu (columns filled on import) and
+        `configuration` (run_config.RunConfiguration, from the stored JSON where it is valid), oldest first."""
+        cur = self._rows(
             "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
-            " json_extract(runs.result_json, '$.metrics.samples_per_s'), json_extract(runs.result_json, '$.metrics.mfu'),"
-            f" {run_config.SQL.replace('result_json', 'runs.result_json')}"
+            f" runs.samples_per_s, runs.mfu, {run_config.SQL.replace('result_json', 'runs.result_json')}"
             " FROM runs JOIN cells ON cells.id = runs.cell_id"
-            " WHERE runs.command = 'train' AND json_valid(runs.result_json) ORDER BY at, runs.id")
+            " WHERE runs.command = 'train' ORDER BY at, runs.id")
         return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu, "configuration": run_config.of_row(c)}
                 for k, at, sps, mfu, c in cur]
 
-    def run_events(self) -> list[dict]:
+    def run_events(self, cell_key: str | None = None) -> list[dict]:
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
 
         Keys: cell_key, run_id, status, error_class, error, at, failed_probes (names, comma-separated),
@@ -97,13 +124,14 @@ class StoreReads(StoreConnection):
         `configuration` (run_config.RunConfiguration: the few result fields it needs, read only where the
         stored JSON is valid). A row whose status column is damaged is skipped and noted.
         """
-        cur = self._conn.execute(
+        cur = self._rows(
             "SELECT runs.id, cells.key, runs.run_id, runs.status, runs.error_class, runs.error,"
             " COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
             " (SELECT group_concat(name, ', ') FROM probes WHERE run_row = runs.id AND status = 'fail'),"
             " runs.counts, runs.base_image, runs.base_digest, runs.context_hash, runs.attempt_dir,"
             f" {run_config.SQL}"
-            " FROM runs JOIN cells ON cells.id = runs.cell_id ORDER BY at, runs.id")
+            " FROM runs JOIN cells ON cells.id = runs.cell_id WHERE ? IS NULL OR cells.key = ? ORDER BY at, runs.id",
+            (cell_key, cell_key))
         names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes", "counts",
                  "base_image", "base_digest", "context_hash", "attempt_dir", "configuration")
         events = []
@@ -128,8 +156,9 @@ class StoreReads(StoreConnection):
         if cell_key is not None:
             sql += " WHERE cells.key = ?"
             args = (cell_key,)
-        cur = self._conn.execute(sql + " ORDER BY builds.created_at, builds.id", args)
-        names = [d[0] for d in cur.description]
+        sql += " ORDER BY builds.created_at, builds.id"
+        names = [d[0] for d in self._conn.execute(sql + " LIMIT 0", args).description]
+        cur = self._rows(sql, args)
         out = []
         for row in cur:
             build = dict(zip(names, row))
@@ -149,7 +178,7 @@ class StoreReads(StoreConnection):
         return str((self.path.resolve().parent / attempt_dir))
 
     def probe_rows(self, run_row: int) -> list[dict]:
-        cur = self._conn.execute(
+        cur = self._rows(
             "SELECT name, status, message, CAST(values_json AS BLOB) FROM probes WHERE run_row = ? ORDER BY name",
             (run_row,))
         out = []
@@ -163,14 +192,89 @@ class StoreReads(StoreConnection):
         """Every row whose stored JSON or cell coordinates do not parse (what the reads would skip)."""
         self.damaged = []
         self.cells()
-        self.runs()
+        for row_id, run_id in self._conn.execute(  # in SQL: no result is parsed in Python (fast at any size)
+                "SELECT id, run_id FROM runs WHERE NOT json_valid(result_json) OR json_type(result_json, '$.run_id')"
+                " IS NOT 'text' OR json_type(result_json, '$.status') IS NOT 'text'"
+                " OR json_type(result_json, '$.command') IS NOT 'text' ORDER BY id"):
+            self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json", "not a JSON result object"))
         self.builds()
-        for (row_id,) in self._conn.execute("SELECT id FROM runs ORDER BY id").fetchall():
-            self.probe_rows(row_id)
-        return list(self.damaged)
+        for row_id, name in self._conn.execute(
+                "SELECT run_row, name FROM probes WHERE values_json IS NOT NULL AND (NOT json_valid(values_json)"
+                " OR json_type(values_json) IS NOT 'object') ORDER BY run_row"):
+            self.damaged.append(DamagedRow("probes", row_id, str(name), "values_json", "not a JSON object"))
+        self._check_text()
+        unique = {(d.table, d.row_id, d.column): d for d in reversed(self.damaged)}  # first finding per column
+        return sorted(unique.values(), key=lambda d: (d.table != "cells", d.table, d.row_id, d.column))
+
+    def _check_text(self) -> None:
+        """Every TEXT value that is not UTF-8, as a DamagedRow (read as bytes, so nothing is replaced)."""
+        idents = {"cells": "key", "builds": "build_uid", "runs": "run_id", "probes": "name"}
+        for table, ident in idents.items():
+            columns = [row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")]
+            row_key = "run_row" if table == "probes" else "id"
+            cur = self._conn.execute(f"SELECT {row_key}, CAST({ident} AS BLOB), "
+                                     + ", ".join(f"CAST({c} AS BLOB)" if c else c for c in columns)
+                                     + f" FROM {table} WHERE " + " OR ".join(f"typeof({c}) = 'text'" for c in columns))
+            for row_id, name, *values in cur:
+                for column, value in zip(columns, values):
+                    if isinstance(value, bytes):
+                        try:
+                            value.decode("utf-8")
+                        except UnicodeDecodeError as exc:
+                            self.damaged.append(DamagedRow(table, row_id, bytes(name or b"").decode("utf-8", "replace"),
+                                                           column, f"not UTF-8 ({exc.reason} at byte {exc.start})"))
 
     def integrity_ok(self) -> bool:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def _result(self, row_id: int, run_id: str, blob: bytes, checked: int) -> dict | None:
+        """A stored result, parsed; one that did not pass the result schema on its way in (`schema_checked`
+        0: stored by an older envbuild) is checked now. None, and a DamagedRow noted, when it is not one."""
+        result = self._json("runs", row_id, run_id, "result_json", blob, _is_result)
+        if result is None or checked:
+            return result
+        try:
+            return result_schema.validate(result)
+        except result_schema.ResultSchemaError as exc:
+            self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json",
+                                           f"breaks the result schema: {exc.problems[0]}"))
+            return None
+
+    @classmethod
+    def read_mergeable(cls, other: str | os.PathLike) -> tuple[list[tuple[int, Cell, dict]], list[dict]]:
+        """Every build and run of another matrix file, each checked by the result schema; reads only.
+
+        Returns ([(source build id, cell, build columns)], [run rows with `result` cleaned]). Raises
+        StoreError for a file that cannot be read, InvalidResultError naming the first row that breaks the
+        schema (a damaged row counts: merging a file should not lose rows silently).
+        """
+        with cls.open(other, readonly=True) as source:
+            raw_builds, raw_runs = source.builds(), source.runs()
+            if source.damaged:
+                raise InvalidResultError(f"{other}: {source.damaged[0]}; `envbuild matrix check --db {other}` lists"
+                                         " every such row")
+        builds = []
+        for build in raw_builds:
+            try:
+                cell = Cell(**build["cell"])
+                if cell.key != build["cell_key"]:
+                    raise ValueError(f"cell key {build['cell_key']!r} does not name its coordinates ({cell.key})")
+                clean = result_schema.validate_build({k: build[k] for k in _BUILD_COLUMNS})
+            except (ValueError, TypeError) as exc:
+                raise InvalidResultError(f"builds row {build['id']} ({_short(build.get('build_uid'))}):"
+                                         f" {_first_error(exc)}") from None
+            builds.append((build["id"], cell, clean))
+        runs = []
+        for row in raw_runs:
+            try:
+                result = validate_result(row["result"])
+            except InvalidResultError as exc:
+                raise InvalidResultError(f"runs row {row['row_id']} ({_short(row['result'].get('run_id'))}): {exc}") from None
+            if Cell.from_result(result).key != row["cell_key"]:
+                raise InvalidResultError(f"runs row {row['row_id']}: stored under cell {row['cell_key']}, but its"
+                                         f" result names {Cell.from_result(result).key}")
+            runs.append({**row, "result": result})
+        return builds, runs
 
     def _json(self, table: str, row_id: int, ident: str, column: str, blob: bytes, valid) -> Any:
         """The parsed JSON of one column, or None (and a DamagedRow noted) when it does not parse."""
@@ -179,7 +283,12 @@ class StoreReads(StoreConnection):
             if valid(value):
                 return value
             problem = "not the expected JSON object"
-        except (UnicodeDecodeError, ValueError) as exc:
-            problem = str(exc).splitlines()[0][:120]
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
         self.damaged.append(DamagedRow(table, row_id, str(ident), column, problem))
         return None
+
+
+_BUILD_COLUMNS = ("build_uid", "status", "failure_class", "error", "recipe_hash", "context_hash", "image_tag",
+                  "image_digest", "base_image", "base_digest", "duration_s", "log_path", "attempt_dir", "manifest",
+                  "created_at")

@@ -16,7 +16,7 @@ from typing import Any, Iterator, TypeVar
 
 from pydantic import ValidationError
 
-from builder.matrix import verdict_rules
+from builder.matrix import result_schema, verdict_rules
 from builder.plan.cells import Cell
 
 #: Environment variable naming the matrix database (the `--db` option reads it too).
@@ -118,6 +118,25 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs ADD COLUMN signer TEXT;
     ALTER TABLE runs ADD COLUMN attestation_json TEXT
     """,
+    # 4: a cell is its coordinates: no two rows may hold the same ones under different keys; what the report
+    # reads of every run (preset, samples/s, MFU) as columns, so no report parses every stored result; whether
+    # the stored result passed the typed result schema on its way in (older rows are checked when read) (issue 20).
+    """
+    CREATE UNIQUE INDEX cells_coordinates ON cells (flavor, COALESCE(accel_version, ''), torch,
+        COALESCE(arch, ''), python);
+    ALTER TABLE runs ADD COLUMN preset TEXT;
+    ALTER TABLE runs ADD COLUMN samples_per_s REAL;
+    ALTER TABLE runs ADD COLUMN mfu REAL;
+    ALTER TABLE runs ADD COLUMN schema_checked INTEGER NOT NULL DEFAULT 0;
+    UPDATE runs SET
+        preset = CASE WHEN json_type(result_json, '$.config.preset') = 'text'
+                      THEN json_extract(result_json, '$.config.preset') END,
+        samples_per_s = CASE WHEN json_type(result_json, '$.metrics.samples_per_s') IN ('real', 'integer')
+                             THEN json_extract(result_json, '$.metrics.samples_per_s') END,
+        mfu = CASE WHEN json_type(result_json, '$.metrics.mfu') IN ('real', 'integer')
+                   THEN json_extract(result_json, '$.metrics.mfu') END
+        WHERE json_valid(result_json)
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -163,6 +182,29 @@ class StoreConnection:
         self._conn = conn
         self.path = path
         self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
+        self.bad_text = 0  # text values read that were not UTF-8 (shown with U+FFFD; `check` names their rows)
+
+    def _rows(self, sql: str, args=()) -> list[tuple]:
+        """A read's rows. SQLite's own UTF-8 decoding is fast but stops at a damaged value: the query is then
+        run again decoding in Python, where such a value becomes U+FFFD (counted in `bad_text`)."""
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):
+                raise
+        self._conn.text_factory = self._text
+        try:
+            return self._conn.execute(sql, args).fetchall()
+        finally:
+            self._conn.text_factory = str
+
+    def _text(self, raw: bytes) -> str:
+        """A TEXT value: bytes that are not UTF-8 (damage that passes the integrity check) never stop a read."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.bad_text += 1
+            return raw.decode("utf-8", "replace")
 
     # ---- opening ---------------------------------------------------------------------------
     @classmethod
@@ -224,6 +266,15 @@ class StoreConnection:
                              f" point --db / ${DB_ENV_VAR} elsewhere")
         return db
 
+    @classmethod
+    def peek(cls, path: str | os.PathLike) -> "MatrixStore | None":
+        """Read-only, for the checks an import makes before it writes: an older schema is fine (the import
+        upgrades it); a file that another importer is creating this instant (no tables yet) gives None."""
+        db = Path(path)
+        _check_header(db)
+        conn = _connect_readonly(db, require_current=False, allow_new=True)
+        return None if conn is None else cls(conn, db)
+
     @property
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
@@ -259,32 +310,42 @@ def _first_error(exc: Exception) -> str:
     return str(exc)
 
 
-def validate_result(result: Any) -> None:
-    """Raise InvalidResultError unless `result` has what the matrix needs from docs/result-schema.md."""
+def validate_result(result: Any) -> dict:
+    """`result` as the matrix stores it (docs/result-schema.md; strings cleaned), or InvalidResultError.
+
+    The message names the field path and the rule; the cell the result names is checked too.
+    """
     if not isinstance(result, dict):
         raise InvalidResultError("a result must be a JSON object (docs/result-schema.md)")
     version = result.get("schema_version")
     if version not in RESULT_SCHEMA_VERSIONS:
         raise InvalidResultError(
-            f"result schema_version {version!r} is not one this envbuild reads {RESULT_SCHEMA_VERSIONS};"
+            f"result schema_version {_short(version)} is not one this envbuild reads {RESULT_SCHEMA_VERSIONS};"
             " upgrade envbuild or re-run the workload with a matching version")
     missing = [k for k in ("run_id", "command", "status", "versions") if not result.get(k)]
     if missing:
         raise InvalidResultError(f"result is missing {', '.join(missing)} (docs/result-schema.md)")
-    if result["status"] not in RUN_STATUSES:
-        raise InvalidResultError(f"result status must be one of {RUN_STATUSES}, got {result['status']!r}")
-    if result["status"] != "pass" and not result.get("error_class"):
-        raise InvalidResultError("a result that did not pass needs an error_class (docs/result-schema.md)")
+    if not isinstance(result["status"], str) or result["status"] not in RUN_STATUSES:
+        raise InvalidResultError(f"result status must be one of {RUN_STATUSES}, got {_short(result['status'])}")
+    versions = result["versions"] if isinstance(result["versions"], dict) else {}
     for key in ("python", "torch"):
-        if not (result["versions"] or {}).get(key):
+        if not versions.get(key):
             raise InvalidResultError(f"result versions.{key} is missing: the matrix cell cannot be known")
-    for probe in result.get("probes") or []:
-        if not isinstance(probe, dict) or not probe.get("name") or probe.get("status") not in ("pass", "fail", "skip"):
-            raise InvalidResultError(f"probe entry {probe!r} needs a name and a status pass|fail|skip")
     try:
-        Cell.from_result(result)
+        clean = result_schema.validate(result)
+    except result_schema.ResultSchemaError as exc:
+        raise InvalidResultError(f"result does not follow docs/result-schema.md: {exc}") from None
+    try:
+        Cell.from_result(clean)
     except (ValueError, TypeError, AttributeError) as exc:
         raise InvalidResultError(f"result names no valid matrix cell: {_first_error(exc)}") from exc
+    return clean
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
+
 
 
 def _wal(conn: sqlite3.Connection) -> None:
@@ -315,8 +376,11 @@ def _check_header(db: Path) -> None:
             f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
 
 
-def _connect_readonly(db: Path, *, require_current: bool = True) -> sqlite3.Connection:
-    """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched)."""
+def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool = False) -> sqlite3.Connection | None:
+    """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched).
+
+    `allow_new`: a file another process is creating right now (schema 0 and no tables yet) gives None.
+    """
     if not db.exists():
         raise StoreError(
             f"no matrix database at {db}: record a run (`envbuild run workload`), import results"
@@ -332,6 +396,9 @@ def _connect_readonly(db: Path, *, require_current: bool = True) -> sqlite3.Conn
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _check_readable(conn, db)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0 and allow_new and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            conn.close()
+            return None
         if version == 0:
             raise StoreError(f"{db} is an SQLite file but not a matrix database; nothing was changed."
                              f" Point --db / ${DB_ENV_VAR} at a matrix")
@@ -345,18 +412,29 @@ def _connect_readonly(db: Path, *, require_current: bool = True) -> sqlite3.Conn
 
 
 def _check_readable(conn: sqlite3.Connection, db: Path) -> None:
-    """Schema version and integrity, read-only: raise StoreError without writing anything."""
-    try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
-                " nothing was changed. Upgrade envbuild, or use another --db path")
-        problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
-    except sqlite3.DatabaseError as exc:
+    """Schema version and integrity, read-only: raise StoreError without writing anything.
+
+    "database is locked" here is another process creating the file or switching it to WAL at this instant
+    (SQLite answers some of those without waiting on the busy handler): retried until the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
+                                 f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+            time.sleep(0.05)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
+                             f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+    if version > SCHEMA_VERSION:
         raise StoreError(
-            f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
-            f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+            f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
+            " nothing was changed. Upgrade envbuild, or use another --db path")
     if problems != ["ok"]:
         raise StoreError(
             f"{db} failed its integrity check ({'; '.join(problems[:3])}); nothing was changed."

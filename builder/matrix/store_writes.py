@@ -8,14 +8,15 @@ import json
 import os
 import sqlite3
 import uuid
+from pathlib import Path
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from builder.matrix import verdict_rules
+from builder.matrix import attempt_files, verdict_rules
 from builder.matrix.provenance import PUBLISHED, UNSIGNED, Provenance
-from builder.matrix.store_schema import (BUILD_STATUSES, RunConflictError, StoreConnection, StoreError, canonical_json,
-                                         validate_result)
+from builder.matrix.store_schema import (BUILD_STATUSES, InvalidResultError, RunConflictError, StoreConnection,
+                                         StoreError, canonical_json, validate_result)
 from builder.plan.cells import Cell
 
 
@@ -101,7 +102,7 @@ class StoreWrites(StoreConnection):
         row = self._conn.execute("SELECT result_json FROM runs WHERE run_id = ?", (result["run_id"],)).fetchone()
         if row is None:
             return "new"
-        return "identical" if row[0] == canonical_json(result) else "conflict"
+        return "identical" if row[0] == canonical_json(validate_result(result)) else "conflict"
 
     def record_run(self, result: dict, *, build_id: int | None = None, source: str | None = None,
                    replace: bool = False, attempt_dir: str | os.PathLike | None = None,
@@ -115,7 +116,7 @@ class StoreWrites(StoreConnection):
         content hash, the linked build's base digest. `provenance`: who measured it (default: unsigned); a
         signed provenance for a run already recorded with the same content replaces an unsigned one.
         """
-        validate_result(result)
+        result = validate_result(result)
         provenance = provenance or Provenance()
         cell = Cell.from_result(result)
         image = result.get("image") or {}
@@ -140,16 +141,25 @@ class StoreWrites(StoreConnection):
             cell_id = _ensure_cell(conn, cell)
             if build_id is None and image.get("digest"):
                 row = conn.execute(
-                    "SELECT id FROM builds WHERE image_digest = ? ORDER BY id DESC LIMIT 1", (image["digest"],)
-                ).fetchone()
+                    "SELECT id FROM builds WHERE image_digest = ? AND cell_id = ? ORDER BY id DESC LIMIT 1",
+                    (image["digest"], cell_id)).fetchone()
                 build_id = row[0] if row else None
+            elif build_id is not None:
+                row = conn.execute("SELECT cells.id, cells.key FROM builds JOIN cells ON cells.id = builds.cell_id"
+                                   " WHERE builds.id = ?", (build_id,)).fetchone()
+                if row is None or row[0] != cell_id:
+                    raise InvalidResultError(
+                        f"run {result['run_id']} is of cell {cell.key}, but build {build_id} is of cell"
+                        f" {row[1] if row else '(none)'}; nothing was recorded")
             manifest = image.get("manifest") if isinstance(image.get("manifest"), dict) else {}
+            metrics = result.get("metrics") or {}  # typed by the schema: numbers or null
             base_digest = conn.execute("SELECT base_digest FROM builds WHERE id = ?", (build_id,)).fetchone()
             cur = conn.execute(
                 "INSERT INTO runs (run_id, cell_id, build_id, command, status, error_class, error, started_at,"
                 " finished_at, wall_time_s, image_tag, image_digest, host_json, result_json, source, recorded_at,"
-                " counts, attempt_dir, base_image, base_digest, context_hash, provenance, signer, attestation_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " counts, attempt_dir, base_image, base_digest, context_hash, provenance, signer, attestation_json,"
+                " preset, samples_per_s, mfu, schema_checked)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                 (result["run_id"], cell_id, build_id, result["command"], result["status"],
                  result.get("error_class"), result.get("error"), result.get("started_at"),
                  result.get("finished_at"), result.get("wall_time_s"), image.get("tag"), image.get("digest"),
@@ -158,7 +168,8 @@ class StoreWrites(StoreConnection):
                  int(verdict_rules.counts("run", result["status"], result.get("error_class"))),
                  str(attempt_dir) if attempt_dir is not None else None, _text(manifest.get("base_image")),
                  base_digest[0] if base_digest else None, _text(manifest.get("context_hash")),
-                 provenance.kind, provenance.signer, provenance.attestation),
+                 provenance.kind, provenance.signer, provenance.attestation,
+                 (result.get("config") or {}).get("preset"), metrics.get("samples_per_s"), metrics.get("mfu")),
             )
             row_id = cur.lastrowid
             conn.executemany(
@@ -172,29 +183,29 @@ class StoreWrites(StoreConnection):
         """Copy the builds and runs of another matrix file (e.g. a CI job's) into this one, idempotently.
 
         Returns (builds added, {"new"|"identical"|"replaced": runs}); rows already here (same build_uid /
-        identical run) are skipped. Each row is its own transaction: an interrupted merge is completed by
-        running it again. The other file is only read. Its runs come in unsigned: another file's provenance
-        is a claim this one cannot check (an attestation covers a result.json's bytes, which a matrix file does
-        not keep); importing the signed result.json files upgrades them.
+        identical run) are skipped. Every row is checked first (`read_mergeable`): one invalid row merges
+        nothing. Attempt folders are copied under this file's own attempt root (`attempt_files.adopt_attempt`);
+        paths the rows name (`log_path`, `source`) are kept as notes and never opened. Each row is its own
+        transaction: an interrupted merge is completed by running it again. The other file is only read. Its
+        runs come in unsigned: another file's provenance is a claim this one cannot check (an attestation
+        covers a result.json's bytes, which a matrix file does not keep); importing the signed result.json
+        files upgrades them.
         """
-        with type(self).open(other, readonly=True) as source:
-            builds, runs = source.builds(), source.runs()
-            self.damaged += source.damaged
+        builds, runs = type(self).read_mergeable(other)
         added_builds = 0
         outcomes = {"new": 0, "identical": 0, "replaced": 0}
         id_map: dict[int, int] = {}  # source build id -> build id here
-        for build in builds:
+        for source_id, cell, build in builds:
             before = self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build["build_uid"],)).fetchone()
-            id_map[build["id"]] = self.record_build(
-                Cell(**build["cell"]),
-                **{k: build[k] for k in ("status", "recipe_hash", "context_hash", "image_tag", "image_digest",
-                                         "duration_s", "log_path", "failure_class", "error", "manifest",
-                                         "created_at", "build_uid", "base_image", "base_digest")},
-                attempt_dir=source.attempt_path(build["attempt_dir"]))
+            source_attempt = build.pop("attempt_dir")
+            attempt = attempt_files.adopt_attempt(Path(other), source_attempt, self.path) if before is None else None
+            id_map[source_id] = self.record_build(cell, **build, attempt_dir=attempt)
             added_builds += before is None
         for row in runs:
+            new = self.classify_run(row["result"]) != "identical"
+            attempt = attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path) if new else None
             recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"],
-                                       replace=replace, attempt_dir=source.attempt_path(row["attempt_dir"]))
+                                       replace=replace, attempt_dir=attempt)
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
@@ -215,12 +226,23 @@ class StoreWrites(StoreConnection):
 
 
 def _ensure_cell(conn: sqlite3.Connection, cell: Cell) -> int:
-    conn.execute(
-        "INSERT INTO cells (key, flavor, accel_version, torch, arch, python) VALUES (?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT(key) DO NOTHING",
-        (cell.key, cell.flavor, cell.accel_version, cell.torch, cell.arch, cell.python),
-    )
-    return conn.execute("SELECT id FROM cells WHERE key = ?", (cell.key,)).fetchone()[0]
+    """The row of `cell`, inserted if new. A row with its key but other coordinates (written by an older
+    envbuild, whose keys could collide) is never joined: InvalidResultError."""
+    coords = (cell.flavor, cell.accel_version, cell.torch, cell.arch, cell.python)
+    row = conn.execute("SELECT id, flavor, accel_version, torch, arch, python FROM cells WHERE key = ?",
+                       (cell.key,)).fetchone()
+    if row is None:
+        try:
+            return conn.execute("INSERT INTO cells (key, flavor, accel_version, torch, arch, python)"
+                                " VALUES (?, ?, ?, ?, ?, ?)", (cell.key, *coords)).lastrowid
+        except sqlite3.IntegrityError:
+            raise InvalidResultError(f"cell {cell.key}: its coordinates are stored under another key;"
+                                     " `envbuild matrix check` lists the row") from None
+    if tuple(row[1:]) != coords:
+        raise InvalidResultError(
+            f"cell key {cell.key} in the matrix names other coordinates ({', '.join(map(str, row[1:]))});"
+            " the run was not recorded. `envbuild matrix check` lists that row")
+    return row[0]
 
 
 def _text(value: Any) -> str | None:

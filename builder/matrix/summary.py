@@ -191,26 +191,28 @@ class CellSummary:
 
 
 def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = (), *,
-              with_runs: bool = True, runs_per_cell: int | None = None) -> list[CellSummary]:
+              with_runs: bool = True, runs_per_cell: int | None = None, cell_key: str | None = None) -> list[CellSummary]:
     """A summary per cell: every recorded cell plus every recipe cell, ordered by key.
 
     Verdicts come from the runs' columns; `with_runs` also loads the runs' full result.json
     (`CellSummary.runs`: what `show`, `export` and the report need, `list` does not), only the
     newest `runs_per_cell` of each cell when given. Rows that do not parse are skipped and listed
-    in `store.damaged`.
+    in `store.damaged`. `cell_key`: only that cell (nothing else is read).
     """
-    summaries: dict[str, CellSummary] = {c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells}
+    summaries: dict[str, CellSummary] = {c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells
+                                         if cell_key in (None, c.key)}
     for cell in store.cells():
-        summaries.setdefault(cell.key, CellSummary(cell=cell))
+        if cell_key in (None, cell.key):
+            summaries.setdefault(cell.key, CellSummary(cell=cell))
     if with_runs:
-        for row in store.runs(last=runs_per_cell):
+        for row in store.runs(cell_key, last=runs_per_cell):
             if row["cell_key"] in summaries:
                 summaries[row["cell_key"]].runs.append(row)
     events: dict[str, list[Event]] = {}
-    for row in store.run_events():
+    for row in store.run_events(cell_key):
         if row["cell_key"] in summaries:
             events.setdefault(row["cell_key"], []).append(_run_event(row))
-    for build in store.builds():
+    for build in store.builds(cell_key):
         if build["cell_key"] in summaries:
             summaries[build["cell_key"]].builds.append(build)
     for key, summary in summaries.items():

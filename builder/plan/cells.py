@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-# What a coordinate may hold: it becomes part of the cell key, which names files and URLs.
+# What a coordinate may hold: it becomes part of the cell key, which names files and URLs. A flavor is
+# letters only, so the version glued to it (`cuda13.0`) starts where the letters end: `cuda1` + `3.0`
+# cannot spell the same key as `cuda` + `13.0`.
 _VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z]+){0,3}")
-_FLAVOR = re.compile(r"[a-z][a-z0-9]{0,15}")
+_FLAVOR = re.compile(r"[a-z]{1,16}")
 _ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,39}")
+#: The key's grammar: versions hold no "-", so the torch and Python parts, and the arch between them, are unique.
+_KEY = re.compile(r"(?P<flavor>[a-z]+)(?P<accel_version>[0-9][^-]*)?-torch(?P<torch>[^-]+)"
+                  r"(?:-(?P<arch>.+?))?-py(?P<python>[^-]+)")
 
 
 class Cell(BaseModel):
@@ -30,7 +35,7 @@ class Cell(BaseModel):
     @field_validator("flavor")
     @classmethod
     def _flavor(cls, value: str) -> str:
-        return _checked("flavor", value, _FLAVOR, "lower-case letters and digits, e.g. rocm")
+        return _checked("flavor", value, _FLAVOR, "lower-case letters only, e.g. rocm")
 
     @field_validator("accel_version", "torch", "python")
     @classmethod
@@ -41,6 +46,24 @@ class Cell(BaseModel):
     @classmethod
     def _arch(cls, value: str | None) -> str | None:
         return None if value is None else _checked("arch", value, _ARCH, "a GPU target like gfx90a")
+
+    @model_validator(mode="after")
+    def _key_parses_back(self) -> "Cell":
+        """The key and the coordinates name each other, both ways (no two cells share a key)."""
+        if _parse_key(self.key) != self.model_dump():
+            raise ValueError(f"cell key {self.key!r} does not parse back to these coordinates")
+        return self
+
+    @classmethod
+    def from_key(cls, key: str) -> "Cell":
+        """The cell a key names (`rocm6.2-torch2.4-gfx90a-py3.10`); ValueError for anything else."""
+        coords = _parse_key(key)
+        if coords is None:
+            raise ValueError(f"{key!r} is not a cell key like rocm6.2-torch2.4-gfx90a-py3.10")
+        cell = cls(**coords)
+        if cell.key != key:
+            raise ValueError(f"{key!r} is not the key of its own coordinates ({cell.key!r})")
+        return cell
 
     @property
     def key(self) -> str:
@@ -71,6 +94,11 @@ class Cell(BaseModel):
             arch=hardware.get("arch") if flavor != "cpu" else None,
             python=_release_line(versions["python"], 2),
         )
+
+
+def _parse_key(key: str) -> dict | None:
+    match = _KEY.fullmatch(key) if isinstance(key, str) else None
+    return match.groupdict() if match else None
 
 
 def _release_line(version: str, parts: int) -> str:
