@@ -28,8 +28,8 @@ HPC_USER=hpcuser
 HPC_UID=2300
 NODE=hpc-node0
 TREE_SUITE=sid
-TREE_PACKAGES="slurmctld slurmd slurm-client slurmdbd mariadb-server munge apptainer squashfs-tools ca-certificates procps"
-TREE_VERSION=2   # bump when the tree's set-up below changes
+TREE_PACKAGES="slurmctld slurmd slurm-client slurmdbd mariadb-server munge apptainer squashfs-tools squashfuse fuse3 ca-certificates procps"
+TREE_VERSION=3   # bump when the tree's set-up below changes
 TREE="$CACHE/sid-root"
 OLD_MARIADB=/opt/envbuild-hpc/libmariadb-bookworm
 
@@ -150,7 +150,27 @@ inside() {
   mount -t overlay overlay -o "lowerdir=$TREE,upperdir=$run/upper,workdir=$run/work" "$new"
   mount -t proc proc "$new/proc"
   mount --rbind /sys "$new/sys"
-  mount --rbind /dev "$new/dev"
+  # a /dev of its own: the host's /dev/fuse is root-only, and Apptainer (as the job user) mounts SIFs with
+  # squashfuse through it; without it every `apptainer exec` unpacks the whole SIF first
+  mount -t tmpfs -o mode=0755,nosuid tmpfs "$new/dev"
+  local node spec
+  for spec in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0 fuse:10:229; do
+    IFS=: read -r node major minor <<<"$spec"
+    mknod -m 0666 "$new/dev/$node" c "$major" "$minor"
+  done
+  mkdir -p "$new/dev/pts" "$new/dev/shm"
+  mount --bind /dev/pts "$new/dev/pts"
+  ln -s pts/ptmx "$new/dev/ptmx"
+  ln -s /proc/self/fd "$new/dev/fd"
+  ln -s /proc/self/fd/0 "$new/dev/stdin"
+  ln -s /proc/self/fd/1 "$new/dev/stdout"
+  ln -s /proc/self/fd/2 "$new/dev/stderr"
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$new/dev/shm"
+  for node in kfd dri; do   # GPUs, where the host has them
+    [ -e "/dev/$node" ] || continue
+    if [ -d "/dev/$node" ]; then mkdir -p "$new/dev/$node"; else touch "$new/dev/$node"; fi
+    mount --rbind "/dev/$node" "$new/dev/$node"
+  done
   mount -t tmpfs -o mode=0755 tmpfs "$new/run"
   local d
   IFS=: read -r -a dirs <<<"$SHARED"
