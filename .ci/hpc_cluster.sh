@@ -258,7 +258,7 @@ start() {
   if pid=$(holder_pid); then log "already running (pid $pid); wrappers in $STATE/bin"; return; fi
   build_tree
   local run
-  rm -rf "$STATE"
+  rm -rf "$STATE" "$CACHE"/run.*   # what a cluster that was never stopped (a killed CI run) left: one cluster per cache
   mkdir -p "$STATE"
   run=$(mktemp -d "$CACHE/run.XXXXXX")
   echo "$run" >"$STATE/run"

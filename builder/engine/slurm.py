@@ -218,9 +218,10 @@ def render_script(sub: Submission, array: str | None = None) -> str:
 
 
 def sbatch(script: Path, array: str | None, sbatch_cmd: str = "sbatch") -> str:
-    """Submit `script` (optionally only the tasks in `array`); returns the job id."""
-    argv = [sbatch_cmd, "--parsable", *([f"--array={array}"] if array else []), str(script)]
-    proc = _call(argv)
+    """Submit `script` (optionally only the tasks in `array`); returns the job id. The script goes to sbatch on
+    its standard input, so the attempt directory need not be readable by whoever sbatch runs as."""
+    argv = [sbatch_cmd, "--parsable", *([f"--array={array}"] if array else [])]
+    proc = _call(argv, stdin=Path(script).read_text(encoding="utf-8"))
     job_id = proc.strip().split(";")[0]
     if not _JOB_ID.match(job_id):
         raise SlurmError(f"sbatch answered {proc.strip()!r}, not a job id")
@@ -287,9 +288,9 @@ def end_class(state: TaskState, log_text: str) -> tuple[str | None, str]:
     return error_class, f"Slurm ended the task as {state.state} (exit code {state.exit_code})"
 
 
-def _call(argv: list[str]) -> str:
+def _call(argv: list[str], stdin: str | None = None) -> str:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=120)
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, errors="replace", timeout=120)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} not found: run this on a Slurm login node (or load the slurm module)") from None
     except subprocess.TimeoutExpired:
