@@ -21,6 +21,10 @@ COMMANDS = {
                "Write a complete, deterministic Docker build context for a version request."),
     "image": ("builder.cli.image", "image",
               "Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit."),
+    "sif": ("builder.cli.sif", "sif",
+            "Convert a built image into a SIF (docker save -> apptainer build) and verify it inside Apptainer."),
+    "slurm": ("builder.cli.slurm", "slurm",
+              "Run cells as a Slurm job array of Apptainer tasks, and collect their results into the matrix."),
     "run": ("builder.cli.run", "run", "Run things in built images (or locally) and record what they measured."),
     "doctor": ("builder.cli.doctor", "doctor",
                "Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU "

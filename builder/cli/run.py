@@ -39,6 +39,9 @@ def run() -> None:
     "`python -m workload train --help` lists them all. A run with any of them is a measurement of its own "
     "configuration, not the cell's verdict (docs/matrix.md)."))
 @click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
+@click.option("--apptainer", "sif", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH.sif",
+              help="Run inside this SIF with Apptainer (see `envbuild sif`): --cleanenv --containall, "
+                   "explicit binds, --rocm/--nv by the image's flavor.")
 @click.option("--local", is_flag=True, help="Run in this Python environment on the CPU (the default "
               "without --image): works without Docker or a GPU.")
 @click.option("--gpus", metavar="all|0,1", help="GPUs for the container (ROCm: only those render nodes).")
@@ -52,7 +55,7 @@ def run() -> None:
 @db_option
 @click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- WORKLOAD ARGS]")
-def workload(image: str | None, local: bool, gpus: str | None, model: str | None, data: Path | None,
+def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None, model: str | None, data: Path | None,
              out_dir: Path | None, preset: str, shm_size: str, network: str | None, db: Path | None,
              no_record: bool, extra: tuple[str, ...]) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
@@ -62,8 +65,8 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     recorded); 130 on Ctrl-C and 143 on SIGTERM (the workload is stopped and the attempt recorded as
     `interrupted`, not a verdict).
     """
-    if image and local:
-        raise click.UsageError("--image and --local exclude each other: pick one")
+    if sum(map(bool, (image, sif, local))) > 1:
+        raise click.UsageError("--image, --apptainer and --local exclude each other: pick one")
     db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
     console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
@@ -72,7 +75,7 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
     try:
         with sigterm_as_interrupt() as stop:
-            result = _run(request, image, shm_size, network, console)
+            result = _run(request, image, sif, shm_size, network, console)
     except BadInput:
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
             with contextlib.suppress(OSError):
@@ -105,13 +108,17 @@ def workload(image: str | None, local: bool, gpus: str | None, model: str | None
     sys.exit(stop.exit_code)
 
 
-def _run(request: dict, image: str | None, shm_size: str, network: str | None, console: Console) -> dict:
-    """The run in the image or here; refusals of the input become BadInput (exit code 2)."""
+def _run(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
+         console: Console) -> dict:
+    """The run in the image, the SIF or here; refusals of the input become BadInput (exit code 2)."""
     from builder.engine.container import ContainerRun, RunError, RunRequest, run_in_container
     from builder.engine.docker import EngineUnavailable
     from builder.engine.local_run import run_local
 
     try:
+        if sif:
+            from builder.engine.apptainer import SifRun, run_in_sif
+            return run_in_sif(SifRun(**request, sif=sif), console)
         if image:
             return run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
                                     console)

@@ -1,0 +1,268 @@
+"""Apptainer: turn a built image into a SIF that proves itself, and run the workload inside a SIF.
+
+A SIF travels with a sidecar `<name>.sif.json` (what image it came from, its manifest, the SIF's sha256 and the
+verify step's outcome); runs and Slurm submissions read the sidecar, never the SIF's internals, and refuse a
+SIF whose sha256 no longer matches it. Runs use `--cleanenv --containall` (no host environment, no home
+directory, private /tmp) and bind only the output, data and model directories; GPU access follows the image's
+flavor: `--rocm` (Apptainer binds /dev/kfd, /dev/dri and the host's ROCm driver libraries) or `--nv`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data, flavor_of,
+                               input_error_line, resolve_model, workload_args)
+from builder.engine.doctor import HostView, host_record
+from builder.engine.interrupt import describe
+from builder.engine.run_result import check_out_dir, finalize
+from builder.paths import write_text_atomic
+
+OUT_BIND, DATA_BIND, MODEL_BIND = "/out", "/data", "/model"
+VERIFY_SCRIPT, VERIFY_EXPECT = "/opt/envbuild/verify_image.py", "/opt/envbuild/expect.json"
+SIDECAR_SUFFIX = ".json"
+LOG_NAME = "container.log"
+#: `apptainer` itself failed (could not start the container): its own exit code, not the workload's.
+APPTAINER_FAILED = 255
+
+
+class ApptainerError(RunError):
+    """Apptainer is missing or refused the SIF before anything ran."""
+
+
+@dataclass
+class SifRun(RunRequest):
+    sif: Path = Path()
+
+
+def apptainer_binary() -> str:
+    """The `apptainer` on PATH (or $ENVBUILD_APPTAINER); ApptainerError when there is none."""
+    found = os.environ.get("ENVBUILD_APPTAINER") or shutil.which("apptainer")
+    if not found:
+        raise ApptainerError("apptainer is not installed here (no `apptainer` on PATH, no $ENVBUILD_APPTAINER): "
+                             "install Apptainer >= 1.1 (https://apptainer.org/docs/admin/main/installation.html)"
+                             " or load its module (`module load apptainer`)")
+    return found
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sidecar_path(sif: Path) -> Path:
+    return sif.with_name(sif.name + SIDECAR_SUFFIX)
+
+
+def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
+    """The SIF's sidecar, checked: it names an image with a manifest, and the SIF's sha256 matches."""
+    sif = Path(sif)
+    if not sif.is_file():
+        raise RunError(f"{sif}: no such SIF file (make one with `envbuild sif IMAGE -o {sif}`)")
+    side = sidecar_path(sif)
+    try:
+        record = json.loads(side.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunError(f"{side} is missing: a SIF is used with the record `envbuild sif` wrote beside it") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunError(f"{side} is not a readable SIF record ({exc})") from None
+    image = record.get("image") if isinstance(record, dict) else None
+    if not (isinstance(image, dict) and isinstance(image.get("manifest"), dict)
+            and isinstance(record.get("sha256"), str)):
+        raise RunError(f"{side} is not a SIF record of `envbuild sif` (no image manifest or sha256)")
+    if check_hash and sha256_file(sif) != record["sha256"]:
+        raise RunError(f"{sif}: its sha256 differs from the one in {side.name}: the SIF changed after "
+                       "`envbuild sif` made it; make it again")
+    return record
+
+
+def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | None = None) -> dict:
+    """`docker save` the image, `apptainer build` the SIF from the archive, record its sha256, then run the
+    image's verify step inside the SIF. Returns the sidecar record (also written beside the SIF)."""
+    from builder.engine.container import image_block
+    from builder.engine.docker import docker_client
+
+    apptainer = apptainer_binary()
+    client = docker_client()
+    try:
+        image = client.images.get(image_tag)
+    except Exception as exc:  # noqa: BLE001 - docker's NotFound/APIError: either way the image is not usable
+        raise RunError(f"image {image_tag} not found locally: build it with `envbuild image ...`") from exc
+    block = image_block(image, image_tag)
+    if not block.get("manifest"):
+        raise RunError(f"image {image_tag} has no envbuild manifest label: only images built by `envbuild image` "
+                       "become SIFs")
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".envbuild-sif-", dir=work_dir or out.parent))
+    os.chmod(work, out.parent.stat().st_mode & 0o7777)  # as open as the SIF's own directory (apptainer may
+    # be a wrapper running as another user, who must read the archive and write the SIF there)
+    timings = {}
+    try:
+        archive = work / "image.tar"
+        started = time.monotonic()
+        with open(archive, "wb") as handle:
+            for chunk in image.save(named=True):
+                handle.write(chunk)
+        os.chmod(archive, 0o644)
+        timings["docker_save_s"] = round(time.monotonic() - started, 1)
+        tmp_sif = work / out.name
+        console.print(escape(f"apptainer build {tmp_sif.name} docker-archive://{archive.name}"))
+        started = time.monotonic()
+        _checked([apptainer, "build", "--force", str(tmp_sif), f"docker-archive://{archive}"], work,
+                 "apptainer build")
+        timings["apptainer_build_s"] = round(time.monotonic() - started, 1)
+        started = time.monotonic()
+        verify = _verify(apptainer, tmp_sif, work)
+        timings["verify_s"] = round(time.monotonic() - started, 1)
+        record = {"schema_version": 1, "sif": out.name, "sha256": sha256_file(tmp_sif),
+                  "size_bytes": tmp_sif.stat().st_size, "image": block, "apptainer": _version(apptainer),
+                  "verify": verify, "timings": timings}
+        os.replace(tmp_sif, out)
+        write_text_atomic(sidecar_path(out), json.dumps(record, indent=2) + "\n")
+        os.chmod(sidecar_path(out), 0o644)  # read by runs and Slurm tasks, like the SIF
+        return record
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _verify(apptainer: str, sif: Path, work: Path) -> dict:
+    """The image's own verify step (verify_image.py against its expect.json), run inside the SIF."""
+    out = work / "verify"
+    out.mkdir()
+    os.chmod(out, 0o777)  # written by whoever apptainer runs as
+    proc = subprocess.run([apptainer, "exec", "--cleanenv", "--containall", "--bind", f"{out}:{OUT_BIND}",
+                           str(sif), "python3", VERIFY_SCRIPT, VERIFY_EXPECT, f"{OUT_BIND}/verify.json"],
+                          cwd=work, capture_output=True, text=True, errors="replace")
+    try:
+        report = json.loads((out / "verify.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        report = None
+    ok = proc.returncode == 0 and isinstance(report, dict) and report.get("ok") is True
+    return {"ok": ok, "exit_code": proc.returncode,
+            "checks": len(report.get("checks") or []) if isinstance(report, dict) else 0,
+            "output_tail": (proc.stdout + proc.stderr)[-2000:]}
+
+
+def _checked(argv: list[str], cwd: Path, what: str) -> None:
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
+    if proc.returncode != 0:
+        raise ApptainerError(f"{what} failed (exit code {proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+
+
+def _version(apptainer: str) -> str | None:
+    proc = subprocess.run([apptainer, "--version"], capture_output=True, text=True, errors="replace")
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
+    """(apptainer options, --env assignments) giving the container the accelerators of its flavor."""
+    if flavor == "rocm":
+        env = [f"ROCR_VISIBLE_DEVICES={gpus}"] if gpus not in (None, "all") else []
+        return ["--rocm"], env
+    if flavor == "cuda":
+        env = [f"CUDA_VISIBLE_DEVICES={gpus}"] if gpus not in (None, "all") else []
+        return ["--nv"], env
+    if gpus:
+        raise RunError(f"--gpus {gpus}: the SIF holds a {flavor} image; it runs without GPUs")
+    return [], []
+
+
+def exec_argv(apptainer: str, sif: Path, flavor: str, gpus: str | None, binds: list[str],
+              command: list[str]) -> list[str]:
+    """`apptainer exec` for the workload: clean environment, contained, explicit binds only."""
+    options, env = gpu_flags(flavor, gpus)
+    argv = [apptainer, "exec", "--cleanenv", "--containall", "--pwd", "/tmp", *options]
+    for assignment in ["PYTHONUNBUFFERED=1", "HOME=/tmp", *env]:
+        argv += ["--env", assignment]
+    for bind in binds:
+        argv += ["--bind", bind]
+    return argv + [str(sif), *command]
+
+
+def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | None = None) -> dict:
+    """Run the workload in `run.sif` with Apptainer; collect and complete result.json like `--image` does."""
+    console = console or Console(stderr=True, soft_wrap=True)
+    host = host or HostView()
+    sif = Path(run.sif).resolve()
+    record = read_sidecar(sif)
+    image = dict(record["image"], environment="apptainer", sif={"path": str(sif), "sha256": record["sha256"]})
+    manifest = image["manifest"]
+    flavor = flavor_of(manifest)
+    hub_id, model_dir = resolve_model(run.model)
+    data = check_data(run.data)
+    gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
+    out_dir = check_out_dir(run.out_dir)
+    binds = [f"{out_dir}:{OUT_BIND}"]
+    model_arg = data_arg = None
+    if model_dir:
+        binds.append(f"{model_dir}:{MODEL_BIND}:ro")
+        model_arg = MODEL_BIND
+    elif hub_id:
+        model_arg = hub_id
+    if data:
+        data_arg = DATA_BIND if data.is_dir() else f"{DATA_BIND}/{data.name}"
+        binds.append(f"{data}:{data_arg}:ro")
+    cell = manifest.get("cell") or {}
+    versions = {k: cell.get(k) for k in ("python", "torch")}
+    started = time.time()
+    failure_class, failure = None, ""
+    try:
+        apptainer = apptainer_binary()
+    except ApptainerError as exc:  # the environment was never reached: an attempt, never a verdict
+        failure_class, failure = "container_error", str(exc)
+        (out_dir / LOG_NAME).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
+        console.print(f"[red]{escape(str(exc))}[/]")
+        return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
+                        finished=time.time(), versions=versions, host=host_record(host), image=image)
+    argv = exec_argv(apptainer, sif, flavor, run.gpus, binds,
+                     ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)])
+    console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
+    bad_input = None
+    with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1, cwd=out_dir)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                console.out(line, end="", highlight=False)
+                bad_input = input_error_line(line) or bad_input
+            code = proc.wait()
+        except KeyboardInterrupt as exc:
+            how = describe(exc)
+            log.write(f"\n# envbuild: interrupted ({how}); stopping apptainer\n")
+            proc.terminate()
+            proc.wait()
+            code, failure_class, failure = None, "interrupted", f"the run was interrupted ({how})"
+    if code == WORKLOAD_BAD_INPUT and bad_input:
+        raise BadWorkloadInput(bad_input)
+    if code not in (None, 0):
+        failure_class, failure = exit_failure(code, (out_dir / LOG_NAME).read_text(errors="replace"))
+    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
+                    versions=versions, host=host_record(host), image=image)
+
+
+def exit_failure(code: int, log: str) -> tuple[str, str]:
+    """(error class, message) for a non-zero exit of `apptainer exec`: Apptainer's own refusal (FATAL before
+    the workload started) is `container_error`, an attempt; the workload dying is `container_died`."""
+    if code == APPTAINER_FAILED and "FATAL:" in log and "[workload]" not in log:
+        fatal = [line for line in log.splitlines() if "FATAL:" in line][-1].strip()
+        return "container_error", f"apptainer could not run the SIF ({fatal})"
+    if code == 2:
+        return "usage_error", "the workload refused its arguments (exit code 2; see container.log)"
+    return "container_died", f"apptainer exec exited with code {code}"

@@ -1,0 +1,341 @@
+"""Slurm: the matrix as one job array of Apptainer tasks, and the tasks' end states read back with `sacct`.
+
+`submission(...)` plans the tasks (one per SIF x configuration) and renders a readable sbatch script: a
+`case` on SLURM_ARRAY_TASK_ID naming each task's cell, SIF, output directory and workload arguments, so
+that the script alone says what runs. Compute nodes need Apptainer only: the workload lives in the SIF,
+and envbuild completes each task's result.json when it collects (`finish_task`). End states map onto
+error classes by the table STATE_CLASSES (docs/matrix.md "Slurm end states").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+import tomllib
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from builder.engine.apptainer import LOG_NAME, OUT_BIND, exec_argv, read_sidecar
+from builder.engine.container import RunError, flavor_of, input_error_line
+from builder.engine.run_result import RESULT_NAME, finalize, write_json_atomic
+
+SITE_FILE = Path("envbuild") / "site.toml"
+SCRIPT_NAME, SUBMISSION_NAME = "job.sbatch", "submission.json"
+#: Values that go into the script verbatim (#SBATCH lines, module names): no spaces, quotes or newlines.
+_TOKEN = re.compile(r"^[A-Za-z0-9_.:=,/+@%-]{1,200}$")
+_CONFIG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_JOB_ID = re.compile(r"^[0-9]{1,12}$")
+
+#: Slurm end state -> (error class, counts as a verdict?). COMPLETED leaves the verdict to the result itself.
+#: Written rules: docs/matrix.md "Slurm end states".
+STATE_CLASSES: dict[str, tuple[str, bool]] = {
+    "FAILED": ("container_died", True),
+    "OUT_OF_MEMORY": ("oom_killed", True),
+    "TIMEOUT": ("slurm_timeout", False),
+    "DEADLINE": ("slurm_timeout", False),
+    "NODE_FAIL": ("slurm_node_fail", False),
+    "BOOT_FAIL": ("slurm_node_fail", False),
+    "PREEMPTED": ("slurm_preempted", False),
+    "CANCELLED": ("slurm_cancelled", False),
+}
+#: States of a task that has not ended yet: collected later.
+UNFINISHED = frozenset({"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING",
+                        "STAGE_OUT", "SIGNALING", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED",
+                        "RESV_DEL_HOLD", "REVOKED"})
+
+
+class SlurmError(RuntimeError):
+    """Bad site settings, a Slurm command that failed, or output that does not parse."""
+
+
+class Site(BaseModel):
+    """Site settings: options, or the [slurm] table of $XDG_CONFIG_HOME/envbuild/site.toml."""
+
+    model_config = ConfigDict(extra="forbid")
+    partition: str | None = None
+    account: str | None = None
+    time: str = "01:00:00"
+    gpus: str | None = None
+    gres: str | None = None
+    cpus_per_task: int | None = Field(default=None, ge=1, le=1024)
+    mem: str | None = None
+    modules: list[str] = []
+    results_dir: Path | None = None
+
+    @field_validator("partition", "account", "time", "gpus", "gres", "mem")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None and not _TOKEN.match(value):
+            raise ValueError(f"{value!r} is not a plain Slurm value (letters, digits and _.:=,/+@%- only)")
+        return value
+
+    @field_validator("modules")
+    @classmethod
+    def _modules(cls, value: list[str]) -> list[str]:
+        for name in value:
+            cls._token(name)
+        return value
+
+
+def site_file(config_home: Path | None = None) -> Path:
+    base = config_home or Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / SITE_FILE
+
+
+def load_site(options: dict, path: Path | None = None) -> Site:
+    """Site settings: the site file's [slurm] table (if the file exists), overridden by the given options."""
+    path = path or site_file()
+    values: dict = {}
+    if path.is_file():
+        try:
+            values = tomllib.loads(path.read_text(encoding="utf-8")).get("slurm") or {}
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SlurmError(f"{path}: not valid TOML ({exc})") from None
+        if not isinstance(values, dict):
+            raise SlurmError(f"{path}: [slurm] must be a table")
+    values.update({k: v for k, v in options.items() if v not in (None, (), [])})
+    try:
+        return Site(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise SlurmError(f"site setting {'.'.join(map(str, first['loc']))}: {first['msg']} "
+                         f"(options, or [slurm] in {path})") from None
+
+
+class Task(BaseModel):
+    """One array task: a cell's SIF with one configuration of the workload."""
+
+    model_config = ConfigDict(extra="forbid")
+    index: int = Field(ge=0)
+    cell: str
+    config: str
+    sif: Path
+    sif_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    flavor: str
+    args: list[str]
+    out_dir: Path
+
+
+class Submission(BaseModel):
+    """What `slurm submit` wrote into its attempt directory (submission.json), read back by `collect`."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: Literal[1] = 1
+    id: str = Field(pattern=r"^[0-9a-f]{12}$")
+    created_at: str
+    results_dir: Path
+    site: Site
+    tasks: list[Task]
+    jobs: list[dict] = []  # {"job_id": "12", "array": "0-2"} per sbatch call, the first one first
+    images: dict[str, dict]  # sif sha256 -> the image block of its record
+
+
+def parse_configs(values: tuple[str, ...]) -> dict[str, list[str]]:
+    """`NAME=ARGS` (ARGS split like a shell) per --config; none means one configuration, "default"."""
+    configs: dict[str, list[str]] = {}
+    for value in values or ("default=",):
+        name, sep, args = value.partition("=")
+        if not sep or not _CONFIG_NAME.match(name):
+            raise SlurmError(f"--config {value!r}: use NAME=WORKLOAD-ARGS with a lowercase NAME "
+                             "(e.g. smoke='--max-steps 4')")
+        if name in configs:
+            raise SlurmError(f"--config {name} is given twice")
+        try:
+            configs[name] = shlex.split(args)
+        except ValueError as exc:
+            raise SlurmError(f"--config {value!r}: {exc}") from None
+        if any(a == "--out" or a.startswith("--out=") for a in configs[name]):
+            raise SlurmError(f"--config {name}: --out is set per task by envbuild")
+    return configs
+
+
+def plan(submission_id: str, sifs: list[Path], configs: dict[str, list[str]], site: Site,
+         created_at: str) -> Submission:
+    """The tasks: every SIF (its record checked) with every configuration, numbered from 0."""
+    if site.results_dir is None:
+        raise SlurmError("no results directory: pass --results-dir (a directory the compute nodes can write "
+                         "and this machine can read), or set results_dir in the site file")
+    results = Path(site.results_dir).resolve() / submission_id
+    tasks, images = [], {}
+    for sif in sifs:
+        sif = Path(sif).resolve()
+        try:
+            record = read_sidecar(sif)
+        except RunError as exc:
+            raise SlurmError(str(exc)) from None
+        manifest = record["image"]["manifest"]
+        images[record["sha256"]] = record["image"]
+        for name, args in configs.items():
+            index = len(tasks)
+            cell = str(manifest.get("cell_key") or "unknown")
+            tasks.append(Task(index=index, cell=cell, config=name, sif=sif, sif_sha256=record["sha256"],
+                              flavor=flavor_of(manifest), args=args,
+                              out_dir=results / f"{index}-{cell}-{name}"))
+    if not tasks:
+        raise SlurmError("no tasks: pass at least one --sif")
+    return Submission(id=submission_id, created_at=created_at, results_dir=results, site=site, tasks=tasks,
+                      images=images)
+
+
+def render_script(sub: Submission, array: str | None = None) -> str:
+    """The sbatch script: site settings as #SBATCH lines, one `case` branch per task."""
+    site = sub.site
+    lines = ["#!/bin/bash",
+             f"# envbuild slurm submission {sub.id}: {len(sub.tasks)} task(s), one per cell x configuration.",
+             "# Each task runs the workload inside its cell's SIF with Apptainer and leaves result.json and",
+             "# container.log in its directory; `envbuild slurm collect JOBID` completes and records them.",
+             f"#SBATCH --job-name=envbuild-{sub.id}",
+             f"#SBATCH --array={array or f'0-{len(sub.tasks) - 1}'}",
+             f"#SBATCH --time={site.time}",
+             f"#SBATCH --output={sub.results_dir.parent}/slurm-{sub.id}-%A_%a.out"]
+    for key, flag in (("partition", "partition"), ("account", "account"), ("gpus", "gpus"), ("gres", "gres"),
+                      ("cpus_per_task", "cpus-per-task"), ("mem", "mem")):
+        if getattr(site, key) is not None:
+            lines.append(f"#SBATCH --{flag}={getattr(site, key)}")
+    lines += ["set -uo pipefail", ""]
+    lines += [f"module load {name}" for name in site.modules]
+    lines += ['case "$SLURM_ARRAY_TASK_ID" in']
+    for task in sub.tasks:
+        argv = exec_argv("apptainer", task.sif, task.flavor, None, ['"$out":' + OUT_BIND],
+                         ["python3", "-m", "workload", "train", "--out", OUT_BIND, *task.args])
+        quoted = " ".join(a if a.startswith('"$out"') else shlex.quote(a) for a in argv)
+        lines += [f"  {task.index})  # {task.cell} / {task.config}",
+                  f"    out={shlex.quote(str(task.out_dir))}",
+                  f"    cmd=({quoted}) ;;"]
+    lines += ['  *) echo "envbuild: no task $SLURM_ARRAY_TASK_ID in this submission" >&2; exit 2 ;;', "esac",
+              'mkdir -p "$out"',
+              'echo "# envbuild: task $SLURM_ARRAY_TASK_ID of job ${SLURM_ARRAY_JOB_ID:-?} on $(hostname)" '
+              '>"$out/container.log"',
+              '"${cmd[@]}" >>"$out/container.log" 2>&1', ""]
+    return "\n".join(lines)
+
+
+def sbatch(script: Path, array: str | None, sbatch_cmd: str = "sbatch") -> str:
+    """Submit `script` (optionally only the tasks in `array`); returns the job id. The script goes to sbatch on
+    its standard input, so the attempt directory need not be readable by whoever sbatch runs as."""
+    argv = [sbatch_cmd, "--parsable", *([f"--array={array}"] if array else [])]
+    proc = _call(argv, stdin=Path(script).read_text(encoding="utf-8"))
+    job_id = proc.strip().split(";")[0]
+    if not _JOB_ID.match(job_id):
+        raise SlurmError(f"sbatch answered {proc.strip()!r}, not a job id")
+    return job_id
+
+
+class TaskState(BaseModel):
+    """One array task as `sacct` reports it."""
+
+    index: int
+    state: str  # the first word: "CANCELLED by 123" -> "CANCELLED"
+    exit_code: str
+    start: str | None
+    end: str | None
+    node: str | None
+
+
+_SACCT_FIELDS = "JobID,State,ExitCode,Start,End,NodeList"
+_SACCT_JOB = re.compile(r"^(?P<job>[0-9]+)_(?P<index>[0-9]+)$")
+
+
+def sacct(job_id: str, sacct_cmd: str = "sacct") -> dict[int, TaskState]:
+    """Each array task's last state, by task index (tasks still pending as a range are not listed)."""
+    if not _JOB_ID.match(job_id):
+        raise SlurmError(f"{job_id!r} is not a Slurm job id (digits only)")
+    out = _call([sacct_cmd, "-j", job_id, "-X", "-n", "-P", f"--format={_SACCT_FIELDS}"])
+    return parse_sacct(out, job_id)
+
+
+def parse_sacct(text: str, job_id: str) -> dict[int, TaskState]:
+    states: dict[int, TaskState] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 6:
+            raise SlurmError(f"sacct line {line!r} does not have the fields {_SACCT_FIELDS}")
+        match = _SACCT_JOB.match(fields[0])
+        if not match or match["job"] != job_id:
+            continue  # a pending range such as 12_[3-5], or another job
+        state = fields[1].split()[0] if fields[1].split() else ""
+        if not re.match(r"^[A-Z_]{2,20}$", state):
+            raise SlurmError(f"sacct state {fields[1]!r} of task {fields[0]} is not a Slurm state")
+        states[int(match["index"])] = TaskState(index=int(match["index"]), state=state, exit_code=fields[2],
+                                                start=_time(fields[3]), end=_time(fields[4]), node=fields[5] or None)
+    return states
+
+
+def _time(text: str) -> str | None:
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None  # "Unknown", "None"
+
+
+def end_class(state: TaskState, log_text: str) -> tuple[str | None, str]:
+    """(error class or None, message) for a finished task; None: the task's own result decides."""
+    if state.state == "COMPLETED":
+        return None, ""
+    if state.state == "FAILED" and state.exit_code.split(":")[0] == "2" and any(
+            map(input_error_line, log_text.splitlines())):
+        return "usage_error", "the workload refused its input (exit code 2; see container.log)"
+    error_class, _ = STATE_CLASSES.get(state.state, ("slurm_lost", False))
+    return error_class, f"Slurm ended the task as {state.state} (exit code {state.exit_code})"
+
+
+def _call(argv: list[str], stdin: str | None = None) -> str:
+    try:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, errors="replace", timeout=120)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]} not found: run this on a Slurm login node (or load the slurm module)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer in 120 s") from None
+    if proc.returncode != 0:
+        raise SlurmError(f"{' '.join(argv[:2])} failed (exit code {proc.returncode}): {proc.stderr.strip()[-800:]}")
+    return proc.stdout
+
+
+def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> dict:
+    """The task's final result.json: the workload's own result completed with the `host` and `image` blocks,
+    or an error result with the class its end state maps to. Written once: a task already finished is read
+    back as it is (collecting twice records nothing new)."""
+    path = task.out_dir / RESULT_NAME
+    if path.is_file():
+        try:
+            done = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            done = None
+        if isinstance(done, dict) and isinstance(done.get("host"), dict) and "slurm" in done["host"]:
+            return done
+    try:
+        task.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SlurmError(f"cannot write the task directory {task.out_dir} ({exc.strerror})") from None
+    log = task.out_dir / LOG_NAME
+    log_text = log.read_text(errors="replace") if log.is_file() else ""
+    failure_class, failure = end_class(state, log_text)
+    image = dict(sub.images[task.sif_sha256], environment="apptainer",
+                 sif={"path": str(task.sif), "sha256": task.sif_sha256})
+    cell = image["manifest"].get("cell") or {}
+    started = _epoch(state.start) or time.time()
+    finished = _epoch(state.end) or started
+    host = {"hostname": state.node, "slurm": {"job_id": job_id, "task": task.index, "state": state.state,
+                                              "exit_code": state.exit_code, "config": task.config}}
+    result = finalize(task.out_dir, failure_class=failure_class, failure=failure, started=started,
+                      finished=finished, versions={k: cell.get(k) for k in ("python", "torch")}, host=host, image=image)
+    if state.state in STATE_CLASSES and result.get("error_class") == "interrupted":
+        # the workload wrote `interrupted` on the SIGTERM Slurm sent it: the end state says why it came
+        result.update(error_class=failure_class, error=f"{failure}; the workload reported: {result.get('error')}")
+        write_json_atomic(task.out_dir / RESULT_NAME, result)
+    return result
+
+
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()

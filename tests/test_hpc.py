@@ -1,0 +1,180 @@
+"""The HPC path on a real one-node Slurm with Apptainer (.ci/hpc_cluster.sh): the cpu cell's image as a SIF,
+`run workload --apptainer`, and a job array of three tasks collected into the matrix and the report.
+
+The cluster's wrappers (sbatch, sacct, apptainer, ... entering its namespaces as the job user) are found in
+$ENVBUILD_HPC_BIN (default /run/envbuild-hpc/bin). Without them these tests skip, except under
+ENVBUILD_REQUIRE_HPC=1 (as CI sets): then they fail. The jobs run as an unprivileged user while the tests
+run as root, so what the jobs read or write lives in a temporary directory of its own under /tmp, open to
+that user (pytest's own tmp root is kept 0700 by every pytest that starts), removed after the module; at a
+site one user owns both sides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import main
+from builder.matrix.store import MatrixStore
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+HPC_BIN = Path(os.environ.get("ENVBUILD_HPC_BIN", "/run/envbuild-hpc/bin"))
+REQUIRE_HPC = os.environ.get("ENVBUILD_REQUIRE_HPC") == "1"
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+CELL = "cpu-torch2.13-py3.11"
+#: Two configurations that end in a verdict each (pass; fail by did_not_learn) and one that outlives the
+#: one-minute time limit (TIMEOUT: an attempt). Two steps keep the others well inside the minute (11 s here).
+CONFIGS = {"quick": "--max-steps 2 --min-accuracy 0 --no-probes",
+           "strict": "--max-steps 2 --min-accuracy 0.99 --no-probes",
+           "long": "--epochs 400 --no-probes"}
+
+
+def _cluster() -> Path:
+    ok = all((HPC_BIN / name).is_file() for name in ("sbatch", "sacct", "apptainer"))
+    if ok and subprocess.run([HPC_BIN / "sinfo", "-h"], capture_output=True, timeout=60).returncode == 0:
+        return HPC_BIN
+    reason = f"no Slurm + Apptainer cluster wrappers in {HPC_BIN} (start one: bash .ci/hpc_cluster.sh start)"
+    if REQUIRE_HPC:
+        pytest.fail(f"ENVBUILD_REQUIRE_HPC=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def shared_dir():
+    """A temporary directory the job user can write (see the module doc), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="envbuild-hpc-test-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _open_to_job_user(path: Path) -> Path:
+    path.mkdir()
+    path.chmod(0o1777)
+    return path
+
+
+@pytest.fixture(scope="module")
+def hpc_env():
+    bin_dir = _cluster()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        yield bin_dir
+
+
+@pytest.fixture(scope="module")
+def cpu_sif(tmp_path_factory, local_base, hpc_env, shared_dir):
+    """(SIF path, seconds of `envbuild sif`) for the cpu cell's image (built, or found built, from the local base)."""
+    work = tmp_path_factory.mktemp("hpc")
+    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(work / "ctx"),
+               "--ca-cert", str(CA), "--network", "host", "--no-record"]
+    if Path("/opt/wheels").is_dir():
+        command += ["--wheelhouse", "/opt/wheels"]
+    built = CliRunner().invoke(main, command)
+    assert built.exit_code == 0, built.output
+    tag = built.stdout.strip().splitlines()[-1]
+    sif = shared_dir / "cpu.sif"
+    started = time.monotonic()
+    made = CliRunner().invoke(main, ["sif", tag, "-o", str(sif)])
+    assert made.exit_code == 0, made.output
+    return sif, time.monotonic() - started
+
+
+def test_sif_records_its_sha256_and_verifies_inside_apptainer(cpu_sif):
+    sif, seconds = cpu_sif
+    record = json.loads(sif.with_name("cpu.sif.json").read_text())
+    assert record["sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
+    assert record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
+    assert record["image"]["manifest"]["cell_key"] == CELL
+    assert record["apptainer"].startswith("apptainer version 1.")
+    print(f"envbuild sif: {seconds:.0f} s ({record['timings']})")
+
+
+def test_run_workload_apptainer_passes_on_the_cpu_cell(cpu_sif, shared_dir, tmp_path):
+    sif, _ = cpu_sif
+    out = _open_to_job_user(shared_dir / "run")
+    db = tmp_path / "m.db"
+    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(sif), "--out", str(out), "--db", str(db)])
+    assert ran.exit_code == 0, ran.output
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "pass"
+    assert result["image"]["environment"] == "apptainer"
+    assert result["image"]["sif"]["sha256"] == json.loads(sif.with_name("cpu.sif.json").read_text())["sha256"]
+    log = (out / "container.log").read_text()
+    assert "--cleanenv" not in log and "[workload] pass" in log
+    [cell] = json.loads(CliRunner().invoke(main, ["matrix", "list", "--json", "--db", str(db)]).stdout)
+    assert (cell["key"], cell["status"], cell["runs"], cell["attempts"]) == (CELL, "pass", 1, 0)
+
+
+def test_a_changed_sif_is_refused_before_anything_runs(cpu_sif, tmp_path):
+    sif, _ = cpu_sif
+    copy = tmp_path / "changed.sif"
+    copy.write_bytes(sif.read_bytes()[:4096])
+    copy.with_name("changed.sif.json").write_text(sif.with_name("cpu.sif.json").read_text())
+    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(copy), "--out", str(tmp_path / "o"),
+                                    "--db", str(tmp_path / "m.db")])
+    assert ran.exit_code == 2 and "sha256 differs" in ran.output
+    assert not (tmp_path / "m.db").exists() and not (tmp_path / "o").exists()
+
+
+def _wait_finished(job_id: str, tasks: int, seconds: int = 400) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "--format=JobID,State"],
+                             capture_output=True, text=True, check=True).stdout
+        states = [line.split("|")[1] for line in out.splitlines() if "_" in line.split("|")[0]
+                  and "[" not in line]
+        if len(states) == tasks and not any(s in ("PENDING", "RUNNING", "COMPLETING") for s in states):
+            return out
+        time.sleep(5)
+    raise AssertionError(f"job {job_id} did not finish in {seconds} s: {out}")
+
+
+def test_slurm_array_collects_two_verdicts_and_a_timeout_attempt(cpu_sif, shared_dir, tmp_path):
+    sif, _ = cpu_sif
+    results = _open_to_job_user(shared_dir / "results")
+    db = tmp_path / "m.db"
+    args = ["slurm", "submit", "--sif", str(sif), "--time", "1", "--results-dir", str(results), "--db", str(db)]
+    for name, value in CONFIGS.items():
+        args += ["--config", f"{name}={value}"]
+    submitted = CliRunner().invoke(main, args)
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.strip()
+    [script] = list((tmp_path / "envbuild-attempts").glob("*-slurm-*/job.sbatch"))
+    assert "#SBATCH --array=0-2" in script.read_text() and "#SBATCH --time=1" in script.read_text()
+    sacct = _wait_finished(job_id, 3)
+
+    collected = CliRunner().invoke(main, ["slurm", "collect", job_id, "--db", str(db)])
+    assert collected.exit_code == 1, collected.output  # one task did not pass
+    assert "--resubmit" in collected.output  # the timed-out task is offered again
+    with MatrixStore.open(db, readonly=True) as store:
+        runs = store.runs()
+    seen = sorted((r["result"]["host"]["slurm"]["config"], r["result"]["host"]["slurm"]["state"],
+                   r["result"]["status"], r["result"].get("error_class"), bool(r["counts"])) for r in runs)
+    assert seen == [("long", "TIMEOUT", "error", "slurm_timeout", False),
+                    ("quick", "COMPLETED", "pass", None, True),
+                    ("strict", "FAILED", "fail", "did_not_learn", True)], sacct
+    assert all(r["result"]["image"]["environment"] == "apptainer" for r in runs)
+
+    again = CliRunner().invoke(main, ["slurm", "collect", job_id, "--db", str(db)])
+    assert again.exit_code == 1, again.output
+    with MatrixStore.open(db, readonly=True) as store:
+        assert len(store.runs()) == 3  # collecting twice records nothing new
+
+    [cell] = json.loads(CliRunner().invoke(main, ["matrix", "list", "--json", "--db", str(db)]).stdout)
+    # two verdicts and one attempt; which verdict is the status depends on which task ended last
+    assert (cell["key"], cell["runs"], cell["attempts"]) == (CELL, 2, 1)  # runs: verdicts
+    site = tmp_path / "site"
+    report = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db)])
+    assert report.exit_code == 0, report.output
+    pages = " ".join(p.read_text() for p in site.rglob("*.html"))
+    assert "did_not_learn" in pages and "slurm_timeout" in pages
