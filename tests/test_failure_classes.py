@@ -33,6 +33,8 @@ RUN_CLASSES = {
     "process_died": "fail", "container_died": "fail", "oom_killed": "fail", "no_result": "fail",
     "invalid_result": "fail", "nan_loss": "fail", "did_not_learn": "fail", "probe_failure": "fail",
     "unsupported_family": "fail", "oom": "fail", "distributed_timeout": "fail", "exception": "fail",
+    "slurm_timeout": "attempt", "slurm_node_fail": "attempt", "slurm_preempted": "attempt",
+    "slurm_cancelled": "attempt", "slurm_lost": "attempt",
 }
 BUILD_CLASSES = {
     "base_image_unavailable": "attempt", "build_context_error": "attempt", "interrupted": "attempt",
@@ -82,6 +84,12 @@ def test_each_class_is_the_same_after_the_schema_1_upgrade(tmp_path):
     counted = {("run", c): n for c, n in conn.execute("SELECT error_class, counts FROM runs")}
     counted |= {("build", c): n for c, n in conn.execute("SELECT failure_class, counts FROM builds")}
     assert {key: bool(n) for key, n in counted.items()} == {(k, c): v == "fail" for k, c, v in CASES}
+
+
+def test_every_attempt_class_of_the_rules_has_its_written_verdict_here():
+    """A class added to the rules without a literal expectation in this file fails here."""
+    assert verdict_rules.RUN_ATTEMPT_CLASSES <= {c for c, v in RUN_CLASSES.items() if v == "attempt"}
+    assert verdict_rules.BUILD_ATTEMPT_CLASSES <= {c for c, v in BUILD_CLASSES.items() if v == "attempt"}
 
 
 def test_the_migration_and_the_writes_share_the_class_sets():
