@@ -14,8 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
+from builder.matrix.slug import safe_slug
 from builder.paths import REPO_ROOT
 from report_browser import inspect_page, require_chromium
+from site_files import compare_scripts
 
 RESULTS = REPO_ROOT / "results"
 CPU, GPU = "cpu-torch2.13-py3.11", "cuda13.0-torch2.11-sm_90-py3.12"
@@ -100,6 +102,10 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     require_chromium()
     site = tmp_path / "site"
     assert invoke("report", "--db", str(db), "-o", str(site)).exit_code == 0
+    profiles = compare_scripts(site)  # each cell's own compare/<slug>.js, strict JSON; none in compare.html
+    assert sorted(profiles) == sorted([CPU, GPU]) and '"run_id"' not in (site / "compare.html").read_text()
+    gpu_speed = next(p for p in profiles[GPU] if p["configuration"] == "smoke · tiny-gemma")["speed"]["samples_per_s"]
+    assert f"{gpu_speed:,.0f}" == "1,162"
     expression = f"""(function () {{
       var f = document.getElementById('pick'); f.a.value = '{CPU}'; f.b.value = '{GPU}';
       f.dispatchEvent(new Event('change'));
@@ -113,6 +119,8 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
                presets: Array.from(f.preset.options).map(function (o) {{ return o.value; }}),
                titles: Array.from(document.querySelectorAll('h2')).map(function (h) {{ return h.textContent; }}),
                learning: rows('learning'), speed: rows('speed'), memory: rows('memory'),
+               scripts: Array.from(document.querySelectorAll('script[src]')).map(
+                 function (s) {{ return s.getAttribute('src'); }}).filter(function (s) {{ return s !== 'compare.js'; }}),
                yTicks: Array.from(document.querySelectorAll('#curves text')).filter(
                  function (t) {{ return t.getAttribute('text-anchor') === 'end'; }}).length}};
     }})()"""
@@ -132,3 +140,4 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     assert labels["cost per 1,000 samples (USD, public GPU-hour price)"][1].startswith("$0.00")
     assert not any(name.startswith(("mfu", "peak_memory", "eval_")) for name in labels)  # no raw field names
     assert v["yTicks"] >= 5  # the loss axis has ticks, not one label at the top
+    assert sorted(v["scripts"]) == sorted(f"compare/{safe_slug(k)}.js" for k in (CPU, GPU))  # loaded when picked
