@@ -141,3 +141,32 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     assert not any(name.startswith(("mfu", "peak_memory", "eval_")) for name in labels)  # no raw field names
     assert v["yTicks"] >= 5  # the loss axis has ticks, not one label at the top
     assert sorted(v["scripts"]) == sorted(f"compare/{safe_slug(k)}.js" for k in (CPU, GPU))  # loaded when picked
+
+
+def test_compare_page_names_a_cell_script_that_did_not_load(db, tmp_path):
+    """A picked cell whose compare/<slug>.js is missing: the page says which file, and shows no stale rows."""
+    require_chromium()
+    site = tmp_path / "site"
+    assert invoke("report", "--db", str(db), "-o", str(site)).exit_code == 0
+    missing = f"compare/{safe_slug(GPU)}.js"
+    (site / missing).unlink()
+    expression = f"""new Promise(function (resolve) {{
+      var f = document.getElementById('pick');
+      var state = function () {{ return {{runs: document.getElementById('runs').textContent,
+        rows: document.querySelectorAll('tbody tr').length, curves: document.querySelectorAll('#curves *').length}}; }};
+      var first = state();
+      f.b.value = '{CPU}'; f.dispatchEvent(new Event('change'));  // loaded: drawn at once
+      var drawn = state();
+      f.b.value = '{GPU}'; f.dispatchEvent(new Event('change'));  // tried again, fails again
+      (function wait(tries) {{
+        var now = state();
+        if (now.rows && tries < 200) {{ setTimeout(function () {{ wait(tries + 1); }}, 25); return; }}
+        resolve({{first: first, drawn: drawn, again: now}});
+      }})(0);
+    }})"""
+    page = inspect_page((site / "compare.html").as_uri(), tmp_path / "compare.png", expression)
+    assert len(page.errors) == 4 and all(missing in e or "ERR_FILE_NOT_FOUND" in e for e in page.errors), page.errors
+    gone = {"runs": f"could not load the runs of {GPU} ({missing})", "rows": 0, "curves": 0}
+    v = page.value
+    assert v["first"] == gone and v["again"] == gone
+    assert v["drawn"]["runs"].startswith("A: run ") and v["drawn"]["rows"] > 10 and v["drawn"]["curves"] > 10
