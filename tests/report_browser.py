@@ -1,7 +1,8 @@
 """Load a page in Debian's headless Chromium over the DevTools protocol (pipe transport, stdlib only).
 
 `inspect_page(url, screenshot)` navigates, waits for the load event, collects console messages,
-uncaught exceptions and failed loads, evaluates a JavaScript expression, and saves a PNG screenshot.
+uncaught exceptions and failed loads, evaluates a JavaScript expression (a Promise is awaited), and saves
+a PNG screenshot.
 """
 
 from __future__ import annotations
@@ -143,8 +144,8 @@ def inspect_page(url: str, screenshot: Path, expression: str = "null", binary: s
             pipe.send("Page.navigate", {"url": url}, session=session)
             pipe.wait_for("Page.loadEventFired")
             report = PageReport()
-            report.value = pipe.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                                     session=session)["result"].get("value")
+            report.value = pipe.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                          "awaitPromise": True}, session=session)["result"].get("value")
             metrics = pipe.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
             shot = pipe.send("Page.captureScreenshot", {
                 "format": "png", "captureBeyondViewport": True,

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from builder.cli import main
 from matrix_fixtures import cpu_result, make_result
+from site_files import compare_scripts, strict_json
 
 EXAMPLES = 80
 ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"
@@ -61,13 +62,6 @@ def _set(result: dict, path: str, value) -> None:
         node = node[int(key)] if isinstance(node, list) else node.get(key)
 
 
-def _strict_json(text: str):
-    """What a browser's JSON.parse accepts: no NaN/Infinity."""
-    def refuse(name):
-        raise ValueError(f"{name} is not JSON")
-    return json.loads(text, parse_constant=refuse)
-
-
 def _ok(result, *codes: int) -> None:
     """Exit code among `codes`, and no traceback (CliRunner catches what escaped: `exception` not SystemExit)."""
     assert result.exit_code in codes, (result.exit_code, result.output[-2000:])
@@ -105,7 +99,7 @@ def test_any_mutated_result_works_or_is_refused_cleanly_in_every_command(mutatio
         event(f"import exit {imported.exit_code}" + (" " + imported.output.split("docs/result-schema.md: ")[-1][:50] if imported.exit_code else ""))
         listed = _run("matrix", "list", "--json", "--db", db)
         _ok(listed, 0)
-        keys = [c["key"] for c in _strict_json(listed.stdout)]
+        keys = [c["key"] for c in strict_json(listed.stdout)]
         for key in keys:
             _ok(_run("matrix", "show", key, "--db", db), 0)
             _ok(_run("matrix", "show", key, "--json", "--db", db), 0)
@@ -116,12 +110,13 @@ def test_any_mutated_result_works_or_is_refused_cleanly_in_every_command(mutatio
         site = tmp / "site"
         report = _run("report", "-o", site, "--db", db, "--no-recipes")
         _ok(report, 0)
-        _strict_json((site / "data.json").read_text())
+        strict_json((site / "data.json").read_text())
         for data in (site / "data").glob("*.json"):
-            _strict_json(data.read_text())
-        compare = (site / "compare.html").read_text()
-        for blob in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', compare, re.S):
-            _strict_json(blob)
+            strict_json(data.read_text())
+        compare_scripts(site)  # each cell's profiles, strict JSON in its own compare/<slug>.js
+        for blob in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>',
+                               (site / "compare.html").read_text(), re.S):
+            strict_json(blob)
         for page in site.rglob("*.html"):
             text = page.read_text()
             assert "\u202e" not in text and "\x00" not in text and "\x1b" not in text, page

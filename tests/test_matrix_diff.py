@@ -14,8 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
+from builder.matrix.slug import safe_slug
 from builder.paths import REPO_ROOT
 from report_browser import inspect_page, require_chromium
+from site_files import compare_scripts
 
 RESULTS = REPO_ROOT / "results"
 CPU, GPU = "cpu-torch2.13-py3.11", "cuda13.0-torch2.11-sm_90-py3.12"
@@ -100,6 +102,10 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     require_chromium()
     site = tmp_path / "site"
     assert invoke("report", "--db", str(db), "-o", str(site)).exit_code == 0
+    profiles = compare_scripts(site)  # each cell's own compare/<slug>.js, strict JSON; none in compare.html
+    assert sorted(profiles) == sorted([CPU, GPU]) and '"run_id"' not in (site / "compare.html").read_text()
+    gpu_speed = next(p for p in profiles[GPU] if p["configuration"] == "smoke · tiny-gemma")["speed"]["samples_per_s"]
+    assert f"{gpu_speed:,.0f}" == "1,162"
     expression = f"""(function () {{
       var f = document.getElementById('pick'); f.a.value = '{CPU}'; f.b.value = '{GPU}';
       f.dispatchEvent(new Event('change'));
@@ -113,6 +119,8 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
                presets: Array.from(f.preset.options).map(function (o) {{ return o.value; }}),
                titles: Array.from(document.querySelectorAll('h2')).map(function (h) {{ return h.textContent; }}),
                learning: rows('learning'), speed: rows('speed'), memory: rows('memory'),
+               scripts: Array.from(document.querySelectorAll('script[src]')).map(
+                 function (s) {{ return s.getAttribute('src'); }}).filter(function (s) {{ return s !== 'compare.js'; }}),
                yTicks: Array.from(document.querySelectorAll('#curves text')).filter(
                  function (t) {{ return t.getAttribute('text-anchor') === 'end'; }}).length}};
     }})()"""
@@ -132,3 +140,33 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     assert labels["cost per 1,000 samples (USD, public GPU-hour price)"][1].startswith("$0.00")
     assert not any(name.startswith(("mfu", "peak_memory", "eval_")) for name in labels)  # no raw field names
     assert v["yTicks"] >= 5  # the loss axis has ticks, not one label at the top
+    assert sorted(v["scripts"]) == sorted(f"compare/{safe_slug(k)}.js" for k in (CPU, GPU))  # loaded when picked
+
+
+def test_compare_page_names_a_cell_script_that_did_not_load(db, tmp_path):
+    """A picked cell whose compare/<slug>.js is missing: the page says which file, and shows no stale rows."""
+    require_chromium()
+    site = tmp_path / "site"
+    assert invoke("report", "--db", str(db), "-o", str(site)).exit_code == 0
+    missing = f"compare/{safe_slug(GPU)}.js"
+    (site / missing).unlink()
+    expression = f"""new Promise(function (resolve) {{
+      var f = document.getElementById('pick');
+      var state = function () {{ return {{runs: document.getElementById('runs').textContent,
+        rows: document.querySelectorAll('tbody tr').length, curves: document.querySelectorAll('#curves *').length}}; }};
+      var first = state();
+      f.b.value = '{CPU}'; f.dispatchEvent(new Event('change'));  // loaded: drawn at once
+      var drawn = state();
+      f.b.value = '{GPU}'; f.dispatchEvent(new Event('change'));  // tried again, fails again
+      (function wait(tries) {{
+        var now = state();
+        if (now.rows && tries < 200) {{ setTimeout(function () {{ wait(tries + 1); }}, 25); return; }}
+        resolve({{first: first, drawn: drawn, again: now}});
+      }})(0);
+    }})"""
+    page = inspect_page((site / "compare.html").as_uri(), tmp_path / "compare.png", expression)
+    assert len(page.errors) == 4 and all(missing in e or "ERR_FILE_NOT_FOUND" in e for e in page.errors), page.errors
+    gone = {"runs": f"could not load the runs of {GPU} ({missing})", "rows": 0, "curves": 0}
+    v = page.value
+    assert v["first"] == gone and v["again"] == gone
+    assert v["drawn"]["runs"].startswith("A: run ") and v["drawn"]["rows"] > 10 and v["drawn"]["curves"] > 10

@@ -13,6 +13,7 @@ from builder.matrix.report import build_report, ReportError
 from builder.matrix.store import MatrixStore
 from builder.matrix.summary import summarize
 from matrix_fixtures import make_result
+from site_files import compare_scripts
 
 EVIL = '<script>alert(1)</script> | pipe\nnext line "quoted" & amp [/] [bold] ../../escape \x1b[31mred'
 KEY = "rocm6.2-torch2.4-gfx90a-py3.10"
@@ -79,6 +80,15 @@ def test_hostile_text_is_inert_in_index_cell_page_and_summary(hostile_site):
     assert [line for line in summary.splitlines() if "next line" in line] == table and len(table) == 1
     assert len(re.findall(r"(?<!\\)\|", table[0])) == 14  # 13 columns: no value adds an unescaped pipe
     assert "\\[/\\] \\[bold\\] ../../escape" in summary and "\x1b" not in summary
+
+
+def test_hostile_text_is_inert_in_the_compare_page_and_its_cell_script(hostile_site):
+    site = hostile_site[0] / "site"
+    parser = _Scripts()
+    parser.feed((site / "compare.html").read_text())
+    assert [s.get("src") for s in parser.scripts] == [None, None, "compare.js"] and not parser.handlers
+    (profile,) = compare_scripts(site)[KEY]  # no <, > or & in compare/<slug>.js: the JSON escapes them
+    assert profile["versions"]["transformers"].startswith("<script>alert(1)</script> | pipe")  # data, intact
 
 
 def test_the_published_site_holds_no_hostname_or_kernel_cmdline(hostile_site, tmp_path):

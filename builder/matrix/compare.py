@@ -1,9 +1,12 @@
 """The report's compare page: any two cells side by side (versions, throughput and memory, probes, loss curves).
 
 Python flattens each cell's newest run per preset with `builder.matrix.diff.profile` (the same facts
-`envbuild matrix diff` compares) and embeds them in compare.html as JSON; compare.js joins the two chosen
-profiles in the browser. Embedded, not fetched: the site works from file:// too. The JSON is escaped for
-a <script> element (no `<`, `>` or `&` survive), and compare.js writes every value as text, never markup.
+`envbuild matrix diff` compares) and writes each cell's profiles to its own script, compare/<slug>.js:
+`envbuildCompare.register({"key": ..., "profiles": [...]});`, the slug from `builder.matrix.slug`.
+compare.html holds only the cell keys and those file names. compare.js adds a cell's script to the page
+when the cell is picked (a <script src>, not fetch: the site works from file:// too), then joins the two
+chosen profiles, so no page carries every cell's runs. The JSON is escaped for a script (no `<`, `>` or `&`
+survive; json.dumps writes no other non-ASCII character), and compare.js writes every value as text, never markup.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from builder.matrix import diff, gpu_prices, run_config
+from builder.matrix.slug import safe_slug
 from builder.matrix.store import MatrixStore
 from builder.matrix.summary import CellSummary
 
 
 #: Points of each loss curve embedded per profile (evenly spaced, first and last kept): the page stays small.
 CURVE_POINTS = 60
+#: The folder of the per-cell scripts, and what each holds around its one JSON object.
+FOLDER = "compare"
+PREFIX, SUFFIX = "envbuildCompare.register(", ");\n"
 
 
 def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list[dict]]:
@@ -56,16 +63,25 @@ def downsample(points: list, limit: int = CURVE_POINTS) -> list:
 
 
 def script_json(value) -> Markup:
-    """JSON safe inside a <script type="application/json"> element."""
+    """JSON safe inside a <script> element or a script file (a JavaScript expression too)."""
     text = json.dumps(value, sort_keys=True, default=str)
     return Markup(text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e"))
+
+
+def script_file(key: str, cell_profiles: list[dict]) -> str:
+    """The text of compare/<slug>.js: one call that hands the cell's profiles to compare.js."""
+    return f"{PREFIX}{script_json({'key': key, 'profiles': cell_profiles})}{SUFFIX}"
 
 
 def write(root: Path, html: Environment, store: MatrixStore, summaries: list[CellSummary], common: dict) -> None:
     data = profiles(store, summaries)
     keys = [s.key for s in summaries if s.key in data]
+    files = {key: f"{FOLDER}/{safe_slug(key)}.js" for key in keys}
+    (root / FOLDER).mkdir()
+    for key in keys:
+        (root / files[key]).write_text(script_file(key, data[key]))
     (root / "compare.html").write_text(html.get_template("compare.html.j2").render(
         keys=keys, first=keys[0] if keys else "", second=keys[1] if len(keys) > 1 else "",
-        profiles=script_json(data), sections=[(s, diff.SECTION_TITLES[s]) for s in diff.SECTIONS],
+        files=script_json(files), sections=[(s, diff.SECTION_TITLES[s]) for s in diff.SECTIONS],
         metrics=script_json({name: [diff.label(name), kind] for name, (_, _, _, kind) in diff.METRICS.items()}),
         root="", **common))

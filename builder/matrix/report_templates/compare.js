@@ -1,9 +1,32 @@
-// envbuild report: compare two cells, one configuration each (profiles embedded by builder/matrix/compare.py).
+// envbuild report: compare two cells, one configuration each (profiles written by builder/matrix/compare.py).
+// Each cell's profiles are in its own script, compare/<slug>.js, added to the page when the cell is picked
+// (a <script src> works from file://, fetch does not); it calls envbuildCompare.register.
 // Every value is written with textContent: data never becomes markup.
 (function () {
   var form = document.getElementById("pick");
   if (!form) { return; }
-  var profiles = JSON.parse(document.getElementById("profiles").textContent);
+  var files = JSON.parse(document.getElementById("files").textContent);  // cell key -> compare/<slug>.js
+  var profiles = Object.create(null);  // cell key -> its profiles, once its script has run
+  var waiting = Object.create(null);   // cell key -> what to call when its script has loaded (or failed)
+  var has = function (object, key) { return Object.prototype.hasOwnProperty.call(object, key); };
+  window.envbuildCompare = {register: function (entry) {
+    if (entry && typeof entry.key === "string" && has(files, entry.key) && Array.isArray(entry.profiles)) {
+      profiles[entry.key] = entry.profiles;
+    }
+  }};
+  function load(key, done) {
+    if (key in profiles || !has(files, key)) { done(); return; }
+    if (key in waiting) { waiting[key].push(done); return; }
+    waiting[key] = [done];
+    var script = document.createElement("script");
+    script.onload = script.onerror = function () {
+      var callbacks = waiting[key];
+      delete waiting[key];
+      callbacks.forEach(function (f) { f(); });
+    };
+    script.src = files[key];
+    document.body.appendChild(script);
+  }
   var metrics = JSON.parse(document.getElementById("metrics").textContent);  // name -> [label with unit, kind]
   var SVG = "http://www.w3.org/2000/svg";
 
@@ -119,16 +142,33 @@
     });
     select.value = seen[current] ? current : "";
   }
-  function render() {
+  function draw() {
     presets();
     var a = pick(form.a.value, form.preset.value);
     var b = pick(form.b.value, form.preset.value || (a && a.configuration));
-    if (!a || !b) { return; }
+    if (!a || !b) {  // a cell's script did not load: say so, and show nothing stale
+      var missing = [form.a.value, form.b.value].filter(function (k) { return !(k in profiles); });
+      document.getElementById("runs").textContent = "could not load the runs of " + missing.join(" and ") +
+        " (" + missing.map(function (k) { return files[k]; }).join(", ") + ")";
+      ["versions", "learning", "speed", "memory", "probes"].forEach(function (s) {
+        document.querySelector("#" + s + " tbody").textContent = "";
+      });
+      document.getElementById("curves").textContent = "";
+      return;
+    }
     document.getElementById("runs").textContent =
       "A: run " + a.run_id + " (" + a.configuration + ", " + a.status + ", " + a.finished_at + ") · " +
       "B: run " + b.run_id + " (" + b.configuration + ", " + b.status + ", " + b.finished_at + ")";
     ["versions", "learning", "speed", "memory", "probes"].forEach(function (s) { fill(s, a, b); });
     curves(a, b);
+  }
+  function render() {  // once both cells' scripts have run; a later pick supersedes this one
+    var a = form.a.value, b = form.b.value;
+    load(a, function () {
+      load(b, function () {
+        if (form.a.value === a && form.b.value === b) { draw(); }
+      });
+    });
   }
   form.addEventListener("change", render);
   render();
