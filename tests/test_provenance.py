@@ -97,7 +97,7 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
     link = re.search(r'href="\.\./(attestations/[0-9a-f]+\.intoto\.jsonl)"', row).group(1)
     assert (site / link).read_text() == (folder / "result.json.intoto.jsonl").read_text()
     index = (site / "index.html").read_text()
-    assert f'data-cell="{CPU_KEY}" data-status="pass" data-arch="none" data-rocm="cpu" data-provenance="contributed"' in index
+    assert f'data-cell="{CPU_KEY}" data-status="pass" data-arch="none" data-release="cpu" data-provenance="contributed"' in index
     assert '<option value="unsigned">unsigned</option>' in index
     assert "unsigned, imported locally" in index
 

@@ -63,6 +63,9 @@ REPROS = [
     ("probes", "x", r"probes: Input should be a valid list"),
     ("schema_version", "1", r"schema_version: Input should be 1"),
     ("status", "ok", r"status: Input should be 'pass', 'fail' or 'error'"),
+    ("invocation", {"probes": "yes"}, r"invocation.probes: Input should be a valid boolean"),
+    ("invocation", {"envbuild": "envbuild run"}, r"invocation.envbuild: Input should be a valid list"),
+    ("invocation", {"data": {"sha256": "../x"}}, r"invocation.data.sha256: String should match pattern"),
 ]
 
 

@@ -166,6 +166,25 @@ class Config(_Block):
     world_size: Count | None = None
 
 
+class InvocationData(_Block):
+    name: Name | None = None
+    bundled: StrictBool | None = None
+    sha256: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+
+class Invocation(_Block):
+    """What made the run: the workload's command line, the `envbuild` command, preset, model, data, overrides."""
+
+    argv: Annotated[list[Text], Field(max_length=1000)] | None = None
+    envbuild: Annotated[list[Text], Field(max_length=1000)] | None = None
+    preset: Name | None = None
+    model: Text | None = None
+    revision: Name | None = None
+    data: InvocationData | None = None
+    overrides: Open | None = None
+    probes: StrictBool | None = None
+
+
 class Result(_Block):
     """A result.json as the matrix reads it (docs/result-schema.md)."""
 
@@ -183,6 +202,7 @@ class Result(_Block):
     model: Open | None = None
     dataset: Open | None = None
     config: Config | None = None
+    invocation: Invocation | None = None
     metrics: Metrics | None = None
     probes: Annotated[list[Probe], Field(max_length=1000)] | None = None
     artifacts: Open | None = None
