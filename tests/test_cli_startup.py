@@ -55,3 +55,10 @@ def test_group_help_lists_every_command_in_full():
         assert f"{name} {summary}" in text  # never cut mid-parenthesis
     assert isinstance(main.get_command(click.Context(main), "render"), click.Command)
     assert "2 bad input" in text
+
+
+def test_matrix_commands_that_neither_sign_nor_verify_load_no_signing_library():
+    """securesystemslib (~0.1 s to import) loads only when an attestation is made or read."""
+    loaded = _modules_after("from builder.cli import main\ntry:\n    main(['matrix', 'list', '--help'])\n"
+                            "except SystemExit:\n    pass")
+    assert "securesystemslib" not in loaded

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from securesystemslib.dsse import Envelope
-from securesystemslib.exceptions import FormatError
-from securesystemslib.signer import Signature
+from typing import TYPE_CHECKING
 
 from builder.paths import REPO_ROOT, write_text_atomic
+
+if TYPE_CHECKING:  # securesystemslib loads in ~0.1 s: only the commands that sign or verify pay for it
+    from securesystemslib.dsse import Envelope
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -206,6 +207,9 @@ def sign_statement(statement: dict, key: Path) -> dict:
     """The DSSE envelope (as a dict) of `statement`, signed by `ssh-keygen -Y sign -n envbuild -f KEY` over its PAE.
 
     KEY is a private key file, or a public key whose private half is in ssh-agent (as for git)."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import Signature
+
     payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
     envelope = Envelope(payload=payload, payload_type=PAYLOAD_TYPE, signatures={})
     if not Path(key).is_file():
@@ -247,6 +251,9 @@ def _parse_sshsig(blob: bytes) -> tuple[bytes, str]:
 
 def load_envelope(path: Path) -> Envelope:
     """The DSSE envelope in `path` (one JSON line with exactly one signature); AttestationInputError if not."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import FormatError
+
     try:
         if Path(path).stat().st_size > _MAX_ENVELOPE:
             raise AttestationInputError(f"{path}: larger than {_MAX_ENVELOPE} bytes: not an attestation")
