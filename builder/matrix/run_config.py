@@ -25,8 +25,10 @@ LEGACY_SMOKE_BAR = 0.45
 FIELDS = ("$.command", "$.invocation.preset", "$.invocation.model", "$.invocation.overrides",
           "$.invocation.data.bundled", "$.invocation.probes", "$.config.preset", "$.model.id",
           "$.config.max_steps", "$.config.min_accuracy", "$.dataset.path", "$.invocation")
-SQL = "CASE WHEN json_valid(result_json) THEN json_array({}) END".format(
-    ", ".join(f"json_extract(result_json, '{path}')" for path in FIELDS))
+#: One json_extract with every path parses the stored JSON once (one call per path parsed it 12 times: most of
+#: `matrix list`'s time at 10,000 runs); it returns the values as one JSON array.
+SQL = "CASE WHEN json_valid(result_json) THEN json_extract(result_json, {}) END".format(
+    ", ".join(f"'{path}'" for path in FIELDS))
 
 
 @dataclass(frozen=True)
