@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.matrix import attest
-from builder.paths import REPO_ROOT
+from builder.paths import REPO_ROOT, file_sha256
 
 CPU_RESULT = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke" / "result.json"
 COMMANDS = ["envbuild run workload --image envbuild/cpu-torch2.13-py3.11:2a47823c34d3 --out run-smoke"]
@@ -78,7 +78,7 @@ def test_good_signature_verifies_and_names_signer(run):
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == attest.PREDICATE_TYPE
     digests = attest.subject_digests(statement)
-    assert digests["result.json"] == attest.sha256_file(folder / "result.json")
+    assert digests["result.json"] == file_sha256(folder / "result.json")
     assert digests["image"] == json.loads(CPU_RESULT.read_text())["image"]["digest"].removeprefix("sha256:")
     predicate = statement["predicate"]
     assert predicate["commands"] == COMMANDS and predicate["envbuild_version"] == "0.1.0"

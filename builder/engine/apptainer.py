@@ -9,7 +9,6 @@ flavor: `--rocm` (Apptainer binds /dev/kfd, /dev/dri and the host's ROCm driver 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunE
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import describe
 from builder.engine.run_result import check_out_dir, finalize
-from builder.paths import write_text_atomic
+from builder.paths import file_sha256, write_text_atomic
 
 OUT_BIND, DATA_BIND, MODEL_BIND = "/out", "/data", "/model"
 VERIFY_SCRIPT, VERIFY_EXPECT = "/opt/envbuild/verify_image.py", "/opt/envbuild/expect.json"
@@ -56,14 +55,6 @@ def apptainer_binary() -> str:
     return found
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def sidecar_path(sif: Path) -> Path:
     return sif.with_name(sif.name + SIDECAR_SUFFIX)
 
@@ -84,7 +75,7 @@ def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
     if not (isinstance(image, dict) and isinstance(image.get("manifest"), dict)
             and isinstance(record.get("sha256"), str)):
         raise RunError(f"{side} is not a SIF record of `envbuild sif` (no image manifest or sha256)")
-    if check_hash and sha256_file(sif) != record["sha256"]:
+    if check_hash and file_sha256(sif) != record["sha256"]:
         raise RunError(f"{sif}: its sha256 differs from the one in {side.name}: the SIF changed after "
                        "`envbuild sif` made it; make it again")
     return record
@@ -129,7 +120,7 @@ def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | N
         started = time.monotonic()
         verify = _verify(apptainer, tmp_sif, work)
         timings["verify_s"] = round(time.monotonic() - started, 1)
-        record = {"schema_version": 1, "sif": out.name, "sha256": sha256_file(tmp_sif),
+        record = {"schema_version": 1, "sif": out.name, "sha256": file_sha256(tmp_sif),
                   "size_bytes": tmp_sif.stat().st_size, "image": block, "apptainer": _version(apptainer),
                   "verify": verify, "timings": timings}
         os.replace(tmp_sif, out)

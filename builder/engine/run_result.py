@@ -7,7 +7,6 @@ A result is complete only when the workload wrote a valid `status: "pass"` resul
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 import uuid
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from builder.matrix.attempts import keep_file, new_attempt, relative_to_db, write_record
 from builder.matrix.store import InvalidResultError, validate_result
-from builder.paths import write_text_atomic
+from builder.paths import file_sha256, write_text_atomic
 
 RESULT_NAME = "result.json"
 VERSION_KEYS = ("python", "torch", "hip", "cuda", "transformers", "peft", "accelerate",
@@ -92,11 +91,7 @@ def envbuild_invocation(request, image: str | None) -> dict:
     command += ["--", *request.extra_args] if request.extra_args else []
     data = None
     if request.data and Path(request.data).is_file():
-        digest = hashlib.sha256()
-        with open(request.data, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        data = {"name": Path(request.data).name, "bundled": False, "sha256": digest.hexdigest()}
+        data = {"name": Path(request.data).name, "bundled": False, "sha256": file_sha256(Path(request.data))}
     elif not request.data:
         data = {"name": "emotions.jsonl", "bundled": True, "sha256": None}
     return {"envbuild": command, "preset": request.preset, "model": request.model or None, "data": data,

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from builder.paths import REPO_ROOT, write_text_atomic
+from builder.paths import REPO_ROOT, file_sha256, write_text_atomic
 
 if TYPE_CHECKING:  # securesystemslib loads in ~0.1 s: only the commands that sign or verify pay for it
     from securesystemslib.dsse import Envelope
@@ -110,14 +110,6 @@ class Verified:
     envelope: str  # the DSSE envelope, one JSON line
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -158,7 +150,7 @@ def make_statement(result_path: Path, *, commands: list[str], envbuild_version: 
         subjects.append({"name": IMAGE_SUBJECT, "digest": {"sha256": image}})
     if sif_path is not None:
         try:
-            subjects.append({"name": SIF_SUBJECT, "digest": {"sha256": sha256_file(sif_path)}})
+            subjects.append({"name": SIF_SUBJECT, "digest": {"sha256": file_sha256(sif_path)}})
         except OSError as exc:
             raise AttestationInputError(f"{sif_path}: {exc}") from exc
     return {

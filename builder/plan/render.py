@@ -13,11 +13,11 @@ from pathlib import Path
 import jinja2
 
 from builder import __version__
-from builder.paths import IMAGES_DIR, WORKLOAD_DIR
+from builder.paths import IMAGES_DIR, WORKLOAD_DIR, file_sha256
 from builder.plan.context import FETCH_STEPS, expectations, labels, lock_files, template_vars
 from builder.plan.lock import TORCH_BUILD_LOCK, Lock, LockError, for_plan, read_build_tools_lock
 from builder.plan.resolve import Plan
-from builder.plan.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, file_sha256, hashes, stage, torch_origin,
+from builder.plan.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, hashes, stage, torch_origin,
                                      wheels_in)
 
 MANIFEST = "manifest.json"

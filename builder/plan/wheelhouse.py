@@ -8,11 +8,11 @@ by path), the source build, or an index.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
+from builder.paths import file_sha256
 from builder.plan.resolve import Plan
 
 WHEELHOUSE = "wheelhouse"
@@ -22,14 +22,6 @@ WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
 class WheelhouseError(Exception):
     """A wheelhouse cannot be used (not a dir, no wheels, or not what the context's manifest hashed)."""
-
-
-def file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
 
 
 def wheels_in(directory: Path) -> list[Path]:
