@@ -163,19 +163,24 @@ def realistic_db(path: Path, runs: int, n_cells: int, seed: int = 13) -> None:
             store.record_run(result)
 
 
+def _envbuild(args: list[str]):
+    """Run `envbuild ARGS` as a whole process, output discarded: (wall seconds, its resource usage)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *args],
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"envbuild {' '.join(args)} exited {os.waitstatus_to_exitcode(status)}")
+    return time.perf_counter() - start, usage
+
+
 def timed(args: list[str], repeat: int) -> float:
     """Median wall time of running `envbuild ARGS` as a whole process (its CPU time is noted in CPU_S)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     times, cpu = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *args], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode:
-            raise SystemExit(f"envbuild {' '.join(args)} exited {proc.returncode}")
-        times.append(time.perf_counter() - start)
+        wall, usage = _envbuild(args)
+        times.append(wall)
         cpu.append(usage.ru_utime + usage.ru_stime)
     CPU_S.append(statistics.median(cpu))
     return statistics.median(times)
@@ -187,14 +192,7 @@ CPU_S: list[float] = []
 
 def peak_rss_mb(args: list[str]) -> float:
     """Peak resident memory (MB) of one `envbuild ARGS` process, output discarded."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"envbuild {' '.join(args)} exited {proc.returncode}")
-    return usage.ru_maxrss / 1024
+    return _envbuild(args)[1].ru_maxrss / 1024
 
 
 def main() -> None:
