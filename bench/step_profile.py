@@ -72,6 +72,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a CPU check)")
     p.add_argument("--eager", action="store_true", help="without compiled layers")
     p.add_argument("--no-graph-steps", action="store_true", help="seed: without the captured step graphs")
+    p.add_argument("--varlen", choices=["on", "off"], help="throughput: packed rows through varlen attention "
+                   "kernels or dense masks (default: the preset's)")
     p.add_argument("--out", type=Path, help="write the breakdown as JSON here")
     args = p.parse_args(argv)
 
@@ -81,6 +83,8 @@ def main(argv=None) -> int:
     recipe = PRESETS[args.preset].replace(dtype=dtype, log_every=1000, compile=not args.eager)
     if args.no_graph_steps or args.eager:
         recipe = dataclasses.replace(recipe, graph_steps=False)
+    if args.varlen:
+        recipe = dataclasses.replace(recipe, varlen_attention=args.varlen == "on")
     if args.tiny and recipe.pack:  # rows the tiny model's 512 positions hold
         recipe = recipe.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
     per_step = (recipe.tokens_per_step // 68 + 1) if recipe.tokens_per_step else recipe.batch_size
@@ -106,8 +110,8 @@ def main(argv=None) -> int:
     out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "versions": env.versions(), "shape": shape, "preset": args.preset, "compiled_layers": stats.compiled_layers,
            "compile_error": stats.compile_error, "graph_steps": recipe.graph_steps, "graph_error": stats.graph_error,
-           "graphed_layouts": stats.graphed_layouts,
-           "steps": stats.steps, "samples": stats.samples,
+           "graphed_layouts": stats.graphed_layouts, "varlen_attention": stats.varlen_attention,
+           "varlen_error": stats.varlen_error, "steps": stats.steps, "samples": stats.samples,
            "loop_seconds": round(stats.seconds, 4), "profiled_wall_seconds": round(wall, 4),
            "unprofiled_loop_seconds": round(first.seconds, 4), "kernel_seconds": round(kernel_total, 4),
            "gpu_busy_fraction": round(kernel_total / stats.seconds, 4) if stats.seconds else None,

@@ -179,7 +179,7 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
                   pad_id=PAD)
     levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
                                               "pack_length", "compile", "lr_scaling", "graph_steps",
-                                              "lora_dropout")}
+                                              "varlen_attention", "lora_dropout")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
                    stats.attention_flops,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
@@ -187,6 +187,7 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
                           "warmup_steps": stats.warmup_steps, "compile_error": stats.compile_error,
                           "graph_error": stats.graph_error, "graphed_layouts": stats.graphed_layouts,
                           "compiled_layers": stats.compiled_layers, "first_losses": stats.train_loss[:4],
+                          "varlen_attention": stats.varlen_attention, "varlen_error": stats.varlen_error,
                           "levers": levers})
 
 
@@ -253,7 +254,7 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
     p.add_argument("--variants", default="seed_eager,throughput_eager",
                    help="extra runs, comma-separated: seed_eager, seed_nographs, throughput_eager, "
-                        "throughput_nodropout ('' for none)")
+                        "throughput_masked, throughput_varlen, throughput_nodropout ('' for none)")
     p.add_argument("--no-seed", action="store_true",
                    help="leave the seed preset out (the ratio is then the first remaining workload run's)")
     p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
@@ -301,6 +302,12 @@ def main(argv=None) -> int:
                             args.throughput_steps, "workload_throughput_eager"))
     runs.append(attempt(run_workload, shape, t_data, throughput,
                         device, args.throughput_steps, "workload_throughput"))
+    if "throughput_masked" in variants:  # packed rows through dense per-row masks (no varlen kernels)
+        runs.append(attempt(run_workload, shape, t_data, throughput.replace(varlen_attention=False),
+                            device, args.throughput_steps, "workload_throughput_masked"))
+    if "throughput_varlen" in variants:
+        runs.append(attempt(run_workload, shape, t_data, throughput.replace(varlen_attention=True),
+                            device, args.throughput_steps, "workload_throughput_varlen"))
     if "throughput_nodropout" in variants:
         runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, lora_dropout=0.0),
                             device, args.throughput_steps, "workload_throughput_nodropout"))

@@ -48,6 +48,7 @@ class Recipe:
     lr_scaling: str = "none"  # none | sqrt | linear in the mean samples per step relative to `batch_size`
     compile: bool = False  # torch.compile each decoder layer (static shapes; warm-up excluded from timing)
     graph_steps: bool = False  # GPUs, padded steps: replay each step layout's whole step as one captured graph
+    varlen_attention: bool = False  # GPUs, packed rows: varlen attention kernels instead of dense per-row masks
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -84,8 +85,9 @@ PRESETS = {
 # on the gemma-2b shape, +18 % on the Gemma 4 E2B shape (H200, docs/workload.md). The learning rate scales with the
 # square root of the samples per step relative to the seed recipe's 16 (lr = 2e-4 * sqrt(mean samples per step
 # / 16)), and warmup keeps the seed recipe's warmup in samples (100 steps * 16 samples), both computed from
-# the epoch's schedule at run time.
+# the epoch's schedule at run time. On GPUs the packed rows go through varlen attention kernels (each sample
+# attends to its own tokens; no dense row x row mask is built or computed: workload/varlen.py).
 PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput", tokens_per_step=16384,
                                             bucket_lengths=None, pack=True, pack_length=512,
                                             micro_batch_tokens=8192, lr_scaling="sqrt", compile=True,
-                                            graph_steps=False)
+                                            graph_steps=False, varlen_attention=True)

@@ -273,7 +273,8 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
             "speed": {"tokens_per_step": recipe.tokens_per_step, "micro_batch_tokens": recipe.micro_batch_tokens,
                       "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
                       "pack": recipe.pack, "pack_length": recipe.pack_length, "lr_scaling": recipe.lr_scaling,
-                      "compile": recipe.compile, "graph_steps": recipe.graph_steps}}
+                      "compile": recipe.compile, "graph_steps": recipe.graph_steps,
+                      "varlen_attention": recipe.varlen_attention}}
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:

@@ -28,12 +28,16 @@ def packing_supported() -> bool:
 
 
 def packed_logits(model: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                  ends: torch.Tensor) -> torch.Tensor:
+                  ends: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Logits of every sample of a packed batch (`batching.collate_packed`): the backbone runs without an
     attention mask, so transformers derives a per-sample causal mask from the restarting position ids
-    (no attention across samples); each sample is pooled at its own last token, as the padded path does."""
+    (no attention across samples), or, with `cu_seqlens` (workload.varlen, its attention switched on), the
+    varlen kernels take the sample boundaries instead of a mask; each sample is pooled at its own last token,
+    as the padded path does."""
     backbone, score = classifier_parts(model)
-    hidden = backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+    varlen = {} if cu_seqlens is None else {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens,
+                                            "max_length_q": input_ids.shape[1], "max_length_k": input_ids.shape[1]}
+    hidden = backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state
     pooled = hidden.reshape(-1, hidden.shape[-1]).index_select(0, ends)
     return score(pooled.to(score.weight.dtype if hasattr(score, "weight") else pooled.dtype))
 

@@ -18,6 +18,7 @@ from .errors import NonFiniteLoss
 from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
 from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
+from .varlen import cu_seqlens, sequence_count, varlen_attention_on, varlen_available
 
 
 @dataclass
@@ -45,6 +46,8 @@ class TrainStats:
     graph_error: str | None = None  # set when graph_steps was asked for but could not be used (the run went on without)
     graphed_layouts: int = 0  # step layouts captured as device graphs (0: none)
     packed: bool = False  # packing ran (False when asked for but the installed transformers cannot mask it)
+    varlen_attention: bool = False  # packed rows ran through varlen attention kernels (no dense masks)
+    varlen_error: str | None = None  # set when varlen attention was asked for but could not be used (masks instead)
     attention_flops: float = 0.0  # attention-score FLOPs of the samples trained (metrics.attention_flops), global
 
     @property
@@ -132,6 +135,8 @@ class Step:
 def plan_epoch(lengths: list[int], recipe: Recipe, seed: int) -> list[Step]:
     """One epoch's optimizer steps: `batch_size` samples each (plain), or a token budget per step, either
     bucketed by length (`bucket_lengths`) or packed into rows of `pack_length` tokens."""
+    if recipe.varlen_attention and not recipe.pack:
+        raise ValueError("varlen_attention needs pack (it replaces the masks of packed rows)")
     if not recipe.tokens_per_step:  # bucket_lengths then only sets the padded widths
         if recipe.pack:
             raise ValueError("pack needs tokens_per_step (a token budget per optimizer step)")
@@ -176,12 +181,22 @@ def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0,
     return out
 
 
-def _host_batch(micro: dict, data: Tokenised, recipe: Recipe, pad_id: int, pin: bool) -> tuple[torch.Tensor, ...]:
+def _sequences(micro: dict, data: Tokenised, recipe: Recipe) -> int:
+    """The (bucketed) sequence count of a packed micro-batch, as the varlen kernels see it."""
+    return sequence_count([[len(data.train_ids[i]) for i in row] for row in micro["rows"]], recipe.pack_length,
+                          micro["n_rows"])
+
+
+def _host_batch(micro: dict, data: Tokenised, recipe: Recipe, pad_id: int, pin: bool,
+                varlen: bool = False) -> tuple[torch.Tensor, ...]:
     """Host tensors of one micro-batch: padded (input_ids, attention_mask, target) or packed (input_ids,
-    position_ids, sample ends, target); pinned on GPUs."""
+    position_ids, sample ends[, cu_seqlens with `varlen`], target); pinned on GPUs."""
     if "rows" in micro:
         tensors = collate_packed([[data.train_ids[i] for i in row] for row in micro["rows"]], pad_id,
                                  recipe.pack_length, micro["n_rows"], pin=pin)
+        if varlen:
+            cu = cu_seqlens(tensors[1], _sequences(micro, data, recipe))
+            tensors = (*tensors, cu.pin_memory() if pin else cu)
         samples = [i for row in micro["rows"] for i in row]
     else:
         samples = micro["samples"]
@@ -198,6 +213,9 @@ def _to_device(batch: tuple[torch.Tensor, ...], device) -> tuple[torch.Tensor, .
 def _logits(model, batch: tuple[torch.Tensor, ...], device, dtype: str):
     """(logits, target) of one micro-batch of device tensors (`_host_batch`'s layout)."""
     with autocast(device, dtype):
+        if len(batch) == 5:
+            input_ids, position_ids, ends, cu, target = batch
+            return packed_logits(model, input_ids, position_ids, ends, cu_seqlens=cu), target
         if len(batch) == 4:
             input_ids, position_ids, ends, target = batch
             return packed_logits(model, input_ids, position_ids, ends), target
@@ -218,19 +236,23 @@ def scaled_schedule(recipe: Recipe, schedule: list[Step]) -> tuple[float, int]:
     return recipe.learning_rate * factor, max(1, round(recipe.warmup_steps / ratio))
 
 
-def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, world, params) -> None:
+def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, world, params,
+             varlen: bool = False) -> None:
     """One forward/backward per distinct micro-batch shape (compilation happens here, outside the timing);
     the gradients are thrown away."""
     lengths = [len(x) for x in data.train_ids]
     seen = set()
     for step in schedule:
         for micro in micro_batches(step, lengths, recipe, rank, world):
-            shape = ("rows", micro["n_rows"]) if "rows" in micro else (len(micro["samples"]), micro["width"])
+            if "rows" in micro:
+                shape = ("rows", micro["n_rows"], _sequences(micro, data, recipe) if varlen else 0)
+            else:
+                shape = (len(micro["samples"]), micro["width"])
             if shape in seen:
                 continue
             seen.add(shape)
-            logits, target = _logits(model, _to_device(_host_batch(micro, data, recipe, pad_id, pin), device),
-                                     device, dtype)
+            logits, target = _logits(model, _to_device(_host_batch(micro, data, recipe, pad_id, pin, varlen),
+                                                       device), device, dtype)
             F.cross_entropy(logits.float(), target).backward()
     for p in params:
         p.grad = None
@@ -317,7 +339,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(x) for x in data.train_ids]
     if recipe.pack and not packing_supported():  # the same steps, laid out as padded batches
-        recipe = dataclasses.replace(recipe, pack=False)
+        recipe = dataclasses.replace(recipe, pack=False, varlen_attention=False)
     schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
     if recipe.max_steps:
         schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[:recipe.max_steps]
@@ -359,14 +381,24 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     configs = [m.config for m in model.modules() if getattr(getattr(m, "config", None), "use_cache", False)]
     for config in configs:
         config.use_cache = False
+    varlen = False
+    if recipe.pack and recipe.varlen_attention:  # the kernels are GPU-only; elsewhere packed rows use masks
+        stats.varlen_error = ("no varlen attention kernel on the CPU" if device.type != "cuda"
+                              else f"the varlen kernels take bf16/fp16, not {dtype}" if dtype not in ("bf16", "fp16")
+                              else varlen_available())
+        varlen = stats.varlen_error is None
+    stats.varlen_attention = varlen
+    attention = contextlib.ExitStack()
     try:
+        if varlen:
+            attention.enter_context(varlen_attention_on(model))
         if compiled:
             _sync(device)
             begin = time.perf_counter()
             # Warm-up through the unwrapped module: DDP would sync (and ranks may see different shapes).
             try:
                 _warm_up(getattr(model, "module", model), schedule, data, recipe, device, dtype, pad_id, pin,
-                         ddp_rank, ddp_world, params)
+                         ddp_rank, ddp_world, params, varlen)
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as e:  # noqa: BLE001 - compilation failed: the same loop runs eager (recorded)
@@ -410,7 +442,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
             for k, micro in enumerate(micros):
                 sync_now = k == len(micros) - 1 or not hasattr(model, "no_sync")
                 with contextlib.nullcontext() if sync_now else model.no_sync():
-                    batch = _host_batch(micro, data, recipe, pad_id, pin)
+                    batch = _host_batch(micro, data, recipe, pad_id, pin, varlen)
                     logits, target = _logits(forward_model, _to_device(batch, device), device, dtype)
                     # Mean over the global step: each micro-batch's sum / step size (x world: DDP averages).
                     loss = F.cross_entropy(logits.float(), target, reduction="sum") / n_global * ddp_world
@@ -437,6 +469,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
         stats.seconds = time.perf_counter() - start
         stats.attention_flops = attention_flops(trained_lengths, attention_layers(model))
     finally:
+        attention.close()
         if compiled:
             uncompile_layers(model)
         for config in configs:
