@@ -154,3 +154,31 @@ def test_a_library_torch_loads_that_lacks_the_arch_fails_the_build(tmp_path):
     assert f"missing in {torch_lib / 'libhipsparselt.so.0'} (loaded by torch)" in out
     assert record["notes"] == [] and record["arch_coverage"]["not_loaded"]["binaries"] == []
     assert record["arch_coverage"]["archs"] == ["gfx1030", "gfx90a", "gfx940"]
+
+
+def test_torch_compiles_backend_must_be_installed_at_its_pin_and_import(tmp_path):
+    """A source cell with a verified Triton pin (expect.json "compile_package"): verify checks the installed
+    version and imports the module; the package counts as torch's (unlocked), though the source-built torch's
+    own metadata does not require it."""
+    site = stand_in_torch(tmp_path / "site", others=(("pytorch-triton-rocm", "3.0.0"),))
+    (site / "triton").mkdir()
+    (site / "triton" / "__init__.py").write_text("__version__ = '3.0.0'\n")
+    package = {"name": "pytorch-triton-rocm", "version": "3.0.0", "import": "triton"}
+    expect = rocm_expect() | {"arch": None, "complete": True, "compile_package": package}
+    code, out, record = run_verify(tmp_path, expect, site, isolated=True)
+    assert code == 0, out
+    assert "pytorch-triton-rocm==3.0.0 for torch.compile" in [c["name"] for c in record["checks"] if c["ok"]]
+    assert record["unlocked"] == ["pytorch-triton-rocm==3.0.0"]
+
+    code, out, record = run_verify(tmp_path, expect | {"compile_package": package | {"version": "3.1.0"}}, site,
+                                   isolated=True)
+    assert code == 1 and _failed(record) == ["pytorch-triton-rocm==3.1.0 for torch.compile"]
+    assert "expected pytorch-triton-rocm 3.1.0; found 3.0.0" in out
+
+    code, out, record = run_verify(tmp_path, expect | {"compile_package": None}, site, isolated=True)
+    assert code == 1 and _failed(record) == ["every installed distribution is locked"]  # not torch's requirement
+
+    (site / "triton" / "__init__.py").write_text("raise ImportError('libtriton.so: cannot open shared object file')\n")
+    code, out, record = run_verify(tmp_path, expect, site, isolated=True)
+    assert code == 1 and _failed(record) == ["pytorch-triton-rocm==3.0.0 for torch.compile"]
+    assert "import triton failed: ImportError: libtriton.so: cannot open shared object file" in out

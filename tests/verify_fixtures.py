@@ -50,7 +50,7 @@ def stand_in_torch(root: Path, *, hip: str = "6.2.41133-dd7f95766", flags: str |
     for name, version, tag in [("torch", "2.4.1+rocm6.2", "cp311-cp311-linux_x86_64"),
                                ("sentencepiece", "0.2.0", "cp311-cp311-linux_x86_64"),
                                *((n, v, "py3-none-any") for n, v in others)]:
-        info = root / f"{name}-{version}.dist-info"
+        info = root / f"{name.replace('-', '_')}-{version}.dist-info"  # as pip names it (pytorch_triton_rocm)
         info.mkdir()
         requires = "".join(f"Requires-Dist: {r}\n" for r in torch_requires) if name == "torch" else ""
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires}")

@@ -14,12 +14,15 @@ Checks, each a line of output; any failure fails the build with what was expecte
   /opt/rocm/lib (workload.codeobjects.loaded_split, the rule of the arch probe and `envbuild inspect IMAGE`),
   when they can be read. A library there that torch does not load and that lacks the arch (hipSPARSELt ships
   gfx942/gfx950 only) is a note in OUT_JSON's "notes", not a failure;
+- torch.compile's backend (expect.json "compile_package", a source build whose line has a verified pin): the
+  pinned version installed (pytorch-triton-rocm==3.0.0) and its module importable (triton);
 - sentencepiece: installed from the wheel built in the image (a local `linux_*` wheel from a file), not a
   PyPI binary (`manylinux`);
 - every pin of the lock (requirements.lock, and venv.lock's pip/setuptools/wheel where the stack does not pin
   them) equals the installed version;
-- nothing else is installed (expect.json "complete"): every distribution is locked, is torch, or is a
-  requirement of torch that its index supplied (e.g. pytorch-triton-rocm), listed as "unlocked".
+- nothing else is installed (expect.json "complete"): every distribution is locked, is torch, is a
+  requirement of torch that its index supplied (e.g. pytorch-triton-rocm), or is the compile backend above;
+  those are listed as "unlocked".
 OUT_JSON records every check, the unlocked distributions, the arch coverage (what torch loads, with
 "not_loaded" for the rest) and the notes.
 """
@@ -86,6 +89,27 @@ def check_torch(expect: dict, checks: list) -> None:
                        "would fail with 'HIP error: invalid device function'"))
 
 
+def check_compile_package(expect: dict, checks: list) -> None:
+    """torch.compile's backend of a source build: the pinned version, and its module imports."""
+    package = expect.get("compile_package")
+    if not package:
+        return
+    import importlib
+
+    name, want = package["name"], package["version"]
+    try:
+        got = md.version(name)
+    except md.PackageNotFoundError:
+        got = None
+    try:
+        importlib.import_module(package["import"])
+        imported = ""
+    except Exception as exc:  # noqa: BLE001 - any import failure means torch.compile would fail
+        imported = f"; import {package['import']} failed: {type(exc).__name__}: {exc}"
+    checks.append((f"{name}=={want} for torch.compile", got == want and not imported,
+                   f"expected {name} {want}; found {got or 'nothing'}{imported}"))
+
+
 def check_sentencepiece(expect: dict, checks: list) -> None:
     version, tags, url = md.version("sentencepiece"), _wheel_tags("sentencepiece"), _direct_url("sentencepiece")
     built_here = url.startswith("file://") and bool(tags) and not any("manylinux" in t for t in tags)
@@ -119,7 +143,7 @@ def check_complete(expect: dict, checks: list) -> list[str] | None:
     if not expect.get("complete"):
         return None
     locked = _locked(expect)
-    torch_needs = set()
+    torch_needs = {_name(expect["compile_package"]["name"])} if expect.get("compile_package") else set()
     for requirement in md.requires("torch") or []:
         if "extra ==" not in requirement:
             torch_needs.add(_name(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]))
@@ -153,6 +177,7 @@ def main(expect_path: str, out_path: str) -> int:
     expect = json.loads(Path(expect_path).read_text())
     checks: list[tuple[str, bool, str]] = []
     check_torch(expect, checks)
+    check_compile_package(expect, checks)
     check_sentencepiece(expect, checks)
     check_lock(expect, checks)
     unlocked = check_complete(expect, checks)
