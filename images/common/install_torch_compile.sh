@@ -3,7 +3,7 @@
 # ($TORCH_INDEX_URL: PyPI's pytorch-triton-rocm stops at 2.1.0), or by path from wheelhouse/, with --no-deps:
 # nothing else comes from that index; its requirements must be in the lock (the runtime stage's `pip check` fails
 # the build if one is not). Pinned by version only:
-# no sha256 of the index's wheels was found published by a peer (docs/rocm-route.md, "Triton on source cells").
+# no published sha256 of the index's wheels was found (docs/rocm-route.md, "Triton on source cells").
 source "$(dirname "$0")/lib.sh"
 if [ -z "${TORCH_COMPILE_PACKAGE:-}" ] || [ -z "${TORCH_INDEX_URL:-}" ]; then
   echo "envbuild: TORCH_COMPILE_PACKAGE ('${TORCH_COMPILE_PACKAGE:-}') and TORCH_INDEX_URL ('${TORCH_INDEX_URL:-}')" \
