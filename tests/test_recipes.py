@@ -70,10 +70,14 @@ def test_forced_source_build_where_a_wheel_exists():
     with pytest.raises(UnprovenSourceError, match="has an official wheel but no peer build of its source"):
         resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
     plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source", unproven=True))
-    assert plan.torch_source == "source" and plan.torch_stage == "torch-source"
-    assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "sentencepiece", "runtime")
+    assert plan.torch_source == "source" and plan.torch_stage == "torch-compile"
+    assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "torch-compile",
+                           "sentencepiece", "runtime")
     assert plan.torch_version == "2.5.1+rocm6.2"  # the local label a source build stamps, as the wheel has
-    assert plan.os_packages and "rocm-libs" in plan.os_packages and plan.compile_unavailable
+    assert plan.os_packages and "rocm-libs" in plan.os_packages
+    # v2.5.1's Triton: what the official 2.5.1+rocm6.2 wheel requires (recipes/torch.toml)
+    assert plan.compile_requirement == "pytorch-triton-rocm==3.1.0" and not plan.compile_unavailable
+    assert plan.wheel_index_url == "https://download.pytorch.org/whl/rocm6.2"
 
 
 def test_install_rocm_starts_from_ubuntu_with_the_exact_amdgpu_install():
@@ -261,4 +265,13 @@ def test_a_source_build_entry_without_a_full_commit_peer_link_or_the_lines_versi
     path = recipes_copy / "source-builds.toml"
     path.write_text(path.read_text().replace("build = []\n", FORK_BUILD.replace(*bad)))
     with pytest.raises(RecipeError, match=message):
+        load(recipes_copy)
+
+
+def test_a_compile_pin_without_its_index_or_peer_record_is_refused(recipes_copy):
+    """A Triton pin in torch.toml carries where it comes from: a version alone is not accepted."""
+    text = (recipes_copy / "torch.toml").read_text()
+    checked = next(line for line in text.splitlines() if line.startswith("compile_checked =") and "3.0.0" in line)
+    (recipes_copy / "torch.toml").write_text(text.replace(checked + "\n", ""))
+    with pytest.raises(RecipeError, match="torch line 2.4: compile_version needs compile_index and compile_checked"):
         load(recipes_copy)

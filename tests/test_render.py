@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from builder.paths import IMAGES_DIR
+from builder.plan.recipes import Recipes
 from builder.plan.render import RenderError, StaticFiles, context_files, render
 from builder.plan.resolve import Request, resolve
 from tests.render_fixtures import GOLDEN_CELLS, GOLDEN_DIR, GOLDEN_FILES, golden_static, tree_digest
@@ -173,7 +174,8 @@ def test_source_build_context_carries_the_patch_series_and_wheel_context_does_no
     assert b"AS torch-source-build" in source["Dockerfile"] and b"AS torch-wheel" not in source["Dockerfile"]
     assert b"AS torch-wheel" in wheel["Dockerfile"] and b"AS torch-source" not in wheel["Dockerfile"]
     assert b"ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm6.2\n" in wheel["Dockerfile"]
-    assert b"ARG TORCH_INDEX_URL=\n" in source["Dockerfile"]
+    # a source build's index is that of its compile backend (pytorch-triton-rocm 3.0.0, recipes/torch.toml)
+    assert b"ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm6.1\n" in source["Dockerfile"]
 
 
 #: what reaches the network from a build step (in its RUN line or the script it runs), comments left out
@@ -313,11 +315,19 @@ def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_ident
     after, _ = context_files(other, golden_static())
     assert before["requirements.lock"] != after["requirements.lock"]
     assert committed in before["requirements.lock"].decode() and later in after["requirements.lock"].decode()
+    assert before["Dockerfile"] != after["Dockerfile"]
+    _assert_torch_stages_identical(before, after)
+    for name in TORCH_STAGES:
+        text = _stage(before["Dockerfile"].decode(), name)
+        assert "requirements.lock" not in text and "expect.json" not in text, name
+
+
+def _assert_torch_stages_identical(before: dict[str, bytes], after: dict[str, bytes]) -> None:
+    """Every stage up to the installed torch wheel renders byte-identical in two contexts: its text, the
+    top-level ARG values it reads and every file it COPYs (so BuildKit reuses those layers)."""
     old, new = before["Dockerfile"].decode(), after["Dockerfile"].decode()
-    assert old != new
     for name in TORCH_STAGES:
         text = _stage(old, name)
-        assert "requirements.lock" not in text and "expect.json" not in text, name
         assert text == _stage(new, name), name
         assert _stage_args(old, name) == _stage_args(new, name), name
         copied = [p for source in re.findall(r"^COPY (?!--from)(.+) /opt/envbuild/", text, re.M)
@@ -326,6 +336,93 @@ def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_ident
         for path in copied:
             paths = [p for p in before if p == path or p.startswith(path)]
             assert paths and all(before[p] == after[p] for p in paths), path
+
+
+@pytest.mark.parametrize("rocm,line,pin,index", [
+    ("6.1.2", "2.3", "2.3.1", "rocm6.0"), ("6.2", "2.3", "2.3.1", "rocm6.0"), ("6.2", "2.4", "3.0.0", "rocm6.1"),
+    ("6.2", "2.6", "3.2.0", "rocm6.2.4"),
+])
+def test_a_source_cell_installs_its_releases_triton_after_the_torch_build(rocm, line, pin, index):
+    """Review 2, finding 6: each source cell (rendered with --unproven) installs the pytorch-triton-rocm the
+    official ROCm wheel of its release requires (recipes/torch.toml, with the peer record), by exact version from
+    the PyTorch index that carries it, --no-deps, in a stage of its own after the torch wheel is installed; the
+    image's verify step imports it, and torch.compile is no longer marked unavailable."""
+    plan = resolve(Request(accel_version=rocm, torch=line, unproven=True))
+    files, manifest = context_files(plan, golden_static())
+    dockerfile = files["Dockerfile"].decode()
+    url = f"https://download.pytorch.org/whl/{index}"
+    assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "torch-compile",
+                           "sentencepiece", "runtime")
+    assert f"\nARG TORCH_COMPILE_PACKAGE=pytorch-triton-rocm=={pin}\n" in dockerfile.split("\nFROM ", 1)[0]
+    stage = _stage(dockerfile, "torch-compile")
+    assert stage.startswith(" AS torch-compile") and "FROM torch-source AS torch-compile" in dockerfile
+    assert f"ARG TORCH_INDEX_URL={url}\n" in stage and "ARG TORCH_COMPILE_PACKAGE\n" in stage
+    assert "bash /opt/envbuild/common/install_torch_compile.sh" in stage
+    assert "FROM torch-compile AS runtime" in dockerfile
+    assert not any("TORCH_COMPILE_PACKAGE" in _stage(dockerfile, name) or "torch_compile" in _stage(dockerfile, name)
+                   for name in TORCH_STAGES)
+    script = files["common/install_torch_compile.sh"].decode()
+    install = next(line for line in script.splitlines() if "pip install" in line)
+    assert "--no-deps" in install and '--index-url "$TORCH_INDEX_URL"' in install
+    assert "install_torch_compile.sh" in manifest["fetch_steps"]
+    expect = json.loads(files["expect.json"])
+    assert expect["compile_package"] == {"name": "pytorch-triton-rocm", "version": pin, "import": "triton"}
+    assert expect["compile_unavailable"] is None
+    assert "ENVBUILD_TORCH_COMPILE_UNAVAILABLE" not in dockerfile and "io.envbuild.torch-compile" not in dockerfile
+    compile_ = manifest["torch"]["compile"]
+    assert compile_["available"] and compile_["requirement"] == f"pytorch-triton-rocm=={pin}"
+    assert "mila-iqia/milabench" in compile_["checked"] and f"pytorch-triton-rocm=={pin}" in compile_["checked"]
+
+
+def _recipes_with_torch_line(tmp_path, line: str, edit) -> Recipes:
+    """recipes/ copied under tmp_path with torch.toml's table of `line` passed through `edit`, loaded."""
+    import shutil
+
+    from builder.paths import RECIPES_DIR
+    from builder.plan.recipes import load
+
+    root = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, root)
+    text = (root / "torch.toml").read_text()
+    head = f'[torch."{line}"]\n'
+    start = text.index(head)
+    end = text.find("\n[torch.", start + 1)
+    end = len(text) if end == -1 else end
+    (root / "torch.toml").write_text(text[:start] + edit(text[start:end]) + text[end:])
+    return load(root)
+
+
+def test_a_triton_pin_change_rebuilds_no_torch(tmp_path):
+    """The Triton stage comes after the torch wheel: another pin changes the torch-compile stage and the image,
+    never a stage up to the installed torch."""
+    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
+    other = resolve(Request(accel_version="6.2", torch="2.4", unproven=True),
+                    _recipes_with_torch_line(tmp_path, "2.4", lambda t: t.replace('compile_version = "3.0.0"',
+                                                                                  'compile_version = "3.0.1"')))
+    before, _ = context_files(plan, golden_static())
+    after, _ = context_files(other, golden_static())
+    assert b"pytorch-triton-rocm==3.0.1" in after["Dockerfile"] and before["Dockerfile"] != after["Dockerfile"]
+    _assert_torch_stages_identical(before, after)
+
+
+def test_a_source_cell_whose_triton_pin_is_not_verified_keeps_torch_compile_off(tmp_path):
+    """A torch line without a verified compile_version installs no Triton: no torch-compile stage, no index, and
+    the image, its labels, expect.json and the manifest say torch.compile is unavailable and why."""
+    recipes = _recipes_with_torch_line(tmp_path, "2.4", lambda t: "\n".join(
+        line for line in t.splitlines() if not line.startswith("compile_")) + "\n")
+    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True), recipes)
+    assert "torch-compile" not in plan.stages and plan.torch_stage == "torch-source"
+    assert "pin not verified" in plan.compile_unavailable
+    files, manifest = context_files(plan, golden_static())
+    dockerfile = files["Dockerfile"].decode()
+    assert "AS torch-compile" not in dockerfile and "TORCH_COMPILE_PACKAGE" not in dockerfile
+    assert "common/install_torch_compile.sh" not in files
+    assert "\nARG TORCH_INDEX_URL=\n" in dockerfile and "FROM torch-source AS runtime" in dockerfile
+    assert f'ENVBUILD_TORCH_COMPILE_UNAVAILABLE="{plan.compile_unavailable}"' in dockerfile
+    expect = json.loads(files["expect.json"])
+    assert expect["compile_package"] is None and "pin not verified" in expect["compile_unavailable"]
+    assert manifest["torch"]["compile"] == {"available": False, "reason": plan.compile_unavailable,
+                                            "requirement": None, "checked": None}
 
 
 def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
@@ -359,6 +456,11 @@ def test_expect_json_names_no_cuda_package(name):
     """Review 2, finding 10: what the image checks names no nvidia-*/triton package (PyPI's CUDA torch needs
     them; a ROCm or CPU torch never installs them); the manifest keeps them only as what the lock left out."""
     files, manifest = context_files(resolve(GOLDEN_CELLS[name]), golden_static())
-    expect = files["expect.json"].decode()
-    assert "nvidia" not in expect and '"triton' not in expect
+    expect = json.loads(files["expect.json"])
+    pinned = {*expect["lock"], *expect["venv"]}
+    assert not {n for n in pinned if n.startswith("nvidia") or n == "triton"}, pinned
+    assert "nvidia" not in files["expect.json"].decode()
+    # a ROCm source cell's compile backend is PyTorch's ROCm build of Triton, never PyPI's CUDA `triton`
+    package = expect["compile_package"]
+    assert package is None or (package["name"], package["import"]) == ("pytorch-triton-rocm", "triton")
     assert "triton" in manifest["lock"]["left_out_cuda_requirements"]

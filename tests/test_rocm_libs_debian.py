@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
+from tests.verify_fixtures import rocm_expect, run_verify, stand_in_torch
 from workload.codeobjects import coverage, loaded_split, scan_binary
 from workload.elf_needed import closure, needed
 
@@ -190,6 +191,53 @@ def test_probe_fails_on_gfx942_through_a_library_torch_loads_indirectly(lib, tmp
     assert record["values"]["other_missing_in"] == [str(lib / "librocfft.so.0.1"), str(lib / "hipblaslt" / "library")]
     record = _probe(monkeypatch, torch_lib, lib, "gfx90a")
     assert record["status"] == "pass" and record["message"] == ""
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # the Debian cache and tmp_path share a file system here: no 150 MB copies
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _wheel_like_torch(tmp_path: Path, lib: Path, *loads: str) -> tuple[Path, Path]:
+    """(site dir, torch/lib) of a stand-in torch whose torch/lib bundles Debian's libraries, as an official ROCm
+    wheel bundles its own: libtorch_hip.so (DT_NEEDED = `loads`), hipRAND, rocRAND, the HIP runtime and
+    hipBLASLt with its gfx908 kernel files (a real subset of its kernel dir, which lacks gfx1030 whole)."""
+    site = stand_in_torch(tmp_path / "site", flags="gfx1030 gfx90a")
+    torch_lib = _fake_torch(site, lib, *loads)
+    for name in ("libhiprand.so.1.1", "librocrand.so.1.1", "libamdhip64.so.6.4.43484", "libhipblaslt.so.1.1"):
+        _link_or_copy(lib / name, torch_lib / name)
+    for soname in ("libhiprand.so.1", "librocrand.so.1", "libamdhip64.so.6", "libhipblaslt.so.1"):
+        os.symlink(os.readlink(lib / soname), torch_lib / soname)
+    kernels = torch_lib / "hipblaslt" / "library"
+    kernels.mkdir(parents=True)
+    for kernel in (lib / "hipblaslt" / "library").glob("*gfx908*"):
+        _link_or_copy(kernel, kernels / kernel.name)
+    return site, torch_lib
+
+
+def test_verify_step_notes_a_bundled_library_torch_does_not_load_that_lacks_the_arch(lib, tmp_path):
+    """The image's verify step, gfx1030: the rocRAND torch loads (through hipRAND) has it; the bundled
+    hipBLASLt, which this torch does not load, lacks it: the build passes and verify.json notes it."""
+    site, torch_lib = _wheel_like_torch(tmp_path, lib, "libhiprand.so.1")
+    code, out, record = run_verify(tmp_path, rocm_expect("gfx1030"), site)
+    assert code == 0, out
+    coverage_record = record["arch_coverage"]
+    assert coverage_record["verdict"] == "present"
+    assert sorted(Path(b["path"]).name for b in coverage_record["binaries"]) == ["librocrand.so.1.1"]
+    assert record["notes"] == [f"gfx1030 is missing in {torch_lib / 'hipblaslt' / 'library'}, "
+                               "which torch does not load"]
+
+
+def test_verify_step_fails_when_a_library_torch_loads_lacks_the_arch(lib, tmp_path):
+    site, torch_lib = _wheel_like_torch(tmp_path, lib, "libhiprand.so.1", "libhipblaslt.so.1")
+    code, out, record = run_verify(tmp_path, rocm_expect("gfx1030"), site)
+    assert code == 1
+    assert [c["name"] for c in record["checks"] if not c["ok"]] == ["code objects for gfx1030 in what torch loads"]
+    assert record["arch_coverage"]["missing_in"] == [str(torch_lib / "hipblaslt" / "library")]
+    assert f"missing in {torch_lib / 'hipblaslt' / 'library'} (loaded by torch)" in out
+    assert record["notes"] == []
 
 
 IMAGE_DOCKERFILE = """\

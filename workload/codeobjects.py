@@ -229,6 +229,12 @@ def torch_lib() -> Path | None:
     return Path(spec.origin).parent / "lib" if spec and spec.origin else None
 
 
+def library_dirs() -> tuple[Path, list[Path]]:
+    """(torch/lib of the importable torch, [/opt/rocm/lib] when present): where torch's libraries load from,
+    as `loaded_split` takes them (the arch probe, the image's verify step and `envbuild inspect IMAGE`)."""
+    return torch_lib() or Path("/nonexistent"), [ROCM_LIB] if ROCM_LIB.is_dir() else []
+
+
 def torch_paths() -> list[Path]:
     """torch/lib of the importable torch plus /opt/rocm/lib when present (what an image's kernels come from)."""
     return [p for p in [torch_lib(), ROCM_LIB] if p is not None and p.is_dir()]

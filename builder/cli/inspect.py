@@ -23,9 +23,8 @@ from builder.plan.image_ref import is_image_reference
 EXIT_MISSING = 1
 _IN_IMAGE = """
 import json, pathlib, sys
-from workload.codeobjects import ROCM_LIB, loaded_split, torch_lib
-loaded, other = loaded_split(torch_lib() or pathlib.Path("/nonexistent"), [ROCM_LIB] if ROCM_LIB.is_dir() else [],
-                             sys.argv[1] or None)
+from workload.codeobjects import library_dirs, loaded_split
+loaded, other = loaded_split(*library_dirs(), sys.argv[1] or None)
 verify = pathlib.Path("/opt/envbuild/verify.json")
 print(json.dumps({"verify": json.loads(verify.read_text()) if verify.is_file() else None,
                   "coverage": {**loaded.to_json(), "not_loaded": other.to_json()}}))

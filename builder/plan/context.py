@@ -26,6 +26,7 @@ FETCH_STEPS = {
     "apply_patches.sh": "upstream fix commits of the patch series (git)",
     "install_torch_build_deps.sh": "cmake/ninja (hash-locked) and the tag's requirements.txt (pip)",
     "install_torch.sh": "the official torch wheel (wheel route; by path with --no-index otherwise)",
+    "install_torch_compile.sh": "torch.compile's backend for a source-built torch (pytorch-triton-rocm, by version)",
     "build_sentencepiece.sh": "build tools (apt) and the sentencepiece sdist (hash-locked)",
     "install_python_stack.sh": "the locked stack (hash-locked) and what torch needs from its index",
 }
@@ -59,6 +60,8 @@ def build_args(plan: Plan) -> dict[str, str]:
         "TORCH_VERSION": plan.torch_version,
         "TORCH_INDEX_URL": plan.wheel_index_url,
     }
+    if plan.compile_requirement:
+        args["TORCH_COMPILE_PACKAGE"] = plan.compile_requirement
     if plan.torch_source == "source":
         git = plan.git_source
         args |= {"TORCH_GIT_URL": git["repo"], "TORCH_GIT_REF": git["ref"], "TORCH_GIT_COMMIT": git["commit"]}
@@ -140,6 +143,7 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
         "runtime_env": [f"{k}={_quote(v)}" for k, v in runtime_env.items()],
         "torch_stage": plan.torch_stage,
         "torch_index_url": plan.wheel_index_url,
+        "compile_package": plan.flavor.compile_package,
         "arch_env": plan.flavor.arch_env,
         "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
         "source_prepare": plan.flavor.source_prepare,
@@ -185,4 +189,13 @@ def expectations(plan: Plan, lock: Lock) -> dict:
         "venv": lock.versions("venv"),
         "complete": True,
         "compile_unavailable": plan.compile_unavailable or None,
+        "compile_package": _compile_package(plan),
     }
+
+
+def _compile_package(plan: Plan) -> dict | None:
+    """What verify checks of torch.compile's backend: installed at the pin, importable; None when none is."""
+    if not plan.compile_requirement:
+        return None
+    name, version = plan.compile_requirement.split("==")
+    return {"name": name, "version": version, "import": plan.flavor.compile_import}

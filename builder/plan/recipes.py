@@ -8,7 +8,7 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from builder.paths import RECIPES_DIR
 
@@ -43,7 +43,9 @@ class Flavor(_Frozen):
     compile_job_mem_mb: int
     backend: str = ""  # torch.version attribute a torch of this flavor sets ("hip", "cuda"; "" for cpu)
     source_local_version: str = ""  # local version label of a source-built wheel ("{version}" = the release)
-    source_compile: str = ""  # why torch.compile cannot work on a source-built torch ("" = it can)
+    compile_package: str = ""  # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
+    compile_import: str = ""  # the module the verify step imports from compile_package
+    source_compile: str = ""  # why torch.compile cannot work on a source-built torch without a verified pin
     tool_path: str = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
     library_path: str = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
     kernel_dbs: bool = False  # a source build installs the precompiled kernel databases of the cell's arch
@@ -111,6 +113,15 @@ class TorchLine(_Frozen):
     wheel_suffixes: tuple[str, ...]
     python: tuple[str, str]
     source: str
+    compile_version: str = ""  # the flavor's compile_package version the official wheel requires ("" = not verified)
+    compile_index: str = ""  # wheel index suffix that carries it
+    compile_checked: str = ""  # where that requirement was read
+
+    @model_validator(mode="after")
+    def _compile_pin_has_its_index_and_source(self) -> "TorchLine":
+        if self.compile_version and not (self.compile_index and self.compile_checked):
+            raise ValueError(f"torch line {self.line}: compile_version needs compile_index and compile_checked")
+        return self
 
     @field_validator("line")
     @classmethod

@@ -52,13 +52,14 @@ class Plan(BaseModel):
     torch_source: Literal["wheel", "source"]
     torch_source_reason: str
     torch_requirement: str  # "torch==2.5.1+rocm6.2" (official wheel) or "torch==2.4.1+rocm6.2" (source build)
-    wheel_index_url: str  # "" for a source build
+    wheel_index_url: str  # the PyTorch index of torch (wheel route) or of compile_requirement (source route); "" = none
     base_image: str  # reference used in FROM (with @digest when one is known)
     amdgpu_install: str  # amdgpu-install package version to install, "" when the base has ROCm
     stack: dict[str, str]  # package -> version (HF stack + numpy + sentencepiece)
     os_packages: tuple[str, ...]  # accelerator packages installed in the base (source route: the libs torch links)
     build_tools: BuildTools
     compile_unavailable: str  # why torch.compile cannot work in this image ("" = it can)
+    compile_requirement: str = ""  # "pytorch-triton-rocm==3.0.0": installed after a source build's torch ("" = none)
     source_build: SourceBuild | None = None  # the peer-proven source build (source route), None when unproven
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
@@ -67,7 +68,8 @@ class Plan(BaseModel):
 
     @property
     def torch_stage(self) -> str:
-        return f"torch-{self.torch_source}"
+        """The stage the runtime starts from: torch, and on a source build its compile backend when it has one."""
+        return "torch-compile" if self.compile_requirement else f"torch-{self.torch_source}"
 
     @property
     def unproven(self) -> bool:
@@ -111,7 +113,9 @@ class Plan(BaseModel):
                 "requirement": self.torch_requirement,
                 "expected_version": self.torch_version,
                 "backend": self.flavor.backend or None,
-                "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None},
+                "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None,
+                            "requirement": self.compile_requirement or None,
+                            "checked": self.torch.compile_checked if self.compile_requirement else None},
                 "wheel_index_url": self.wheel_index_url or None,
                 "git": self.git_source,
                 "build_env": dict(sorted(self.flavor.build_env.items())) if self.torch_source == "source" else {},
@@ -156,6 +160,8 @@ class Plan(BaseModel):
             rows.append(("OS packages", " ".join(self.os_packages)))
         if self.compile_unavailable:
             rows.append(("torch.compile", f"unavailable: {self.compile_unavailable}"))
+        elif self.compile_requirement:
+            rows.append(("torch.compile", f"{self.compile_requirement} from {self.wheel_index_url} (--no-deps)"))
         rows += [(name, version) for name, version in sorted(self.stack.items())]
         rows += [("stages", " -> ".join(self.stages)), ("recipe hash", self.recipe_hash[:12])]
         return rows
@@ -180,6 +186,13 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     else:  # a source build stamps its own local label, as official wheels carry one ("2.4.1+rocm6.2")
         local, index = flavor.source_local_version.format(version=release.version), ""
     requirement = f"torch=={torch.version}" + (f"+{local}" if local else "")
+    compile_requirement, compile_unavailable = "", ""
+    if source == "source" and flavor.compile_package and torch.compile_version:
+        # the backend the official wheel of the same release requires, from the index that carries it
+        compile_requirement = f"{flavor.compile_package}=={torch.compile_version}"
+        index = flavor.wheel_index.format(suffix=torch.compile_index)
+    elif source == "source":
+        compile_unavailable = flavor.source_compile
     return Plan(
         cell=Cell(
             flavor=flavor.name,
@@ -200,12 +213,14 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         stack=recipes.stacks[torch.line],
         os_packages=release.source_build_packages if source == "source" else (),
         build_tools=recipes.build_tools,
-        compile_unavailable=flavor.source_compile if source == "source" else "",
+        compile_unavailable=compile_unavailable,
+        compile_requirement=compile_requirement,
         source_build=source_build,
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         lock_path=lock_path(recipes, torch.line, python),
-        stages=("base", "torch-src", "torch-source-build", "torch-source", "sentencepiece", "runtime")
+        stages=("base", "torch-src", "torch-source-build", "torch-source",
+                *(("torch-compile",) if compile_requirement else ()), "sentencepiece", "runtime")
         if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
     )
 

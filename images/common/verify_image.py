@@ -9,15 +9,22 @@ Checks, each a line of output; any failure fails the build with what was expecte
   neither (cpu);
 - the arch: the requested GPU arch in the list torch was compiled for. torch.cuda.get_arch_list() returns []
   without a visible GPU in torch 2.3-2.6 (it checks is_available() first), so the compiled list is read
-  with torch._C._cuda_getArchFlags(), which get_arch_list itself splits; plus the code objects found in
-  torch/lib (workload.codeobjects), when they can be read;
+  with torch._C._cuda_getArchFlags(), which get_arch_list itself splits; plus code objects for it in what
+  torch loads: torch's own libraries and, through DT_NEEDED, the libraries they name in torch/lib or
+  /opt/rocm/lib (workload.codeobjects.loaded_split, the rule of the arch probe and `envbuild inspect IMAGE`),
+  when they can be read. A library there that torch does not load and that lacks the arch (hipSPARSELt ships
+  gfx942/gfx950 only) is a note in OUT_JSON's "notes", not a failure;
+- torch.compile's backend (expect.json "compile_package", a source build whose line has a verified pin): the
+  pinned version installed (pytorch-triton-rocm==3.0.0) and its module importable (triton);
 - sentencepiece: installed from the wheel built in the image (a local `linux_*` wheel from a file), not a
   PyPI binary (`manylinux`);
 - every pin of the lock (requirements.lock, and venv.lock's pip/setuptools/wheel where the stack does not pin
   them) equals the installed version;
-- nothing else is installed (expect.json "complete"): every distribution is locked, is torch, or is a
-  requirement of torch that its index supplied (e.g. pytorch-triton-rocm), listed as "unlocked".
-OUT_JSON records every check, the unlocked distributions and the arch coverage.
+- nothing else is installed (expect.json "complete"): every distribution is locked, is torch, is a
+  requirement of torch that its index supplied (e.g. pytorch-triton-rocm), or is the compile backend above;
+  those are listed as "unlocked".
+OUT_JSON records every check, the unlocked distributions, the arch coverage (what torch loads, with
+"not_loaded" for the rest) and the notes.
 """
 
 from __future__ import annotations
@@ -82,6 +89,27 @@ def check_torch(expect: dict, checks: list) -> None:
                        "would fail with 'HIP error: invalid device function'"))
 
 
+def check_compile_package(expect: dict, checks: list) -> None:
+    """torch.compile's backend of a source build: the pinned version, and its module imports."""
+    package = expect.get("compile_package")
+    if not package:
+        return
+    import importlib
+
+    name, want = package["name"], package["version"]
+    try:
+        got = md.version(name)
+    except md.PackageNotFoundError:
+        got = None
+    try:
+        importlib.import_module(package["import"])
+        imported = ""
+    except Exception as exc:  # noqa: BLE001 - any import failure means torch.compile would fail
+        imported = f"; import {package['import']} failed: {type(exc).__name__}: {exc}"
+    checks.append((f"{name}=={want} for torch.compile", got == want and not imported,
+                   f"expected {name} {want}; found {got or 'nothing'}{imported}"))
+
+
 def check_sentencepiece(expect: dict, checks: list) -> None:
     version, tags, url = md.version("sentencepiece"), _wheel_tags("sentencepiece"), _direct_url("sentencepiece")
     built_here = url.startswith("file://") and bool(tags) and not any("manylinux" in t for t in tags)
@@ -115,7 +143,7 @@ def check_complete(expect: dict, checks: list) -> list[str] | None:
     if not expect.get("complete"):
         return None
     locked = _locked(expect)
-    torch_needs = set()
+    torch_needs = {_name(expect["compile_package"]["name"])} if expect.get("compile_package") else set()
     for requirement in md.requires("torch") or []:
         if "extra ==" not in requirement:
             torch_needs.add(_name(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]))
@@ -128,31 +156,40 @@ def check_complete(expect: dict, checks: list) -> list[str] | None:
     return unlocked
 
 
-def arch_coverage(expect: dict, checks: list) -> dict | None:
+def arch_coverage(expect: dict, checks: list, notes: list) -> dict | None:
+    """Code objects for the cell's arch: a check on what torch loads, a note on the libraries it does not."""
     if not expect.get("arch") or expect["backend"] != "hip":
         return None
-    from workload.codeobjects import coverage, torch_paths
+    from workload.codeobjects import library_dirs, loaded_split
 
-    cov = coverage(torch_paths()[:1], expect["arch"])  # torch/lib: the kernels torch itself launches
-    if cov.verdict != "unknown":
-        checks.append((f"code objects for {expect['arch']} in torch/lib", cov.verdict == "present",
-                       f"missing in {', '.join(cov.missing_in())}; found {', '.join(cov.archs)}"))
-    return cov.to_json()
+    arch = expect["arch"]
+    loaded, other = loaded_split(*library_dirs(), arch)
+    if loaded.verdict != "unknown":
+        checks.append((f"code objects for {arch} in what torch loads", loaded.verdict == "present",
+                       f"missing in {', '.join(loaded.missing_in())} (loaded by torch); found "
+                       f"{', '.join(loaded.archs) or 'no arch'}"))
+    if other.missing_in():
+        notes.append(f"{arch} is missing in {', '.join(other.missing_in())}, which torch does not load")
+    return {**loaded.to_json(), "not_loaded": other.to_json()}
 
 
 def main(expect_path: str, out_path: str) -> int:
     expect = json.loads(Path(expect_path).read_text())
     checks: list[tuple[str, bool, str]] = []
     check_torch(expect, checks)
+    check_compile_package(expect, checks)
     check_sentencepiece(expect, checks)
     check_lock(expect, checks)
     unlocked = check_complete(expect, checks)
-    coverage = arch_coverage(expect, checks)
+    notes: list[str] = []
+    coverage = arch_coverage(expect, checks, notes)
     for name, ok, detail in checks:
         print(f"verify: {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
+    for note in notes:
+        print(f"verify: note {note}")
     record = {"cell": expect["cell"], "ok": all(ok for _, ok, _ in checks),
               "checks": [{"name": n, "ok": ok, "detail": None if ok else d} for n, ok, d in checks],
-              "unlocked": unlocked, "arch_coverage": coverage}
+              "unlocked": unlocked, "arch_coverage": coverage, "notes": notes}
     Path(out_path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     if not record["ok"]:
         print(f"verify: the image does not match its manifest ({expect['cell']}); see the FAIL lines above",

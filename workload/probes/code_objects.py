@@ -12,16 +12,10 @@ loads may target other GPUs (hipSPARSELt ships gfx942/gfx950 only): that is a no
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from ..codeobjects import ROCM_LIB, loaded_split, torch_lib
+from ..codeobjects import library_dirs, loaded_split
 from ._common import FAIL, PASS, SKIP, ProbeContext, is_rocm, result
-
-def library_dirs() -> tuple[Path, list[Path]]:
-    """(torch/lib of the importable torch, [/opt/rocm/lib] when present): where torch's libraries load from."""
-    return torch_lib() or Path("/nonexistent"), [ROCM_LIB] if ROCM_LIB.is_dir() else []
 
 
 def arch_code_objects(ctx: ProbeContext) -> dict:
