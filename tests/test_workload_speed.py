@@ -244,7 +244,6 @@ def test_a_failing_compiler_falls_back_to_eager_and_is_recorded(monkeypatch):
     monkeypatch.setattr(train_module, "compile_layers", lambda model, backend: real(model, backend=broken_backend))
     monkeypatch.setenv("WORKLOAD_COMPILE_BACKEND", "broken")
     torch._dynamo.reset()
-    counters.clear()  # graphs compiled by earlier tests in the same process
     budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
     fallback = _run(_recipe(**budget, compile=True))
     torch._dynamo.reset()
