@@ -25,7 +25,8 @@ from builder.matrix.store import MatrixStore
 from builder.matrix.summary import FLAKY_WINDOW, summarize
 from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result
-from test_verify_image import _failed, _host_expect, _verify
+from test_verify_image import _failed, _host_expect
+from verify_fixtures import run_verify
 
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
 ROCM = Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10")
@@ -152,7 +153,7 @@ def test_sigterm_before_anything_started_exits_143(tmp_path, command, message):
 def test_verify_requires_the_torch_local_label_exactly(tmp_path):
     installed = md.version("torch")
     other = installed.split("+")[0] if "+" in installed else f"{installed}+cpu"  # the same release, label toggled
-    code, out, record = _verify(tmp_path, _host_expect(torch={"version": other, "by_path": False}))
+    code, out, record = run_verify(tmp_path, _host_expect(torch={"version": other, "by_path": False}))
     assert code == 1 and "torch version" in _failed(record)
     assert f"expected {other}; metadata {installed}" in out
 

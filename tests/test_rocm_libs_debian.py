@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from tests.verify_fixtures import rocm_expect, run_verify, stand_in_torch
+from verify_fixtures import rocm_expect, run_verify, stand_in_torch
 from workload.codeobjects import coverage, loaded_split, scan_binary
 from workload.elf_needed import closure, needed
 

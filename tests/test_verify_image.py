@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verify_fixtures import rocm_expect, run_verify, stand_in_torch
+from verify_fixtures import rocm_expect, run_verify, stand_in_torch
 
 
 def _host_expect(**changes) -> dict:
