@@ -186,10 +186,14 @@ def test_result_records_the_schedule_that_really_ran(tmp_path):
 
     budget = PRESETS["throughput"]
     code, result = quick_train(tmp_path, max_steps=2, tokens_per_step=budget.tokens_per_step, pack=True,
-                               pack_length=budget.pack_length, lr_scaling="sqrt", compile=True)
+                               pack_length=budget.pack_length, lr_scaling="sqrt", compile=True,
+                               varlen_attention=budget.varlen_attention)
     assert code == 0, result.get("error")
     config, metrics = result["config"], result["metrics"]
     assert config["learning_rate"] > config["base_learning_rate"] == PRESETS["smoke"].learning_rate
     assert config["speed"]["packed"] and config["speed"]["tokens_per_step"] == budget.tokens_per_step
     assert config["speed"]["compiled_layers"] == 0  # compiled layers are GPU-only: the CPU ran eager
+    # asked for by the preset; the CPU has no varlen kernel, so the rows kept their masks, and the result says so
+    assert budget.varlen_attention and config["speed"]["varlen_attention"] is False
+    assert "CPU" in config["speed"]["varlen_error"]
     assert metrics["padded_tokens"] >= metrics["tokens_per_s"] * metrics["train_seconds"] * 0.99

@@ -337,7 +337,8 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
                             warmup_steps=stats.warmup_steps)
     result["config"]["speed"].update(packed=stats.packed, compiled_layers=stats.compiled_layers,
                                      compile_error=stats.compile_error, graphed_layouts=stats.graphed_layouts,
-                                     graph_error=stats.graph_error)
+                                     graph_error=stats.graph_error, varlen_attention=stats.varlen_attention,
+                                     varlen_error=stats.varlen_error)
     metrics.update({
         "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
         "steps": stats.steps, "train_seconds": round(stats.seconds, 3),
