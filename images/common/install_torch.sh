@@ -25,9 +25,4 @@ else
   pip_install --no-deps "torch==$TORCH_VERSION"
 fi
 # its metadata only: `import torch` needs the dependencies, which come with the lock (verify_image.py imports it)
-python - <<PY
-import importlib.metadata as md
-got = md.version("torch")
-assert got == "$TORCH_VERSION", f"installed torch {got}, expected $TORCH_VERSION"
-print("torch", got)
-PY
+check_installed torch "$TORCH_VERSION"

@@ -12,10 +12,4 @@ if [ -z "${TORCH_COMPILE_PACKAGE:-}" ] || [ -z "${TORCH_INDEX_URL:-}" ]; then
 fi
 python -m pip install --no-compile --no-deps --index-url "$TORCH_INDEX_URL" --find-links /wheelhouse \
   "$TORCH_COMPILE_PACKAGE"
-python - <<PY
-import importlib.metadata as md
-name, want = "$TORCH_COMPILE_PACKAGE".split("==")
-got = md.version(name)
-assert got == want, f"installed {name} {got}, expected {want}"
-print(name, got)
-PY
+check_installed "${TORCH_COMPILE_PACKAGE%%==*}" "${TORCH_COMPILE_PACKAGE#*==}"

@@ -41,3 +41,17 @@ pip_install() {
   if [ -n "${TORCH_INDEX_URL:-}" ]; then extra=(--extra-index-url "$TORCH_INDEX_URL"); fi
   python -m pip install --no-compile --find-links /wheelhouse "${extra[@]}" "$@"
 }
+
+# fail unless distribution $1 is installed at exactly version $2 (its metadata: no import, since the package's
+# own requirements may only come with a later step)
+check_installed() {
+  python - "$1" "$2" <<'PY'
+import importlib.metadata as md
+import sys
+
+name, want = sys.argv[1:]
+got = md.version(name)
+assert got == want, f"installed {name} {got}, expected {want}"
+print(name, got)
+PY
+}
