@@ -37,7 +37,7 @@ def _data(n_train=96, n_eval=32, vocab=300):
     return Tokenised(tr, trl, ev, evl)
 
 
-def _model(family="gemma", seed=0):
+def _model(family="gemma", seed=0, global_head_dim=16):
     import transformers
 
     common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -46,9 +46,9 @@ def _model(family="gemma", seed=0):
     if family == "gemma4_text":
         from workload.models import LastTokenClassifier
 
-        config = transformers.Gemma4TextConfig(**common, global_head_dim=16, hidden_size_per_layer_input=8,
-                                               vocab_size_per_layer_input=300, sliding_window=16,
-                                               layer_types=["sliding_attention", "full_attention"])
+        config = transformers.Gemma4TextConfig(**common, global_head_dim=global_head_dim,
+                                               hidden_size_per_layer_input=8, vocab_size_per_layer_input=300,
+                                               sliding_window=16, layer_types=["sliding_attention", "full_attention"])
         base = LastTokenClassifier(transformers.Gemma4TextModel._from_config(config, attn_implementation="sdpa"), 7)
     else:
         config = transformers.GemmaConfig(**common, num_labels=7)

@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from workload.batching import collate, collate_packed, packed_steps
-from workload.models import LastTokenClassifier, apply_lora, make_trainable_fp32
 from workload.speed import packed_logits
 from workload.train import autocast, plan_epoch, train
 from workload.varlen import NAME, SEQUENCE_BUCKET, cu_seqlens, sequence_count, varlen_attention_on
@@ -94,30 +93,14 @@ def _long_data():
     return ids, [x[1] % 7 for x in ids]
 
 
-def _gemma4_large_global_heads():
-    """Tiny Gemma 4 whose global layer has head_dim 512 (beyond Flash Attention: the memory-efficient path)."""
-    import transformers
-
-    config = transformers.Gemma4TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                           num_attention_heads=4, num_key_value_heads=1, head_dim=16,
-                                           global_head_dim=512, hidden_size_per_layer_input=8,
-                                           vocab_size_per_layer_input=300, sliding_window=16,
-                                           layer_types=["sliding_attention", "full_attention"],
-                                           pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
-    torch.manual_seed(0)
-    base = LastTokenClassifier(transformers.Gemma4TextModel._from_config(config, attn_implementation="sdpa"), 7)
-    model = apply_lora(base, 8, 16, 0.0, ("q_proj", "k_proj", "v_proj", "o_proj"))
-    make_trainable_fp32(model)
-    return model
-
-
 @GPU
 @pytest.mark.parametrize("family", ["gemma", "gemma4_text", "gemma4_global_512"])
 def test_varlen_packed_logits_and_gradients_equal_the_masked_and_padded_paths(family):
     """bf16 autocast, as in training: the varlen kernels against the same packed rows with transformers' masks,
     and against padded batches (LoRA B starts at zero, so B's gradients carry the signal; A's are zero)."""
     dev = torch.device("cuda")
-    model = (_gemma4_large_global_heads() if family == "gemma4_global_512" else _model(family)).to(dev)
+    # gemma4_global_512: the global layer's head_dim 512 is beyond Flash Attention (the memory-efficient path)
+    model = (_model("gemma4_text", global_head_dim=512) if family == "gemma4_global_512" else _model(family)).to(dev)
     ids, labels = _long_data()
     rows = [[0, 1, 2], [3, 4, 5, 6], [7]]
     batch = [t.to(dev) for t in collate_packed([[ids[i] for i in r] for r in rows], PAD, 256, 4)]

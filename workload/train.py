@@ -213,12 +213,9 @@ def _to_device(batch: tuple[torch.Tensor, ...], device) -> tuple[torch.Tensor, .
 def _logits(model, batch: tuple[torch.Tensor, ...], device, dtype: str):
     """(logits, target) of one micro-batch of device tensors (`_host_batch`'s layout)."""
     with autocast(device, dtype):
-        if len(batch) == 5:
-            input_ids, position_ids, ends, cu, target = batch
-            return packed_logits(model, input_ids, position_ids, ends, cu_seqlens=cu), target
-        if len(batch) == 4:
-            input_ids, position_ids, ends, target = batch
-            return packed_logits(model, input_ids, position_ids, ends), target
+        if len(batch) >= 4:  # packed, with cu_seqlens when varlen attention is on
+            input_ids, position_ids, ends, *cu, target = batch
+            return packed_logits(model, input_ids, position_ids, ends, *cu), target
         input_ids, mask, target = batch
         return model(input_ids=input_ids, attention_mask=mask).logits, target
 

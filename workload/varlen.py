@@ -11,6 +11,7 @@ Both are built into PyTorch's CUDA and ROCm wheels (ROCm through AOTriton/CK); t
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 
 import torch
@@ -55,11 +56,19 @@ def cu_seqlens(position_ids: torch.Tensor, sequences: int) -> torch.Tensor:
     return out
 
 
+@functools.cache
+def _flash_takes_gqa() -> bool:
+    """Whether varlen_attn shares key/value heads itself (`enable_gqa`: not in torch 2.11, in 2.13)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return "enable_gqa" in inspect.signature(varlen_attn).parameters
+
+
 def _flash(q, k, v, cu, max_len, scale, sliding_window):
     from torch.nn.attention.varlen import varlen_attn
 
     window = (sliding_window - 1 if sliding_window else -1, 0)  # transformers' window: q - kv < sliding_window
-    if "enable_gqa" not in inspect.signature(varlen_attn).parameters and k.shape[1] != q.shape[1]:
+    if not _flash_takes_gqa() and k.shape[1] != q.shape[1]:
         k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], 1) for t in (k, v))
     extra = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
     return varlen_attn(q, k, v, cu, cu, max_len, max_len, scale=scale, window_size=window, **extra)
