@@ -187,7 +187,7 @@ def test_result_records_the_schedule_that_really_ran(tmp_path):
     budget = PRESETS["throughput"]
     code, result = quick_train(tmp_path, max_steps=2, tokens_per_step=budget.tokens_per_step, pack=True,
                                pack_length=budget.pack_length, lr_scaling="sqrt", compile=True,
-                               varlen_attention=budget.varlen_attention)
+                               varlen_attention=budget.varlen_attention, merged_qkv=budget.merged_qkv)
     assert code == 0, result.get("error")
     config, metrics = result["config"], result["metrics"]
     assert config["learning_rate"] > config["base_learning_rate"] == PRESETS["smoke"].learning_rate
@@ -196,4 +196,6 @@ def test_result_records_the_schedule_that_really_ran(tmp_path):
     # asked for by the preset; the CPU has no varlen kernel, so the rows kept their masks, and the result says so
     assert budget.varlen_attention and config["speed"]["varlen_attention"] is False
     assert "CPU" in config["speed"]["varlen_error"]
+    # merged q/k/v runs anywhere: every attention block of the tiny model ran merged
+    assert budget.merged_qkv and config["speed"]["merged_qkv"] and config["speed"]["merged_qkv_blocks"] > 0
     assert metrics["padded_tokens"] >= metrics["tokens_per_s"] * metrics["train_seconds"] * 0.99

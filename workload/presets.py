@@ -49,6 +49,7 @@ class Recipe:
     compile: bool = False  # torch.compile each decoder layer (static shapes; warm-up excluded from timing)
     graph_steps: bool = False  # GPUs, padded steps: replay each step layout's whole step as one captured graph
     varlen_attention: bool = False  # GPUs, packed rows: varlen attention kernels instead of dense per-row masks
+    merged_qkv: bool = False  # one base GEMM and one LoRA-A GEMM for q/k/v (one dropout mask shared by the three)
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -86,8 +87,9 @@ PRESETS = {
 # square root of the samples per step relative to the seed recipe's 16 (lr = 2e-4 * sqrt(mean samples per step
 # / 16)), and warmup keeps the seed recipe's warmup in samples (100 steps * 16 samples), both computed from
 # the epoch's schedule at run time. On GPUs the packed rows go through varlen attention kernels (each sample
-# attends to its own tokens; no dense row x row mask is built or computed: workload/varlen.py).
+# attends to its own tokens; no dense row x row mask is built or computed: workload/varlen.py). q/k/v run as one
+# base GEMM and one LoRA-A GEMM per layer, with one LoRA dropout mask shared by the three (workload/merged_qkv.py).
 PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput", tokens_per_step=16384,
                                             bucket_lengths=None, pack=True, pack_length=512,
                                             micro_batch_tokens=8192, lr_scaling="sqrt", compile=True,
-                                            graph_steps=False, varlen_attention=True)
+                                            graph_steps=False, varlen_attention=True, merged_qkv=True)

@@ -274,7 +274,7 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
                       "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
                       "pack": recipe.pack, "pack_length": recipe.pack_length, "lr_scaling": recipe.lr_scaling,
                       "compile": recipe.compile, "graph_steps": recipe.graph_steps,
-                      "varlen_attention": recipe.varlen_attention}}
+                      "varlen_attention": recipe.varlen_attention, "merged_qkv": recipe.merged_qkv}}
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
@@ -338,7 +338,7 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
     result["config"]["speed"].update(packed=stats.packed, compiled_layers=stats.compiled_layers,
                                      compile_error=stats.compile_error, graphed_layouts=stats.graphed_layouts,
                                      graph_error=stats.graph_error, varlen_attention=stats.varlen_attention,
-                                     varlen_error=stats.varlen_error)
+                                     varlen_error=stats.varlen_error, merged_qkv_blocks=stats.merged_qkv_blocks)
     metrics.update({
         "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
         "steps": stats.steps, "train_seconds": round(stats.seconds, 3),

@@ -18,6 +18,7 @@ from .errors import NonFiniteLoss
 from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
 from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
+from .merged_qkv import merged_qkv_on
 from .varlen import cu_seqlens, sequence_count, varlen_attention_on, varlen_available
 
 
@@ -48,6 +49,7 @@ class TrainStats:
     packed: bool = False  # packing ran (False when asked for but the installed transformers cannot mask it)
     varlen_attention: bool = False  # packed rows ran through varlen attention kernels (no dense masks)
     varlen_error: str | None = None  # set when varlen attention was asked for but could not be used (masks instead)
+    merged_qkv_blocks: int = 0  # attention blocks whose q/k/v ran merged (workload.merged_qkv)
     attention_flops: float = 0.0  # attention-score FLOPs of the samples trained (metrics.attention_flops), global
 
     @property
@@ -389,6 +391,8 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     try:
         if varlen:
             attention.enter_context(varlen_attention_on(model))
+        if recipe.merged_qkv:
+            stats.merged_qkv_blocks = attention.enter_context(merged_qkv_on(model))
         if compiled:
             _sync(device)
             begin = time.perf_counter()
