@@ -17,6 +17,8 @@ Levers under evaluation, each its own run (--variants):
                              before issue 25)
   workload_throughput_nodropout  throughput with LoRA dropout 0: the ceiling of removing dropout's copies
                              (changes the recipe; a measurement, not a lever)
+  workload_throughput_unmerged  throughput with q/k/v through peft's three projections and three dropout masks
+                             (the preset before merged q/k/v)
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
 dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak memory, final eval loss, and the
 ratios to the baseline; --out writes them as JSON.
@@ -179,7 +181,7 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
                   pad_id=PAD)
     levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
                                               "pack_length", "compile", "lr_scaling", "graph_steps",
-                                              "varlen_attention", "lora_dropout")}
+                                              "varlen_attention", "merged_qkv", "lora_dropout")}
     return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
                    stats.attention_flops,
                    extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
@@ -188,7 +190,7 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
                           "graph_error": stats.graph_error, "graphed_layouts": stats.graphed_layouts,
                           "compiled_layers": stats.compiled_layers, "first_losses": stats.train_loss[:4],
                           "varlen_attention": stats.varlen_attention, "varlen_error": stats.varlen_error,
-                          "levers": levers})
+                          "merged_qkv_blocks": stats.merged_qkv_blocks, "levers": levers})
 
 
 def attempt(run, *args) -> dict:
@@ -254,7 +256,7 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
     p.add_argument("--variants", default="seed_eager,throughput_eager",
                    help="extra runs, comma-separated: seed_eager, seed_nographs, throughput_eager, "
-                        "throughput_masked, throughput_varlen, throughput_nodropout ('' for none)")
+                        "throughput_masked, throughput_varlen, throughput_nodropout, throughput_unmerged ('' for none)")
     p.add_argument("--no-seed", action="store_true",
                    help="leave the seed preset out (the ratio is then the first remaining workload run's)")
     p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
@@ -311,6 +313,9 @@ def main(argv=None) -> int:
     if "throughput_nodropout" in variants:
         runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, lora_dropout=0.0),
                             device, args.throughput_steps, "workload_throughput_nodropout"))
+    if "throughput_unmerged" in variants:  # q/k/v through peft's three projections (three dropout masks)
+        runs.append(attempt(run_workload, shape, t_data, throughput.replace(merged_qkv=False),
+                            device, args.throughput_steps, "workload_throughput_unmerged"))
     base, ours = runs[0], runs[1]
     if "error" in base or "error" in ours:
         print("a reference run failed: no ratio", flush=True)
