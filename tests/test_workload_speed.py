@@ -293,6 +293,7 @@ def test_presets_and_bad_combinations():
 
 def _packed_rank(rank, world, port, out):
     import json
+    import os
     import torch.distributed as td
     from torch.nn.parallel import DistributedDataParallel
 
@@ -304,15 +305,16 @@ def _packed_rank(rank, world, port, out):
         td.all_reduce(t)
         return t
 
-    try:
-        recipe = _recipe(tokens_per_step=1024, pack_length=256, pack=True, micro_batch_tokens=256)
-        model = DistributedDataParallel(_model())
-        stats = train(model, _data(), recipe, device=CPU, dtype="fp32", pad_id=PAD, ddp_rank=rank, ddp_world=world,
-                      reduce_sum=reduce_sum)
-        lora = [p.detach().sum().item() for n, p in model.module.named_parameters() if p.requires_grad]
-        (out / f"rank{rank}.json").write_text(json.dumps({"losses": stats.train_loss, "params": lora}))
-    finally:
-        td.destroy_process_group()
+    recipe = _recipe(tokens_per_step=1024, pack_length=256, pack=True, micro_batch_tokens=256)
+    model = DistributedDataParallel(_model())
+    stats = train(model, _data(), recipe, device=CPU, dtype="fp32", pad_id=PAD, ddp_rank=rank, ddp_world=world,
+                  reduce_sum=reduce_sum)
+    lora = [p.detach().sum().item() for n, p in model.module.named_parameters() if p.requires_grad]
+    (out / f"rank{rank}.json").write_text(json.dumps({"losses": stats.train_loss, "params": lora}))
+    # Exit without tearing gloo down: freeing DDP's reducer destroys the process group with the GIL held while a
+    # gloo worker thread may need the GIL to free a finished all-reduce's tensors, a deadlock that hung this test
+    # once in CI (pytorch/pytorch#56297). The results are written; an exception above still fails the rank.
+    os._exit(0)
 
 
 def test_packed_steps_under_data_parallelism_match_one_process(tmp_path):
