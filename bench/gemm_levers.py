@@ -12,9 +12,9 @@ the preset's micro-batch of 8192 tokens (16 rows of 512), bf16:
               autocast): three LoRA A matmuls with three dropout masks (what peft runs), one merged A matmul with
               one shared dropout mask, and that plus one merged base GEMM; compiled
 
-Each case prints the median milliseconds of 20 runs; a lever pays at most (its saving per layer) x layers x
-micro-batches of a step, which the script relates to a measured step when --layer-ms is given (the loop time per
-layer per micro-batch, from bench/step_profile.py).
+Each case prints the median milliseconds of 20 runs (host launch time included: a small block alone can show a
+larger saving than the whole step, where the GPU stays busy); a lever pays at most its saving per layer times the
+layers and micro-batches of a step.
 
     python bench/gemm_levers.py --out levers.json     # on the GPU
 """

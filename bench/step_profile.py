@@ -68,20 +68,23 @@ GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1)}  # o
 
 
 def gemm_by_shape(prof) -> list[dict]:
-    """Device time and achieved TFLOP/s of each GEMM op and input shape (needs record_shapes), largest first."""
+    """Time and achieved TFLOP/s of each GEMM op and input shape (needs record_shapes), largest first: device
+    time where the ops ran on a GPU, CPU time where they ran on the CPU."""
     rows = []
     for evt in prof.key_averages(group_by_input_shape=True):
-        if evt.key not in GEMM_OPS or not evt.input_shapes or evt.device_time_total <= 0:
+        if evt.key not in GEMM_OPS or not evt.input_shapes:
             continue
         a, b = (evt.input_shapes[i] for i in GEMM_OPS[evt.key])
         if len(a) < 2 or len(b) < 2:
             continue
         batch = a[0] if evt.key == "aten::bmm" else 1
         m, k, n = a[-2], a[-1], b[-1]
-        seconds = evt.device_time_total / 1e6
+        seconds = (evt.device_time_total or evt.cpu_time_total) / 1e6
+        if seconds <= 0:
+            continue
         flops = 2 * batch * m * k * n * evt.count
         rows.append({"op": evt.key, "m_k_n": [m, k, n], "batch": batch, "calls": evt.count,
-                     "seconds": round(seconds, 4), "tflops": round(flops / seconds / 1e12, 1)})
+                     "seconds": float(f"{seconds:.4g}"), "tflops": float(f"{flops / seconds / 1e12:.4g}")})
     return sorted(rows, key=lambda r: -r["seconds"])
 
 

@@ -4,6 +4,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +60,44 @@ def test_step_profile_runs_a_preset(tmp_path):
     report = json.loads(out.read_text())
     assert report["preset"] == "seed" and report["steps"] == 2 and report["samples"] == 2 * 16
     assert report["loop_seconds"] > 0 and report["device"] == "cpu"
+    assert report["profiled_steps"] == 1  # step 1 (and the warm-up before it) stays out of the profile
+    assert report["gemm_by_shape"] and all(r["tflops"] > 0 and r["calls"] > 0 for r in report["gemm_by_shape"])
+
+
+def test_step_profile_times_gemms_by_shape():
+    """A real profile of real products: one row per op and shape, its calls, M/K/N read from the operands."""
+    gemm_by_shape = _bench_module("step_profile").gemm_by_shape
+    a, b = torch.randn(256, 128), torch.randn(128, 192)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        for _ in range(3):
+            a @ b
+        torch.addmm(torch.zeros(192), a, b)
+        torch.bmm(torch.randn(3, 16, 8), torch.randn(3, 8, 4))
+    rows = {(r["op"], tuple(r["m_k_n"])): r for r in gemm_by_shape(prof)}
+    assert rows[("aten::mm", (256, 128, 192))]["calls"] == 3
+    assert rows[("aten::addmm", (256, 128, 192))]["calls"] == 1
+    assert rows[("aten::bmm", (16, 8, 4))]["batch"] == 3
+    assert all(r["tflops"] > 0 for r in rows.values())
+
+
+def test_step_profile_counts_kernels_not_the_ranges_over_compiled_graphs():
+    """The H200 profile that counted "## Call CompiledFxGraph" ranges as kernels, fed back as its events."""
+    kernel_breakdown = _bench_module("step_profile").kernel_breakdown
+    recorded = json.loads((ROOT / "bench/results/h200-profile-g2b-throughput-varlen.json").read_text())["top_kernels"]
+    ranges = [k["seconds"] for k in recorded if k["name"].startswith("## Call CompiledFxGraph")]
+    assert ranges
+    events = [SimpleNamespace(key=k["name"], device_type=torch.autograd.DeviceType.CUDA,
+                              self_device_time_total=k["seconds"] * 1e6) for k in recorded]
+    by_kind, top = kernel_breakdown(SimpleNamespace(key_averages=lambda: events))
+    assert sum(by_kind.values()) == pytest.approx(sum(k["seconds"] for k in recorded) - sum(ranges))
+    assert not any(name.startswith("##") for name, _ in top)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
+def test_gemm_levers_says_it_needs_a_gpu():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gemm_levers.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "needs a GPU" in proc.stderr
 
 
 def test_attention_bench_mask_is_causal_within_each_sample_only():
