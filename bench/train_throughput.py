@@ -193,6 +193,15 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) 
                           "merged_qkv_blocks": stats.merged_qkv_blocks, "levers": levers})
 
 
+#: The throughput preset with one lever changed, each run after it in this order (--variants).
+THROUGHPUT_VARIANTS = {
+    "throughput_masked": {"varlen_attention": False},  # packed rows through dense per-row masks
+    "throughput_varlen": {"varlen_attention": True},
+    "throughput_nodropout": {"lora_dropout": 0.0},  # the ceiling of removing dropout's copies
+    "throughput_unmerged": {"merged_qkv": False},  # peft's three q/k/v projections (three dropout masks)
+}
+
+
 def attempt(run, *args) -> dict:
     """One benchmark run; a failure is recorded (and the next run goes on), never hidden."""
     try:
@@ -304,18 +313,10 @@ def main(argv=None) -> int:
                             args.throughput_steps, "workload_throughput_eager"))
     runs.append(attempt(run_workload, shape, t_data, throughput,
                         device, args.throughput_steps, "workload_throughput"))
-    if "throughput_masked" in variants:  # packed rows through dense per-row masks (no varlen kernels)
-        runs.append(attempt(run_workload, shape, t_data, throughput.replace(varlen_attention=False),
-                            device, args.throughput_steps, "workload_throughput_masked"))
-    if "throughput_varlen" in variants:
-        runs.append(attempt(run_workload, shape, t_data, throughput.replace(varlen_attention=True),
-                            device, args.throughput_steps, "workload_throughput_varlen"))
-    if "throughput_nodropout" in variants:
-        runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, lora_dropout=0.0),
-                            device, args.throughput_steps, "workload_throughput_nodropout"))
-    if "throughput_unmerged" in variants:  # q/k/v through peft's three projections (three dropout masks)
-        runs.append(attempt(run_workload, shape, t_data, throughput.replace(merged_qkv=False),
-                            device, args.throughput_steps, "workload_throughput_unmerged"))
+    for variant, changes in THROUGHPUT_VARIANTS.items():
+        if variant in variants:
+            runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, **changes), device,
+                                args.throughput_steps, f"workload_{variant}"))
     base, ours = runs[0], runs[1]
     if "error" in base or "error" in ours:
         print("a reference run failed: no ratio", flush=True)
