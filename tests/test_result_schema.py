@@ -164,3 +164,32 @@ def _strings(value):
     elif isinstance(value, list):
         for v in value:
             yield from _strings(v)
+
+
+def test_a_real_run_with_the_speed_levers_passes_and_hostile_lever_fields_do_not(tmp_path):
+    """A CPU run of the throughput levers records varlen_attention/varlen_error and merged_qkv/merged_qkv_blocks in
+    config.speed (an open block): the real result passes unchanged; the same keys with NaN, a string past MAX_TEXT
+    or a bidi control are refused by the field's path, or cleaned."""
+    import copy
+    import math
+
+    from workload.presets import PRESETS
+    from workload_fixtures import quick_train
+
+    budget = PRESETS["throughput"]
+    code, result = quick_train(tmp_path, max_steps=1, tokens_per_step=budget.tokens_per_step, pack=True,
+                               pack_length=budget.pack_length, varlen_attention=True, merged_qkv=True)
+    assert code == 0, result.get("error")
+    result = json.loads((tmp_path / "result.json").read_text())  # what the door reads: the written file
+    speed = result["config"]["speed"]
+    assert speed["merged_qkv"] is True and speed["merged_qkv_blocks"] > 0 and speed["varlen_error"]
+    assert validate(result) == result
+    for key, value, message in (("merged_qkv_blocks", math.nan, "must be finite"),
+                                ("varlen_error", "x" * (MAX_TEXT + 1), f"longer than {MAX_TEXT}")):
+        hostile = copy.deepcopy(result)
+        hostile["config"]["speed"][key] = value
+        with pytest.raises(ResultSchemaError, match=rf"config\.speed\.{key}: .*{message}"):
+            validate(hostile)
+    hostile = copy.deepcopy(result)
+    hostile["config"]["speed"]["varlen_error"] = "no kernel\u202e\x1b[31m"
+    assert validate(hostile)["config"]["speed"]["varlen_error"] == "no kernel[31m"
