@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from builder.cli.render import render_command, request_from_options
 from builder.matrix.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
-from builder.paths import REPO_ROOT
+from repo import REPO_ROOT
 from builder.plan.cells import Cell
 from builder.plan.recipe_cells import RecipeCellsError, Selection, recipe_cells
 from builder.plan.resolve import resolve

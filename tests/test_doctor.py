@@ -121,3 +121,18 @@ def test_cli_reports_missing_engine(tmp_path, monkeypatch):
     record = json.loads(result.output)
     engine = next(c for c in record["checks"] if c["name"] == "docker_engine")
     assert result.exit_code == 1 and engine["status"] == "fail" and "no-such-docker.sock" in engine["detail"]
+
+
+@pytest.mark.parametrize("os_release,expected", [
+    ('ID=debian\nVERSION_ID="12"\n', "apt-get install docker.io"),
+    ('ID=pop\nID_LIKE="ubuntu debian"\n', "apt-get install docker.io"),
+    ('ID="rocky"\nID_LIKE="rhel centos fedora"\n', "dnf install"),
+    ('ID=arch\n', "your package manager"),
+])
+def test_the_missing_engine_hint_fits_the_os(tmp_path, os_release, expected):
+    from builder.engine.docker import start_hint
+
+    path = tmp_path / "os-release"
+    path.write_text(os_release)
+    hint = start_hint(path)
+    assert expected in hint and "systemctl start docker" in hint and ".ci/" not in hint

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.paths import writable_output
 from builder.cli.render import plan_from_options, plan_table, request_options
 from builder.cli.store_options import DatabaseError, db_option, preflight_store
@@ -158,7 +159,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         except EngineUnavailable as exc:
             if attempt:
                 attempt.discard()
-            raise click.ClickException(str(exc)) from exc
+            raise MissingPrerequisite(str(exc)) from exc
     verify = None if outcome.skipped else read_verify(tag)
     if verify is not None:
         coverage = verify.get("arch_coverage") or {}
@@ -173,7 +174,9 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     if push:
         try:
             push_image(tag, console)
-        except (PushError, EngineUnavailable) as exc:
+        except EngineUnavailable as exc:
+            raise MissingPrerequisite(str(exc)) from exc
+        except PushError as exc:
             raise click.ClickException(str(exc)) from exc
     click.echo(tag)
 
@@ -199,7 +202,7 @@ def _check_reproducible(context_dir: Path, tag: str, options: BuildOptions, cons
         _print_failure(exc, console)
         sys.exit(1)
     except EngineUnavailable as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise MissingPrerequisite(str(exc)) from exc
     out = context_dir.resolve().parent / f"{context_dir.resolve().name}.repro.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     counted, shown = report.counted, 100
