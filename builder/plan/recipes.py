@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from builder.paths import RECIPES_DIR
+from builder.plan import recipe_overlay
 
 _PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -277,9 +278,24 @@ def _merged(root: Path, file: str, table: str, dropins: list[dict]) -> dict:
     return merged
 
 
+def load(root: Path | None = None) -> Recipes:
+    """Read and validate recipes/, with the site's folder over it where ENVBUILD_RECIPES names one
+    (builder.plan.recipe_overlay); pass another root for tests. Cached per root."""
+    if root is None:
+        try:
+            overlay = recipe_overlay.current(RECIPES_DIR)
+        except recipe_overlay.OverlayError as exc:
+            raise RecipeError(f"the site recipe folder ({recipe_overlay.ENV_VAR} / --recipes): {exc}") from exc
+        root = overlay.root if overlay else RECIPES_DIR
+    return _load(root)
+
+
+def _clear_cache() -> None:
+    _load.cache_clear()
+
+
 @lru_cache(maxsize=4)
-def load(root: Path = RECIPES_DIR) -> Recipes:
-    """Read and validate recipes/ (cached; pass another root for tests)."""
+def _load(root: Path) -> Recipes:
     try:
         dropins = [_toml(path) for path in sorted((root / DROPIN_DIR).glob("*.toml"))]
         flavor_data = _merged(root, "flavors.toml", "flavor", dropins)
@@ -318,3 +334,6 @@ def load(root: Path = RECIPES_DIR) -> Recipes:
     if len(set(keys)) != len(keys):
         raise RecipeError("source-builds.toml lists one (flavor, release, torch) twice")
     return recipes
+
+
+load.cache_clear = _clear_cache  # tests that edit a recipes copy start from a fresh read
