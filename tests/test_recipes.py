@@ -26,8 +26,26 @@ def test_rocm_releases_match_the_verified_facts():
     assert set(rocm) >= {"6.1.2", "6.2"}
     assert rocm["6.1.2"].amdgpu_install == "6.1.60102" and rocm["6.2"].amdgpu_install == "6.2.60200"
     assert rocm["6.2"].base_image == "rocm/dev-ubuntu-22.04:6.2" and rocm["6.2"].codename == "jammy"
-    for release in rocm.values():
-        assert set(release.archs) == {"gfx942", "gfx90a", "gfx908", "gfx1100", "gfx1030"}
+    for version in ("6.1.2", "6.2"):
+        assert set(rocm[version].archs) == {"gfx942", "gfx90a", "gfx908", "gfx1100", "gfx1030"}
+
+
+def test_later_releases_take_os_and_archs_from_amds_tables():
+    """6.2.4 and later: the archs and the Ubuntu line are AMD's machine-readable tables' (recipes/vendor/), for the
+    first point release of the line, and the release's source names the table it came from."""
+    from builder.plan import vendor_matrix
+
+    points = vendor_matrix.load()
+    later = {v: r for v, r in load().releases["rocm"].items() if version_key(v) > (6, 2)}
+    assert set(later) >= {"6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2"}
+    for version, release in later.items():
+        first = vendor_matrix.for_release(version, points)[0]
+        assert set(release.archs) == set(first.archs), version
+        assert any(u.startswith(release.ubuntu) for u in first.ubuntu), version
+        assert release.default_arch in release.archs and "compatibility-matrix" in release.source, version
+        assert not release.source_build and not release.source_build_packages, version  # none verified there
+    assert "gfx950" in later["7.0"].archs and "gfx950" not in later["6.4"].archs
+    assert {"gfx1101", "gfx1200", "gfx1201"} <= set(later["7.2"].archs)
 
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():

@@ -15,8 +15,12 @@ def invoke(*args):
 
 
 BAD_REQUESTS = {
-    "unknown-rocm": (["--rocm", "6.3", "--torch", "2.4"], ["unknown ROCm release '6.3'", "6.2"]),
-    "unknown-torch": (["--rocm", "6.2", "--torch", "2.9"], ["unknown torch '2.9'", "2.6"]),
+    "unknown-rocm": (["--rocm", "6.5", "--torch", "2.4"], ["unknown ROCm release '6.5'", "6.4"]),
+    "unknown-torch": (["--rocm", "6.2", "--torch", "2.19"], ["unknown torch '2.19'", "2.11"]),
+    "wheel-only-line": (["--rocm", "6.2", "--torch", "2.9"], ["torch 2.9 is offered as an official wheel only",
+                                                              "releases whose index carries it: 6.4"]),
+    "no-source-on-7x": (["--rocm", "7.2", "--torch", "2.6", "--torch-source", "source"],
+                        ["no torch source build on ROCm 7.2", "source_build = false"]),
     "unpinned-torch-release": (["--rocm", "6.2", "--torch", "2.4.0"], ["not the release envbuild pins for line 2.4 (2.4.1)", "--torch 2.4"]),
     "unknown-arch": (["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90"], ["'gfx90' is not supported by ROCm 6.2", "gfx90a"]),
     "arch-not-in-release": (["--rocm", "6.1.2", "--torch", "2.3", "--arch", "gfx1201"], ["not supported by ROCm 6.1.2", "gfx1100"]),

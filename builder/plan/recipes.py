@@ -82,6 +82,7 @@ class Release(_Frozen):
     pythons: tuple[str, ...]
     python_ppa: str = ""
     default_arch: str = ""
+    source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
     source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
     apt_key_url: str = ""  # the accelerator apt repository's signing key, fetched again in the base stage
     apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
@@ -113,7 +114,9 @@ class TorchLine(_Frozen):
     wheel_suffixes: tuple[str, ...]
     python: tuple[str, str]
     source: str
-    compile_version: str = ""  # the flavor's compile_package version the official wheel requires ("" = not verified)
+    wheel_only: bool = False  # never built from source: no source build of this line was verified on any release
+    compile_package: str = ""  # the Triton package this line's official wheel pulls, when not the flavor's (triton-rocm)
+    compile_version: str = ""  # the compile package's version the official wheel requires ("" = not verified)
     compile_index: str = ""  # wheel index suffix that carries it
     compile_checked: str = ""  # where that requirement was read
 
@@ -304,7 +307,8 @@ def load(root: Path = RECIPES_DIR) -> Recipes:
         if unknown := set(t.flavors) - set(flavors):
             raise RecipeError(f"torch.toml [{line}] names unknown flavors {sorted(unknown)}")
         for flavor in t.flavors:
-            if "source" in flavors[flavor].torch_sources and not (recipes.patches_dir(line) / "series").exists():
+            if ("source" in flavors[flavor].torch_sources and not t.wheel_only
+                    and not (recipes.patches_dir(line) / "series").exists()):
                 raise RecipeError(f"torch line {line} can be built from source but has no patches/torch-{line}/series")
         recipes.patch_series(line)  # validates the series now, not at the first render
     for build in source_builds:

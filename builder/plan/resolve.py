@@ -20,6 +20,10 @@ class ResolveError(Exception):
     """A request that cannot be built; the message names the problem and the nearest valid choices."""
 
 
+class NoSuchCellError(ResolveError):
+    """The combination is no cell at all: its torch line has no wheel there and cannot be built from source."""
+
+
 class UnprovenSourceError(ResolveError):
     """A source build no peer has shown to compile (recipes/source-builds.toml), requested without --unproven."""
 
@@ -320,6 +324,12 @@ def _torch_source(
     where = f"{flavor.label} {release.version}" if flavor.versioned else flavor.name
     if wanted == "source" and "source" not in flavor.torch_sources:
         raise ResolveError(f"the {flavor.name} flavor has no torch source build; use --torch-source wheel or auto")
+    if wanted == "source" and torch.wheel_only:
+        raise ResolveError(f"torch {torch.line} is offered as an official wheel only (recipes/torch.toml: no source "
+                           f"build of it was verified); use --torch-source auto or wheel")
+    if wanted == "source" and not release.source_build:
+        raise ResolveError(f"no torch source build on {where}: what such a build needs there is not verified "
+                           f"(recipes/{flavor.releases_file}: source_build = false); use --torch-source auto")
     if wanted == "source":
         return "source", "source build requested", ""
     if suffix and "wheel" in flavor.torch_sources:
@@ -333,12 +343,17 @@ def _torch_source(
         f"no official torch {torch.line} wheel for {where} "
         f"(torch {torch.line} wheels: {', '.join(torch.wheel_suffixes)}; {where} takes: {', '.join(release.wheel_suffixes)})"
     )
-    if wanted == "auto" and "source" in flavor.torch_sources:
+    if torch.wheel_only:
+        carry = [v for v, r in sorted(recipes.releases[flavor.name].items(), key=lambda kv: version_key(kv[0]))
+                 if set(r.wheel_suffixes) & set(torch.wheel_suffixes)]
+        raise NoSuchCellError(f"{no_wheel}; torch {torch.line} is offered as an official wheel only; releases whose "
+                           f"index carries it: {', '.join(carry) or 'none'}")
+    if wanted == "auto" and "source" in flavor.torch_sources and release.source_build:
         return "source", f"{no_wheel}; auto chose a source build", ""
-    options = ["--torch-source source"] if "source" in flavor.torch_sources else []
+    options = ["--torch-source source"] if "source" in flavor.torch_sources and release.source_build else []
     if with_wheel:
         options.append(f"a torch line with a wheel for {where}: {', '.join(with_wheel)}")
-    raise ResolveError(f"{no_wheel}; use {' or '.join(options) or 'another release'}")
+    raise NoSuchCellError(f"{no_wheel}; use {' or '.join(options) or 'another release'}")
 
 
 def _proven(flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes) -> str | None:
@@ -403,6 +418,6 @@ def all_plans(recipes: Recipes | None = None, flavor: str | None = None, unprove
                         )
                         try:
                             plans.append(resolve(request, recipes))
-                        except UnprovenSourceError:
+                        except (UnprovenSourceError, NoSuchCellError):
                             continue
     return plans
