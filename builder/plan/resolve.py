@@ -94,6 +94,15 @@ class Plan(BaseModel):
                 "proof": "peer-built", "peer": build.peer}
 
     @property
+    def wheel_triton(self) -> dict | None:
+        """The Triton an official wheel of this line pulls from its index (name, pin, where a peer's resolution
+        showed it); None on the source route or where no pin was verified."""
+        line, package = self.torch, self.torch.compile_package or self.flavor.compile_package
+        if self.torch_source != "wheel" or not (package and line.compile_version):
+            return None
+        return {"package": package, "version": line.compile_version, "checked": line.compile_checked}
+
+    @property
     def torch_version(self) -> str:
         """The exact version the image's torch must report, local label included ("2.4.1+rocm6.2")."""
         return self.torch_requirement.removeprefix("torch==")
@@ -120,6 +129,7 @@ class Plan(BaseModel):
                 "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None,
                             "requirement": self.compile_requirement or None,
                             "checked": self.torch.compile_checked if self.compile_requirement else None},
+                "wheel_pulls": self.wheel_triton,
                 "wheel_index_url": self.wheel_index_url or None,
                 "git": self.git_source,
                 "build_env": dict(sorted(self.flavor.build_env.items())) if self.torch_source == "source" else {},
@@ -154,6 +164,8 @@ class Plan(BaseModel):
         ]
         if self.wheel_index_url:
             rows.append(("torch index", self.wheel_index_url))
+        if triton := self.wheel_triton:
+            rows.append(("triton", f"{triton['package']}=={triton['version']} (pulled by the wheel from its index)"))
         if (git := self.git_source) is not None:
             origin = "fork" if git["fork"] else "upstream"
             rows.append(("torch source", f"{git['repo']} {git['ref']}{' @ ' + git['commit'] if git['commit'] else ''}"
@@ -193,7 +205,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     compile_requirement, compile_unavailable = "", ""
     if source == "source" and flavor.compile_package and torch.compile_version:
         # the backend the official wheel of the same release requires, from the index that carries it
-        compile_requirement = f"{flavor.compile_package}=={torch.compile_version}"
+        compile_requirement = f"{torch.compile_package or flavor.compile_package}=={torch.compile_version}"
         index = flavor.wheel_index.format(suffix=torch.compile_index)
     elif source == "source":
         compile_unavailable = flavor.source_compile
