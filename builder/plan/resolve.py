@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from builder.plan import gpu_names
 from builder.plan.cells import Cell
 from builder.plan.lock_names import lock_path
 from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Release, SourceBuild, TorchLine, load,
@@ -68,6 +69,7 @@ class Plan(BaseModel):
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
     lock_path: Path  # recipes/locks/torch<line>-py<python>.txt: what pip installs, with hashes (builder.plan.lock)
+    arch_name: str = ""  # the marketing name the request gave for the arch (--arch MI250X), echoed back
     stages: tuple[str, ...]
 
     @property
@@ -154,6 +156,7 @@ class Plan(BaseModel):
         """(field, value) rows for printing a plan."""
         rows = [
             ("cell", self.cell.key),
+            *([("arch", f"{self.cell.arch} (--arch {self.arch_name}: recipes/gpu-names.toml)")] if self.arch_name else []),
             ("base image", self.base_image),
         ]
         if self.amdgpu_install:
@@ -235,6 +238,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         lock_path=lock_path(recipes, torch.line, python),
+        arch_name=gpu_names.canonical(request.arch)[1] if request.arch and flavor.name == "rocm" else "",
         stages=("base", "torch-src", "torch-source-build", "torch-source",
                 *(("torch-compile",) if compile_requirement else ()), "sentencepiece", "runtime")
         if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
@@ -305,10 +309,12 @@ def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
         if value is not None:
             raise ResolveError(f"the {flavor.name} flavor has no GPU arch; drop --arch {value}")
         return None
-    arch = value or release.default_arch
+    arch, name = gpu_names.canonical(value) if value and flavor.name == "rocm" else (value, "")
+    arch = arch or release.default_arch
     if arch not in release.archs:
+        given = f"{name} ({arch})" if name else repr(arch)
         raise ResolveError(
-            f"arch {arch!r} is not supported by {flavor.label} {release.version}; "
+            f"arch {given} is not supported by {flavor.label} {release.version}; "
             f"{_choices(arch, sorted(release.archs))}"
         )
     return arch
