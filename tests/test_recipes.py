@@ -293,3 +293,18 @@ def test_a_compile_pin_without_its_index_or_peer_record_is_refused(recipes_copy)
     (recipes_copy / "torch.toml").write_text(text.replace(checked + "\n", ""))
     with pytest.raises(RecipeError, match="torch line 2.4: compile_version needs compile_index and compile_checked"):
         load(recipes_copy)
+
+
+def test_the_headline_source_cell_stays_unproven_and_both_plan_and_refusal_give_the_build_estimate():
+    """No public record names the commit of AMD's fork that its ROCm 6.2 CI passed (recipes/source-builds.toml says
+    what was searched), so --rocm 6.2 --torch 2.4 needs --unproven; the refusal names the nearest proven cells and,
+    like the plan of a source build, roughly how long and how large such a build is, labelled as an estimate."""
+    with pytest.raises(UnprovenSourceError) as refused:
+        resolve(Request(accel_version="6.2", torch="2.4", arch="gfx90a"))
+    message = str(refused.value)
+    assert "--rocm 6.2 --torch 2.5 (official wheel)" in message and "--rocm 6.1.2 --torch 2.4 (official wheel)" in message
+    assert "how long and how large a source build is: estimate" in message and "pytorch/builder#1286" in message
+    rows = dict(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)).describe())
+    assert rows["build size"].startswith("estimate") and "4.5 GB RAM per compile job" in rows["build size"]
+    assert "build size" not in dict(resolve(Request(accel_version="6.2", torch="2.5")).describe())
+    assert load().source_build("rocm", "6.2", "2.4") is None

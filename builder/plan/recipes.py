@@ -46,6 +46,7 @@ class Flavor(_Frozen):
     compile_package: str = ""  # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
     compile_import: str = ""  # the module the verify step imports from compile_package
     source_compile: str = ""  # why torch.compile cannot work on a source-built torch without a verified pin
+    source_build_estimate: str = ""  # roughly how long and how large a torch source build is (labelled estimate)
     tool_path: str = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
     library_path: str = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
     kernel_dbs: bool = False  # a source build installs the precompiled kernel databases of the cell's arch

@@ -175,6 +175,8 @@ class Plan(BaseModel):
                                          f" ({origin})"))
             rows.append(("peer build", git["peer"] or "UNPROVEN: no peer build of this source on this release"))
             rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
+            if self.flavor.source_build_estimate:
+                rows.append(("build size", self.flavor.source_build_estimate))
         if self.os_packages:
             rows.append(("OS packages", " ".join(self.os_packages)))
         if self.compile_unavailable:
@@ -403,7 +405,9 @@ def _unproven_message(flavor: Flavor, release: Release, torch: TorchLine, recipe
     return (f"torch {torch.line} on {where} {what} "
             f"(recipes/source-builds.toml): nothing shows that {torch.git_tag} compiles against {where}; "
             f"nearest proven: {'; '.join(near) or 'none'}; or pass --unproven to build {torch.git_tag} anyway "
-            f"(the manifest, the image labels and the report then say unproven)")
+            f"(the manifest, the image labels and the report then say unproven)"
+            + (f"; how long and how large a source build is: {flavor.source_build_estimate}"
+               if flavor.source_build_estimate else ""))
 
 
 def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]:
