@@ -59,6 +59,8 @@ def test_the_manifest_names_the_triton_an_official_wheel_pulls():
     assert pulls["2.10"]["package"] == "triton-rocm" and pulls["2.10"]["version"] == "3.6.0"
     assert "InvokeAI#9297" in pulls["2.10"]["checked"]
     assert pulls["2.7"] is None and pulls["2.11"] is None
+    # the 2.10 pin was read for the rocm7.1 wheel: the rocm7.0 wheel's is not claimed
+    assert resolve(Request(accel_version="7.0", torch="2.10")).pinned()["torch"]["wheel_pulls"] is None
     assert resolve(Request(accel_version="6.2", torch="2.4", unproven=True)).pinned()["torch"]["wheel_pulls"] is None
 
 

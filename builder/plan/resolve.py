@@ -102,6 +102,8 @@ class Plan(BaseModel):
         line, package = self.torch, self.torch.compile_package or self.flavor.compile_package
         if self.torch_source != "wheel" or not (package and line.compile_version):
             return None
+        if self.wheel_index_url != self.flavor.wheel_index.format(suffix=line.compile_index):
+            return None  # the pin was read for another index's wheel of this line
         return {"package": package, "version": line.compile_version, "checked": line.compile_checked}
 
     @property
