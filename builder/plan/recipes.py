@@ -116,7 +116,7 @@ class TorchLine(_Frozen):
     python: tuple[str, str]
     source: str
     wheel_only: bool = False  # never built from source: no source build of this line was verified on any release
-    compile_package: str = ""  # the Triton package this line's official wheel pulls, when not the flavor's (triton-rocm)
+    compile_package: str = ""  # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
     compile_version: str = ""  # the compile package's version the official wheel requires ("" = not verified)
     compile_index: str = ""  # wheel index suffix that carries it
     compile_checked: str = ""  # where that requirement was read

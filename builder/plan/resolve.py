@@ -158,7 +158,8 @@ class Plan(BaseModel):
         """(field, value) rows for printing a plan."""
         rows = [
             ("cell", self.cell.key),
-            *([("arch", f"{self.cell.arch} (--arch {self.arch_name}: recipes/gpu-names.toml)")] if self.arch_name else []),
+            *([("arch", f"{self.cell.arch} (--arch {self.arch_name}: recipes/gpu-names.toml)")]
+              if self.arch_name else []),
             ("base image", self.base_image),
         ]
         if self.amdgpu_install:
