@@ -22,7 +22,8 @@ COMMANDS = {
     "render": ("builder.cli.render", "render_command",
                "Write a complete, deterministic Docker build context for a version request."),
     "image": ("builder.cli.image", "image",
-              "Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit."),
+              "Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it "
+              "with BuildKit."),
     "sif": ("builder.cli.sif", "sif",
             "Convert a built image into a SIF (docker save -> apptainer build) and verify it inside Apptainer."),
     "slurm": ("builder.cli.slurm", "slurm",

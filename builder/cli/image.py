@@ -70,7 +70,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
           cache_to: tuple[str, ...], push: bool, reuse_remote: bool, force: bool, no_cache: bool,
           log_path: Path | None, dry_run: bool, check_reproducible: bool,
           db: Path | None, no_record: bool, **request) -> None:
-    """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
+    """Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it with BuildKit.
 
     The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
     step, its last output lines and a failure class. Each build is recorded with its own attempt directory
@@ -94,7 +94,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     plan = None
     if context_dir is None:
         if request["torch"] is None:
-            raise click.UsageError("give a request (e.g. --rocm 6.2 --torch 2.4) or --context DIR")
+            raise click.UsageError("give a request (e.g. --rocm 7.2 --torch 2.11) or --context DIR")
         plan = plan_from_options(**request)
         if dry_run and out is None:  # the tag is the content hash: render to a scratch dir, keep nothing
             with tempfile.TemporaryDirectory(prefix="envbuild-dry-run-") as scratch:

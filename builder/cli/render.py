@@ -164,6 +164,42 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
     _print_cells(rows)
 
 
+@recipes_group.command("check-upstream")
+@click.option("--index", "indexes", multiple=True, metavar="URL",
+              help="A PEP 503 index (http(s)://, file:// or a directory), e.g. https://download.pytorch.org/whl/rocm7.2/; "
+                   "repeatable.")
+@click.option("--releases", "releases", default=None, metavar="FILE|URL",
+              help="A list of ROCm release tags (rocm-7.2.4, therock-7.14.0), e.g. saved `git ls-remote --tags` output.")
+def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
+    """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
+
+    Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read."""
+    from builder.plan.recipes import RecipeError, load
+    from builder.plan.upstream import Findings, UpstreamError, check_index, check_releases, read_text
+
+    if not indexes and not releases:
+        raise click.UsageError("give at least one --index or --releases")
+    try:
+        recipes = load()
+        total = Findings()
+        for index in indexes:
+            found = check_index(index, recipes)
+            total.wheels += found.wheels
+            total.archs += found.archs
+        if releases:
+            total.releases = check_releases(read_text(releases), recipes)
+    except UpstreamError as exc:
+        raise click.UsageError(str(exc)) from exc
+    except RecipeError as exc:
+        raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+    for kind, items in (("wheel", total.wheels), ("arch", total.archs), ("release", total.releases)):
+        for item in dict.fromkeys(items):
+            click.echo(f"missing {kind}: {item}")
+    if total.empty:
+        click.echo("recipes cover everything these sources list")
+    raise SystemExit(0 if total.empty else 1)
+
+
 def _print_cells(rows: list[dict]) -> None:
     """The cells as a table as wide as the terminal; the long columns end in "…" (--json has the full text)."""
     from rich import box

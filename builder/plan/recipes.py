@@ -47,6 +47,7 @@ class Flavor(_Frozen):
     compile_package: str = ""  # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
     compile_import: str = ""  # the module the verify step imports from compile_package
     source_compile: str = ""  # why torch.compile cannot work on a source-built torch without a verified pin
+    source_build_estimate: str = ""  # roughly how long and how large a torch source build is (labelled estimate)
     tool_path: str = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
     library_path: str = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
     kernel_dbs: bool = False  # a source build installs the precompiled kernel databases of the cell's arch
@@ -83,6 +84,7 @@ class Release(_Frozen):
     pythons: tuple[str, ...]
     python_ppa: str = ""
     default_arch: str = ""
+    source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
     source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
     apt_key_url: str = ""  # the accelerator apt repository's signing key, fetched again in the base stage
     apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
@@ -114,7 +116,9 @@ class TorchLine(_Frozen):
     wheel_suffixes: tuple[str, ...]
     python: tuple[str, str]
     source: str
-    compile_version: str = ""  # the flavor's compile_package version the official wheel requires ("" = not verified)
+    wheel_only: bool = False  # never built from source: no source build of this line was verified on any release
+    compile_package: str = ""  # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
+    compile_version: str = ""  # the compile package's version the official wheel requires ("" = not verified)
     compile_index: str = ""  # wheel index suffix that carries it
     compile_checked: str = ""  # where that requirement was read
 
@@ -320,7 +324,8 @@ def _load(root: Path) -> Recipes:
         if unknown := set(t.flavors) - set(flavors):
             raise RecipeError(f"torch.toml [{line}] names unknown flavors {sorted(unknown)}")
         for flavor in t.flavors:
-            if "source" in flavors[flavor].torch_sources and not (recipes.patches_dir(line) / "series").exists():
+            if ("source" in flavors[flavor].torch_sources and not t.wheel_only
+                    and not (recipes.patches_dir(line) / "series").exists()):
                 raise RecipeError(f"torch line {line} can be built from source but has no patches/torch-{line}/series")
         recipes.patch_series(line)  # validates the series now, not at the first render
     for build in source_builds:
