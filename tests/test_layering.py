@@ -75,8 +75,8 @@ def test_a_circle_within_a_layer_breaks_the_acyclic_contract(repo_copy):
 
 
 def test_workload_importing_builder_breaks_its_contract(repo_copy):
-    add_import(repo_copy / "workload" / "codeobjects.py", "import builder.paths")
+    add_import(repo_copy / "workload" / "binaries" / "code_object_reader.py", "import builder.paths")
     done = lint_imports(repo_copy)
     assert done.returncode == 1, done.stdout + done.stderr
     assert contract_lines(done.stdout)[WORKLOAD] == "BROKEN", done.stdout
-    assert "workload.codeobjects -> builder.paths" in done.stdout
+    assert "workload.binaries.code_object_reader -> builder.paths" in done.stdout
