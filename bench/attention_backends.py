@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from train_throughput import GEMMA_2B, synthetic_data  # noqa: E402
 
-from workload.batching import packed_steps  # noqa: E402
+from workload.training.batching import packed_steps  # noqa: E402
 
 SDPA_BACKENDS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                  "flash (causal, no mask)": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}

@@ -15,9 +15,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workload.dataset import load_dataset  # noqa: E402
-from workload.models import load_tokenizer  # noqa: E402
-from workload.tiny import train_tokenizer  # noqa: E402
+from workload.data.dataset import load_dataset  # noqa: E402
+from workload.model.classifier import load_tokenizer  # noqa: E402
+from workload.model.tiny import train_tokenizer  # noqa: E402
 
 GEMMA_2B = dict(vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
                 num_attention_heads=8, num_key_value_heads=1, head_dim=256)

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from train_throughput import PAD, build_model, model_shape, synthetic_data  # noqa: E402
 
-from workload import environment as env  # noqa: E402
-from workload.models import apply_lora, make_trainable_fp32  # noqa: E402
-from workload.presets import PRESETS  # noqa: E402
-from workload.train import Tokenised, _sync, train  # noqa: E402
+from workload.model.classifier import apply_lora, make_trainable_fp32  # noqa: E402
+from workload.probes import environment as env  # noqa: E402
+from workload.training.loop import Tokenised, _sync, train  # noqa: E402
+from workload.training.presets import PRESETS  # noqa: E402
 
 # Kernel kinds by name, first match wins. GEMM names: cuBLAS/cuBLASLt/CUTLASS (gemm, nvjet, xmma, cutlass) and
 # rocBLAS/hipBLASLt/Tensile (Cijk_...); attention: PyTorch's flash / memory-efficient / cuDNN / CK fmha kernels.

@@ -45,11 +45,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workload import environment as env  # noqa: E402
-from workload.models import LastTokenClassifier, apply_lora, count_parameters, make_trainable_fp32  # noqa: E402
-from workload.metrics import attention_flops, attention_layers, flops_per_token, mfu, mfu_from_flops  # noqa: E402
-from workload.presets import PRESETS  # noqa: E402
-from workload.train import Tokenised, evaluate, train  # noqa: E402
+from workload.model.classifier import LastTokenClassifier, apply_lora, count_parameters, make_trainable_fp32  # noqa: E402
+from workload.probes import environment as env  # noqa: E402
+from workload.training.loop import Tokenised, evaluate, train  # noqa: E402
+from workload.training.metrics import attention_flops, attention_layers, flops_per_token, mfu, mfu_from_flops  # noqa: E402
+from workload.training.presets import PRESETS  # noqa: E402
 
 GEMMA_2B = dict(vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
                 num_attention_heads=8, num_key_value_heads=1, head_dim=256)

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from workload.codeobjects import BUNDLE_MAGIC, coverage, scan_binary, target_arch
+from workload.binaries.code_object_reader import BUNDLE_MAGIC, coverage, scan_binary, target_arch
 
 KERNEL = """#include <hip/hip_runtime.h>
 __global__ void axpy(float a, const float* x, float* y, int n) {
@@ -139,7 +139,7 @@ def test_probe_fails_when_the_device_arch_has_no_code_objects(fat_binary, tmp_pa
 
     import torch
 
-    import workload.probes.code_objects as probe
+    import workload.probes.code_object_probe as probe
     from workload.probes import run_probes
 
     lib = tmp_path / "lib"
@@ -162,11 +162,11 @@ def test_probe_fails_when_the_device_arch_has_no_code_objects(fat_binary, tmp_pa
 
 
 def test_dt_needed_of_this_python_agrees_with_readelf_and_broken_files_read_as_none(tmp_path):
-    """workload.elf_needed on an ELF every machine has, then on a truncated copy and on junk: no exception."""
+    """workload.binaries.elf_needed on an ELF every machine has, then on a truncated copy and on junk: no exception."""
     import re
     import sys
 
-    from workload.elf_needed import needed
+    from workload.binaries.elf_needed import needed
 
     python = Path(sys.executable).resolve()
     dynamic = subprocess.run(["readelf", "-d", str(python)], check=True, capture_output=True, text=True).stdout

@@ -1,6 +1,8 @@
 """The import contracts in pyproject.toml ([tool.importlinter]), checked with import-linter: builder's layers
-(cli -> engine -> matrix -> plan, arrows only down), no import circles between builder's modules, and
-workload never importing builder. The repo keeps them; a copy with one bad import breaks the one it should."""
+(cli -> engine -> matrix -> plan, arrows only down), no import circles between builder's modules, workload
+never importing builder, workload's layers (cli -> runner -> training/model/data/probes -> binaries), probes and
+training independent, no circles between workload's modules, and workload.binaries free of torch. The repo
+keeps them; a copy with one bad import breaks the one it should."""
 
 from __future__ import annotations
 
@@ -16,6 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = "builder layers: cli -> engine -> matrix -> plan, arrows only point down"
 ACYCLIC = "no import circles between builder's modules (function-level imports count too)"
 WORKLOAD = "workload never imports builder"
+W_LAYERS = "workload layers: cli -> runner -> training|model|data|probes -> binaries"
+W_INDEPENDENT = "workload.probes and workload.training never import each other"
+W_ACYCLIC = "no import circles between workload's modules (function-level imports count too)"
+W_STDLIB = "workload.binaries imports none of torch, numpy, transformers, peft"
+ALL_KEPT = {name: "KEPT" for name in (LAYERS, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -56,7 +63,7 @@ def add_import(module: Path, statement: str) -> None:
 def test_the_repo_keeps_its_import_contracts():
     done = lint_imports(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert contract_lines(done.stdout) == {LAYERS: "KEPT", ACYCLIC: "KEPT", WORKLOAD: "KEPT"}, done.stdout
+    assert contract_lines(done.stdout) == ALL_KEPT, done.stdout
 
 
 def test_an_upward_import_breaks_the_layers_contract(repo_copy):
@@ -71,12 +78,43 @@ def test_a_circle_within_a_layer_breaks_the_acyclic_contract(repo_copy):
     add_import(repo_copy / "builder" / "plan" / "cells.py", "import builder.plan.resolve")  # resolve imports cells
     done = lint_imports(repo_copy)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert contract_lines(done.stdout) == {LAYERS: "KEPT", ACYCLIC: "BROKEN", WORKLOAD: "KEPT"}, done.stdout
+    assert contract_lines(done.stdout) == {**ALL_KEPT, ACYCLIC: "BROKEN"}, done.stdout
 
 
 def test_workload_importing_builder_breaks_its_contract(repo_copy):
-    add_import(repo_copy / "workload" / "codeobjects.py", "import builder.paths")
+    add_import(repo_copy / "workload" / "binaries" / "code_object_reader.py", "import builder.paths")
     done = lint_imports(repo_copy)
     assert done.returncode == 1, done.stdout + done.stderr
     assert contract_lines(done.stdout)[WORKLOAD] == "BROKEN", done.stdout
-    assert "workload.codeobjects -> builder.paths" in done.stdout
+    assert "workload.binaries.code_object_reader -> builder.paths" in done.stdout
+
+
+def test_a_room_importing_the_runner_breaks_the_workload_layers(repo_copy):
+    add_import(repo_copy / "workload" / "data" / "dataset.py", "import workload.runner")
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout)[W_LAYERS] == "BROKEN", done.stdout
+    assert "workload.data.dataset -> workload.runner" in done.stdout
+
+
+def test_a_probe_importing_training_breaks_their_independence(repo_copy):
+    add_import(repo_copy / "workload" / "probes" / "gemm.py", "import workload.training.presets")
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout) == {**ALL_KEPT, W_INDEPENDENT: "BROKEN"}, done.stdout
+    assert "workload.probes.gemm -> workload.training.presets" in done.stdout
+
+
+def test_a_circle_through_the_top_level_breaks_the_workload_acyclic_contract(repo_copy):
+    add_import(repo_copy / "workload" / "training" / "presets.py", "import workload.settings")  # settings imports presets
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout) == {**ALL_KEPT, W_ACYCLIC: "BROKEN"}, done.stdout
+
+
+def test_torch_in_the_binary_readers_breaks_their_contract(repo_copy):
+    add_import(repo_copy / "workload" / "binaries" / "elf_needed.py", "import torch")
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout) == {**ALL_KEPT, W_STDLIB: "BROKEN"}, done.stdout
+    assert "workload.binaries.elf_needed -> torch" in done.stdout

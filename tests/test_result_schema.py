@@ -173,7 +173,7 @@ def test_a_real_run_with_the_speed_levers_passes_and_hostile_lever_fields_do_not
     import copy
     import math
 
-    from workload.presets import PRESETS
+    from workload.training.presets import PRESETS
     from workload_fixtures import quick_train
 
     budget = PRESETS["throughput"]

@@ -26,8 +26,8 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from verify_fixtures import rocm_expect, run_verify, stand_in_torch
-from workload.codeobjects import coverage, loaded_split, scan_binary
-from workload.elf_needed import closure, needed
+from workload.binaries.code_object_reader import coverage, loaded_split, scan_binary
+from workload.binaries.elf_needed import closure, needed
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = Path(os.environ.get("ENVBUILD_ROCM_LIBS_CACHE", REPO / ".envbuild" / "debian-rocm")) / "root"
@@ -151,7 +151,7 @@ def _probe(monkeypatch, torch_lib: Path, lib: Path, arch: str) -> dict:
     """The arch_code_objects probe on a simulated ROCm GPU of `arch`, torch compiled for it, over real files."""
     import torch
 
-    import workload.probes.code_objects as probe
+    import workload.probes.code_object_probe as probe
 
     monkeypatch.setattr(torch.version, "hip", "6.4.43484", raising=False)
     monkeypatch.setattr(torch.cuda, "get_device_properties",

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from workload.dataset import DEFAULT_DATASET, load_dataset
+from workload.data.dataset import DEFAULT_DATASET, load_dataset
 from workload.errors import DataError
-from workload.presets import EMOTIONS
+from workload.training.presets import EMOTIONS
 
 
 def _jsonl(tmp_path, rows, name="d.jsonl"):

@@ -1,4 +1,4 @@
-"""Merged q/k/v projections (workload/merged_qkv.py): peft's results without dropout, one shared mask with it,
+"""Merged q/k/v projections (workload/training/merged_qkv.py): peft's results without dropout, one shared mask with it,
 peft's modules and forwards back afterwards, and no merge where it would not be plain LoRA.
 
 Tiny random Gemma and Gemma 4 classifiers with peft LoRA on the CPU, fp32."""
@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workload.merged_qkv import NAMES, mergeable, merged_qkv_on
-from workload.models import apply_lora
-from workload.train import train
+from workload.model.classifier import apply_lora
+from workload.training.loop import train
+from workload.training.merged_qkv import NAMES, mergeable, merged_qkv_on
 
 from numerics import assert_same_math, fp32_loss_rtol
 from test_workload_speed import CPU, PAD, _data, _model, _recipe
@@ -173,7 +173,7 @@ def test_training_with_merged_qkv_reproduces_peft_losses_and_says_so(compiled, m
 
 
 def test_the_throughput_preset_asks_for_merged_qkv_and_a_run_records_it():
-    from workload.presets import PRESETS
+    from workload.training.presets import PRESETS
 
     assert PRESETS["throughput"].merged_qkv and not PRESETS["seed"].merged_qkv
     recipe = dataclasses.replace(_recipe(), merged_qkv=True)

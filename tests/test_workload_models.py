@@ -4,15 +4,15 @@ import pytest
 import torch
 from numerics import assert_same_math
 
-from workload import models
-from workload.batching import collate, encode, padded_length, train_batches
-from workload.dataset import load_dataset
-from workload.environment import peak_tflops
+from workload.data.dataset import load_dataset
 from workload.errors import UnsupportedFamily
-from workload.metrics import macro_f1, mfu
-from workload.models import apply_lora, load_adapter, load_base, make_trainable_fp32, save_adapter
-from workload.presets import PRESETS
-from workload.train import Tokenised, train
+from workload.model import classifier as models
+from workload.model.classifier import apply_lora, load_adapter, load_base, make_trainable_fp32, save_adapter
+from workload.probes.environment import peak_tflops
+from workload.training.batching import collate, encode, padded_length, train_batches
+from workload.training.loop import Tokenised, train
+from workload.training.metrics import macro_f1, mfu
+from workload.training.presets import PRESETS
 
 DATA = load_dataset()
 
@@ -123,7 +123,7 @@ def test_attention_flops_match_the_matmuls_a_real_forward_and_backward_runs():
     import transformers
     from torch.utils.flop_counter import FlopCounterMode
 
-    from workload.metrics import attention_flops, attention_layers, mfu_from_flops
+    from workload.training.metrics import attention_flops, attention_layers, mfu_from_flops
 
     config = transformers.Gemma4TextConfig(
         vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from workload.models import load_tokenizer
-from workload.tiny import MAX_VOCAB, tokenizer_size, train_tokenizer
+from workload.model.classifier import load_tokenizer
+from workload.model.tiny import MAX_VOCAB, tokenizer_size, train_tokenizer
 
 CJK_START = 0x4E00
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from workload.pass_bar import MARGIN, pass_bar
+from workload.training.pass_bar import MARGIN, pass_bar
 
 from workload_fixtures import quick_train
 
@@ -88,7 +88,7 @@ def test_a_binary_dataset_that_cannot_be_learned_is_did_not_learn(tmp_path):
 
 
 def test_a_run_with_no_optimizer_step_is_did_not_train_never_a_pass(tmp_path, monkeypatch):
-    monkeypatch.setattr("workload.train.plan_epoch", lambda *a, **k: [])
+    monkeypatch.setattr("workload.training.loop.plan_epoch", lambda *a, **k: [])
     code, result = quick_train(tmp_path, max_steps=None, min_accuracy=0.0)
     assert code == 1 and result["status"] == "error" and result["error_class"] == "did_not_train"
     assert result["metrics"]["steps"] == 0 and "eval_after" not in result["metrics"]

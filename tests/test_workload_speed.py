@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from numerics import assert_same_math, fp32_loss_rtol
-from workload.batching import collate, collate_packed, packed_steps, token_budget_batches
-from workload.models import apply_lora, make_trainable_fp32
-from workload.presets import PRESETS
-from workload.speed import compile_layers, decoder_layers, packed_logits, uncompile_layers
-from workload.train import Tokenised, evaluate, plan_epoch, scaled_schedule, train
+from workload.model.classifier import apply_lora, make_trainable_fp32
+from workload.training.batching import collate, collate_packed, packed_steps, token_budget_batches
+from workload.training.loop import Tokenised, evaluate, plan_epoch, scaled_schedule, train
+from workload.training.presets import PRESETS
+from workload.training.speed import compile_layers, decoder_layers, packed_logits, uncompile_layers
 
 CPU = torch.device("cpu")
 # The GPU rows run where torch sees one (on the H200: `pytest --noconftest tests/test_workload_speed.py`).
@@ -45,7 +45,7 @@ def _model(family="gemma", seed=0, global_head_dim=16):
                   num_key_value_heads=1, head_dim=16, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
     torch.manual_seed(seed)
     if family == "gemma4_text":
-        from workload.models import LastTokenClassifier
+        from workload.model.classifier import LastTokenClassifier
 
         config = transformers.Gemma4TextConfig(**common, global_head_dim=global_head_dim,
                                                hidden_size_per_layer_input=8, vocab_size_per_layer_input=300,
@@ -196,7 +196,7 @@ def test_graph_steps_reproduce_uncaptured_losses(compiled):
 def test_optimizer_state_made_before_capture_changes_nothing():
     """`init_optimizer_state` (a zero-gradient step at lr 0, step counts reset) leaves the parameters as they were,
     and the next real step equals a fresh optimizer's first step (bias correction from step 1)."""
-    from workload.step_graphs import init_optimizer_state
+    from workload.training.step_graphs import init_optimizer_state
 
     torch.manual_seed(0)
     weights = [torch.randn(5, 3), torch.randn(7)]
@@ -219,7 +219,7 @@ def test_optimizer_state_made_before_capture_changes_nothing():
 
 
 def test_packing_falls_back_to_padded_steps_where_transformers_cannot_mask_it(monkeypatch):
-    import workload.train as train_module
+    import workload.training.loop as train_module
 
     budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
     packed = _run(_recipe(**budget))
@@ -252,7 +252,7 @@ def test_compiled_layers_reproduce_eager_losses(monkeypatch):
 def test_a_failing_compiler_falls_back_to_eager_and_is_recorded(monkeypatch):
     import torch._dynamo
 
-    import workload.train as train_module
+    import workload.training.loop as train_module
 
     def broken_backend(gm, example_inputs):
         raise RuntimeError("no compiler for this GPU")
@@ -293,7 +293,7 @@ def test_presets_and_bad_combinations():
     assert seed.batch_size == 16 and seed.tokens_per_step is None and seed.micro_batch_tokens == 2048
     assert seed.graph_steps and not fast.graph_steps
     # Where whole-step graphs cannot run, the run goes on uncaptured and says why.
-    from workload.train import _graphs_unsupported
+    from workload.training.loop import _graphs_unsupported
     assert _graphs_unsupported(seed, "bf16", 1) is None
     assert "packed" in _graphs_unsupported(fast, "bf16", 1) and "fp16" in _graphs_unsupported(seed, "fp16", 1)
     assert "ranks" in _graphs_unsupported(seed, "bf16", 2)
@@ -360,7 +360,7 @@ def test_an_image_without_a_compiler_trains_eager_and_says_why(monkeypatch):
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    from workload.speed import COMPILE_UNAVAILABLE_ENV
+    from workload.training.speed import COMPILE_UNAVAILABLE_ENV
 
     torch._dynamo.reset()
     counters.clear()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from workload import runner
-from workload.dataset import load_dataset
-from workload.presets import EMOTIONS
+from workload.data.dataset import load_dataset
+from workload.training.presets import EMOTIONS
 
 from workload_fixtures import RESULT_KEYS, quick_train
 
@@ -76,7 +76,7 @@ def test_nan_guard_fails_the_run(tmp_path, monkeypatch):
     import torch.nn.functional as F
 
     original = F.cross_entropy
-    monkeypatch.setattr("workload.train.F.cross_entropy", lambda *a, **k: original(*a, **k) * float("nan")
+    monkeypatch.setattr("workload.training.loop.F.cross_entropy", lambda *a, **k: original(*a, **k) * float("nan")
                         if torch.is_grad_enabled() else original(*a, **k))
     code, result = quick_train(tmp_path, max_steps=12)
     assert code == 1 and result["status"] == "fail" and result["error_class"] == "nan_loss"
@@ -120,7 +120,7 @@ def test_interrupt_is_recorded_never_pass(tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("workload.train.train", interrupted)
+    monkeypatch.setattr("workload.training.loop.train", interrupted)
     code, result = quick_train(tmp_path)
     written = json.loads((tmp_path / "result.json").read_text())
     assert code == 1 and written["status"] == "error" and written["error_class"] == "interrupted"
@@ -182,7 +182,7 @@ def test_gradient_checkpointing_gives_the_same_losses():
 
 def test_result_records_the_schedule_that_really_ran(tmp_path):
     """A token-budget preset trains with a scaled lr: the result shows the effective one, not the recipe's."""
-    from workload.presets import PRESETS
+    from workload.training.presets import PRESETS
 
     budget = PRESETS["throughput"]
     code, result = quick_train(tmp_path, max_steps=2, tokens_per_step=budget.tokens_per_step, pack=True,

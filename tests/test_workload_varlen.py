@@ -1,4 +1,4 @@
-"""Packed rows through varlen attention kernels (workload/varlen.py) instead of dense per-row masks.
+"""Packed rows through varlen attention kernels (workload/training/varlen.py) instead of dense per-row masks.
 
 The kernels exist on GPUs only (CUDA and ROCm builds of PyTorch): the CPU tests cover the sequence
 boundaries, the recipe rules and the fallback; the GPU rows (`pytest --noconftest tests/test_workload_varlen.py`
@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workload.batching import collate, collate_packed, packed_steps
-from workload.speed import packed_logits
-from workload.train import autocast, plan_epoch, train
-from workload.varlen import NAME, SEQUENCE_BUCKET, cu_seqlens, sequence_count, varlen_attention_on
+from workload.training.batching import collate, collate_packed, packed_steps
+from workload.training.loop import autocast, plan_epoch, train
+from workload.training.speed import packed_logits
+from workload.training.varlen import NAME, SEQUENCE_BUCKET, cu_seqlens, sequence_count, varlen_attention_on
 
 from test_workload_speed import BOS, EOS, PAD, _data, _model, _recipe
 

@@ -2,8 +2,8 @@
 
 import warnings
 
-from workload.presets import PRESETS
 from workload.runner import train_command
+from workload.training.presets import PRESETS
 
 RESULT_KEYS = {"schema_version", "run_id", "command", "status", "error_class", "error", "started_at",
                "finished_at", "wall_time_s", "versions", "hardware", "model", "dataset", "config", "metrics",

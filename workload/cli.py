@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import launch
-from .presets import PRESETS
+from .training.presets import PRESETS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -209,7 +209,7 @@ def _dispatch(args, argv: list[str], created: list[Path]) -> int:
                                 label_column=args.label_column, quiet=args.quiet, argv=argv)
         return code
     if args.command == "probe":
-        from .probe_table import probe_table
+        from .probes.probe_table import probe_table
         from .runner import probe_command
 
         from .settings import check_device
@@ -226,8 +226,8 @@ def _dispatch(args, argv: list[str], created: list[Path]) -> int:
             print(f"{result['status']}" + (f" ({result['error_class']}: {result['error']})"
                                            if result["status"] != "pass" else ""))
         return code
-    from .models import read_adapter_meta
-    from .predict import predict
+    from .model.classifier import read_adapter_meta
+    from .model.predict import predict
     from .settings import check_device
 
     check_device(args.device)

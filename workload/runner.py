@@ -12,12 +12,12 @@ from pathlib import Path
 
 import torch
 
-from . import environment as env
 from . import launch
 from .errors import DidNotLearn, DidNotTrain, InputError, ProbeFailure, WorkloadError
-from .noise import third_party_to
-from .presets import PRESETS, Recipe
+from .probes import environment as env
 from .result import finish, new_result, write_result
+from .training.noise import third_party_to
+from .training.presets import PRESETS, Recipe
 
 
 EXIT_BAD_INPUT = 2
@@ -118,7 +118,7 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
     """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json.
     Bad input (settings, data, model path) raises InputError before anything is written. `argv`: the
     command line that started it (recorded in `invocation`)."""
-    from . import distributed
+    from .training import distributed
 
     data = _checked_inputs(recipe, dataset_path, text_column, label_column)
     result = new_result("train")
@@ -180,8 +180,8 @@ def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, o
 def _checked_inputs(recipe: Recipe, dataset_path, text_column: str, label_column: str):
     """The dataset, loaded and validated, after the settings and the model source are checked (InputError if
     any is bad)."""
-    from .dataset import CHARS_PER_TOKEN_LIMIT, load_dataset
-    from .models import check_model_source
+    from .data.dataset import CHARS_PER_TOKEN_LIMIT, load_dataset
+    from .model.classifier import check_model_source
     from .settings import check_recipe
 
     check_recipe(recipe)
@@ -197,7 +197,7 @@ def _checked_inputs(recipe: Recipe, dataset_path, text_column: str, label_column
 
 def third_party_log_name() -> str:
     """third-party.log on rank 0 (and single-process runs), third-party.rankN.log on the others."""
-    from .noise import LOG_NAME
+    from .training.noise import LOG_NAME
 
     rank = os.environ.get("RANK", "0")
     return LOG_NAME if rank == "0" else LOG_NAME.replace(".log", f".rank{rank}.log")
@@ -206,7 +206,7 @@ def third_party_log_name() -> str:
 def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | None) -> dict:
     """What made this run: the command line, preset, model, data file (name and sha256) and every setting that
     differs from the preset's (`overrides`; empty: the preset as it stands)."""
-    from .dataset import DEFAULT_DATASET
+    from .data.dataset import DEFAULT_DATASET
 
     preset = PRESETS[recipe.preset]
     overrides = {f.name: _plain(getattr(recipe, f.name)) for f in dataclasses.fields(recipe)
@@ -227,7 +227,7 @@ def _tokenise(tokenizer, texts: list[str], max_length: int, what: str, quiet: bo
     """Token ids of `texts`, with a progress line every $WORKLOAD_PROGRESS_S seconds (2) when that takes long."""
     import time
 
-    from .batching import encode_counted
+    from .training.batching import encode_counted
 
     started = last = time.monotonic()
 
@@ -278,11 +278,11 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
-    from .metrics import flops_per_token, mfu, mfu_from_flops
-    from .pass_bar import pass_bar
-    from .models import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
+    from .training.metrics import flops_per_token, mfu, mfu_from_flops
+    from .training.pass_bar import pass_bar
+    from .model.classifier import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
                          save_adapter)
-    from .train import Tokenised, evaluate, train
+    from .training.loop import Tokenised, evaluate, train
 
     torch.manual_seed(recipe.seed)
     result["dataset"] = data.summary()

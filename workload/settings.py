@@ -7,7 +7,7 @@ import math
 import re
 
 from .errors import InputError
-from .presets import Recipe
+from .training.presets import Recipe
 
 
 class SettingError(InputError):

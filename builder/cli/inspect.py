@@ -1,7 +1,7 @@
 """`envbuild inspect TARGET`: which GPU archs an image's (or a file's) code objects cover.
 
 TARGET is a file or directory on this machine (every library in it counts), or an image reference. For an
-image, the scan runs inside it (workload.codeobjects, standard library only) over torch/lib and /opt/rocm/lib:
+image, the scan runs inside it (workload.binaries.code_object_reader, standard library only) over torch/lib and /opt/rocm/lib:
 the verdict is about what torch loads (its own libraries and, through DT_NEEDED, the ROCm libraries they
 name); a library nothing torch loads that lacks the arch is a note. The image's own verify record
 (/opt/envbuild/verify.json, written at the end of its build) is shown too.
@@ -24,7 +24,7 @@ from builder.plan.image_ref import is_image_reference
 EXIT_MISSING = 1
 _IN_IMAGE = """
 import json, pathlib, sys
-from workload.codeobjects import library_dirs, loaded_split
+from workload.binaries.code_object_reader import library_dirs, loaded_split
 loaded, other = loaded_split(*library_dirs(), sys.argv[1] or None)
 verify = pathlib.Path("/opt/envbuild/verify.json")
 print(json.dumps({"verify": json.loads(verify.read_text()) if verify.is_file() else None,
@@ -108,7 +108,7 @@ def inspect(target: str, arch: str | None, as_json: bool) -> None:
     path = Path(target)
     verify = None
     if path.exists():
-        from workload.codeobjects import coverage
+        from workload.binaries.code_object_reader import coverage
 
         try:
             cov = coverage([path], arch).to_json()

@@ -11,7 +11,7 @@ Checks, each a line of output; any failure fails the build with what was expecte
   without a visible GPU in torch 2.3-2.6 (it checks is_available() first), so the compiled list is read
   with torch._C._cuda_getArchFlags(), which get_arch_list itself splits; plus code objects for it in what
   torch loads: torch's own libraries and, through DT_NEEDED, the libraries they name in torch/lib or
-  /opt/rocm/lib (workload.codeobjects.loaded_split, the rule of the arch probe and `envbuild inspect IMAGE`),
+  /opt/rocm/lib (workload.binaries.code_object_reader.loaded_split, the rule of the arch probe and `envbuild inspect IMAGE`),
   when they can be read. A library there that torch does not load and that lacks the arch (hipSPARSELt ships
   gfx942/gfx950 only) is a note in OUT_JSON's "notes", not a failure;
 - torch.compile's backend (expect.json "compile_package", a source build whose line has a verified pin): the
@@ -160,7 +160,7 @@ def arch_coverage(expect: dict, checks: list, notes: list) -> dict | None:
     """Code objects for the cell's arch: a check on what torch loads, a note on the libraries it does not."""
     if not expect.get("arch") or expect["backend"] != "hip":
         return None
-    from workload.codeobjects import library_dirs, loaded_split
+    from workload.binaries.code_object_reader import library_dirs, loaded_split
 
     arch = expect["arch"]
     loaded, other = loaded_split(*library_dirs(), arch)

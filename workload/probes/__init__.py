@@ -7,6 +7,12 @@ Every record is {"name", "status": "pass"|"fail"|"skip", "values": {...}, "messa
 (docs/result-schema.md). A probe that raises becomes a "fail" record; run_probes never raises
 for a probe's sake. When torch.distributed is initialised, call run_probes on every rank:
 the collective probes are collective operations. See docs/probes.md.
+
+Beside the probes live what they read from the environment: `environment` (device and dtype choice, package
+versions, GPU identity, peak FLOP/s) and `probe_table` (the records as a text table). Imports `workload.binaries`
+(the arch probe's code-object reader) and `workload.__version__`; never `workload.training`, the runner or the
+CLI. Imported by the runner, `workload.launch` (device counts), the CLI (the table), `workload.model.predict`
+(device and dtype) and bench/ (pyproject.toml [tool.importlinter], tests/test_layering.py).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import torch
 
 from ._common import ProbeContext, run_guarded
 from .attention import sdpa_vs_math
-from .code_objects import arch_code_objects
+from .code_object_probe import arch_code_objects
 from .collective import collective_smoke, multi_rank_collective
 from .device import bf16_support, device_discovery
 from .gemm import gemm_accuracy

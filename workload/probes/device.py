@@ -9,8 +9,8 @@ from typing import Mapping
 
 import torch
 
-from ..environment import device_arch
 from ._common import FAIL, PASS, SKIP, ProbeContext, is_rocm, result, synchronize
+from .environment import device_arch
 
 VISIBLE_DEVICE_VARS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 

@@ -35,7 +35,7 @@ class Recipe:
     pad_multiple: int = 64  # pad batch lengths to a multiple: few distinct shapes
     bucket_batches: int = 50  # length-sort within windows of this many batches
     max_grad_norm: float = 1.0
-    min_accuracy: float | None = None  # the pass bar given with --min-accuracy; None: the rule (workload/pass_bar.py)
+    min_accuracy: float | None = None  # the pass bar given with --min-accuracy; None: the rule (workload/training/pass_bar.py)
     accuracy_floor: float = 0.0  # the preset's own lowest bar; the rule's bar applies when it is higher
     max_steps: int | None = None
     log_every: int = 10
@@ -87,8 +87,8 @@ PRESETS = {
 # square root of the samples per step relative to the seed recipe's 16 (lr = 2e-4 * sqrt(mean samples per step
 # / 16)), and warmup keeps the seed recipe's warmup in samples (100 steps * 16 samples), both computed from
 # the epoch's schedule at run time. On GPUs the packed rows go through varlen attention kernels (each sample
-# attends to its own tokens; no dense row x row mask is built or computed: workload/varlen.py). q/k/v run as one
-# base GEMM and one LoRA-A GEMM per layer, with one LoRA dropout mask shared by the three (workload/merged_qkv.py).
+# attends to its own tokens; no dense row x row mask is built or computed: workload/training/varlen.py). q/k/v run as one
+# base GEMM and one LoRA-A GEMM per layer, with one LoRA dropout mask shared by the three (workload/training/merged_qkv.py).
 PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput", tokens_per_step=16384,
                                             bucket_lengths=None, pack=True, pack_length=512,
                                             micro_batch_tokens=8192, lr_scaling="sqrt", compile=True,

@@ -4,7 +4,7 @@ The probe reads the device's base arch (`gcnArchName` up to the first ':', e.g. 
 `gfx90a:sramecc+:xnack-`, pytorch#107477) and checks that torch was compiled for it
 (`torch._C._cuda_getArchFlags()`, the list `torch.cuda.get_arch_list()` splits) and that the libraries torch
 loads carry code for it: torch's own libraries in torch/lib and the ROCm libraries they name in DT_NEEDED,
-transitively, with the rocBLAS/hipBLASLt kernel dirs of those (workload.codeobjects.loaded_split: clang
+transitively, with the rocBLAS/hipBLASLt kernel dirs of those (workload.binaries.code_object_reader.loaded_split: clang
 offload bundles and ELF headers, no ROCm tools needed). A library under /opt/rocm/lib that nothing torch
 loads may target other GPUs (hipSPARSELt ships gfx942/gfx950 only): that is a note in the message and
 `values["other_missing_in"]`, not a failure. ROCm only; skipped elsewhere.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..codeobjects import library_dirs, loaded_split
+from ..binaries.code_object_reader import library_dirs, loaded_split
 from ._common import FAIL, PASS, SKIP, ProbeContext, is_rocm, result
 
 

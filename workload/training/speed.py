@@ -31,7 +31,7 @@ def packed_logits(model: nn.Module, input_ids: torch.Tensor, position_ids: torch
                   ends: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Logits of every sample of a packed batch (`batching.collate_packed`): the backbone runs without an
     attention mask, so transformers derives a per-sample causal mask from the restarting position ids
-    (no attention across samples), or, with `cu_seqlens` (workload.varlen, its attention switched on), the
+    (no attention across samples), or, with `cu_seqlens` (workload.training.varlen, its attention switched on), the
     varlen kernels take the sample boundaries instead of a mask; each sample is pooled at its own last token,
     as the padded path does."""
     backbone, score = classifier_parts(model)

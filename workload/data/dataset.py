@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .errors import DataError
+from ..errors import DataError
 
-DEFAULT_DATASET = Path(__file__).parent / "data" / "emotions.jsonl"
+DEFAULT_DATASET = Path(__file__).parent / "emotions.jsonl"
 CHARS_PER_TOKEN_LIMIT = 16  # texts are cut at 16 characters per token of max_length as they are read
 DEFAULT_MAX_CHARS = 512 * CHARS_PER_TOKEN_LIMIT
 

@@ -7,7 +7,7 @@ import platform
 
 import torch
 
-from . import __version__
+from .. import __version__
 
 # Dense bf16/fp16 peak per device (TFLOP/s), matched on the device name; see docs/workload.md for sources.
 # Order matters: the first substring found wins. H100 PCIe/NVL have other peaks and stay unknown.

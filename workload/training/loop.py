@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ..errors import NonFiniteLoss
 from .batching import (bucket_length, collate, collate_packed, eval_batches, packed_steps, padded_length,
                        token_budget_batches, train_batches)
-from .errors import NonFiniteLoss
+from .merged_qkv import merged_qkv_on
 from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
 from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
-from .merged_qkv import merged_qkv_on
 from .varlen import cu_seqlens, sequence_count, varlen_attention_on, varlen_available
 
 
@@ -49,7 +49,7 @@ class TrainStats:
     packed: bool = False  # packing ran (False when asked for but the installed transformers cannot mask it)
     varlen_attention: bool = False  # packed rows ran through varlen attention kernels (no dense masks)
     varlen_error: str | None = None  # set when varlen attention was asked for but could not be used (masks instead)
-    merged_qkv_blocks: int = 0  # attention blocks whose q/k/v ran merged (workload.merged_qkv)
+    merged_qkv_blocks: int = 0  # attention blocks whose q/k/v ran merged (workload.training.merged_qkv)
     attention_flops: float = 0.0  # attention-score FLOPs of the samples trained (metrics.attention_flops), global
 
     @property

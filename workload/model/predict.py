@@ -8,11 +8,11 @@ import warnings
 
 import torch
 
-from . import environment as env
-from .batching import collate, encode
-from .dataset import CHARS_PER_TOKEN_LIMIT
-from .models import load_adapter
-from .train import autocast
+from ..data.dataset import CHARS_PER_TOKEN_LIMIT
+from ..probes import environment as env
+from ..training.batching import collate, encode
+from ..training.loop import autocast
+from .classifier import load_adapter
 
 
 @contextlib.contextmanager

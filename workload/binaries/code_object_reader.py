@@ -16,7 +16,7 @@ and no ROCm tools (standard library only, so `envbuild inspect` can use it on th
   transitively, found in torch/lib or the ROCm lib dir, with the kernel dirs of those that have them. Every
   other library there is "other": a library nothing torch loads may target fewer GPUs without harm.
 
-    python -m workload.codeobjects PATH... [--arch gfx90a] [--json]
+    python -m workload.binaries.code_object_reader PATH... [--arch gfx90a] [--json]
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def torch_paths() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workload.codeobjects", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m workload.binaries.code_object_reader", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", type=Path, help="files or dirs (default: torch/lib and /opt/rocm/lib)")
     parser.add_argument("--arch", help="the GPU arch that must be present, e.g. gfx90a")
     parser.add_argument("--json", action="store_true")

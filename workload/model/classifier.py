@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ModelError, PathError, UnsupportedFamily
+from ..errors import ModelError, PathError, UnsupportedFamily
 from .tiny import TINY_FAMILIES, is_tiny, tiny_config_kwargs, train_tokenizer
 
 # transformers' sequence-classification class per model_type; None: no such class, we provide the head.
