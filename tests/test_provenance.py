@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.matrix import attest
-from builder.matrix.provenance import CI_PRINCIPAL, Provenance
+from builder.matrix.provenance import CI_PRINCIPAL, PROJECT_SIGNERS, Provenance
 from builder.matrix.store import MatrixStore
 from builder.paths import REPO_ROOT
 
@@ -39,11 +39,13 @@ def fingerprint(key: Path) -> str:
 
 
 @pytest.fixture()
-def keys(tmp_path):
-    """A contributor's key and this project's CI key, both in an allowed_signers file."""
+def keys(tmp_path, monkeypatch):
+    """A contributor's key and a key standing in for this project's CI key (bound to CI_PRINCIPAL in
+    PROJECT_SIGNERS for the test), both in an allowed_signers file."""
     folder = tmp_path / "keys"
     folder.mkdir()
     alice, ci = make_key(folder / "alice", "alice"), make_key(folder / "ci", "ci")
+    monkeypatch.setitem(PROJECT_SIGNERS, CI_PRINCIPAL, frozenset({fingerprint(ci)}))
     allowed = tmp_path / "allowed_signers"
     allowed.write_text("".join(f'{name} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n'
                                for name, key in (("alice@example.org", alice), (CI_PRINCIPAL, ci))))
@@ -215,7 +217,7 @@ def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
     h200 = json.loads((H200_RUN / "result.json").read_text())
     untested = Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx90a", python="3.10")
     with MatrixStore.open(tmp_path / "m.db") as store:
-        store.record_run(cpu, provenance=Provenance.signed(CI_PRINCIPAL, "SHA256:ci", "{}"))
+        store.record_run(cpu, provenance=Provenance.signed(CI_PRINCIPAL, min(PROJECT_SIGNERS[CI_PRINCIPAL]), "{}"))
         store.record_run(h200, provenance=Provenance.signed("alice@example.org", "SHA256:al", "{}"))
         store.record_run(make_result(finished_at="2026-12-01T10:00:00Z"))
         index = build_report(store, summarize(store, [untested]), tmp_path / "site", generated_at="2026-12-03T00:00:00Z")
