@@ -15,7 +15,6 @@ and every word of a task's command line is `shlex.quote`d, but for the one bind 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -31,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from builder.engine.apptainer import LOG_NAME, OUT_BIND, exec_argv, read_sidecar
 from builder.engine.container import RunError, flavor_of, input_error_line
 from builder.engine.run_result import RESULT_NAME, finalize, write_json_atomic
+from builder.matrix import strict_json
 from builder.matrix.slug import safe_slug
+from builder.matrix.store import InvalidResultError, validate_result
 from builder.plan.cells import Cell
 
 SITE_FILE = Path("envbuild") / "site.toml"
@@ -382,20 +383,29 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
     or an error result with the class its end state maps to. Written once: a task already finished is read
     back as it is (collecting twice records nothing new)."""
     path = task.out_dir / RESULT_NAME
-    if path.is_file():
+    refused = None
+    if path.is_file() or path.is_symlink():
         try:
-            done = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            done = strict_json.loads(strict_json.read_regular(path, strict_json.MAX_RESULT_BYTES))
+        except (OSError, ValueError):
             done = None
         if isinstance(done, dict) and isinstance(done.get("host"), dict) and "slurm" in done["host"]:
-            return done
+            refused = task_result_problem(sub, task, done, state, job_id)
+            if refused is None:
+                return validate_result(done)
+            path.replace(path.with_name("result.refused.json"))  # the bytes kept for inspection, never recorded
     try:
         task.out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SlurmError(f"cannot write the task directory {task.out_dir} ({exc.strerror})") from None
     log = task.out_dir / LOG_NAME
-    log_text = log.read_text(errors="replace") if log.is_file() else ""
+    try:
+        log_text = strict_json.read_regular(log, strict_json.MAX_RESULT_BYTES).decode("utf-8", "replace")
+    except (OSError, ValueError):  # none, or not a plain file of a sane size: the end state alone decides
+        log_text = ""
     failure_class, failure = end_class(state, log_text)
+    if refused is not None:
+        failure_class, failure = MISMATCH_CLASS, f"the task's result.json was refused: {refused}"
     image = dict(sub.images[task.sif_sha256], environment="apptainer",
                  sif={"path": str(task.sif), "sha256": task.sif_sha256})
     cell = image["manifest"].get("cell") or {}
@@ -410,6 +420,39 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
         result.update(error_class=failure_class, error=f"{failure}; the workload reported: {result.get('error')}")
         write_json_atomic(task.out_dir / RESULT_NAME, result)
     return result
+
+
+#: A task whose result.json does not belong to it (another cell, SIF, task or job): an attempt, never a verdict.
+MISMATCH_CLASS = "slurm_result_mismatch"
+
+
+def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskState, job_id: str) -> str | None:
+    """Why a completed result.json in the task's directory is not this task's (None: it is). It is joined to
+    the submission record: its job and array index, the SIF (by sha256) and so the cell that task ran, and the
+    end state Slurm reports; and it must pass the result schema."""
+    try:
+        clean = validate_result(result)
+    except InvalidResultError as exc:
+        return str(exc)[:300]
+    slurm = clean["host"].get("slurm") if isinstance(clean.get("host"), dict) else None
+    jobs = {j.get("job_id") for j in sub.jobs if task.index in (j.get("tasks") or [])}
+    if not isinstance(slurm, dict) or slurm.get("job_id") not in jobs or slurm.get("task") != task.index:
+        return f"it names job {_short(slurm, 'job_id')} task {_short(slurm, 'task')}, not a job of task {task.index}"
+    sif = ((clean.get("image") or {}).get("sif") or {}).get("sha256")
+    if sif != task.sif_sha256:
+        return f"its SIF sha256 {str(sif)[:64]} is not the one task {task.index} ran ({task.sif_sha256})"
+    cell = Cell.from_result(clean).key
+    if cell != task.cell:
+        return f"it names cell {cell}, but task {task.index} ran {task.cell}"
+    if slurm.get("job_id") == job_id and (slurm.get("state") != state.state
+                                          or (state.state != "COMPLETED" and clean["status"] == "pass")):
+        return f"it says {_short(slurm, 'state')} / {clean['status']}, but Slurm ended the task as {state.state}"
+    return None
+
+
+def _short(block, key: str) -> str:
+    value = block.get(key) if isinstance(block, dict) else None
+    return repr(value)[:40]
 
 
 def _epoch(stamp: str | None) -> float | None:

@@ -52,8 +52,7 @@ SIF_SUBJECT = "sif"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _MAX_ENVELOPE = 1 << 20
-#: What a result.json may weigh at the doors that read one (the import's limit too).
-MAX_RESULT_BYTES = 64 << 20
+MAX_RESULT_BYTES = strict_json.MAX_RESULT_BYTES
 #: Clock allowance between the signer's clock, the run's and this machine's.
 CLOCK_SKEW_S = 300
 #: The published results of this source tree, and who may sign them.

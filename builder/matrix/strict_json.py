@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 _BOM = b"\xef\xbb\xbf"
+#: What a result.json may weigh at the doors that read one (import, verify, slurm collect).
+MAX_RESULT_BYTES = 64 << 20
 
 
 class StrictJSONError(ValueError):
