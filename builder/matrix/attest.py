@@ -250,18 +250,24 @@ def _parse_sshsig(blob: bytes) -> tuple[bytes, str]:
 
 def load_envelope(path: Path) -> Envelope:
     """The DSSE envelope in `path` (one JSON line with exactly one signature); AttestationInputError if not."""
-    from securesystemslib.dsse import Envelope
-    from securesystemslib.exceptions import FormatError
-
     try:
         raw = strict_json.read_regular(Path(path), _MAX_ENVELOPE)
         if raw.startswith(b"\xef\xbb\xbf"):
             raise ValueError("starts with a UTF-8 byte-order mark: save it as plain UTF-8")
-        lines = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
+        text = raw.decode("utf-8")
     except (OSError, ValueError) as exc:
         raise AttestationInputError(f"{path}: {exc}") from exc
+    return envelope_from_text(text, str(path))
+
+
+def envelope_from_text(text: str, where: str = "attestation") -> Envelope:
+    """The DSSE envelope in `text` (one JSON line, exactly one signature); AttestationInputError if not."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import FormatError
+
+    lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) != 1:
-        raise AttestationInputError(f"{path}: expected one DSSE envelope (one JSON line), found {len(lines)} lines")
+        raise AttestationInputError(f"{where}: expected one DSSE envelope (one JSON line), found {len(lines)} lines")
     try:
         data = strict_json.loads(lines[0])
         if not isinstance(data, dict) or not isinstance(data.get("signatures"), list) \
@@ -271,9 +277,9 @@ def load_envelope(path: Path) -> Envelope:
             raise ValueError("not a DSSE envelope (payload, payloadType: strings; signatures: keyid and sig strings)")
         envelope = Envelope.from_dict({**data, "signatures": [dict(s) for s in data["signatures"]]})
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, FormatError) as exc:
-        raise AttestationInputError(f"{path}: not a DSSE envelope: {exc}") from exc
+        raise AttestationInputError(f"{where}: not a DSSE envelope: {exc}") from exc
     if len(envelope.signatures) != 1:
-        raise AttestationInputError(f"{path}: expected exactly one signature, found {len(envelope.signatures)}")
+        raise AttestationInputError(f"{where}: expected exactly one signature, found {len(envelope.signatures)}")
     return envelope
 
 
@@ -427,6 +433,25 @@ def verify(attestation: Path, allowed_signers: Path, revoked: Path | None = None
     check_subjects(statement, result_path, result_bytes)
     return Verified(principal=principal, fingerprint=fingerprint, statement=statement,
                     envelope=json.dumps(envelope.to_dict(), sort_keys=True))
+
+
+def reverify_stored(envelope_text: str | None, run_id: str, allowed_signers: Path,
+                    revoked: Path | None = None) -> Verified | VerificationFailure:
+    """A stored run's attestation checked again against the current allowed_signers and revocation list (its
+    result.json bytes are not stored, so the statement must name the run's run_id). AttestationInputError for a
+    broken allowed_signers or revocation list; a stored envelope that no longer parses is a failure."""
+    try:
+        envelope = envelope_from_text(envelope_text or "", "stored attestation")
+    except AttestationInputError as exc:
+        return InvalidStatement(str(exc))
+    try:
+        principal, fingerprint, statement = verify_envelope(envelope, Path(allowed_signers),
+                                                            Path(revoked) if revoked is not None else None)
+    except VerificationFailure as exc:
+        return exc
+    if statement["predicate"].get("run_id") != run_id:
+        return InvalidStatement(f"the stored attestation names run {statement['predicate'].get('run_id')!r}")
+    return Verified(principal=principal, fingerprint=fingerprint, statement=statement, envelope=envelope_text)
 
 
 def attestation_beside(result_path: Path) -> Path | None:

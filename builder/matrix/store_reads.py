@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from builder.matrix import result_schema, run_config
-from builder.matrix.provenance import KINDS, PUBLISHED, UNSIGNED
+from builder.matrix.provenance import KINDS, PUBLISHED, REVOKED, UNSIGNED
 from builder.matrix.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, StoreConnection, _first_error,
                                          _is_result, _short, validate_result)
 from builder.plan.cells import Cell
@@ -54,11 +54,14 @@ class StoreReads(StoreConnection):
         for (row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, provenance, signer,
              attestation, checked) in self._rows(sql, args):
             result = self._result(row_id, run_id, blob, checked)
+            if row_id in self.provenance_now:  # derived again from the current signer files
+                provenance, signer = self.provenance_now[row_id].kind, self.provenance_now[row_id].signer
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
                             "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
                             "provenance": provenance if provenance in KINDS else UNSIGNED,
-                            "signer": signer if provenance in PUBLISHED else None, "attestation": attestation,
+                            "signer": signer if provenance in (*PUBLISHED, REVOKED) else None,
+                            "attestation": attestation,
                             "result": result})
         return out
 

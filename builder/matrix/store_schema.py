@@ -183,6 +183,7 @@ class StoreConnection:
         self.path = path
         self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
         self.bad_text = 0  # text values read that were not UTF-8 (shown with U+FFFD; `check` names their rows)
+        self.provenance_now: dict = {}  # row id -> Provenance derived now (provenance_now.current_provenance)
 
     def _rows(self, sql: str, args=()) -> list[tuple]:
         """A read's rows. SQLite's own UTF-8 decoding is fast but stops at a damaged value: the query is then

@@ -209,12 +209,15 @@ class StoreWrites(StoreConnection):
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
-    def copy_published(self, target: str | os.PathLike) -> None:
+    def copy_published(self, target: str | os.PathLike, provenance_now: dict | None = None) -> None:
         """Write a copy of this matrix to the new file `target` without its unsigned runs (what a published report
-        reads). Builds carry no provenance and are kept."""
+        reads), nor those `provenance_now` (row id -> Provenance derived now) no longer publishes. Builds carry no
+        provenance and are kept."""
         copy = sqlite3.connect(target)
         try:
             self._conn.backup(copy)
+            copy.executemany("UPDATE runs SET provenance = ?, signer = ? WHERE id = ?",
+                             [(p.kind, p.signer, row_id) for row_id, p in (provenance_now or {}).items()])
             marks = ", ".join("?" for _ in PUBLISHED)
             copy.execute(f"DELETE FROM probes WHERE run_row IN (SELECT id FROM runs WHERE provenance NOT IN ({marks}))",
                          PUBLISHED)
