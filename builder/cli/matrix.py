@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import click
@@ -274,7 +275,7 @@ def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[st
             try:
                 _, rows = read_mergeable(file)
                 databases.append((file, [row["result"] for row in rows]))
-            except (StoreError, ValueError) as exc:
+            except (StoreError, ValueError, sqlite3.Error) as exc:
                 problems.append(f"{file}: {exc}")
             continue
         try:
