@@ -198,12 +198,14 @@ class StoreWrites(StoreConnection):
         for source_id, cell, build in builds:
             before = self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build["build_uid"],)).fetchone()
             source_attempt = build.pop("attempt_dir")
-            attempt = attempt_files.adopt_attempt(Path(other), source_attempt, self.path) if before is None else None
+            attempt = attempt_files.adopt_attempt(Path(other), source_attempt, self.path,
+                                                  build["build_uid"]) if before is None else None
             id_map[source_id] = self.record_build(cell, **build, attempt_dir=attempt)
             added_builds += before is None
         for row in runs:
             new = self.classify_run(row["result"]) != "identical"
-            attempt = attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path) if new else None
+            attempt = attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path,
+                                                  row["result"]["run_id"]) if new else None
             recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"],
                                        replace=replace, attempt_dir=attempt)
             outcomes[recorded.outcome] += 1
