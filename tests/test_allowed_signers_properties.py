@@ -41,7 +41,7 @@ def test_any_line_is_refused_or_binds_one_plain_principal(principal, options, ke
         assert line.strip(" \t").startswith("#")
         return
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}", signer.principal)
-    assert signer.principal == principal and signer.key_type == "ssh-ed25519"
+    assert signer.principal == principal.strip() and signer.key_type == "ssh-ed25519"
     assert "cert-authority" not in options and "namespaces" in options and "envbuild" in options
     assert not re.search(r"no-touch|verify-required|principals=|valid-after=\"2026\"", options)
     assert signer.principal not in PROJECT_SIGNERS or signer.fingerprint in PROJECT_SIGNERS[signer.principal]

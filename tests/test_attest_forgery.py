@@ -92,7 +92,7 @@ def test_a_pattern_or_list_principal_is_refused_naming_the_line(tmp_path, princi
     assert "Traceback" not in verified.output and imported.exit_code == 2 and not db.exists()
 
 
-@pytest.mark.parametrize("reserved", [CI_PRINCIPAL, H200_PRINCIPAL])
+@pytest.mark.parametrize("reserved", [CI_PRINCIPAL, H200_PRINCIPAL, "ENVBUILD-CI", "Envbuild-H200"])
 def test_a_contributor_line_can_never_take_a_reserved_principal(tmp_path, reserved):
     key = make_key(tmp_path / "k")
     folder = run_folder(tmp_path)
@@ -142,7 +142,7 @@ def test_the_principal_comes_from_our_line_not_from_the_signature(tmp_path):
     folder = run_folder(tmp_path)
     path = sign(folder, key)
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f'alice@example.org namespaces="envbuild" {public(key)}\n')
+    allowed.write_text(f'  alice@example.org\tnamespaces="envbuild"\t{public(key)}  a comment\n')
     verified = attest.verify(path, allowed)
     assert verified.principal == "alice@example.org"
     assert invoke("matrix", "verify", folder, "--allowed-signers", allowed).exit_code == 0

@@ -7,7 +7,8 @@ narrowed to what this project needs, so that identity never depends on OpenSSH's
 - options only `namespaces="..."` (which must include `envbuild`), `valid-after="..."` and `valid-before="..."`
   (YYYYMMDD[HHMM[SS]][Z], read as UTC), each at most once: `cert-authority` and anything else is refused;
 - a plain public key (no certificate types), whose encoded type matches KEYTYPE;
-- the principals this project reserves (`provenance.PROJECT_SIGNERS`) only with the keys bound to them there;
+- the principals this project reserves (`provenance.PROJECT_SIGNERS`, in any letter case) only as spelled there
+  and with the keys bound to them there;
 - one key on two lines must name one principal.
 
 Anything else raises `AllowedSignersError` naming the line (bad input: exit 2). Imports nothing from builder
@@ -110,7 +111,7 @@ def parse_line(line: str, number: int, source: str = "allowed_signers") -> Signe
     stripped = line.strip(" \t")
     if not stripped or stripped.startswith("#"):
         return None
-    if any(c in stripped for c in "\r\x00\x0b\x0c") or not stripped.isprintable():
+    if not stripped.replace("\t", " ").isprintable():
         raise AllowedSignersError(f"{where}: control characters are not accepted")
     if stripped.startswith('"'):
         raise AllowedSignersError(f"{where}: principal {stripped.split()[0][:80]!r}... is not one plain name (quoted "
@@ -149,8 +150,9 @@ def parse_line(line: str, number: int, source: str = "allowed_signers") -> Signe
     signer = SignerLine(number, principal, key_type, blob,
                         _time(options["valid-after"], where) if "valid-after" in options else None,
                         _time(options["valid-before"], where) if "valid-before" in options else None)
-    bound = provenance.PROJECT_SIGNERS.get(principal)
-    if bound is not None and signer.fingerprint not in bound:
+    reserved = {name.lower(): name for name in provenance.PROJECT_SIGNERS}
+    bound = provenance.PROJECT_SIGNERS.get(principal) if reserved.get(principal.lower()) == principal else None
+    if principal.lower() in reserved and (bound is None or signer.fingerprint not in bound):
         raise AllowedSignersError(f"{where}: principal {principal} is reserved for this project's own keys "
                                   f"(builder/matrix/provenance.py PROJECT_SIGNERS); {signer.fingerprint} is not one")
     return signer
