@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -163,6 +164,8 @@ def _version(apptainer: str) -> str | None:
 
 def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
     """(apptainer options, --env assignments) giving the container the accelerators of its flavor."""
+    if gpus is not None and not re.fullmatch(r"all|[0-9]{1,4}(,[0-9]{1,4}){0,63}", gpus):
+        raise RunError(f"--gpus {gpus[:60]!r}: use 'all' or comma-separated GPU indices such as 0,1")
     if flavor == "rocm":
         env = [f"ROCR_VISIBLE_DEVICES={gpus}"] if gpus not in (None, "all") else []
         return ["--rocm"], env
