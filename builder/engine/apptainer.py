@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -45,14 +46,29 @@ class SifRun(RunRequest):
     sif: Path = Path()
 
 
+#: The runtimes envbuild drives, in the order they are looked for on PATH: Apptainer, then SingularityCE (or an
+#: older Singularity), whose `singularity` takes the same commands and options that envbuild uses.
+RUNTIMES = ("apptainer", "singularity")
+
+
 def apptainer_binary() -> str:
-    """The `apptainer` on PATH (or $ENVBUILD_APPTAINER); ApptainerError when there is none."""
-    found = os.environ.get("ENVBUILD_APPTAINER") or shutil.which("apptainer")
+    """$ENVBUILD_APPTAINER, else `apptainer`, else `singularity` on PATH; ApptainerError when there is none."""
+    found = os.environ.get("ENVBUILD_APPTAINER") or next(filter(None, map(shutil.which, RUNTIMES)), None)
     if not found:
-        raise ApptainerError("apptainer is not installed here (no `apptainer` on PATH, no $ENVBUILD_APPTAINER): "
+        raise ApptainerError("neither apptainer nor singularity is installed here (nor $ENVBUILD_APPTAINER set): "
                              "install Apptainer >= 1.1 (https://apptainer.org/docs/admin/main/installation.html)"
-                             " or load its module (`module load apptainer`)")
+                             " or SingularityCE, or load its module (`module load apptainer`)")
     return found
+
+
+def runtime_record(binary: str) -> dict:
+    """Which runtime `binary` is (apptainer, singularity-ce or singularity, from its `--version` line, whatever
+    the file is called) and its version; what each SIF record and each run says it used."""
+    proc = subprocess.run([binary, "--version"], capture_output=True, text=True, errors="replace")
+    line = proc.stdout.strip() if proc.returncode == 0 else ""
+    match = re.match(r"^(apptainer|singularity-ce|singularity) version (\S+)", line)
+    return {"name": match[1] if match else None, "version": match[2] if match else None,
+            "version_line": line or None, "path": binary}
 
 
 def sidecar_path(sif: Path) -> Path:
@@ -118,11 +134,13 @@ def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | N
                  "apptainer build")
         timings["apptainer_build_s"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
-        verify = _verify(apptainer, tmp_sif, work)
+        verify = verify_in_sif(apptainer, tmp_sif, work)
         timings["verify_s"] = round(time.monotonic() - started, 1)
+        runtime = runtime_record(apptainer)
         record = {"schema_version": 1, "sif": out.name, "sha256": file_sha256(tmp_sif),
-                  "size_bytes": tmp_sif.stat().st_size, "image": block, "apptainer": _version(apptainer),
-                  "verify": verify, "timings": timings}
+                  "size_bytes": tmp_sif.stat().st_size, "route": "docker-archive",
+                  "context_hash": (block.get("manifest") or {}).get("context_hash"), "image": block,
+                  "runtime": runtime, "apptainer": runtime["version_line"], "verify": verify, "timings": timings}
         os.replace(tmp_sif, out)
         write_text_atomic(sidecar_path(out), json.dumps(record, indent=2) + "\n")
         os.chmod(sidecar_path(out), 0o644)  # read by runs and Slurm tasks, like the SIF
@@ -131,7 +149,7 @@ def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | N
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _verify(apptainer: str, sif: Path, work: Path) -> dict:
+def verify_in_sif(apptainer: str, sif: Path, work: Path) -> dict:
     """The image's own verify step (verify_image.py against its expect.json), run inside the SIF."""
     out = work / "verify"
     out.mkdir()
@@ -154,11 +172,6 @@ def _checked(argv: list[str], cwd: Path, what: str) -> None:
     if proc.returncode != 0:
         raise ApptainerError(f"{what} failed (exit code {proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
-
-
-def _version(apptainer: str) -> str | None:
-    proc = subprocess.run([apptainer, "--version"], capture_output=True, text=True, errors="replace")
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
 def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
