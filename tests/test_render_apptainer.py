@@ -193,7 +193,7 @@ def test_from_context_without_any_apptainer_is_bad_input(tmp_path):
     ctx = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx").out_dir
     ran = _sif(["--from-context", str(ctx), "-o", str(tmp_path / "x.sif")],
                env={"PATH": str(tmp_path / "nothing"), "ENVBUILD_APPTAINER": ""})
-    assert ran.exit_code == 2 and "neither apptainer nor singularity" in ran.output
+    assert ran.exit_code == 2 and "no `apptainer` or `singularity` on PATH" in ran.output
 
 
 @pytest.mark.parametrize("source, message", [

@@ -55,9 +55,10 @@ def apptainer_binary() -> str:
     """$ENVBUILD_APPTAINER, else `apptainer`, else `singularity` on PATH; ApptainerError when there is none."""
     found = os.environ.get("ENVBUILD_APPTAINER") or next(filter(None, map(shutil.which, RUNTIMES)), None)
     if not found:
-        raise ApptainerError("neither apptainer nor singularity is installed here (nor $ENVBUILD_APPTAINER set): "
-                             "install Apptainer >= 1.1 (https://apptainer.org/docs/admin/main/installation.html)"
-                             " or SingularityCE, or load its module (`module load apptainer`)")
+        raise ApptainerError("apptainer is not installed here (no `apptainer` or `singularity` on PATH, no "
+                             "$ENVBUILD_APPTAINER): install Apptainer >= 1.1 "
+                             "(https://apptainer.org/docs/admin/main/installation.html) or SingularityCE, or load "
+                             "its module (`module load apptainer`)")
     return found
 
 
