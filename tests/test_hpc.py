@@ -176,6 +176,7 @@ def test_a_definition_built_sif_runs_the_workload_and_a_slurm_array(def_sif, sha
     assert result["status"] == "pass" and result["image"]["environment"] == "apptainer"
     assert result["image"]["manifest"]["context_hash"] == json.loads(sif.with_name(sif.name + ".json").read_text())[
         "context_hash"]
+    assert result["image"]["sif"]["route"] == "definition" and result["image"]["runtime"]["name"] == "apptainer"
 
     results = _open_to_job_user(shared_dir / "def-results")
     submitted = CliRunner().invoke(main, ["slurm", "submit", "--sif", str(sif), "--config", f"quick={CONFIGS['quick']}",

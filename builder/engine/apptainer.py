@@ -206,7 +206,8 @@ def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | Non
     host = host or HostView()
     sif = Path(run.sif).resolve()
     record = read_sidecar(sif)
-    image = dict(record["image"], environment="apptainer", sif={"path": str(sif), "sha256": record["sha256"]})
+    image = dict(record["image"], environment="apptainer",
+                 sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})
     manifest = image["manifest"]
     flavor = flavor_of(manifest)
     hub_id, model_dir = resolve_model(run.model)
@@ -235,6 +236,7 @@ def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | Non
         console.print(f"[red]{escape(str(exc))}[/]")
         return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
                         finished=time.time(), versions=versions, host=host_record(host), image=image)
+    image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and its version
     argv = exec_argv(apptainer, sif, flavor, run.gpus, binds,
                      ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)])
     console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
