@@ -14,9 +14,10 @@
 # works here (as root it asks for CAP_SYS_RESOURCE, which this sandbox lacks).
 #
 # The host reaches it through wrappers in $ENVBUILD_HPC_STATE/bin (sbatch, squeue, sacct, scontrol, sinfo,
-# scancel, sacctmgr, apptainer), which nsenter the namespaces and run the command as $HPC_USER in the
-# caller's directory. The host directories in $ENVBUILD_HPC_SHARED (colon-separated, default /tmp) are
-# bound at the same paths inside, so a path means the same file on both sides; what a job must write
+# scancel, sacctmgr, apptainer, singularity), which nsenter the namespaces and run the command as $HPC_USER in
+# the caller's directory; login-apptainer is the same Apptainer in the host's network (a login node's, for
+# builds). The host directories in $ENVBUILD_HPC_SHARED (colon-separated, default /tmp) are bound at the same
+# paths inside, so a path means the same file on both sides; what a job must write
 # there has to be writable by $HPC_USER.
 set -euo pipefail
 
@@ -240,18 +241,26 @@ write_wrappers() {
   cat >"$bin/hpc-exec" <<EOF
 #!/bin/sh
 # Run a command in the envbuild HPC cluster as $HPC_USER, in the caller's directory (or / if it is not shared).
-# HPC_AS_ROOT=1 runs it as root instead.
+# HPC_AS_ROOT=1 runs it as root instead; HPC_HOST_NET=1 in the host's network instead of the cluster's (as on a
+# login node, where a build fetches packages).
 dir=\$PWD
 user=$HPC_USER
+net=--net
 [ "\${HPC_AS_ROOT:-0}" = 1 ] && user=root
-exec nsenter --target $pid --mount --uts --net --pid --root --wd -- \\
+[ "\${HPC_HOST_NET:-0}" = 1 ] && net=
+exec nsenter --target $pid --mount --uts \$net --pid --root --wd -- \\
   /usr/sbin/runuser -u "\$user" -- /bin/sh -c 'cd "\$0" 2>/dev/null || cd /; exec "\$@"' "\$dir" "\$@"
 EOF
   chmod +x "$bin/hpc-exec"
-  for cmd in sbatch squeue sacct scontrol sinfo scancel sacctmgr apptainer; do
+  # `singularity`: Debian's apptainer package installs it as another name of apptainer (no SingularityCE package)
+  for cmd in sbatch squeue sacct scontrol sinfo scancel sacctmgr apptainer singularity; do
     printf '#!/bin/sh\nexec "%s/hpc-exec" %s "$@"\n' "$bin" "$cmd" >"$bin/$cmd"
     chmod +x "$bin/$cmd"
   done
+  # the login node's Apptainer: the cluster's users and file systems, the host's network (`envbuild sif
+  # --from-context` builds there: its %post fetches the OS packages and the locked stack)
+  printf '#!/bin/sh\nHPC_HOST_NET=1 exec "%s/hpc-exec" apptainer "$@"\n' "$bin" >"$bin/login-apptainer"
+  chmod +x "$bin/login-apptainer"
 }
 
 start() {

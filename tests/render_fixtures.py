@@ -10,7 +10,7 @@ from builder.plan.resolve import Request
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 GOLDEN_WORKLOAD = GOLDEN_DIR / "workload"
-GOLDEN_FILES = ("Dockerfile", "requirements.lock", "manifest.json")
+GOLDEN_FILES = ("Dockerfile", "cell.def", "requirements.lock", "manifest.json")
 
 #: The cells the issue asks golden files for: name -> request.
 GOLDEN_CELLS = {

@@ -1,5 +1,9 @@
 """The HPC path on a real one-node Slurm with Apptainer (.ci/hpc_cluster.sh): the cpu cell's image as a SIF,
-`run workload --apptainer`, and a job array of three tasks collected into the matrix and the report.
+`run workload --apptainer`, and a job array of three tasks collected into the matrix and the report; and the
+route without Docker: the same cell's SIF built from its rendered cell.def with `apptainer build --fakeroot`
+(as the job user, on the "login node": the cluster's namespaces with the host's network), from the Docker
+route's own local base as a `docker save` tar, run, submitted as an array, pulled, and recognised by its
+content hash as the same cell as the Docker-built image.
 
 The cluster's wrappers (sbatch, sacct, apptainer, ... entering its namespaces as the job user) are found in
 $ENVBUILD_HPC_BIN (default /run/envbuild-hpc/bin). Without them these tests skip, except under
@@ -72,8 +76,8 @@ def hpc_env():
 
 
 @pytest.fixture(scope="module")
-def cpu_sif(tmp_path_factory, local_base, hpc_env, shared_dir):
-    """(SIF path, seconds of `envbuild sif`) for the cpu cell's image (built, or found built, from the local base)."""
+def cpu_image(tmp_path_factory, local_base, docker_engine) -> str:
+    """The cpu cell's image tag (built, or found built, from the local base by BuildKit)."""
     work = tmp_path_factory.mktemp("hpc")
     command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(work / "ctx"),
                "--ca-cert", str(CA), "--network", "host", "--no-record"]
@@ -81,10 +85,15 @@ def cpu_sif(tmp_path_factory, local_base, hpc_env, shared_dir):
         command += ["--wheelhouse", "/opt/wheels"]
     built = CliRunner().invoke(main, command)
     assert built.exit_code == 0, built.output
-    tag = built.stdout.strip().splitlines()[-1]
+    return built.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def cpu_sif(cpu_image, hpc_env, shared_dir):
+    """(SIF path, seconds of `envbuild sif`) for the cpu cell's image."""
     sif = shared_dir / "cpu.sif"
     started = time.monotonic()
-    made = CliRunner().invoke(main, ["sif", tag, "-o", str(sif)])
+    made = CliRunner().invoke(main, ["sif", cpu_image, "-o", str(sif)])
     assert made.exit_code == 0, made.output
     return sif, time.monotonic() - started
 
@@ -96,7 +105,115 @@ def test_sif_records_its_sha256_and_verifies_inside_apptainer(cpu_sif):
     assert record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
     assert record["image"]["manifest"]["cell_key"] == CELL
     assert record["apptainer"].startswith("apptainer version 1.")
+    assert record["route"] == "docker-archive" and record["runtime"]["name"] == "apptainer"
+    assert record["context_hash"] == record["image"]["manifest"]["context_hash"]
     print(f"envbuild sif: {seconds:.0f} s ({record['timings']})")
+
+
+#: Where the .def route runs: a DOCKER_HOST that answers nothing, so any use of a Docker engine fails the build.
+NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/envbuild-no-docker.sock"}
+
+
+@pytest.fixture(scope="module")
+def def_sif(hpc_env, local_base, docker_engine, shared_dir):
+    """(SIF path, seconds) of the cpu cell built from its cell.def, the same request as `cpu_image`, with
+    no Docker engine; its base is that image's base (`docker save`d beforehand, as a site would copy a tar)."""
+    base = shared_dir / "base.tar"
+    with open(base, "wb") as handle:
+        for chunk in docker_engine.images.get(local_base).save(named=True):
+            handle.write(chunk)
+    base.chmod(0o644)
+    ctx = shared_dir / "def-ctx"
+    command = ["render", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(ctx)]
+    if Path("/opt/wheels").is_dir():
+        command += ["--wheelhouse", "/opt/wheels"]
+    rendered = CliRunner().invoke(main, command)
+    assert rendered.exit_code == 0, rendered.output
+    ca = shared_dir / "ca.pem"  # the proxy CA, bound into the build (never copied into the SIF)
+    shutil.copyfile(CA, ca)
+    ca.chmod(0o644)
+    sif = shared_dir / "cpu-def.sif"
+    started = time.monotonic()
+    # lz4: the squashfs step of a 1.4 GB tree takes minutes with Apptainer's default gzip on 2 cores
+    made = CliRunner().invoke(main, ["sif", "--from-context", str(ctx), "--base", str(base), "--ca-cert", str(ca),
+                                     "--compression", "lz4", "-o", str(sif)],
+                              env={**NO_DOCKER, "ENVBUILD_APPTAINER": str(hpc_env / "login-apptainer")})
+    assert made.exit_code == 0, made.output + _tail(sif.with_name(sif.name + ".build.log"))
+    return sif, time.monotonic() - started
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+
+
+def test_the_definition_route_builds_without_docker_and_names_the_docker_images_content_hash(def_sif, cpu_image,
+                                                                                             docker_engine):
+    sif, seconds = def_sif
+    record = json.loads(sif.with_name(sif.name + ".json").read_text())
+    assert record["route"] == "definition" and record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
+    assert record["sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
+    # the same request, the same cell: the SIF built from cell.def and the image built by BuildKit share a hash
+    docker_labels = docker_engine.images.get(cpu_image).labels
+    assert record["context_hash"] == docker_labels["io.envbuild.context-hash"] == docker_labels[
+        "org.envbuild.context-hash"]
+    assert record["image"]["tag"] == cpu_image
+    assert record["base"]["bootstrap"] == "docker-archive" and len(record["base"]["sha256"]) == 64
+    assert (record["runtime"]["name"], record["runtime"]["version"].split(".")[0]) == ("apptainer", "1")
+    labels = subprocess.run(["apptainer", "inspect", "--json", "--labels", str(sif)], capture_output=True,
+                            text=True, check=True).stdout
+    assert json.loads(labels)["data"]["attributes"]["labels"]["io.envbuild.context-hash"] == record["context_hash"]
+    print(f"envbuild sif --from-context: {seconds:.0f} s ({record['timings']})")
+
+
+def test_a_definition_built_sif_runs_the_workload_and_a_slurm_array(def_sif, shared_dir, tmp_path):
+    sif, _ = def_sif
+    out = _open_to_job_user(shared_dir / "def-run")
+    db = tmp_path / "m.db"
+    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(sif), "--out", str(out), "--db", str(db),
+                                    "--", *CONFIGS["quick"].split()], env=NO_DOCKER)
+    assert ran.exit_code == 0, ran.output
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "pass" and result["image"]["environment"] == "apptainer"
+    assert result["image"]["manifest"]["context_hash"] == json.loads(sif.with_name(sif.name + ".json").read_text())[
+        "context_hash"]
+    assert result["image"]["sif"]["route"] == "definition" and result["image"]["runtime"]["name"] == "apptainer"
+
+    results = _open_to_job_user(shared_dir / "def-results")
+    submitted = CliRunner().invoke(main, ["slurm", "submit", "--sif", str(sif), "--config", f"quick={CONFIGS['quick']}",
+                                          "--config", f"again={CONFIGS['quick']}", "--results-dir", str(results),
+                                          "--db", str(db)], env=NO_DOCKER)
+    assert submitted.exit_code == 0, submitted.output
+    job_id = submitted.stdout.strip()
+    _wait_finished(job_id, 2)
+    collected = CliRunner().invoke(main, ["slurm", "collect", job_id, "--db", str(db)], env=NO_DOCKER)
+    assert collected.exit_code == 0, collected.output
+    with MatrixStore.open(db, readonly=True) as store:
+        runs = [r for r in store.runs() if "slurm" in (r["result"].get("host") or {})]
+    assert sorted((r["result"]["host"]["slurm"]["state"], r["result"]["status"]) for r in runs) == [
+        ("COMPLETED", "pass"), ("COMPLETED", "pass")]
+
+
+def test_pull_copies_a_sif_verifies_it_again_and_names_who_ran_it(def_sif, hpc_env, shared_dir):
+    """--pull of a SIF on a shared disk (no registry here), run through the `singularity` name: Debian's
+    apptainer package installs it as an alternative name, and the record names the runtime by its --version."""
+    sif, _ = def_sif
+    pulled = shared_dir / "pulled.sif"
+    made = CliRunner().invoke(main, ["sif", "--pull", str(sif), "-o", str(pulled)],
+                              env={**NO_DOCKER, "ENVBUILD_APPTAINER": str(hpc_env / "singularity")})
+    assert made.exit_code == 0, made.output
+    record = json.loads(pulled.with_name("pulled.sif.json").read_text())
+    source = json.loads(sif.with_name(sif.name + ".json").read_text())
+    assert record["route"] == "pull" and record["verify"]["ok"] is True
+    assert record["source_digest"] == f"sha256:{source['sha256']}" and record["context_hash"] == source["context_hash"]
+    assert record["runtime"]["name"] == "apptainer" and record["runtime"]["path"].endswith("/singularity")
+
+
+def test_pull_refuses_an_image_envbuild_did_not_build(def_sif, shared_dir, tmp_path):
+    """A docker-archive pull (Apptainer's own conversion, no registry) of the bare base: no manifest, exit 2."""
+    made = CliRunner().invoke(main, ["sif", "--pull", f"docker-archive:{shared_dir / 'base.tar'}", "-o",
+                                     str(shared_dir / "base-pulled.sif")], env=NO_DOCKER)
+    assert made.exit_code == 2 and "no envbuild manifest" in made.output, made.output
+    assert not (shared_dir / "base-pulled.sif").exists()
 
 
 def test_run_workload_apptainer_passes_on_the_cpu_cell(cpu_sif, shared_dir, tmp_path):

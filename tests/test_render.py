@@ -168,11 +168,15 @@ def test_manifest_lists_every_input_with_its_hash(tmp_path):
 
 
 def test_context_hash_is_reproducible_from_the_written_files(tmp_path):
-    """Anyone can check a context: hash the files with the Dockerfile's context-hash label emptied."""
+    """Anyone can check a context: hash the files with the context-hash label of the Dockerfile and of the
+    Apptainer definition emptied."""
     rendered = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx")
     digests = tree_digest(rendered.out_dir)
     dockerfile = rendered.dockerfile.read_bytes().replace(rendered.context_hash.encode(), b'""')
     digests["Dockerfile"] = hashlib.sha256(dockerfile).hexdigest()
+    definition = rendered.definition.read_bytes()
+    assert definition.count(rendered.context_hash.encode()) == 1
+    digests["cell.def"] = hashlib.sha256(definition.replace(rendered.context_hash.encode(), b"")).hexdigest()
     lines = "".join(f"{d}  {p}\n" for p, d in sorted(digests.items()) if p != "manifest.json")
     assert hashlib.sha256(lines.encode()).hexdigest() == rendered.context_hash
 

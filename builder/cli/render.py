@@ -233,7 +233,10 @@ def _print_cells(rows: list[dict]) -> None:
               help="Dir of wheels to put in the context's wheelhouse/ (hashed into the tag) [default: keep "
                    "those already there].")
 def render_command(out: Path, wheelhouse: Path | None, **options) -> None:
-    """Write a complete, deterministic Docker build context for a version request."""
+    """Write a deterministic build context (Dockerfile and Apptainer cell.def) for a version request.
+
+    The Dockerfile builds with `envbuild image --context DIR`, the definition cell.def of the same plan with
+    `envbuild sif --from-context DIR` (no Docker engine); one content hash names both."""
     from builder.plan.render import RenderError, render
     from builder.plan.wheelhouse import origin_text
 
@@ -246,6 +249,7 @@ def render_command(out: Path, wheelhouse: Path | None, **options) -> None:
     console = Console()
     console.print(plan_table(plan, f"plan for {plan.cell.key}"))
     console.print(f"torch: {plan.torch_source} ({plan.torch_source_reason})")
-    console.print(f"wrote {rendered.dockerfile} ({len(rendered.manifest['files'])} files hashed)")
+    console.print(f"wrote {rendered.dockerfile} and {rendered.definition.name} "
+                  f"({len(rendered.manifest['files'])} files hashed)")
     console.print(f"torch from: {origin_text(rendered.manifest['torch_origin'])}")
     console.print(f"image tag: {rendered.image_tag}")

@@ -1,4 +1,5 @@
-"""`envbuild sif IMAGE -o PATH.sif`: an image built by `envbuild image`, as a SIF for Apptainer sites."""
+"""`envbuild sif`: a cell's SIF for Apptainer/SingularityCE sites, with its record: from a built Docker image
+(`IMAGE`), from a rendered context's cell.def with no Docker engine (`--from-context DIR`), or pulled (`--pull`)."""
 
 from __future__ import annotations
 
@@ -9,41 +10,79 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from builder.engine.apptainer_build import COMPRESSIONS
+
 
 class BadInput(click.ClickException):
     exit_code = 2
 
 
 @click.command("sif")
-@click.argument("image")
+@click.argument("image", required=False)
+@click.option("--from-context", "context_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Build the cell.def of this rendered context (`envbuild render -o DIR`) with `apptainer build "
+                   "--fakeroot`: no Docker engine.")
+@click.option("--pull", "source", metavar="SOURCE",
+              help="Pull an image envbuild built: docker://REF (a registry), docker-archive:FILE.tar (`docker save`) "
+                   "or FILE.sif; its verify step runs again inside.")
+@click.option("--base", "base_path", type=click.Path(path_type=Path),
+              help="With --from-context: the base from this machine instead of the registry the definition names: "
+                   "a SIF or sandbox directory (Bootstrap: localimage) or a `docker save` tar (docker-archive).")
+@click.option("--ca-cert", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --from-context: CA bundle of a TLS-intercepting proxy, bound read-only at "
+                   "/run/secrets/envbuild_ca during the build (never copied into the SIF).")
+@click.option("--fakeroot/--no-fakeroot", default=True, show_default=True,
+              help="With --from-context: build as a fake root user (unprivileged); --no-fakeroot where the build "
+                   "runs as root.")
+@click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
+              help="With --from-context: the SIF's squashfs compressor [default: Apptainer's, gzip]; lz4/zstd build "
+                   "much faster, for a larger file.")
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               metavar="PATH.sif", help="Where the SIF goes; its record is written beside it as PATH.sif.json.")
-def sif(image: str, out: Path) -> None:
-    """Convert a built image into a SIF (docker save -> apptainer build) and verify it inside Apptainer.
+def sif(image: str | None, context_dir: Path | None, source: str | None, base_path: Path | None,
+        ca_cert: Path | None, fakeroot: bool, compression: str | None, out: Path) -> None:
+    """Make a cell's SIF (from an image, a context's cell.def or a pull) and verify it inside Apptainer.
 
-    The SIF's sha256, the image's tag, digest and manifest, and the outcome of the image's own verify step
-    (run again inside the SIF) go into PATH.sif.json, which `run workload --apptainer` and `slurm submit`
-    read. Exit code 0 when the SIF verified; 1 when the verify step failed inside it (the SIF and its record
-    are kept, with `verify.ok: false`); 2 for bad input (unknown image, no apptainer, an existing SIF)."""
+    SingularityCE works too: $ENVBUILD_APPTAINER names the binary, else `apptainer`, else `singularity` on PATH
+    is used. IMAGE: a built image (docker save -> apptainer build). --from-context DIR: the context's cell.def, built
+    where there is no Docker. --pull SOURCE: an image built elsewhere. The SIF's sha256, how it was made
+    (`route`), the plan's content hash (the same as the Docker image of the same request), the runtime and its
+    version and the outcome of the image's own verify step (run again inside the SIF) go into PATH.sif.json,
+    which `run workload --apptainer` and `slurm submit` read. Exit code 0 when the SIF verified; 1 when the
+    build failed or the verify step failed inside it (the SIF and its record are kept, with `verify.ok:
+    false`); 2 for bad input (unknown image or context, no apptainer, an existing SIF)."""
     from builder.engine.apptainer import build_sif
+    from builder.engine.apptainer_build import SifBuildFailed, build_from_context, local_base, pull
     from builder.engine.container import RunError
     from builder.engine.docker import EngineUnavailable
 
     console = Console(stderr=True, soft_wrap=True)
+    if sum(x is not None for x in (image, context_dir, source)) != 1:
+        raise BadInput("give exactly one of IMAGE, --from-context DIR or --pull SOURCE")
+    if context_dir is None and (base_path or ca_cert or compression or not fakeroot):
+        raise BadInput("--base, --ca-cert, --compression and --no-fakeroot go with --from-context DIR")
     if not out.name.endswith(".sif"):
         raise BadInput(f"-o {out}: the SIF's file name must end in .sif")
     if out.exists():
         raise BadInput(f"-o {out}: exists already (SIFs are never overwritten); pick another path or remove it")
     try:
-        record = build_sif(image, out, console)
-    except RunError as exc:
-        raise BadInput(str(exc)) from exc
-    except EngineUnavailable as exc:
+        if context_dir is not None:
+            base = local_base(base_path) if base_path is not None else None
+            record = build_from_context(context_dir, out, console, base=base, ca_cert=ca_cert, fakeroot=fakeroot,
+                                        compression=compression)
+        elif source is not None:
+            record = pull(source, out, console)
+        else:
+            record = build_sif(image, out, console)
+    except SifBuildFailed as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        sys.exit(1)
+    except (RunError, EngineUnavailable) as exc:
         raise BadInput(str(exc)) from exc
     verify, timings = record["verify"], record["timings"]
-    line = (f"{out} sha256 {record['sha256']} ({record['size_bytes'] / 1e6:.0f} MB); docker save "
-            f"{timings['docker_save_s']} s, apptainer build {timings['apptainer_build_s']} s, "
-            f"verify {timings['verify_s']} s")
+    steps = ", ".join(f"{name.removesuffix('_s').replace('_', ' ')} {seconds} s" for name, seconds in timings.items())
+    line = (f"{out} sha256 {record['sha256']} ({record['size_bytes'] / 1e6:.0f} MB, {record['route']} route, "
+            f"{record['runtime']['version_line']}); {steps}")
     if verify["ok"]:
         console.print(escape(f"verified inside the SIF ({verify['checks']} checks): {line}"))
         click.echo(str(out))

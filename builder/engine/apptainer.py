@@ -46,14 +46,30 @@ class SifRun(RunRequest):
     sif: Path = Path()
 
 
+#: The runtimes envbuild drives, in the order they are looked for on PATH: Apptainer, then SingularityCE (or an
+#: older Singularity), whose `singularity` takes the same commands and options that envbuild uses.
+RUNTIMES = ("apptainer", "singularity")
+
+
 def apptainer_binary() -> str:
-    """The `apptainer` on PATH (or $ENVBUILD_APPTAINER); ApptainerError when there is none."""
-    found = os.environ.get("ENVBUILD_APPTAINER") or shutil.which("apptainer")
+    """$ENVBUILD_APPTAINER, else `apptainer`, else `singularity` on PATH; ApptainerError when there is none."""
+    found = os.environ.get("ENVBUILD_APPTAINER") or next(filter(None, map(shutil.which, RUNTIMES)), None)
     if not found:
-        raise ApptainerError("apptainer is not installed here (no `apptainer` on PATH, no $ENVBUILD_APPTAINER): "
-                             "install Apptainer >= 1.1 (https://apptainer.org/docs/admin/main/installation.html)"
-                             " or load its module (`module load apptainer`)")
+        raise ApptainerError("apptainer is not installed here (no `apptainer` or `singularity` on PATH, no "
+                             "$ENVBUILD_APPTAINER): install Apptainer >= 1.1 "
+                             "(https://apptainer.org/docs/admin/main/installation.html) or SingularityCE, or load "
+                             "its module (`module load apptainer`)")
     return found
+
+
+def runtime_record(binary: str) -> dict:
+    """Which runtime `binary` is (apptainer, singularity-ce or singularity, from its `--version` line, whatever
+    the file is called) and its version; what each SIF record and each run says it used."""
+    proc = subprocess.run([binary, "--version"], capture_output=True, text=True, errors="replace")
+    line = proc.stdout.strip() if proc.returncode == 0 else ""
+    match = re.match(r"^(apptainer|singularity-ce|singularity) version (\S+)", line)
+    return {"name": match[1] if match else None, "version": match[2] if match else None,
+            "version_line": line or None, "path": binary}
 
 
 def sidecar_path(sif: Path) -> Path:
@@ -119,11 +135,13 @@ def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | N
                  "apptainer build")
         timings["apptainer_build_s"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
-        verify = _verify(apptainer, tmp_sif, work)
+        verify = verify_in_sif(apptainer, tmp_sif, work)
         timings["verify_s"] = round(time.monotonic() - started, 1)
+        runtime = runtime_record(apptainer)
         record = {"schema_version": 1, "sif": out.name, "sha256": file_sha256(tmp_sif),
-                  "size_bytes": tmp_sif.stat().st_size, "image": block, "apptainer": _version(apptainer),
-                  "verify": verify, "timings": timings}
+                  "size_bytes": tmp_sif.stat().st_size, "route": "docker-archive",
+                  "context_hash": (block.get("manifest") or {}).get("context_hash"), "image": block,
+                  "runtime": runtime, "apptainer": runtime["version_line"], "verify": verify, "timings": timings}
         os.replace(tmp_sif, out)
         write_text_atomic(sidecar_path(out), json.dumps(record, indent=2) + "\n")
         os.chmod(sidecar_path(out), 0o644)  # read by runs and Slurm tasks, like the SIF
@@ -132,7 +150,7 @@ def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | N
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _verify(apptainer: str, sif: Path, work: Path) -> dict:
+def verify_in_sif(apptainer: str, sif: Path, work: Path) -> dict:
     """The image's own verify step (verify_image.py against its expect.json), run inside the SIF."""
     out = work / "verify"
     out.mkdir()
@@ -155,11 +173,6 @@ def _checked(argv: list[str], cwd: Path, what: str) -> None:
     if proc.returncode != 0:
         raise ApptainerError(f"{what} failed (exit code {proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
-
-
-def _version(apptainer: str) -> str | None:
-    proc = subprocess.run([apptainer, "--version"], capture_output=True, text=True, errors="replace")
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
 def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
@@ -209,7 +222,8 @@ def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | Non
     host = host or HostView()
     sif = Path(run.sif).resolve()
     record = read_sidecar(sif)
-    image = dict(record["image"], environment="apptainer", sif={"path": str(sif), "sha256": record["sha256"]})
+    image = dict(record["image"], environment="apptainer",
+                 sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})
     manifest = image["manifest"]
     flavor = flavor_of(manifest)
     hub_id, model_dir = resolve_model(run.model)
@@ -241,6 +255,7 @@ def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | Non
         console.print(f"[red]{escape(str(exc))}[/]")
         return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
                         finished=time.time(), versions=versions, host=host_record(host), image=image)
+    image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and its version
     argv = exec_argv(apptainer, sif, flavor, run.gpus, binds,
                      ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)])
     console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))

@@ -114,7 +114,9 @@ def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
 
 
 def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
-    """Everything images/Dockerfile.j2 and images/stages/*.j2 read."""
+    """Everything images/Dockerfile.j2, images/cell.def.j2 and their partials read: each value once, as the
+    Dockerfile writes it (quoted for ARG/LABEL/ENV lines) and as plain values (`*_values`, which the
+    definition file quotes for the shell itself)."""
     args = build_args(plan)
     base_args = ["SOURCE_DATE_EPOCH"]
     if plan.release.apt_key_fingerprint:
@@ -129,8 +131,14 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
     runtime_env = {"PYTHONPATH": "/opt/envbuild"}
     if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
         runtime_env["ENVBUILD_TORCH_COMPILE_UNAVAILABLE"] = plan.compile_unavailable
+    label_values = labels(plan, context_hash, lock)
     return {
         "cell_key": plan.cell.key,
+        "base_image": plan.base_image,
+        "arg_values": args,
+        "runtime_env_values": runtime_env,
+        "build_env_values": dict(sorted(plan.flavor.build_env.items())),
+        "label_values": label_values,
         "stages": list(plan.stages),
         "args": [f"{name}={_quote(value) if value else ''}" for name, value in args.items()],
         "base_args": base_args,
@@ -148,7 +156,7 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
         "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
         "source_prepare": plan.flavor.source_prepare,
         "ccache_id": f"{plan.cell.flavor}{plan.cell.accel_version or ''}-torch{plan.torch.line}",
-        "labels": [f"{k}={_quote(v)}" for k, v in labels(plan, context_hash, lock).items()],
+        "labels": [f"{k}={_quote(v)}" for k, v in label_values.items()],
     }
 
 

@@ -1,9 +1,12 @@
-"""Plan -> a deterministic Docker build context: Dockerfile, scripts, lock, patches, workload, manifest."""
+"""Plan -> a deterministic build context: Dockerfile and Apptainer definition (cell.def), scripts, lock, patches,
+workload, manifest. Both recipes come from the same template variables and both are in the content hash, so the
+hash names the cell whichever route builds it (Docker/BuildKit, or `apptainer build` with no Docker engine)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -21,6 +24,9 @@ from builder.plan.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, hashes, 
                                      wheels_in)
 
 MANIFEST = "manifest.json"
+DOCKERFILE, DEFINITION = "Dockerfile", "cell.def"
+#: recipe file in the context -> its template in images/
+RECIPES = {DOCKERFILE: "Dockerfile.j2", DEFINITION: "cell.def.j2"}
 _SKIP = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 
 
@@ -35,6 +41,7 @@ class Rendered:
 
     out_dir: Path
     dockerfile: Path
+    definition: Path
     manifest: dict
     context_hash: str
     image_tag: str
@@ -42,7 +49,7 @@ class Rendered:
 
 @lru_cache(maxsize=1)
 def _templates() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(IMAGES_DIR),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -50,6 +57,8 @@ def _templates() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["sh"] = shlex.quote  # a value as one shell word (the definition file's %post lines)
+    return env
 
 
 def _tree(root: Path, prefix: str) -> dict[str, bytes]:
@@ -92,16 +101,18 @@ def hash_files(hashes: dict[str, str]) -> str:
     return _sha256("".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items())).encode())
 
 
-def _dockerfile(plan: Plan, context_hash: str, lock: Lock) -> bytes:
-    return _templates().get_template("Dockerfile.j2").render(template_vars(plan, context_hash, lock)).encode()
+def _recipes(plan: Plan, context_hash: str, lock: Lock) -> dict[str, bytes]:
+    """The Dockerfile and cell.def of the plan, from one set of template variables."""
+    variables = template_vars(plan, context_hash, lock)
+    return {name: _templates().get_template(template).render(variables).encode() for name, template in RECIPES.items()}
 
 
 def context_files(plan: Plan, static: StaticFiles | None = None,
                   wheelhouse: dict[str, str] | None = None) -> tuple[dict[str, bytes], dict]:
     """The whole build context in memory: {relative path: bytes} (manifest.json included) and the manifest.
 
-    The context hash covers every file except manifest.json, with the Dockerfile's `io.envbuild.context-hash`
-    label empty; the written Dockerfile then carries the hash in that label. `wheelhouse` holds the sha256
+    The context hash covers every file except manifest.json, with the `io.envbuild.context-hash` label of the
+    Dockerfile and of cell.def empty; the written recipes then carry the hash in that label. `wheelhouse` holds the sha256
     of the wheels under wheelhouse/ ({"wheelhouse/<name>": sha256}; their bytes are not in the result).
     Pass one `static` snapshot to render many plans without re-reading the shared files. Raises
     RenderError when the plan's dependency lock (recipes/locks/) is missing or stale.
@@ -115,22 +126,22 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
     static = static or StaticFiles.read()
     wheelhouse = wheelhouse or {}
     known = {**static.hashes, **wheelhouse}
-    dockerfile = _dockerfile(plan, "", lock)
-    used = dockerfile.decode()
+    recipes = _recipes(plan, "", lock)
+    used = "".join(text.decode() for text in recipes.values())
     files = {
         **{name: text.encode() for name, text in lock_files(plan, lock).items()},
         "expect.json": (json.dumps(expectations(plan, lock), indent=2, sort_keys=True) + "\n").encode(),
         **({TORCH_BUILD_LOCK: build_lock.encode()} if build_lock is not None else {}),
         KEEP: b"",
-        # only the scripts this Dockerfile copies: editing another step's script changes no other context
+        # only the scripts these recipes copy: editing another step's script changes no other context
         **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
     }
     if plan.patch_dir is not None:
         files["patches/series"] = (plan.patch_dir / "series").read_bytes()
         files |= {f"patches/{p.ref}": (plan.patch_dir / p.ref).read_bytes() for p in plan.patches if p.kind == "patch"}
-    files["Dockerfile"] = dockerfile
+    files |= recipes
     context_hash = hash_files(file_hashes(files, known))
-    files["Dockerfile"] = _dockerfile(plan, context_hash, lock)
+    files |= _recipes(plan, context_hash, lock)
     image_tag = f"envbuild/{plan.cell.key}:{context_hash[:12]}"
     manifest = {
         "schema_version": 1,
@@ -194,7 +205,8 @@ def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None,
         shutil.rmtree(staging, ignore_errors=True)
     return Rendered(
         out_dir=out_dir,
-        dockerfile=out_dir / "Dockerfile",
+        dockerfile=out_dir / DOCKERFILE,
+        definition=out_dir / DEFINITION,
         manifest=manifest,
         context_hash=manifest["context_hash"],
         image_tag=manifest["image_tag"],
