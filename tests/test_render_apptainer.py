@@ -173,6 +173,9 @@ def test_sif_takes_exactly_one_source(tmp_path):
     both = _sif(["img:1", "--from-context", str(tmp_path), "-o", out])
     assert both.exit_code == 2 and "exactly one" in both.output
     assert _sif(["img:1", "--base", str(tmp_path), "-o", out]).exit_code == 2
+    pulled = _sif(["--pull", "docker://example.org/x:1", "--compression", "lz4", "-o", out])
+    assert pulled.exit_code == 2 and "a pull keeps the SIF it gets" in pulled.output
+    assert _sif(["img:1", "--compression", "lz5", "-o", out]).exit_code == 2  # not a compressor
     assert not (tmp_path / "x.sif").exists()
 
 

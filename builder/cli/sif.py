@@ -35,8 +35,8 @@ class BadInput(click.ClickException):
               help="With --from-context: build as a fake root user (unprivileged); --no-fakeroot where the build "
                    "runs as root.")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
-              help="With --from-context: the SIF's squashfs compressor [default: Apptainer's, gzip]; lz4/zstd build "
-                   "much faster, for a larger file.")
+              help="The SIF's squashfs compressor (an IMAGE or --from-context) [default: Apptainer's, gzip]; lz4/zstd "
+                   "build much faster, for a larger file.")
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               metavar="PATH.sif", help="Where the SIF goes; its record is written beside it as PATH.sif.json.")
 def sif(image: str | None, context_dir: Path | None, source: str | None, base_path: Path | None,
@@ -59,8 +59,10 @@ def sif(image: str | None, context_dir: Path | None, source: str | None, base_pa
     console = Console(stderr=True, soft_wrap=True)
     if sum(x is not None for x in (image, context_dir, source)) != 1:
         raise BadInput("give exactly one of IMAGE, --from-context DIR or --pull SOURCE")
-    if context_dir is None and (base_path or ca_cert or compression or not fakeroot):
-        raise BadInput("--base, --ca-cert, --compression and --no-fakeroot go with --from-context DIR")
+    if context_dir is None and (base_path or ca_cert or not fakeroot):
+        raise BadInput("--base, --ca-cert and --no-fakeroot go with --from-context DIR")
+    if source is not None and compression:
+        raise BadInput("--compression goes with IMAGE or --from-context DIR (a pull keeps the SIF it gets)")
     if not out.name.endswith(".sif"):
         raise BadInput(f"-o {out}: the SIF's file name must end in .sif")
     if out.exists():
@@ -73,7 +75,7 @@ def sif(image: str | None, context_dir: Path | None, source: str | None, base_pa
         elif source is not None:
             record = pull(source, out, console)
         else:
-            record = build_sif(image, out, console)
+            record = build_sif(image, out, console, compression=compression)
     except SifBuildFailed as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         sys.exit(1)

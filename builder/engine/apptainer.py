@@ -98,7 +98,8 @@ def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
     return record
 
 
-def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | None = None) -> dict:
+def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | None = None,
+              compression: str | None = None) -> dict:
     """`docker save` the image, `apptainer build` the SIF from the archive, record its sha256, then run the
     image's verify step inside the SIF. Returns the sidecar record (also written beside the SIF)."""
     from builder.engine.container import image_block
@@ -131,7 +132,8 @@ def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | N
         tmp_sif = work / out.name
         console.print(escape(f"apptainer build {tmp_sif.name} docker-archive://{archive.name}"))
         started = time.monotonic()
-        _checked([apptainer, "build", "--force", str(tmp_sif), f"docker-archive://{archive}"], work,
+        squash = ["--mksquashfs-args", f"-comp {compression}"] if compression else []  # a COMPRESSIONS name
+        _checked([apptainer, "build", "--force", *squash, str(tmp_sif), f"docker-archive://{archive}"], work,
                  "apptainer build")
         timings["apptainer_build_s"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
