@@ -34,10 +34,11 @@ def run() -> None:
 
 
 @run.command("workload", context_settings={"ignore_unknown_options": True}, epilog=(
-    "WORKLOAD ARGS after `--` go to `python -m workload train` unchanged, e.g. `-- --labels auto` (take the "
-    "label names from --data), `--labels a,b,c`, `--max-steps N`, `--seed N`, `--dtype bf16`, `--no-probes`; "
-    "`python -m workload train --help` lists them all. A run with any of them is a measurement of its own "
-    "configuration, not the cell's verdict (docs/matrix.md)."))
+    "WORKLOAD ARGS go to `python -m workload train` unchanged, with or without a `--` before them, e.g. "
+    "`--max-steps N`, `--labels auto` (take the label names from --data), `--labels a,b,c`, `--seed N`, "
+    "`--dtype bf16`, `--no-probes`; `python -m workload train --help` lists them all. A run with any of them is a "
+    "measurement of its own configuration, labelled with them (`smoke · tiny-gemma · max_steps=5`), never the "
+    "cell's verdict (docs/matrix.md)."))
 @click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
 @click.option("--apptainer", "sif", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH.sif",
               help="Run inside this SIF with Apptainer (see `envbuild sif`): --cleanenv --containall, "
