@@ -105,16 +105,35 @@ class StoreReads(StoreConnection):
                 out.setdefault(key, []).append(result)
         return out
 
+    def newest_of_preset(self, preset: str) -> dict[str, dict]:
+        """cell key -> the newest run whose `config.preset` is `preset` (the `preset` column), as `runs` gives a row
+        (result, provenance, signer); only those are parsed (a damaged one is skipped and noted)."""
+        cur = self._rows(
+            "SELECT runs.id, runs.run_id, cells.key, CAST(runs.result_json AS BLOB), runs.schema_checked,"
+            " runs.provenance, runs.signer FROM runs JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN"
+            " (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id ORDER BY"
+            " COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs WHERE preset = ?) WHERE n = 1)",
+            (preset,))
+        out: dict[str, dict] = {}
+        for row_id, run_id, key, blob, checked, kind, signer in cur:
+            result = self._result(row_id, run_id, blob, checked)
+            if result is not None:
+                kind = kind if kind in KINDS else UNSIGNED
+                out[key] = {"result": result, "provenance": kind, "signer": signer if kind in PUBLISHED else None}
+        return out
+
     def train_metrics(self) -> list[dict]:
-        """Every train run's cell_key, time (`at`), samples_per_s and mfu (columns filled on import) and
-        `configuration` (run_config.RunConfiguration, from the stored JSON where it is valid), oldest first."""
+        """Every train run's cell_key, time (`at`), samples_per_s and mfu (columns filled on import),
+        `configuration` (run_config.RunConfiguration, from the stored JSON where it is valid) and `contended`
+        (the run's conditions.contended is true), oldest first."""
         cur = self._rows(
             "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
-            f" runs.samples_per_s, runs.mfu, {run_config.SQL.replace('result_json', 'runs.result_json')}"
+            f" runs.samples_per_s, runs.mfu, {run_config.SQL.replace('result_json', 'runs.result_json')},"
+            " CASE WHEN json_valid(runs.result_json) THEN json_type(runs.result_json, '$.conditions.contended') END"
             " FROM runs JOIN cells ON cells.id = runs.cell_id"
             " WHERE runs.command = 'train' ORDER BY at, runs.id")
-        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu, "configuration": run_config.of_row(c)}
-                for k, at, sps, mfu, c in cur]
+        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu, "configuration": run_config.of_row(c),
+                 "contended": flag == "true"} for k, at, sps, mfu, c, flag in cur]
 
     def run_events(self, cell_key: str | None = None) -> list[dict]:
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
