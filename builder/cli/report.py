@@ -73,7 +73,7 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):
-            summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS)
+            summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS, with_manifests=False)
         text = None
         if markdown is not None:
             newest = max((r["result"].get("finished_at") or "" for r in store.runs(last=1)), default="") or "-"

@@ -140,16 +140,22 @@ def _built(builds: list[dict], local: bool, ran_in: dict) -> Step:
 
 def _verified(builds: list[dict], local: bool) -> Step:
     for b in reversed([b for b in builds if b.get("status") == "pass"]):
-        verify = (b.get("manifest") or {}).get("verify") if isinstance(b.get("manifest"), dict) else None
-        if isinstance(verify, dict):
-            checks = verify.get("checks") if isinstance(verify.get("checks"), list) else []
-            return Step(4, NAMES[3], DONE, f"{len(checks)} checks passed in the image at the end of its build (no GPU)",
+        checks = b["verify_checks"] if "verify_checks" in b else _verify_checks(b.get("manifest"))
+        if checks is not None:
+            return Step(4, NAMES[3], DONE, f"{checks} checks passed in the image at the end of its build (no GPU)",
                         (Evidence(f"image {b.get('image_tag') or '?'}"),))
     if any(b.get("failure_class") == "image_verify_failed" for b in builds):
         return Step(4, NAMES[3], FAILED, "the image did not match its manifest (build:image_verify_failed)")
     if local:
         return Step(4, NAMES[3], SKIPPED, "no image: the environment's probes ran in the verdict run instead")
     return Step(4, NAMES[3], OPEN, "no verify record" + (" for the images built" if builds else ""))
+
+
+def _verify_checks(manifest) -> int | None:
+    """How many checks the image's verify record holds (None: no verify record in this manifest)."""
+    verify = manifest.get("verify") if isinstance(manifest, dict) else None
+    checks = verify.get("checks") if isinstance(verify, dict) else None
+    return len(checks) if isinstance(checks, list) else None
 
 
 def _verdict(result: dict | None, row: dict | None) -> Step:

@@ -163,12 +163,22 @@ class StoreReads(StoreConnection):
                 self.damaged.append(DamagedRow("runs", row_id, str(event["run_id"]), "status", "not a run status"))
         return events
 
-    def builds(self, cell_key: str | None = None) -> list[dict]:
-        """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates)."""
+    def builds(self, cell_key: str | None = None, *, manifests: bool = True) -> list[dict]:
+        """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates).
+
+        `manifests=False`: no parsed `manifest` (None); instead the two facts the verdicts and the ladder read of it,
+        extracted by SQLite where the stored JSON is valid: `torch_proof` (torch.git.proof when it is text) and
+        `verify_checks` (the length of verify.checks when it is a list). Fast at 10,000 builds."""
         # every column but the manifest's text (its bytes may not be UTF-8: read as a blob, checked by _json)
         columns = ", ".join(f"builds.{c[1]}" for c in self._conn.execute("PRAGMA table_info(builds)")
                             if c[1] != "manifest_json")
-        sql = (f"SELECT {columns}, CAST(builds.manifest_json AS BLOB) AS manifest_blob, cells.key AS cell_key,"
+        manifest = "CAST(builds.manifest_json AS BLOB)" if manifests else "NULL"
+        facts = "" if manifests else (
+            ", CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.torch.git.proof')"
+            " = 'text' THEN json_extract(builds.manifest_json, '$.torch.git.proof') END AS torch_proof,"
+            " CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.verify.checks')"
+            " = 'array' THEN json_array_length(builds.manifest_json, '$.verify.checks') END AS verify_checks")
+        sql = (f"SELECT {columns}, {manifest} AS manifest_blob{facts}, cells.key AS cell_key,"
                " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
                " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
         args: tuple = ()
