@@ -238,3 +238,12 @@ def test_max_steps_without_the_separator_reaches_the_workload_and_labels_the_run
     assert line["status"] == "untested"
     assert [m["configuration"] for m in line["measurements"]] == [
         "smoke · tiny-gemma · max_steps=3 · min_accuracy=0.0 · no probes"]
+
+
+def test_a_speed_run_on_its_own_synthetic_data_is_labelled_by_preset_and_shape():
+    inv = invocation(preset="speed", model="gemma-2b-shape",
+                     data={"name": "synthetic", "bundled": False, "sha256": "cd" * 32})
+    config = run_config.of_result(cpu_result(invocation=inv))
+    assert (config.label, config.decides) == ("speed · gemma-2b-shape", False)
+    other = invocation(preset="smoke", data={"name": "synthetic", "bundled": False, "sha256": "cd" * 32})
+    assert run_config.of_result(cpu_result(invocation=other)).label == "smoke · tiny-gemma · data=synthetic"

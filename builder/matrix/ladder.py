@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from builder.matrix import provenance, vendor_support
+from builder.matrix.run_config import SPEED_PRESET
 from builder.plan.cells import Cell
 
 NAMES = ("vendor claims", "renders and locks", "image built", "verify passed in the image", "verdict on hardware",
@@ -21,7 +22,6 @@ NAMES = ("vendor claims", "renders and locks", "image built", "verify passed in 
 #: Step states: reached; reached with a bad outcome (a failed build, a failed verdict); not reached; does not apply
 #: (a `--local` cell has no image to build or verify).
 DONE, FAILED, OPEN, SKIPPED = "done", "failed", "open", "n/a"
-SPEED_PRESET = "speed"
 CONTRIBUTING = "https://github.com/envbuild/envbuild/blob/main/CONTRIBUTING.md"
 
 

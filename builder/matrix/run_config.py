@@ -19,6 +19,8 @@ VERDICT_PRESET = "smoke"
 VERDICT_MODEL = "tiny-gemma"
 BUNDLED_DATA = "emotions.jsonl"
 VERDICT_LABEL = f"{VERDICT_PRESET} · {VERDICT_MODEL}"
+#: The standard speed measurement (docs/workload.md "The speed preset") and the data it makes itself.
+SPEED_PRESET, SPEED_DATA = "speed", "synthetic"
 #: The smoke preset's own pass bar, how a result written before `invocation` shows it ran the preset as it stands.
 LEGACY_SMOKE_BAR = 0.45
 
@@ -102,7 +104,8 @@ def _configuration(command, has_invocation, preset, model, overrides, bundled, p
         return RunConfiguration(preset or VERDICT_PRESET, model or VERDICT_MODEL, True)
     if has_invocation:
         changes = _override_changes(overrides)
-        changes += () if bundled in (True, 1) else (f"data={_short(data_name) or '?'}",)
+        own_data = bundled in (True, 1) or (preset == SPEED_PRESET and data_name == SPEED_DATA)
+        changes += () if own_data else (f"data={_short(data_name) or '?'}",)
         changes += ("no probes",) if probes in (False, 0) else ()
     else:
         changes = tuple(f"{name}={_short(value)}" for name, value in (("max_steps", max_steps),
