@@ -86,3 +86,18 @@ def test_a_contended_measurement_is_never_plotted(site):
     svg = (site / "plots" / f"{FULL}-throughput.svg").read_text()
     # one uncontended speed run (2026-12-01) is plotted; the contended one of 2026-12-02 is not
     assert "12-01" in svg and "12-02" not in svg
+
+
+def test_a_local_cell_is_told_to_run_the_speed_preset_locally(tmp_path):
+    """A cell measured with `run workload --local` (no image): steps 3 and 4 do not apply, and the next command
+    runs the speed preset the same way."""
+    from matrix_fixtures import cpu_result
+
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.record_run(cpu_result(finished_at="2026-12-01T10:00:00Z"))
+        build_report(store, summarize(store), tmp_path / "site", generated_at="2026-12-02T14:00:00Z")
+    page = (tmp_path / "site" / "cells" / "cpu-torch2.13-py3.11.html").read_text()
+    ladder = steps(page)
+    assert (ladder[3][0], ladder[4][0], ladder[5][0], ladder[6][0]) == ("n/a", "n/a", "done", "open")
+    commands = html_lib.unescape(page.split('id="next-commands">', 1)[1].split("</pre>", 1)[0])
+    assert commands.splitlines()[0] == "envbuild run workload --local --preset speed"

@@ -89,7 +89,7 @@ def ladder(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | No
     steps = (_vendor(cell, vendor, recipe), _renders(cell, recipe), _built(builds, local, image),
              _verified(builds, local),
              _verdict(verdict_run, verdict_row), _speed(speed, speed_row, speed_link))
-    return Ladder(steps, _commands(cell, steps, builds))
+    return Ladder(steps, _commands(cell, steps, builds, local))
 
 
 def _vendor(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | None) -> Step:
@@ -203,11 +203,13 @@ def _signer(row: dict | None) -> str | None:
     return provenance.label(row.get("provenance") or provenance.UNSIGNED, row.get("signer"))
 
 
-def _commands(cell: Cell, steps: tuple[Step, ...], builds: list[dict]) -> tuple[str, ...]:
-    """The commands that take the cell further, from its first open step on."""
+def _commands(cell: Cell, steps: tuple[Step, ...], builds: list[dict], local: bool) -> tuple[str, ...]:
+    """The commands that take the cell further, from its first open step on (a `--local` cell: run it so again)."""
     flags = _cell_flags(cell)
     tag = next((b.get("image_tag") for b in reversed(builds) if b.get("status") == "pass" and b.get("image_tag")), None)
     run = ["envbuild", "run", "workload", "--image", tag or "TAG", *(["--gpus", "all"] if cell.flavor != "cpu" else [])]
+    if local:
+        run, tag = ["envbuild", "run", "workload", "--local"], "local"
     by_step = {
         2: [shlex.join(["envbuild", "render", *flags, "-o", "ctx"])],
         3: [shlex.join(["envbuild", "image", *flags])],
