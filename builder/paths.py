@@ -1,19 +1,33 @@
-"""Where envbuild finds its data (recipes/, images/, workload/) and writes its state."""
+"""Where envbuild finds its data (recipes/, images/, ci/, results/, workload/) and writes its state.
+
+The data ships inside the package: builder/_data/ holds relative symlinks to the source tree's top-level
+folders, which a wheel build follows (the wheel carries copies; the source tree stays the one copy) and an
+editable install resolves into the tree. Both are read through importlib.resources, so an installed tool
+and a clone behave the same. ENVBUILD_HOME=<a source tree> reads another tree's data instead.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import tempfile
+from importlib.resources import files
 from pathlib import Path
 
-#: The source tree holding recipes/, images/, ci/ and workload/ (an editable install points here).
-REPO_ROOT = Path(os.environ.get("ENVBUILD_HOME", Path(__file__).resolve().parents[1]))
-RECIPES_DIR = REPO_ROOT / "recipes"
-IMAGES_DIR = REPO_ROOT / "images"
-WORKLOAD_DIR = REPO_ROOT / "workload"
-CI_TEMPLATES_DIR = REPO_ROOT / "ci"
 
+def _package_dir(package: str) -> Path:
+    """The folder of an installed package (a wheel or an editable install: both are plain folders)."""
+    return Path(str(files(package)))
+
+
+_HOME = os.environ.get("ENVBUILD_HOME")
+#: The root holding recipes/, images/, ci/ and results/: the package's data, or ENVBUILD_HOME's tree.
+DATA_ROOT = Path(_HOME) if _HOME else _package_dir("builder") / "_data"
+RECIPES_DIR = DATA_ROOT / "recipes"
+IMAGES_DIR = DATA_ROOT / "images"
+CI_TEMPLATES_DIR = DATA_ROOT / "ci"
+RESULTS_DIR = DATA_ROOT / "results"
+WORKLOAD_DIR = Path(_HOME) / "workload" if _HOME else _package_dir("workload")
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temp file beside `path`, fsync it, then rename it over `path`: a reader sees the old

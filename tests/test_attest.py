@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from builder.matrix import attest
-from builder.paths import REPO_ROOT, file_sha256
+from builder.paths import file_sha256
+from repo import REPO_ROOT
 
 CPU_RESULT = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke" / "result.json"
 COMMANDS = ["envbuild run workload --image envbuild/cpu-torch2.13-py3.11:2a47823c34d3 --out run-smoke"]

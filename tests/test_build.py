@@ -184,7 +184,8 @@ def test_no_engine_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/absent.sock")
     ctx = context(tmp_path, "FROM scratch\n")
     result = build_cli(ctx, "envbuild-test/none:1")
-    assert result.exit_code == 1 and "no Docker engine answers" in result.output
+    assert result.exit_code == 2 and "no Docker engine answers" in result.output  # a missing prerequisite
+    assert "systemctl start docker" in result.output and ".ci/" not in result.output  # how, not our CI script
 
 
 def test_ctrl_c_stops_the_build_and_tags_nothing(tmp_path, local_base, docker_engine):

@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from builder.paths import REPO_ROOT
+from repo import REPO_ROOT
 from matrix_fixtures import cpu_result, make_result
 
 SCRIPT = REPO_ROOT / "ci" / "scripts" / "matrix_history.sh"

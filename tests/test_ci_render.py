@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from builder.cli.render import render_command, request_from_options
 from builder.matrix.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
-from builder.paths import REPO_ROOT
+from repo import REPO_ROOT
 from builder.plan.cells import Cell
 from builder.plan.recipe_cells import RecipeCellsError, Selection, recipe_cells
 from builder.plan.resolve import resolve
@@ -62,9 +62,11 @@ def test_recipes_give_rocm_cells_for_each_selected_arch_and_the_cpu_reference():
 def test_selection_narrows_and_the_resolver_filters():
     py312 = recipe_cells(Selection(flavors=("rocm",), archs=("gfx90a",), pythons=("3.12",)))
     # torch 2.3 stops at Python 3.11 (recipes/torch.toml): the resolver drops it; ROCm 6.2 has official wheels
-    # for 2.5 only, its 2.4 and 2.6 would be unproven source builds (left out)
+    # for 2.5 only, its 2.4 and 2.6 would be unproven source builds (left out); the 7.x releases offer their
+    # wheels on Python 3.12 (the Ubuntu 24.04 base's), 6.2.4-6.4 on 3.10 only
     assert {(c.accel_version, c.torch) for c in py312} == {
-        ("6.1.2", "2.4"), ("6.1.2", "2.5"), ("6.1.2", "2.6"), ("6.2", "2.5")}
+        ("6.1.2", "2.4"), ("6.1.2", "2.5"), ("6.1.2", "2.6"), ("6.2", "2.5"),
+        ("7.0", "2.10"), ("7.1", "2.10"), ("7.1", "2.11"), ("7.2", "2.11")}
     assert {(c.arch, c.python, c.flavor) for c in py312} == {("gfx90a", "3.12", "rocm")}
 
 

@@ -95,7 +95,7 @@ def test_inspect_of_something_that_is_neither_a_path_nor_an_image_is_bad_input(t
 def test_inspect_of_an_image_reference_with_no_engine_says_the_engine_is_missing(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE["DOCKER_HOST"])
     result = CliRunner().invoke(main, ["inspect", "envbuild-test/absent:1", "--arch", "gfx90a"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "no Docker engine answers at unix:///nonexistent/docker.sock" in result.output
 
 

@@ -57,7 +57,7 @@ def test_two_gpus_without_iommu_pt_warn(tmp_path):
     host = HostView(root=root, uid=0, groups=(0,), check_engine=False)
     record = host_record(host)
     assert checks(record) == {"kernel": "pass", "amdgpu_driver": "pass", "gpu_devices": "pass",
-                              "gpu_archs": "pass", "iommu": "warn"}
+                              "gpu_archs": "pass", "iommu": "warn", "cells": "pass"}
     assert record["gpu_archs"] == ["gfx90a"] and record["amdgpu_version"] == "6.8.5"
     iommu = next(c for c in record["checks"] if c["name"] == "iommu")
     assert "iommu=pt" in iommu["hint"] and "rccl#1129" in iommu["detail"]
@@ -121,3 +121,37 @@ def test_cli_reports_missing_engine(tmp_path, monkeypatch):
     record = json.loads(result.output)
     engine = next(c for c in record["checks"] if c["name"] == "docker_engine")
     assert result.exit_code == 1 and engine["status"] == "fail" and "no-such-docker.sock" in engine["detail"]
+
+
+@pytest.mark.parametrize("os_release,expected", [
+    ('ID=debian\nVERSION_ID="12"\n', "apt-get install docker.io"),
+    ('ID=pop\nID_LIKE="ubuntu debian"\n', "apt-get install docker.io"),
+    ('ID="rocky"\nID_LIKE="rhel centos fedora"\n', "dnf install"),
+    ('ID=arch\n', "your package manager"),
+])
+def test_the_missing_engine_hint_fits_the_os(tmp_path, os_release, expected):
+    from builder.engine.docker import start_hint
+
+    path = tmp_path / "os-release"
+    path.write_text(os_release)
+    hint = start_hint(path)
+    assert expected in hint and "systemctl start docker" in hint and ".ci/" not in hint
+
+
+def test_doctor_maps_the_host_gpus_to_the_cells_it_can_run(tmp_path):
+    """An MI300X (gfx942) and an RX 9070 (gfx1201) host: each arch gets the releases whose recipes cover it (gfx1201
+    only from 7.0), marked where AMD validated the host's kernel line; an arch no recipe covers is a warning."""
+    root = fake_gpu_host(tmp_path, gpus=(90402, 120001), kernel="6.8.0-45-generic", cmdline="ro iommu=pt")
+    record = host_record(HostView(root=root, uid=0, groups=(0,), check_engine=False))
+    cells = record["runnable_cells"]
+    assert set(cells) == {"gfx942", "gfx1201"}
+    by_release = {c["rocm"]: c for c in cells["gfx942"]}
+    assert by_release["7.2"]["torch"] == ["2.11"] and by_release["6.2"]["torch"] == ["2.5"]
+    assert by_release["7.1"]["kernel_validated"] is True and by_release["6.1.2"]["kernel_validated"] is False
+    assert by_release["7.2"]["kernel_validated"] is None  # 7.2's kernels were not read (recipes/rocm.toml)
+    assert [c["rocm"] for c in cells["gfx1201"]] == ["7.0", "7.1", "7.2"]
+    check = next(c for c in record["checks"] if c["name"] == "cells")
+    assert check["status"] == "pass" and "gfx942 (MI300A, MI300X, MI325X): ROCm 6.1.2" in check["detail"]
+    odd = host_record(HostView(root=fake_gpu_host(tmp_path / "b", gpus=(100100,)), uid=0, groups=(0,),
+                               check_engine=False))
+    assert odd["runnable_cells"] == {"gfx1010": []} and checks(odd)["cells"] == "warn"

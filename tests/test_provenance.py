@@ -16,7 +16,7 @@ from builder.cli import main
 from builder.matrix import attest
 from builder.matrix.provenance import CI_PRINCIPAL, Provenance
 from builder.matrix.store import MatrixStore
-from builder.paths import REPO_ROOT
+from repo import REPO_ROOT
 
 RESULTS = REPO_ROOT / "results"
 CPU_RUN = RESULTS / "cpu-torch2.13-py3.11" / "container-smoke"

@@ -26,8 +26,26 @@ def test_rocm_releases_match_the_verified_facts():
     assert set(rocm) >= {"6.1.2", "6.2"}
     assert rocm["6.1.2"].amdgpu_install == "6.1.60102" and rocm["6.2"].amdgpu_install == "6.2.60200"
     assert rocm["6.2"].base_image == "rocm/dev-ubuntu-22.04:6.2" and rocm["6.2"].codename == "jammy"
-    for release in rocm.values():
-        assert set(release.archs) == {"gfx942", "gfx90a", "gfx908", "gfx1100", "gfx1030"}
+    for version in ("6.1.2", "6.2"):
+        assert set(rocm[version].archs) == {"gfx942", "gfx90a", "gfx908", "gfx1100", "gfx1030"}
+
+
+def test_later_releases_take_os_and_archs_from_amds_tables():
+    """6.2.4 and later: the archs and the Ubuntu line are AMD's machine-readable tables' (recipes/vendor/), for the
+    first point release of the line, and the release's source names the table it came from."""
+    from builder.plan import vendor_matrix
+
+    points = vendor_matrix.load()
+    later = {v: r for v, r in load().releases["rocm"].items() if version_key(v) > (6, 2)}
+    assert set(later) >= {"6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2"}
+    for version, release in later.items():
+        first = vendor_matrix.for_release(version, points)[0]
+        assert set(release.archs) == set(first.archs), version
+        assert any(u.startswith(release.ubuntu) for u in first.ubuntu), version
+        assert release.default_arch in release.archs and "compatibility-matrix" in release.source, version
+        assert not release.source_build and not release.source_build_packages, version  # none verified there
+    assert "gfx950" in later["7.0"].archs and "gfx950" not in later["6.4"].archs
+    assert {"gfx1101", "gfx1200", "gfx1201"} <= set(later["7.2"].archs)
 
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
@@ -275,3 +293,18 @@ def test_a_compile_pin_without_its_index_or_peer_record_is_refused(recipes_copy)
     (recipes_copy / "torch.toml").write_text(text.replace(checked + "\n", ""))
     with pytest.raises(RecipeError, match="torch line 2.4: compile_version needs compile_index and compile_checked"):
         load(recipes_copy)
+
+
+def test_the_headline_source_cell_stays_unproven_and_both_plan_and_refusal_give_the_build_estimate():
+    """No public record names the commit of AMD's fork that its ROCm 6.2 CI passed (recipes/source-builds.toml says
+    what was searched), so --rocm 6.2 --torch 2.4 needs --unproven; the refusal names the nearest proven cells and,
+    like the plan of a source build, roughly how long and how large such a build is, labelled as an estimate."""
+    with pytest.raises(UnprovenSourceError) as refused:
+        resolve(Request(accel_version="6.2", torch="2.4", arch="gfx90a"))
+    message = str(refused.value)
+    assert "--rocm 6.2 --torch 2.5 (official wheel)" in message and "--rocm 6.1.2 --torch 2.4 (official wheel)" in message
+    assert "how long and how large a source build is: estimate" in message and "pytorch/builder#1286" in message
+    rows = dict(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)).describe())
+    assert rows["build size"].startswith("estimate") and "4.5 GB RAM per compile job" in rows["build size"]
+    assert "build size" not in dict(resolve(Request(accel_version="6.2", torch="2.5")).describe())
+    assert load().source_build("rocm", "6.2", "2.4") is None

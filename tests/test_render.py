@@ -41,8 +41,27 @@ def test_golden_routes_are_the_ones_the_issue_names():
         "rocm6.1.2-torch2.3-source": "source",
         "rocm6.2-torch2.4-source": "source",
         "rocm6.2-torch2.5-wheel": "wheel",
+        "rocm6.4-torch2.8-wheel": "wheel",
+        "rocm7.2-torch2.11-gfx942-wheel": "wheel",
         "cpu-torch2.13": "wheel",
     }
+    bases = {name: resolve(req).base_image for name, req in GOLDEN_CELLS.items() if name.startswith("rocm")}
+    assert bases["rocm6.4-torch2.8-wheel"].startswith("rocm/dev-ubuntu-22.04:")
+    assert bases["rocm7.2-torch2.11-gfx942-wheel"].startswith("rocm/dev-ubuntu-24.04:")
+
+
+def test_the_manifest_names_the_triton_an_official_wheel_pulls():
+    """torch <= 2.9 wheels pull pytorch-triton-rocm, 2.10+ triton-rocm (recipes/torch.toml); recorded where a peer's
+    resolution shows the pin, absent where none was verified (2.7, 2.11)."""
+    pulls = {line: resolve(Request(accel_version=rocm, torch=line)).pinned()["torch"]["wheel_pulls"]
+             for rocm, line in (("6.4", "2.8"), ("7.1", "2.10"), ("6.3", "2.7"), ("7.2", "2.11"))}
+    assert pulls["2.8"]["package"] == "pytorch-triton-rocm" and pulls["2.8"]["version"] == "3.4.0"
+    assert pulls["2.10"]["package"] == "triton-rocm" and pulls["2.10"]["version"] == "3.6.0"
+    assert "InvokeAI#9297" in pulls["2.10"]["checked"]
+    assert pulls["2.7"] is None and pulls["2.11"] is None
+    # the 2.10 pin was read for the rocm7.1 wheel: the rocm7.0 wheel's is not claimed
+    assert resolve(Request(accel_version="7.0", torch="2.10")).pinned()["torch"]["wheel_pulls"] is None
+    assert resolve(Request(accel_version="6.2", torch="2.4", unproven=True)).pinned()["torch"]["wheel_pulls"] is None
 
 
 def test_same_request_gives_byte_identical_context(tmp_path):

@@ -15,8 +15,12 @@ def invoke(*args):
 
 
 BAD_REQUESTS = {
-    "unknown-rocm": (["--rocm", "6.3", "--torch", "2.4"], ["unknown ROCm release '6.3'", "6.2"]),
-    "unknown-torch": (["--rocm", "6.2", "--torch", "2.9"], ["unknown torch '2.9'", "2.6"]),
+    "unknown-rocm": (["--rocm", "6.5", "--torch", "2.4"], ["unknown ROCm release '6.5'", "6.4"]),
+    "unknown-torch": (["--rocm", "6.2", "--torch", "2.19"], ["unknown torch '2.19'", "2.11"]),
+    "wheel-only-line": (["--rocm", "6.2", "--torch", "2.9"], ["torch 2.9 is offered as an official wheel only",
+                                                              "releases whose index carries it: 6.4"]),
+    "no-source-on-7x": (["--rocm", "7.2", "--torch", "2.6", "--torch-source", "source"],
+                        ["no torch source build on ROCm 7.2", "source_build = false"]),
     "unpinned-torch-release": (["--rocm", "6.2", "--torch", "2.4.0"], ["not the release envbuild pins for line 2.4 (2.4.1)", "--torch 2.4"]),
     "unknown-arch": (["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90"], ["'gfx90' is not supported by ROCm 6.2", "gfx90a"]),
     "arch-not-in-release": (["--rocm", "6.1.2", "--torch", "2.3", "--arch", "gfx1201"], ["not supported by ROCm 6.1.2", "gfx1100"]),
@@ -125,3 +129,26 @@ def test_recipes_list_fits_the_terminal(width, monkeypatch):
     lines = result.output.splitlines()
     assert max(len(line) for line in lines) <= width
     assert any(line.split()[:1] == ["rocm6.2-torch2.5-gfx942-py3.12"] for line in lines)  # cell keys never cut
+
+
+@pytest.mark.parametrize("given, target, name", [("MI250X", "gfx90a", "MI250X"), ("instinct mi-300x", "gfx942", "MI300X"),
+                                                 ("AMD Instinct MI355X", "gfx950", "MI355X"),
+                                                 ("RX 9070 XT", "gfx1201", "RX 9070 XT")])
+def test_marketing_names_are_aliases_and_are_echoed_back(given, target, name, tmp_path):
+    """--arch takes AMD's marketing names (recipes/gpu-names.toml): the cell is the gfx target's, byte for byte, and
+    the plan says which name was given."""
+    from builder.plan.resolve import Request, resolve
+
+    alias = resolve(Request(accel_version="7.2", torch="2.11", arch=given))
+    plain = resolve(Request(accel_version="7.2", torch="2.11", arch=target))
+    assert alias.cell == plain.cell and alias.recipe_hash == plain.recipe_hash and alias.arch_name == name
+    result = invoke("render", "--rocm", "7.2", "--torch", "2.11", "--arch", given, "-o", str(tmp_path / "ctx"))
+    assert result.exit_code == 0, result.output
+    assert f"{target} (--arch {name}" in result.output
+
+
+def test_a_marketing_name_on_a_release_without_its_arch_names_both():
+    result = invoke("render", "--rocm", "6.4", "--torch", "2.8", "--arch", "MI355X", "-o", "/nonexistent/ctx")
+    assert result.exit_code == 2 and "arch MI355X (gfx950) is not supported by ROCm 6.4" in result.output
+    unknown = invoke("render", "--rocm", "6.4", "--torch", "2.8", "--arch", "MI999", "-o", "/nonexistent/ctx")
+    assert unknown.exit_code == 2 and "arch 'MI999' is not supported by ROCm 6.4" in unknown.output

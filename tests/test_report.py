@@ -219,3 +219,25 @@ def test_a_cell_built_from_an_unproven_source_says_so_everywhere(site):
     assert re.search(r"rocm6\.2-torch2\.4-gfx90a-py3\.10\.html\) \| pass[^|]* \(unproven source\) \|", (out / "summary.md").read_text())
     flags = {c["key"]: c["unproven"] for c in json.loads((out / "data.json").read_text())["cells"]}
     assert flags[ROCM_KEY] is True and not any(v for k, v in flags.items() if k != ROCM_KEY)
+
+
+def test_the_recipes_new_cells_are_untested_rows_grouped_by_release_with_both_vendor_claims(tmp_path):
+    """Every cell the recipes define and no run has measured shows as untested in a row of its release; a 7.2
+    cell with an official wheel says what AMD's table lists and that PyTorch ships the wheel ("wheel only")."""
+    from builder.plan.recipe_cells import Selection, recipe_cells
+
+    cells = recipe_cells(Selection(flavors=("rocm",), archs=("gfx942",)))
+    new = [c for c in cells if c.accel_version in ("6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2")]
+    assert {c.accel_version for c in new} == {"6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2"}
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        summaries = summarize(store, cells)
+        build_report(store, summaries, tmp_path / "site", generated_at="2026-12-04T20:00:00Z")
+    page = (tmp_path / "site" / "index.html").read_text()
+    labels = re.findall(r'<th scope="row">([^<]+)</th>', page)
+    assert labels == sorted(labels, key=lambda label: [int(x) for x in re.findall(r"\d+", label.split("·")[0])])
+    assert "ROCm 7.2 · gfx942" in labels or "rocm 7.2 · gfx942" in labels, labels
+    data = {c["key"]: c for c in json.loads((tmp_path / "site" / "data.json").read_text())["cells"]}
+    cell = data["rocm7.2-torch2.11-gfx942-py3.12"]
+    assert cell["status"] == "untested"
+    row = re.search(r'<tr data-cell="rocm7.2-torch2.11-gfx942-py3.12".*?</tr>', page, re.S).group(0)
+    assert 'class="vendor wheel-only"' in row and "PyTorch: official wheel torch 2.11.0+rocm7.2" in row

@@ -192,7 +192,8 @@ def test_no_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/absent.sock")
     monkeypatch.chdir(tmp_path)  # nothing may land in the checkout, not even the default matrix file
     result = run_cli("--image", "whatever:1", "--out", str(tmp_path / "out"), "--db", str(tmp_path / "m.db"))
-    assert result.exit_code == 1 and "no Docker engine answers" in result.output and "--local" in result.output
+    assert result.exit_code == 2 and "no Docker engine answers" in result.output and "--local" in result.output
+    assert "systemctl start docker" in result.output and "start_docker.sh" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no run dir, no matrix file: nothing ran
 
 

@@ -8,6 +8,8 @@ package; nothing in builder imports it."""
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 
 import click
 
@@ -20,7 +22,8 @@ COMMANDS = {
     "render": ("builder.cli.render", "render_command",
                "Write a complete, deterministic Docker build context for a version request."),
     "image": ("builder.cli.image", "image",
-              "Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit."),
+              "Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it "
+              "with BuildKit."),
     "sif": ("builder.cli.sif", "sif",
             "Convert a built image into a SIF (docker save -> apptainer build) and verify it inside Apptainer."),
     "slurm": ("builder.cli.slurm", "slurm",
@@ -71,9 +74,14 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="envbuild")
-def main() -> None:
+@click.option("--recipes", "site_recipes", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              envvar="ENVBUILD_RECIPES", help="A site's recipe folder over the packaged recipes/: its entries add to "
+              "or replace the packaged ones (docs/render.md) [env ENVBUILD_RECIPES].")
+def main(site_recipes: Path | None) -> None:
     """Reproducible, verified ROCm fine-tuning environments, with evidence.
 
     Exit codes: 0 success, 1 a build or run that did not pass, 2 bad input (nothing written), 130 Ctrl-C,
     143 SIGTERM.
     Start with `envbuild recipes list`; `envbuild COMMAND --help` for each command."""
+    if site_recipes is not None:  # read where recipes are loaded (builder.plan.recipe_overlay), by every verb
+        os.environ["ENVBUILD_RECIPES"] = str(site_recipes)

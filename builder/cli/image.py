@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.paths import writable_output
 from builder.cli.render import plan_from_options, plan_table, request_options
 from builder.cli.store_options import DatabaseError, db_option, preflight_store
@@ -69,7 +70,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
           cache_to: tuple[str, ...], push: bool, reuse_remote: bool, force: bool, no_cache: bool,
           log_path: Path | None, dry_run: bool, check_reproducible: bool,
           db: Path | None, no_record: bool, **request) -> None:
-    """Render the build context of a request (e.g. `--rocm 6.2 --torch 2.4`) and build it with BuildKit.
+    """Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it with BuildKit.
 
     The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
     step, its last output lines and a failure class. Each build is recorded with its own attempt directory
@@ -93,7 +94,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     plan = None
     if context_dir is None:
         if request["torch"] is None:
-            raise click.UsageError("give a request (e.g. --rocm 6.2 --torch 2.4) or --context DIR")
+            raise click.UsageError("give a request (e.g. --rocm 7.2 --torch 2.11) or --context DIR")
         plan = plan_from_options(**request)
         if dry_run and out is None:  # the tag is the content hash: render to a scratch dir, keep nothing
             with tempfile.TemporaryDirectory(prefix="envbuild-dry-run-") as scratch:
@@ -158,7 +159,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         except EngineUnavailable as exc:
             if attempt:
                 attempt.discard()
-            raise click.ClickException(str(exc)) from exc
+            raise MissingPrerequisite(str(exc)) from exc
     verify = None if outcome.skipped else read_verify(tag)
     if verify is not None:
         coverage = verify.get("arch_coverage") or {}
@@ -173,7 +174,9 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     if push:
         try:
             push_image(tag, console)
-        except (PushError, EngineUnavailable) as exc:
+        except EngineUnavailable as exc:
+            raise MissingPrerequisite(str(exc)) from exc
+        except PushError as exc:
             raise click.ClickException(str(exc)) from exc
     click.echo(tag)
 
@@ -199,7 +202,7 @@ def _check_reproducible(context_dir: Path, tag: str, options: BuildOptions, cons
         _print_failure(exc, console)
         sys.exit(1)
     except EngineUnavailable as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise MissingPrerequisite(str(exc)) from exc
     out = context_dir.resolve().parent / f"{context_dir.resolve().name}.repro.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     counted, shown = report.counted, 100

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from builder.cli.prerequisites import MissingPrerequisite
 from builder.plan.image_ref import is_image_reference
 
 EXIT_MISSING = 1
@@ -45,7 +46,7 @@ def _scan_image(ref: str, arch: str | None) -> tuple[dict, dict | None, str | No
     except docker.errors.ImageNotFound:
         raise click.UsageError(f"{ref!r} is neither a path here nor a local image (docker images)") from None
     except EngineUnavailable as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise MissingPrerequisite(str(exc)) from exc
     arch = arch or (image.labels or {}).get("io.envbuild.arch") or None
     try:  # arch travels as an argument, never through a shell
         raw = client.containers.run(ref, ["python", "-c", _IN_IMAGE, arch or ""], entrypoint=[], remove=True,

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.cli.paths import writable_output
+from builder.cli.prerequisites import BadRecipeData
 
 if TYPE_CHECKING:
     from builder.plan.resolve import Plan, Request
@@ -106,7 +107,7 @@ def plan_from_options(**options) -> Plan:
     except ResolveError as exc:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
-        raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+        raise BadRecipeData(exc) from exc
 
 
 def plan_table(plan: Plan, title: str) -> Table:
@@ -130,13 +131,17 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
     from builder.plan.recipes import RecipeError, load
     from builder.plan.resolve import all_plans
 
+    from builder.paths import RECIPES_DIR
+    from builder.plan.recipe_overlay import current, origin
+
     try:
         recipes = load()
+        overlay = current(RECIPES_DIR)
         if flavor is not None and flavor not in recipes.flavors:
             raise click.UsageError(f"unknown flavor {flavor!r}; choose one of {', '.join(sorted(recipes.flavors))}")
         plans = all_plans(recipes, flavor, unproven=unproven)
     except RecipeError as exc:
-        raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+        raise BadRecipeData(exc) from exc
     rows = [
         {
             "cell": p.cell.key,
@@ -146,6 +151,10 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
             "reason": ("UNPROVEN (no peer build of this source): " if p.unproven else "") + p.torch_source_reason,
             "proof": "unproven" if p.unproven else ("peer-built" if p.source_build else "official wheel"),
             "fact_source": p.torch.source,
+            "origin": (f"site ({overlay.source})" if origin(overlay, p.cell.flavor,
+                                                            recipes.flavors[p.cell.flavor].releases_file,
+                                                            p.cell.accel_version, p.cell.torch) == "site"
+                       else "packaged"),
         }
         for p in plans
     ]
@@ -153,6 +162,42 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     _print_cells(rows)
+
+
+@recipes_group.command("check-upstream")
+@click.option("--index", "indexes", multiple=True, metavar="URL",
+              help="A PEP 503 index (http(s)://, file:// or a directory), e.g. https://download.pytorch.org/whl/rocm7.2/; "
+                   "repeatable.")
+@click.option("--releases", "releases", default=None, metavar="FILE|URL",
+              help="A list of ROCm release tags (rocm-7.2.4, therock-7.14.0), e.g. saved `git ls-remote --tags` output.")
+def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
+    """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
+
+    Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read."""
+    from builder.plan.recipes import RecipeError, load
+    from builder.plan.upstream import Findings, UpstreamError, check_index, check_releases, read_text
+
+    if not indexes and not releases:
+        raise click.UsageError("give at least one --index or --releases")
+    try:
+        recipes = load()
+        total = Findings()
+        for index in indexes:
+            found = check_index(index, recipes)
+            total.wheels += found.wheels
+            total.archs += found.archs
+        if releases:
+            total.releases = check_releases(read_text(releases), recipes)
+    except UpstreamError as exc:
+        raise click.UsageError(str(exc)) from exc
+    except RecipeError as exc:
+        raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+    for kind, items in (("wheel", total.wheels), ("arch", total.archs), ("release", total.releases)):
+        for item in dict.fromkeys(items):
+            click.echo(f"missing {kind}: {item}")
+    if total.empty:
+        click.echo("recipes cover everything these sources list")
+    raise SystemExit(0 if total.empty else 1)
 
 
 def _print_cells(rows: list[dict]) -> None:
@@ -163,13 +208,16 @@ def _print_cells(rows: list[dict]) -> None:
     from builder.cli.output import fits_terminal, stdout_console
 
     console = stdout_console(highlight=False)
-    keys = ("cell", "torch_version", "torch_source", "reason", "fact_source")
-    fixed = [max(len(str(r[k])) for r in rows + [{k: name}]) for k, name in zip(keys[:3], ("cell", "torch", "source"))]
+    for row in rows:
+        row["from"] = row["origin"].split(" ", 1)[0]  # packaged | site (--json has the site folder)
+    keys = ("cell", "torch_version", "torch_source", "from", "reason", "fact_source")
+    names = ("cell", "torch", "source", "from")
+    fixed = [max(len(str(r[k])) for r in rows + [{k: name}]) for k, name in zip(keys[:4], names)]
     free = max(20, console.width - sum(fixed) - 3 * len(keys) - 2)  # what the two long columns share
     cut = fits_terminal(console)  # piped: every value whole (builder.cli.output)
     table = Table(title=f"{len(rows)} known cells (torch source: auto{'; full text: --json' if cut else ''})",
                   title_justify="left", box=box.SIMPLE_HEAD)
-    for name, width in zip(("cell", "torch", "source"), fixed):
+    for name, width in zip(names, fixed):
         table.add_column(name, no_wrap=True, width=width)
     table.add_column("why", no_wrap=True, overflow="ellipsis", width=free * 3 // 5 if cut else None)
     table.add_column("fact source", no_wrap=True, overflow="ellipsis", width=free - free * 3 // 5 if cut else None)

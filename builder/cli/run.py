@@ -16,7 +16,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.cli.store_options import db_option
+from builder.cli.prerequisites import MissingPrerequisite
+from builder.cli.store_options import db_option, note_new_folder
 from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
 from builder.engine import conditions
 from builder.engine.run_result import RESULT_NAME, keep_run, write_json_atomic
@@ -145,7 +146,7 @@ def _run(request: dict, image: str | None, sif: Path | None, shm_size: str, netw
     except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
         raise BadInput(str(exc)) from exc
     except EngineUnavailable as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise MissingPrerequisite(str(exc)) from exc
 
 
 def _summary(result: dict) -> str:
@@ -177,7 +178,7 @@ def _check_store(db: Path | None) -> Path:
                 raise PermissionError(errno.EACCES, "not writable")
         else:
             parent = path.parent
-            while not parent.exists():  # connect creates the missing directories
+            while not parent.exists():  # connect creates the missing directories (and says so: new_db_folder)
                 parent = parent.parent
             with tempfile.NamedTemporaryFile(dir=parent, prefix=".envbuild-write-test-"):
                 pass
@@ -190,6 +191,7 @@ def _check_store(db: Path | None) -> Path:
 
 def _record(db: Path, result: dict, result_path: Path, console: Console):
     try:
+        note_new_folder(db)
         store = MatrixStore.connect(db)
     except (StoreError, OSError, sqlite3.Error) as exc:
         raise click.ClickException(f"{exc} (the result stays in {result_path}; "

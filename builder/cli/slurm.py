@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from builder.cli.store_options import db_option
+from builder.cli.store_options import db_option, note_new_folder
 from builder.matrix.store import StoreError, default_db_path
 
 
@@ -120,6 +120,7 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     table.columns[1].overflow = "fold"
     lost, failed, pending = [], 0, 0
     try:
+        note_new_folder(db_path)
         store = MatrixStore.connect(db_path)
     except (StoreError, OSError, sqlite3.Error) as exc:
         raise BadInput(f"cannot use the matrix database {db_path}: {exc}") from exc

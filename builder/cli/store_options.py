@@ -23,11 +23,21 @@ class DatabaseError(click.ClickException):
     exit_code = 2
 
 
+def note_new_folder(db: Path | None) -> None:
+    """Say so on stderr when writing the matrix at `db` will create its folder (never silently)."""
+    parent = Path(db or default_db_path()).parent
+    if not parent.exists():
+        click.echo(f"envbuild: creating the folder {plain(parent)} for the matrix database (--db / ${DB_ENV_VAR})",
+                   err=True)
+
+
 def open_store(db: Path | None, *, must_exist: bool = False) -> MatrixStore:
     """The store for a command, or a DatabaseError (exit 2) saying why it cannot be opened.
 
     `must_exist`: for commands that only read: the file is opened read-only, never created or grown.
     """
+    if not must_exist:
+        note_new_folder(db)
     try:
         return MatrixStore.connect(db or default_db_path(), readonly=must_exist)
     except StoreError as exc:

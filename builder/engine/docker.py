@@ -11,6 +11,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,10 +34,29 @@ def docker_client(timeout: int = 120) -> docker.DockerClient:
     except docker.errors.DockerException as exc:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise EngineUnavailable(
-            f"no Docker engine answers at {host} ({_short(exc)}). Start one (`sudo systemctl start docker`, "
-            "or `bash .ci/start_docker.sh`), or use `envbuild run workload --local` to run without Docker."
+            f"no Docker engine answers at {host} ({_short(exc)}). {start_hint()} Without Docker: "
+            "`envbuild run workload --local` (this Python, CPU) or `--apptainer SIF` (HPC, docs/hpc.md)."
         ) from exc
     return client
+
+
+def start_hint(os_release: Path = Path("/etc/os-release")) -> str:
+    """How to get an engine running on this OS (from os-release's ID / ID_LIKE)."""
+    if sys.platform == "darwin":
+        return "Start Docker Desktop (or `colima start`)."
+    try:
+        fields = dict(line.split("=", 1) for line in os_release.read_text().splitlines() if "=" in line)
+    except OSError:
+        fields = {}
+    family = " ".join(fields.get(k, "").strip('"') for k in ("ID", "ID_LIKE")).split()
+    if {"debian", "ubuntu"} & set(family):
+        install = "sudo apt-get install docker.io"
+    elif {"fedora", "rhel", "centos"} & set(family):
+        install = "sudo dnf install moby-engine (Fedora) or docker-ce from Docker's repository (RHEL)"
+    else:
+        install = "install Docker Engine with your package manager"
+    return (f"Start it with `sudo systemctl start docker` (not installed? {install}); without root, use rootless "
+            "Docker (`dockerd-rootless-setuptool.sh install`) and set DOCKER_HOST as it says.")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from builder.engine.docker import EngineUnavailable, detect_build_tool, docker_client
-from builder.plan import recipes
+from builder.plan import gpu_names, recipes
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
@@ -179,6 +179,39 @@ def _check_archs(host: HostView, gpus: list[Gpu], gpu_expected: bool) -> Check:
                  "check the amdgpu driver (dmesg | grep -i amdgpu) and that the GPU is visible (lspci)")
 
 
+def runnable_cells(archs: list[str], kernel: str | None) -> dict[str, list[dict]]:
+    """Per host GPU arch, the ROCm releases with cells for it and their torch lines (recipes/, via the resolver's
+    known cells), each marked whether AMD validated the host's kernel line for that release ("" = not listed)."""
+    from builder.plan.resolve import all_plans
+
+    line = ".".join(kernel.split(".")[:2]) if kernel else ""
+    found: dict[str, dict[str, set[str]]] = {arch: {} for arch in archs}
+    for plan in all_plans(recipes.load(), "rocm"):
+        if plan.cell.arch in found:
+            found[plan.cell.arch].setdefault(plan.release.version, set()).add(plan.torch.line)
+    releases = recipes.load().releases["rocm"]
+    return {
+        arch: [{"rocm": version, "torch": sorted(lines, key=recipes.version_key),
+                "kernel_validated": (line in releases[version].host_kernels) if releases[version].host_kernels else None}
+               for version, lines in sorted(by.items(), key=lambda kv: recipes.version_key(kv[0]))]
+        for arch, by in found.items()
+    }
+
+
+def _check_cells(archs: list[str], cells: dict[str, list[dict]]) -> Check:
+    if not archs:
+        return Check("cells", WARN, "no GPU arch found: only cpu cells (and --local) can run here")
+    parts, missing = [], [arch for arch in archs if not cells.get(arch)]
+    for arch in archs:
+        names = gpu_names.marketing_names(arch)
+        runs = ", ".join(f"ROCm {c['rocm']} (torch {', '.join(c['torch'])})" for c in cells.get(arch, []))
+        parts.append(f"{arch}{' (' + ', '.join(names) + ')' if names else ''}: {runs or 'no known cell'}")
+    if missing:
+        return Check("cells", WARN, "; ".join(parts), f"no recipe covers {', '.join(missing)}: "
+                     "`envbuild recipes list` shows the archs each ROCm release supports")
+    return Check("cells", PASS, "; ".join(parts))
+
+
 def _check_iommu(host: HostView, gpus: list[Gpu]) -> Check:
     cmdline = (host.read("/proc/cmdline") or "").split()
     if len(gpus) < 2:
@@ -225,6 +258,10 @@ def host_record(host: HostView | None = None, flavor: str = "auto") -> dict:
         _check_archs(host, gpus, gpu_expected),
         _check_iommu(host, gpus),
     ]
+    archs = sorted({g.arch for g in gpus})
+    kernel = host.read("/proc/sys/kernel/osrelease") or (platform.release() if host.is_real_root else None)
+    cells = runnable_cells(archs, kernel)
+    checks.append(_check_cells(archs, cells))
     engine_info: dict = {}
     if host.check_engine:
         engine, buildkit, engine_info = _check_engine()
@@ -238,7 +275,8 @@ def host_record(host: HostView | None = None, flavor: str = "auto") -> dict:
         "kernel_cmdline": host.read("/proc/cmdline"),
         "cpu_count": os.cpu_count() if host.is_real_root else None,
         "gpus": [asdict(g) for g in gpus],
-        "gpu_archs": sorted({g.arch for g in gpus}),
+        "gpu_archs": archs,
+        "runnable_cells": cells,
         "docker": engine_info,
         "checks": [asdict(c) for c in checks],
         "status": overall(checks),

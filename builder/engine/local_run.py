@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import platform
 import signal
 import subprocess
@@ -34,9 +35,25 @@ def local_versions() -> dict:
     return versions
 
 
+class MissingWorkloadPackages(RunError):
+    """This interpreter lacks the workload's packages (envbuild installed without its `workload` extra)."""
+
+
+def check_workload_packages() -> None:
+    """Raise MissingWorkloadPackages naming the install command when a workload import would fail."""
+    missing = [module for module in _DISTRIBUTIONS if importlib.util.find_spec(module) is None]
+    if missing:
+        raise MissingWorkloadPackages(
+            f"a --local run trains in this Python ({sys.executable}), which lacks {', '.join(missing)}: install "
+            "envbuild with its workload extra (`pip install 'SRC[workload]'`, `pipx install --force "
+            "'SRC[workload]'` or `uv tool install 'SRC[workload]'`, SRC being your envbuild clone or wheel), or run "
+            "in a built image: --image TAG")
+
+
 def run_local(request: RunRequest, console: Console | None = None, host: HostView | None = None) -> dict:
     """`python -m workload train ...` as a subprocess of this interpreter; collect and complete its result."""
     console = console or Console(stderr=True, soft_wrap=True)
+    check_workload_packages()
     if request.gpus:
         raise RunError("--gpus needs --image: a --local run uses this machine's CPU")
     hub_id, model_dir = resolve_model(request.model)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from builder.paths import REPO_ROOT, file_sha256, write_text_atomic
+from builder.paths import RESULTS_DIR, file_sha256, write_text_atomic
 
 if TYPE_CHECKING:  # securesystemslib loads in ~0.1 s: only the commands that sign or verify pay for it
     from securesystemslib.dsse import Envelope
@@ -49,7 +49,6 @@ _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _KEY_TYPE = re.compile(r"(ssh-|ecdsa-|sk-|rsa-)[A-Za-z0-9@.-]+")
 _MAX_ENVELOPE = 1 << 20
 #: The published results of this source tree, and who may sign them.
-RESULTS_DIR = REPO_ROOT / "results"
 ALLOWED_SIGNERS = RESULTS_DIR / "allowed_signers"
 REVOKED_SIGNERS = RESULTS_DIR / "revoked_signers"
 

@@ -93,22 +93,18 @@ def ladder(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | No
 
 
 def _vendor(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | None) -> Step:
-    claims, evidence = [], []
-    if vendor.status == "listed":
-        claims.append(vendor.detail)
-        evidence += [Evidence("AMD docs", url) for url in vendor.sources]
-    if recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url:
+    """AMD's claim (builder.matrix.vendor_support) and PyTorch's: the recipes take torch from its official wheel."""
+    wheel = bool(recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url)
+    claims = [vendor.detail] if vendor.status != "n/a" else []
+    evidence = [Evidence("AMD docs", url) for url in vendor.sources]
+    if wheel:
         claims.append(f"PyTorch publishes the official wheel {recipe.torch_requirement}")
         evidence.append(Evidence("PyTorch wheel index", recipe.wheel_index_url))
-    if claims:
-        if vendor.status == "not listed":
-            claims.append(f"AMD's docs: {vendor.detail}")
-            evidence += [Evidence("AMD docs", url) for url in vendor.sources]
+    if vendor.status == "listed" or wheel:
         return Step(1, NAMES[0], DONE, "; ".join(claims), tuple(evidence))
-    why = vendor.detail if vendor.status != "n/a" else "no vendor table applies"
     route = f"; torch is built from source ({recipe.torch_requirement})" if recipe else ""
-    return Step(1, NAMES[0], OPEN, f"no vendor claim: {why}{route}",
-                tuple(Evidence("AMD docs", url) for url in vendor.sources))
+    why = vendor.detail if vendor.status != "n/a" else "no vendor table applies"
+    return Step(1, NAMES[0], OPEN, f"no vendor claim: {why}{route}", tuple(evidence))
 
 
 def _renders(cell: Cell, recipe: Recipe | None) -> Step:

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from builder.paths import RECIPES_DIR
+from builder.plan import recipe_overlay
 
 _PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -46,6 +47,7 @@ class Flavor(_Frozen):
     compile_package: str = ""  # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
     compile_import: str = ""  # the module the verify step imports from compile_package
     source_compile: str = ""  # why torch.compile cannot work on a source-built torch without a verified pin
+    source_build_estimate: str = ""  # roughly how long and how large a torch source build is (labelled estimate)
     tool_path: str = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
     library_path: str = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
     kernel_dbs: bool = False  # a source build installs the precompiled kernel databases of the cell's arch
@@ -82,6 +84,7 @@ class Release(_Frozen):
     pythons: tuple[str, ...]
     python_ppa: str = ""
     default_arch: str = ""
+    source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
     source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
     apt_key_url: str = ""  # the accelerator apt repository's signing key, fetched again in the base stage
     apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
@@ -113,7 +116,9 @@ class TorchLine(_Frozen):
     wheel_suffixes: tuple[str, ...]
     python: tuple[str, str]
     source: str
-    compile_version: str = ""  # the flavor's compile_package version the official wheel requires ("" = not verified)
+    wheel_only: bool = False  # never built from source: no source build of this line was verified on any release
+    compile_package: str = ""  # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
+    compile_version: str = ""  # the compile package's version the official wheel requires ("" = not verified)
     compile_index: str = ""  # wheel index suffix that carries it
     compile_checked: str = ""  # where that requirement was read
 
@@ -277,9 +282,24 @@ def _merged(root: Path, file: str, table: str, dropins: list[dict]) -> dict:
     return merged
 
 
+def load(root: Path | None = None) -> Recipes:
+    """Read and validate recipes/, with the site's folder over it where ENVBUILD_RECIPES names one
+    (builder.plan.recipe_overlay); pass another root for tests. Cached per root."""
+    if root is None:
+        try:
+            overlay = recipe_overlay.current(RECIPES_DIR)
+        except recipe_overlay.OverlayError as exc:
+            raise RecipeError(f"the site recipe folder ({recipe_overlay.ENV_VAR} / --recipes): {exc}") from exc
+        root = overlay.root if overlay else RECIPES_DIR
+    return _load(root)
+
+
+def _clear_cache() -> None:
+    _load.cache_clear()
+
+
 @lru_cache(maxsize=4)
-def load(root: Path = RECIPES_DIR) -> Recipes:
-    """Read and validate recipes/ (cached; pass another root for tests)."""
+def _load(root: Path) -> Recipes:
     try:
         dropins = [_toml(path) for path in sorted((root / DROPIN_DIR).glob("*.toml"))]
         flavor_data = _merged(root, "flavors.toml", "flavor", dropins)
@@ -304,7 +324,8 @@ def load(root: Path = RECIPES_DIR) -> Recipes:
         if unknown := set(t.flavors) - set(flavors):
             raise RecipeError(f"torch.toml [{line}] names unknown flavors {sorted(unknown)}")
         for flavor in t.flavors:
-            if "source" in flavors[flavor].torch_sources and not (recipes.patches_dir(line) / "series").exists():
+            if ("source" in flavors[flavor].torch_sources and not t.wheel_only
+                    and not (recipes.patches_dir(line) / "series").exists()):
                 raise RecipeError(f"torch line {line} can be built from source but has no patches/torch-{line}/series")
         recipes.patch_series(line)  # validates the series now, not at the first render
     for build in source_builds:
@@ -318,3 +339,6 @@ def load(root: Path = RECIPES_DIR) -> Recipes:
     if len(set(keys)) != len(keys):
         raise RecipeError("source-builds.toml lists one (flavor, release, torch) twice")
     return recipes
+
+
+load.cache_clear = _clear_cache  # tests that edit a recipes copy start from a fresh read

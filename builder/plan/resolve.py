@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from builder.plan import gpu_names
 from builder.plan.cells import Cell
 from builder.plan.lock_names import lock_path
 from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Release, SourceBuild, TorchLine, load,
@@ -18,6 +19,10 @@ from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Relea
 
 class ResolveError(Exception):
     """A request that cannot be built; the message names the problem and the nearest valid choices."""
+
+
+class NoSuchCellError(ResolveError):
+    """The combination is no cell at all: its torch line has no wheel there and cannot be built from source."""
 
 
 class UnprovenSourceError(ResolveError):
@@ -64,6 +69,7 @@ class Plan(BaseModel):
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
     lock_path: Path  # recipes/locks/torch<line>-py<python>.txt: what pip installs, with hashes (builder.plan.lock)
+    arch_name: str = ""  # the marketing name the request gave for the arch (--arch MI250X), echoed back
     stages: tuple[str, ...]
 
     @property
@@ -88,6 +94,17 @@ class Plan(BaseModel):
                     "proof": "unproven", "peer": None}
         return {"repo": build.repo, "ref": build.ref, "commit": build.commit, "fork": build.fork,
                 "proof": "peer-built", "peer": build.peer}
+
+    @property
+    def wheel_triton(self) -> dict | None:
+        """The Triton an official wheel of this line pulls from its index (name, pin, where a peer's resolution
+        showed it); None on the source route or where no pin was verified."""
+        line, package = self.torch, self.torch.compile_package or self.flavor.compile_package
+        if self.torch_source != "wheel" or not (package and line.compile_version):
+            return None
+        if self.wheel_index_url != self.flavor.wheel_index.format(suffix=line.compile_index):
+            return None  # the pin was read for another index's wheel of this line
+        return {"package": package, "version": line.compile_version, "checked": line.compile_checked}
 
     @property
     def torch_version(self) -> str:
@@ -116,6 +133,7 @@ class Plan(BaseModel):
                 "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None,
                             "requirement": self.compile_requirement or None,
                             "checked": self.torch.compile_checked if self.compile_requirement else None},
+                "wheel_pulls": self.wheel_triton,
                 "wheel_index_url": self.wheel_index_url or None,
                 "git": self.git_source,
                 "build_env": dict(sorted(self.flavor.build_env.items())) if self.torch_source == "source" else {},
@@ -140,6 +158,8 @@ class Plan(BaseModel):
         """(field, value) rows for printing a plan."""
         rows = [
             ("cell", self.cell.key),
+            *([("arch", f"{self.cell.arch} (--arch {self.arch_name}: recipes/gpu-names.toml)")]
+              if self.arch_name else []),
             ("base image", self.base_image),
         ]
         if self.amdgpu_install:
@@ -150,12 +170,16 @@ class Plan(BaseModel):
         ]
         if self.wheel_index_url:
             rows.append(("torch index", self.wheel_index_url))
+        if triton := self.wheel_triton:
+            rows.append(("triton", f"{triton['package']}=={triton['version']} (pulled by the wheel from its index)"))
         if (git := self.git_source) is not None:
             origin = "fork" if git["fork"] else "upstream"
             rows.append(("torch source", f"{git['repo']} {git['ref']}{' @ ' + git['commit'] if git['commit'] else ''}"
                                          f" ({origin})"))
             rows.append(("peer build", git["peer"] or "UNPROVEN: no peer build of this source on this release"))
             rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
+            if self.flavor.source_build_estimate:
+                rows.append(("build size", self.flavor.source_build_estimate))
         if self.os_packages:
             rows.append(("OS packages", " ".join(self.os_packages)))
         if self.compile_unavailable:
@@ -189,7 +213,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     compile_requirement, compile_unavailable = "", ""
     if source == "source" and flavor.compile_package and torch.compile_version:
         # the backend the official wheel of the same release requires, from the index that carries it
-        compile_requirement = f"{flavor.compile_package}=={torch.compile_version}"
+        compile_requirement = f"{torch.compile_package or flavor.compile_package}=={torch.compile_version}"
         index = flavor.wheel_index.format(suffix=torch.compile_index)
     elif source == "source":
         compile_unavailable = flavor.source_compile
@@ -219,6 +243,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         lock_path=lock_path(recipes, torch.line, python),
+        arch_name=gpu_names.canonical(request.arch)[1] if request.arch and flavor.name == "rocm" else "",
         stages=("base", "torch-src", "torch-source-build", "torch-source",
                 *(("torch-compile",) if compile_requirement else ()), "sentencepiece", "runtime")
         if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
@@ -289,10 +314,12 @@ def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
         if value is not None:
             raise ResolveError(f"the {flavor.name} flavor has no GPU arch; drop --arch {value}")
         return None
-    arch = value or release.default_arch
+    arch, name = gpu_names.canonical(value) if value and flavor.name == "rocm" else (value, "")
+    arch = arch or release.default_arch
     if arch not in release.archs:
+        given = f"{name} ({arch})" if name else repr(arch)
         raise ResolveError(
-            f"arch {arch!r} is not supported by {flavor.label} {release.version}; "
+            f"arch {given} is not supported by {flavor.label} {release.version}; "
             f"{_choices(arch, sorted(release.archs))}"
         )
     return arch
@@ -320,6 +347,12 @@ def _torch_source(
     where = f"{flavor.label} {release.version}" if flavor.versioned else flavor.name
     if wanted == "source" and "source" not in flavor.torch_sources:
         raise ResolveError(f"the {flavor.name} flavor has no torch source build; use --torch-source wheel or auto")
+    if wanted == "source" and torch.wheel_only:
+        raise ResolveError(f"torch {torch.line} is offered as an official wheel only (recipes/torch.toml: no source "
+                           f"build of it was verified); use --torch-source auto or wheel")
+    if wanted == "source" and not release.source_build:
+        raise ResolveError(f"no torch source build on {where}: what such a build needs there is not verified "
+                           f"(recipes/{flavor.releases_file}: source_build = false); use --torch-source auto")
     if wanted == "source":
         return "source", "source build requested", ""
     if suffix and "wheel" in flavor.torch_sources:
@@ -333,12 +366,17 @@ def _torch_source(
         f"no official torch {torch.line} wheel for {where} "
         f"(torch {torch.line} wheels: {', '.join(torch.wheel_suffixes)}; {where} takes: {', '.join(release.wheel_suffixes)})"
     )
-    if wanted == "auto" and "source" in flavor.torch_sources:
+    if torch.wheel_only:
+        carry = [v for v, r in sorted(recipes.releases[flavor.name].items(), key=lambda kv: version_key(kv[0]))
+                 if set(r.wheel_suffixes) & set(torch.wheel_suffixes)]
+        raise NoSuchCellError(f"{no_wheel}; torch {torch.line} is offered as an official wheel only; releases whose "
+                           f"index carries it: {', '.join(carry) or 'none'}")
+    if wanted == "auto" and "source" in flavor.torch_sources and release.source_build:
         return "source", f"{no_wheel}; auto chose a source build", ""
-    options = ["--torch-source source"] if "source" in flavor.torch_sources else []
+    options = ["--torch-source source"] if "source" in flavor.torch_sources and release.source_build else []
     if with_wheel:
         options.append(f"a torch line with a wheel for {where}: {', '.join(with_wheel)}")
-    raise ResolveError(f"{no_wheel}; use {' or '.join(options) or 'another release'}")
+    raise NoSuchCellError(f"{no_wheel}; use {' or '.join(options) or 'another release'}")
 
 
 def _proven(flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes) -> str | None:
@@ -370,7 +408,9 @@ def _unproven_message(flavor: Flavor, release: Release, torch: TorchLine, recipe
     return (f"torch {torch.line} on {where} {what} "
             f"(recipes/source-builds.toml): nothing shows that {torch.git_tag} compiles against {where}; "
             f"nearest proven: {'; '.join(near) or 'none'}; or pass --unproven to build {torch.git_tag} anyway "
-            f"(the manifest, the image labels and the report then say unproven)")
+            f"(the manifest, the image labels and the report then say unproven)"
+            + (f"; how long and how large a source build is: {flavor.source_build_estimate}"
+               if flavor.source_build_estimate else ""))
 
 
 def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]:
@@ -403,6 +443,6 @@ def all_plans(recipes: Recipes | None = None, flavor: str | None = None, unprove
                         )
                         try:
                             plans.append(resolve(request, recipes))
-                        except UnprovenSourceError:
+                        except (UnprovenSourceError, NoSuchCellError):
                             continue
     return plans

@@ -22,6 +22,22 @@ group "default" {
     "rocm6_1_2-torch2_6-gfx942-py3_10",
     "rocm6_2-torch2_5-gfx90a-py3_10",
     "rocm6_2-torch2_5-gfx942-py3_10",
+    "rocm6_2_4-torch2_6-gfx90a-py3_10",
+    "rocm6_2_4-torch2_6-gfx942-py3_10",
+    "rocm6_3-torch2_7-gfx90a-py3_10",
+    "rocm6_3-torch2_7-gfx942-py3_10",
+    "rocm6_4-torch2_8-gfx90a-py3_10",
+    "rocm6_4-torch2_8-gfx942-py3_10",
+    "rocm6_4-torch2_9-gfx90a-py3_10",
+    "rocm6_4-torch2_9-gfx942-py3_10",
+    "rocm7_0-torch2_10-gfx90a-py3_12",
+    "rocm7_0-torch2_10-gfx942-py3_12",
+    "rocm7_1-torch2_10-gfx90a-py3_12",
+    "rocm7_1-torch2_10-gfx942-py3_12",
+    "rocm7_1-torch2_11-gfx90a-py3_12",
+    "rocm7_1-torch2_11-gfx942-py3_12",
+    "rocm7_2-torch2_11-gfx90a-py3_12",
+    "rocm7_2-torch2_11-gfx942-py3_12",
   ]
 }
 
@@ -112,5 +128,165 @@ target "rocm6_2-torch2_5-gfx942-py3_10" {
   tags       = ["${REGISTRY}/rocm6.2-torch2.5-gfx942-py3.10:${TAG}"]
   labels = {
     "org.envbuild.cell" = "rocm6.2-torch2.5-gfx942-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.2.4 --torch 2.6 --arch gfx90a --python 3.10 --out build/contexts/rocm6.2.4-torch2.6-gfx90a-py3.10
+target "rocm6_2_4-torch2_6-gfx90a-py3_10" {
+  context    = "build/contexts/rocm6.2.4-torch2.6-gfx90a-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.2.4-torch2.6-gfx90a-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.2.4-torch2.6-gfx90a-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.2.4 --torch 2.6 --arch gfx942 --python 3.10 --out build/contexts/rocm6.2.4-torch2.6-gfx942-py3.10
+target "rocm6_2_4-torch2_6-gfx942-py3_10" {
+  context    = "build/contexts/rocm6.2.4-torch2.6-gfx942-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.2.4-torch2.6-gfx942-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.2.4-torch2.6-gfx942-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.3 --torch 2.7 --arch gfx90a --python 3.10 --out build/contexts/rocm6.3-torch2.7-gfx90a-py3.10
+target "rocm6_3-torch2_7-gfx90a-py3_10" {
+  context    = "build/contexts/rocm6.3-torch2.7-gfx90a-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.3-torch2.7-gfx90a-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.3-torch2.7-gfx90a-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.3 --torch 2.7 --arch gfx942 --python 3.10 --out build/contexts/rocm6.3-torch2.7-gfx942-py3.10
+target "rocm6_3-torch2_7-gfx942-py3_10" {
+  context    = "build/contexts/rocm6.3-torch2.7-gfx942-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.3-torch2.7-gfx942-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.3-torch2.7-gfx942-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.4 --torch 2.8 --arch gfx90a --python 3.10 --out build/contexts/rocm6.4-torch2.8-gfx90a-py3.10
+target "rocm6_4-torch2_8-gfx90a-py3_10" {
+  context    = "build/contexts/rocm6.4-torch2.8-gfx90a-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.4-torch2.8-gfx90a-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.4-torch2.8-gfx90a-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.4 --torch 2.8 --arch gfx942 --python 3.10 --out build/contexts/rocm6.4-torch2.8-gfx942-py3.10
+target "rocm6_4-torch2_8-gfx942-py3_10" {
+  context    = "build/contexts/rocm6.4-torch2.8-gfx942-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.4-torch2.8-gfx942-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.4-torch2.8-gfx942-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.4 --torch 2.9 --arch gfx90a --python 3.10 --out build/contexts/rocm6.4-torch2.9-gfx90a-py3.10
+target "rocm6_4-torch2_9-gfx90a-py3_10" {
+  context    = "build/contexts/rocm6.4-torch2.9-gfx90a-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.4-torch2.9-gfx90a-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.4-torch2.9-gfx90a-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 6.4 --torch 2.9 --arch gfx942 --python 3.10 --out build/contexts/rocm6.4-torch2.9-gfx942-py3.10
+target "rocm6_4-torch2_9-gfx942-py3_10" {
+  context    = "build/contexts/rocm6.4-torch2.9-gfx942-py3.10"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm6.4-torch2.9-gfx942-py3.10:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm6.4-torch2.9-gfx942-py3.10"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.0 --torch 2.10 --arch gfx90a --python 3.12 --out build/contexts/rocm7.0-torch2.10-gfx90a-py3.12
+target "rocm7_0-torch2_10-gfx90a-py3_12" {
+  context    = "build/contexts/rocm7.0-torch2.10-gfx90a-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.0-torch2.10-gfx90a-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.0-torch2.10-gfx90a-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.0 --torch 2.10 --arch gfx942 --python 3.12 --out build/contexts/rocm7.0-torch2.10-gfx942-py3.12
+target "rocm7_0-torch2_10-gfx942-py3_12" {
+  context    = "build/contexts/rocm7.0-torch2.10-gfx942-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.0-torch2.10-gfx942-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.0-torch2.10-gfx942-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.1 --torch 2.10 --arch gfx90a --python 3.12 --out build/contexts/rocm7.1-torch2.10-gfx90a-py3.12
+target "rocm7_1-torch2_10-gfx90a-py3_12" {
+  context    = "build/contexts/rocm7.1-torch2.10-gfx90a-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.1-torch2.10-gfx90a-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.1-torch2.10-gfx90a-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.1 --torch 2.10 --arch gfx942 --python 3.12 --out build/contexts/rocm7.1-torch2.10-gfx942-py3.12
+target "rocm7_1-torch2_10-gfx942-py3_12" {
+  context    = "build/contexts/rocm7.1-torch2.10-gfx942-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.1-torch2.10-gfx942-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.1-torch2.10-gfx942-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.1 --torch 2.11 --arch gfx90a --python 3.12 --out build/contexts/rocm7.1-torch2.11-gfx90a-py3.12
+target "rocm7_1-torch2_11-gfx90a-py3_12" {
+  context    = "build/contexts/rocm7.1-torch2.11-gfx90a-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.1-torch2.11-gfx90a-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.1-torch2.11-gfx90a-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.1 --torch 2.11 --arch gfx942 --python 3.12 --out build/contexts/rocm7.1-torch2.11-gfx942-py3.12
+target "rocm7_1-torch2_11-gfx942-py3_12" {
+  context    = "build/contexts/rocm7.1-torch2.11-gfx942-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.1-torch2.11-gfx942-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.1-torch2.11-gfx942-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.2 --torch 2.11 --arch gfx90a --python 3.12 --out build/contexts/rocm7.2-torch2.11-gfx90a-py3.12
+target "rocm7_2-torch2_11-gfx90a-py3_12" {
+  context    = "build/contexts/rocm7.2-torch2.11-gfx90a-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.2-torch2.11-gfx90a-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.2-torch2.11-gfx90a-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.2 --torch 2.11 --arch gfx942 --python 3.12 --out build/contexts/rocm7.2-torch2.11-gfx942-py3.12
+target "rocm7_2-torch2_11-gfx942-py3_12" {
+  context    = "build/contexts/rocm7.2-torch2.11-gfx942-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.2-torch2.11-gfx942-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.2-torch2.11-gfx942-py3.12"
   }
 }

@@ -1,0 +1,165 @@
+"""A site's own recipe folder over the packaged recipes/ (`envbuild --recipes DIR`, or ENVBUILD_RECIPES=DIR).
+
+The overlay has recipes/'s shape. Its TOML files merge into the packaged ones entry by entry: a named entry
+(`[release."6.3"]`, `[torch."2.7"]`, `[stack."2.7"]`, `[flavor.x]`) is added or replaces the packaged one,
+an array of tables (`[[build]]`) is extended, a plain value replaced. Any other file (a lock, a patch, a
+series, a drop-in, a new releases file) is added or replaces the packaged file of the same path. The result is
+written once per process to a private folder that `recipes.load` reads like recipes/ itself, so everything
+downstream (resolve, lock, render, the content hash) sees one tree; `origins` says which entries the site gave.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "ENVBUILD_RECIPES"
+
+
+class OverlayError(Exception):
+    """The site's recipe folder cannot be read: not a folder, a link, or a TOML file that does not parse."""
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """A merged recipes tree and what in it came from the site's folder."""
+
+    source: Path  # the site's folder
+    root: Path  # the merged tree
+    entries: frozenset[tuple[str, str, str]]  # (file, table, name) of each TOML entry the site gave
+    files: frozenset[str]  # relative paths of the non-TOML-entry files it gave
+
+
+def _files(folder: Path) -> list[Path]:
+    """Every regular file under `folder`, relative; links are refused (they could name anything)."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            raise OverlayError(f"{path}: a symbolic link in the recipe overlay; copy the file in instead")
+        if path.is_file():
+            found.append(path.relative_to(folder))
+    return found
+
+
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise OverlayError(f"{path}: {exc}") from exc
+
+
+def _merge(base: dict, extra: dict, file: str, entries: set) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        old = merged.get(key)
+        if isinstance(value, dict) and isinstance(old, dict) and all(isinstance(v, dict) for v in value.values()):
+            merged[key] = {**old, **value}
+            entries.update((file, key, name) for name in value)
+        elif isinstance(value, list) and isinstance(old, list):
+            merged[key] = old + value
+            entries.add((file, key, f"+{len(value)}"))
+        else:
+            merged[key] = value
+            entries.add((file, key, ""))
+    return merged
+
+
+def _toml_text(data: dict) -> str:
+    """TOML for the merged data (tables of scalars, arrays and nested tables: what recipes/ holds)."""
+    lines: list[str] = []
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{key(k)} = {value(x)}" for k, x in v.items()) + "}"
+        raise OverlayError(f"a recipe value of type {type(v).__name__} cannot be merged")
+
+    def key(k: str) -> str:
+        return k if k.replace("-", "").replace("_", "").isalnum() and k.isascii() else value(k)
+
+    def table(prefix: str, data: dict) -> None:
+        scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and not _is_table_array(v)}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        lines.extend(f"{key(k)} = {value(v)}" for k, v in scalars.items())
+        for k, v in data.items():
+            name = f"{prefix}.{key(k)}" if prefix else key(k)
+            if isinstance(v, dict):
+                table(name, v)
+            elif _is_table_array(v):
+                for item in v:
+                    lines.append(f"[[{name}]]")
+                    lines.extend(f"{key(a)} = {value(b)}" for a, b in item.items())
+
+    table("", data)
+    return "\n".join(lines) + "\n"
+
+
+def _is_table_array(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def build(packaged: Path, site: Path) -> Overlay:
+    """The merged tree of `packaged` with `site` over it, in a folder removed when the process ends."""
+    if not site.is_dir() or site.is_symlink():
+        raise OverlayError(f"{site} is not a folder (--recipes / ${ENV_VAR} names a folder shaped like recipes/)")
+    root = Path(tempfile.mkdtemp(prefix="envbuild-recipes-"))
+    atexit.register(shutil.rmtree, root, True)
+    shutil.copytree(packaged, root / "recipes", dirs_exist_ok=True)
+    merged_root = root / "recipes"
+    entries: set = set()
+    files: set = set()
+    for rel in _files(site):
+        target = merged_root / rel
+        if rel.suffix == ".toml" and len(rel.parts) == 1 and target.exists():
+            merged = _merge(_read(target), _read(site / rel), rel.as_posix(), entries)
+            target.write_text(_toml_text(merged), encoding="utf-8")
+            tomllib.loads(target.read_text())  # what was written reads back
+        else:
+            if rel.suffix == ".toml":
+                _read(site / rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(site / rel, target)
+            files.add(rel.as_posix())
+    return Overlay(site.resolve(), merged_root, frozenset(entries), frozenset(files))
+
+
+_CACHE: dict[tuple[Path, Path], Overlay] = {}
+
+
+def current(packaged: Path) -> Overlay | None:
+    """The overlay ENVBUILD_RECIPES names (built once per process), or None."""
+    site = os.environ.get(ENV_VAR)
+    if not site:
+        return None
+    key = (packaged, Path(site).resolve())
+    if key not in _CACHE:
+        _CACHE[key] = build(packaged, Path(site))
+    return _CACHE[key]
+
+
+def origin(overlay: Overlay | None, flavor: str, releases_file: str, release: str | None, torch_line: str) -> str:
+    """'site' when the cell's flavor, release or torch line came from the site's folder, else 'packaged'."""
+    if overlay is None:
+        return "packaged"
+    if (releases_file, "release", release) in overlay.entries or ("torch.toml", "torch", torch_line) in \
+            overlay.entries or ("flavors.toml", "flavor", flavor) in overlay.entries:
+        return "site"
+    site_dropins = [f for f in overlay.files if f.startswith("flavors.d/") and f.endswith(".toml")]
+    if releases_file in overlay.files or any(flavor in _read(overlay.source / f).get("flavor", {})
+                                             or torch_line in _read(overlay.source / f).get("torch", {})
+                                             for f in site_dropins):
+        return "site"
+    return "packaged"

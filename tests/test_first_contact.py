@@ -1,0 +1,73 @@
+"""What a new user meets first: a missing workload extra, a --db in a folder that does not exist (made, and said),
+Ctrl-C while the workload starts. Each is a clear line and an exit code, never a traceback or a silent side effect."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from pathlib import Path
+
+import pytest
+
+from repo import REPO_ROOT
+
+TORCH_PARTS = ("torch", "functorch", "torchgen")
+
+
+def _python_without_torch(root: Path) -> Path:
+    """A fresh venv that sees every locked package but torch (symlinks into this venv's site-packages), and
+    envbuild from this checkout: envbuild installed without its workload extra, as far as torch goes."""
+    deps = root / "deps"
+    deps.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(TORCH_PARTS) and not entry.name.endswith(".pth"):
+            (deps / entry.name).symlink_to(entry)
+    venv.create(root / "venv", with_pip=False)
+    python = root / "venv" / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "deps.pth").write_text(f"{REPO_ROOT}\n{deps}\n")
+    return python
+
+
+def test_a_local_run_without_the_workload_extra_names_the_install_command(tmp_path):
+    python = _python_without_torch(tmp_path)
+    assert subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode != 0
+    proc = subprocess.run([str(python), "-m", "builder", "run", "workload", "--local", "--out", str(tmp_path / "run"),
+                           "--db", str(tmp_path / "m.db")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "lacks torch" in proc.stderr and "[workload]" in proc.stderr and "pip install" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "m.db").exists()  # nothing ran, nothing recorded
+
+
+def test_a_db_in_a_missing_folder_is_created_with_a_message(tmp_path):
+    result = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke" / "result.json"
+    for name, args in (("run", ["run", "workload", "--local", "--out", str(tmp_path / "run")]),
+                       ("import", ["matrix", "import", str(result)])):
+        db = tmp_path / f"new-folder-{name}" / "m.db"
+        proc = subprocess.run([sys.executable, "-m", "builder", *args, "--db", str(db)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        assert proc.returncode == 0, (args, proc.stdout + proc.stderr)
+        assert f"creating the folder {db.parent} for the matrix database" in proc.stderr, proc.stderr
+        assert db.is_file()
+
+
+@pytest.mark.parametrize("delay", [0.3, 1.0, 2.5])
+def test_ctrl_c_while_the_workload_starts_prints_no_traceback(tmp_path, delay):
+    """SIGINT at several moments of start-up (imports, argument checks, model set-up): one line, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--out",
+                             str(tmp_path / "run")], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in out + err, err[-3000:]
+    assert proc.returncode in (1, 130), (proc.returncode, err[-2000:])  # 1: the run's own `interrupted` result
+    assert "interrupted" in err

@@ -1,0 +1,86 @@
+"""A site's recipe folder over the packaged recipes (`envbuild --recipes DIR`, ENVBUILD_RECIPES): it adds a
+release and overrides an entry without a fork, `recipes list` says which cells came from it, and a bad folder
+is refused (exit 2) before anything is rendered."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from repo import REPO_ROOT
+
+PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
+
+
+def _release_block(version: str) -> str:
+    """The packaged [release."X"] table's text, as a site would copy it."""
+    start = PACKAGED.index(f'[release."{version}"]')
+    end = PACKAGED.find("\n[", start + 1)
+    return PACKAGED[start:end if end != -1 else None].strip() + "\n"
+
+
+def _envbuild(*args, cwd, env=None):
+    environment = {k: v for k, v in os.environ.items() if k != "ENVBUILD_RECIPES"}
+    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**environment, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+
+
+def _site(tmp_path, text: str):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "rocm.toml").write_text(text)
+    return site
+
+
+def test_a_site_adds_a_release_and_recipes_list_says_where_each_cell_came_from(tmp_path):
+    block = _release_block("6.2").replace('[release."6.2"]', '[release."6.2.9"]')
+    block = re.sub(r'base_image = "[^"]+"', 'base_image = "registry.example.org/site/rocm:6.2.9"', block)
+    site = _site(tmp_path, block)
+    listed = _envbuild("--recipes", str(site), "recipes", "list", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    new = [r for r in rows if r["cell"].startswith("rocm6.2.9-")]
+    assert new and all(r["origin"] == f"site ({site.resolve()})" for r in new)
+    assert {r["origin"] for r in rows if not r["cell"].startswith("rocm6.2.9-")} == {"packaged"}
+    # the same through the environment variable, and the packaged list without either
+    by_env = json.loads(_envbuild("recipes", "list", "--json", cwd=tmp_path,
+                                  env={"ENVBUILD_RECIPES": str(site)}).stdout)
+    assert by_env == rows
+    plain = json.loads(_envbuild("recipes", "list", "--json", cwd=tmp_path).stdout)
+    assert len(plain) == len(rows) - len(new) and not any(r["cell"].startswith("rocm6.2.9-") for r in plain)
+
+    rendered = _envbuild("--recipes", str(site), "render", "--rocm", "6.2.9", "--torch", "2.5", "--arch", "gfx90a",
+                         "-o", str(tmp_path / "ctx"), cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr
+    assert "ARG BASE_IMAGE=registry.example.org/site/rocm:6.2.9\n" in (tmp_path / "ctx" / "Dockerfile").read_text()
+
+
+def test_a_site_overrides_a_packaged_entry(tmp_path):
+    block = re.sub(r'base_image = "[^"]+"', 'base_image = "mirror.example.org/rocm/dev-ubuntu-22.04:6.2"',
+                   _release_block("6.2"))
+    site = _site(tmp_path, block)
+    args = ["render", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a"]
+    ours = _envbuild("--recipes", str(site), *args, "-o", str(tmp_path / "site-ctx"), cwd=tmp_path)
+    packaged = _envbuild(*args, "-o", str(tmp_path / "ctx"), cwd=tmp_path)
+    assert ours.returncode == packaged.returncode == 0, ours.stderr + packaged.stderr
+    assert "mirror.example.org/rocm/dev-ubuntu-22.04:6.2" in (tmp_path / "site-ctx" / "Dockerfile").read_text()
+    assert "mirror.example.org" not in (tmp_path / "ctx" / "Dockerfile").read_text()
+    manifests = [json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("site-ctx", "ctx")]
+    assert manifests[0]["context_hash"] != manifests[1]["context_hash"]  # other data, another image
+
+
+def test_a_bad_site_folder_is_refused_before_anything_is_rendered(tmp_path):
+    site = _site(tmp_path, '[release."6.2.9"\nbase_image = "x"\n')  # a TOML syntax error
+    proc = _envbuild("--recipes", str(site), "render", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a",
+                     "-o", str(tmp_path / "ctx"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rocm.toml" in proc.stderr and "Traceback" not in proc.stderr and not (tmp_path / "ctx").exists()
+    (site / "rocm.toml").unlink()
+    (site / "rocm.toml").symlink_to("/etc/hostname")
+    linked = _envbuild("--recipes", str(site), "recipes", "list", cwd=tmp_path)
+    assert linked.returncode == 2 and "symbolic link" in linked.stderr, linked.stderr
+    missing = _envbuild("--recipes", str(tmp_path / "nope"), "recipes", "list", cwd=tmp_path)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
