@@ -37,7 +37,7 @@ def run() -> None:
 
 @run.command("workload", context_settings={"ignore_unknown_options": True}, epilog=(
     "WORKLOAD ARGS go to `python -m workload train` unchanged, with or without a `--` before them, e.g. "
-    "`--max-steps N`, `--labels auto` (take the label names from --data), `--labels a,b,c`, `--seed N`, "
+    "`--max-steps N`, `-- --labels auto` (take the label names from --data), `--labels a,b,c`, `--seed N`, "
     "`--dtype bf16`, `--no-probes`; `python -m workload train --help` lists them all. A run with any of them is a "
     "measurement of its own configuration, labelled with them (`smoke · tiny-gemma · max_steps=5`), never the "
     "cell's verdict (docs/matrix.md)."))
