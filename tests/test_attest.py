@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.matrix import attest
+from builder.matrix import attest, provenance
 from builder.paths import file_sha256
 from repo import REPO_ROOT
 
@@ -32,15 +32,22 @@ def public_line(key: Path) -> str:
     return f"{kind} {data}"
 
 
+def key_fingerprint(key: Path) -> str:
+    return subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True,
+                          check=True).stdout.split()[1]
+
+
 @pytest.fixture()
-def run(tmp_path):
-    """A published run folder, a signing key and an allowed_signers file that trusts it."""
+def run(tmp_path, monkeypatch):
+    """A published run folder, a signing key and an allowed_signers file that trusts it (the key stands in for
+    this project's CI key: bound to envbuild-ci in PROJECT_SIGNERS for the test)."""
     folder = tmp_path / "results" / "cpu" / "smoke"
     folder.mkdir(parents=True)
     shutil.copyfile(CPU_RESULT, folder / "result.json")
     keys = tmp_path / "keys"
     keys.mkdir()
     key = make_key(keys, "ci")
+    monkeypatch.setitem(provenance.PROJECT_SIGNERS, "envbuild-ci", provenance.PROJECT_SIGNERS["envbuild-ci"] | {key_fingerprint(key)})
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f'envbuild-ci namespaces="envbuild" {public_line(key)}\n')
     return folder, key, allowed
@@ -136,6 +143,9 @@ def test_key_outside_validity_window(run, window):
 def test_validity_is_checked_at_signing_time(run):
     """A key retired after it signed (valid-before later than signed_at) still verifies that attestation."""
     folder, key, allowed = run
+    result = json.loads((folder / "result.json").read_text())
+    result["finished_at"] = "2025-12-31T23:00:00Z"
+    (folder / "result.json").write_text(json.dumps(result))
     statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
                                       signed_at="2026-01-01T00:00:00Z")
     path = folder / attest.ATTESTATION_NAME

@@ -118,11 +118,12 @@ def test_report_job_imports_all_artifacts_and_publishes_pages(rendered):
     assert uses[-2].startswith("actions/upload-pages-artifact") and uses[-1].startswith("actions/deploy-pages")
 
 
-def test_cell_job_signs_its_result_with_the_key_from_the_secret(rendered, tmp_path):
+def test_cell_job_signs_its_result_with_the_key_from_the_secret(rendered, tmp_path, monkeypatch):
     """The generated sign step, run by bash with a real key in the secret's variable: the attestation verifies as
-    this project's CI, names the commands the job ran, and the key file is gone afterwards."""
+    this project's CI (the test key bound to CI_PRINCIPAL in PROJECT_SIGNERS for the test), names the commands
+    the job ran, and the key file is gone afterwards."""
     from builder.matrix import attest
-    from builder.matrix.provenance import CI_PRINCIPAL
+    from builder.matrix.provenance import CI_PRINCIPAL, PROJECT_SIGNERS
 
     workflow = yaml.safe_load((rendered / WORKFLOW_NAME).read_text())
     steps = workflow["jobs"]["cell"]["steps"]
@@ -147,6 +148,9 @@ def test_cell_job_signs_its_result_with_the_key_from_the_secret(rendered, tmp_pa
     assert list(runner_temp.iterdir()) == []  # the key file is removed
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f'{CI_PRINCIPAL} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n')
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True,
+                                 check=True).stdout.split()[1]
+    monkeypatch.setitem(PROJECT_SIGNERS, CI_PRINCIPAL, PROJECT_SIGNERS[CI_PRINCIPAL] | {fingerprint})
     verified = attest.verify(work / "out" / "run" / attest.ATTESTATION_NAME, allowed)
     assert verified.principal == CI_PRINCIPAL
     commands = verified.statement["predicate"]["commands"]

@@ -34,7 +34,7 @@ RUN_CLASSES = {
     "invalid_result": "fail", "nan_loss": "fail", "did_not_learn": "fail", "probe_failure": "fail",
     "unsupported_family": "fail", "oom": "fail", "distributed_timeout": "fail", "exception": "fail",
     "slurm_timeout": "attempt", "slurm_node_fail": "attempt", "slurm_preempted": "attempt",
-    "slurm_cancelled": "attempt", "slurm_lost": "attempt",
+    "slurm_cancelled": "attempt", "slurm_lost": "attempt", "slurm_result_mismatch": "attempt",
 }
 BUILD_CLASSES = {
     "base_image_unavailable": "attempt", "build_context_error": "attempt", "interrupted": "attempt",

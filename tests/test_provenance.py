@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.matrix import attest
-from builder.matrix.provenance import CI_PRINCIPAL, Provenance
+from builder.matrix.provenance import CI_PRINCIPAL, PROJECT_SIGNERS, Provenance
 from builder.matrix.store import MatrixStore
 from repo import REPO_ROOT
 
@@ -39,11 +39,13 @@ def fingerprint(key: Path) -> str:
 
 
 @pytest.fixture()
-def keys(tmp_path):
-    """A contributor's key and this project's CI key, both in an allowed_signers file."""
+def keys(tmp_path, monkeypatch):
+    """A contributor's key and a key standing in for this project's CI key (bound to CI_PRINCIPAL in
+    PROJECT_SIGNERS for the test), both in an allowed_signers file."""
     folder = tmp_path / "keys"
     folder.mkdir()
     alice, ci = make_key(folder / "alice", "alice"), make_key(folder / "ci", "ci")
+    monkeypatch.setitem(PROJECT_SIGNERS, CI_PRINCIPAL, PROJECT_SIGNERS[CI_PRINCIPAL] | {fingerprint(ci)})
     allowed = tmp_path / "allowed_signers"
     allowed.write_text("".join(f'{name} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n'
                                for name, key in (("alice@example.org", alice), (CI_PRINCIPAL, ci))))
@@ -90,7 +92,7 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
             "cuda13.0-torch2.11-sm_90-py3.12": ("unsigned", None)}
 
     site = tmp_path / "site"
-    assert invoke("report", "--db", db, "--no-recipes", "-o", site).exit_code == 0
+    assert invoke("report", "--db", db, "--no-recipes", "-o", site, "--allowed-signers", allowed).exit_code == 0
     page = (site / "cells" / f"{CPU_KEY}.html").read_text()
     row = re.search(r'<tr data-provenance="contributed">.*?</tr>', page, re.S).group(0)
     assert label.replace("'", "&#39;") in row and "CPU only" in row and "Debian GNU/Linux 12" in row
@@ -102,7 +104,8 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
     assert "unsigned, imported locally" in index
 
     public = tmp_path / "public"
-    assert invoke("report", "--db", db, "--no-recipes", "--published", "-o", public).exit_code == 0
+    assert invoke("report", "--db", db, "--no-recipes", "--published", "-o", public,
+                  "--allowed-signers", allowed).exit_code == 0
     index = (public / "index.html").read_text()
     assert "unsigned" not in index and label.replace("'", "&#39;") in index
     unsigned_id = json.loads(unsigned.read_text())["run_id"]
@@ -173,7 +176,7 @@ def test_report_check_fails_on_a_committed_result_without_a_verifying_attestatio
     summary = tmp_path / "compatibility.md"
     common = ("report", "--db", db, "--no-recipes", "--markdown", summary, "--results", results,
               "--allowed-signers", allowed)
-    assert invoke(*common[:-4]).exit_code == 0
+    assert invoke(*common[:-4], *common[-2:]).exit_code == 0
     assert "measured by this project's CI" in summary.read_text()
     ok = invoke(*common, "--check")
     assert ok.exit_code == 0, ok.output
@@ -215,7 +218,7 @@ def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
     h200 = json.loads((H200_RUN / "result.json").read_text())
     untested = Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx90a", python="3.10")
     with MatrixStore.open(tmp_path / "m.db") as store:
-        store.record_run(cpu, provenance=Provenance.signed(CI_PRINCIPAL, "SHA256:ci", "{}"))
+        store.record_run(cpu, provenance=Provenance.signed(CI_PRINCIPAL, min(PROJECT_SIGNERS[CI_PRINCIPAL]), "{}"))
         store.record_run(h200, provenance=Provenance.signed("alice@example.org", "SHA256:al", "{}"))
         store.record_run(make_result(finished_at="2026-12-01T10:00:00Z"))
         index = build_report(store, summarize(store, [untested]), tmp_path / "site", generated_at="2026-12-03T00:00:00Z")

@@ -15,6 +15,7 @@ from builder.cli import main
 from builder.engine.slurm import TaskState, end_class, parse_sacct
 from builder.matrix.store import MatrixStore
 from builder.matrix.verdict_rules import counts
+from builder.plan.cells import Cell
 
 # `sacct -j 1 -X -n -P --format=JobID,State,ExitCode,Start,End,NodeList` on .ci/hpc_cluster.sh's cluster,
 # plus a pending range and a cancelled task as Slurm prints them
@@ -66,8 +67,9 @@ def _fake_sif(tmp_path: Path, flavor: str = "cpu") -> Path:
     """A file with the sidecar `envbuild sif` writes (its sha256 true): enough for everything before apptainer."""
     sif = tmp_path / "cell.sif"
     sif.write_bytes(b"not a real SIF, never executed here")
-    manifest = {"cell_key": "cpu-torch2.13-py3.11", "flavor": flavor,
-                "cell": {"flavor": flavor, "torch": "2.13", "python": "3.11", "accel_version": None, "arch": None}}
+    cell = {"flavor": flavor, "torch": "2.13", "python": "3.11", "accel_version": None if flavor == "cpu" else "6.4",
+            "arch": None if flavor == "cpu" else "gfx90a"}
+    manifest = {"cell_key": Cell(**cell).key, "flavor": flavor, "cell": cell}
     sif.with_name("cell.sif.json").write_text(json.dumps({
         "schema_version": 1, "sif": sif.name, "sha256": hashlib.sha256(sif.read_bytes()).hexdigest(),
         "image": {"tag": "envbuild/cpu:x", "id": "sha256:0", "digest": "sha256:0", "manifest": manifest},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import click
@@ -17,7 +18,7 @@ from builder.cli.output import stdout_console
 from builder.cli.paths import writable_output
 from builder.cli.publish import publish
 from builder.cli.store_options import DatabaseError, db_option, open_store, plain, warn_damaged
-from builder.matrix import attest
+from builder.matrix import attest, strict_json
 from builder.matrix.provenance import Provenance
 from builder.matrix.run_config import VERDICT_LABEL
 from builder.matrix.store import (MatrixStore, StoreError, canonical_json, default_db_path, read_mergeable,
@@ -275,12 +276,12 @@ def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[st
             try:
                 _, rows = read_mergeable(file)
                 databases.append((file, [row["result"] for row in rows]))
-            except (StoreError, ValueError) as exc:
+            except (StoreError, ValueError, sqlite3.Error) as exc:
                 problems.append(f"{file}: {exc}")
             continue
         try:
-            raw = file.read_bytes()
-            results.append((file, validate_result(json.loads(raw.decode("utf-8"))), raw))
+            raw = strict_json.read_regular(file, attest.MAX_RESULT_BYTES)
+            results.append((file, validate_result(strict_json.loads(raw)), raw))
         except (OSError, ValueError, RecursionError) as exc:  # InvalidResultError, JSON and UTF-8 errors are ValueErrors
             problems.append(f"{file}: {str(exc) or type(exc).__name__}")
     return results, databases, [plain(p) for p in problems]

@@ -13,6 +13,7 @@ from builder.cli.attest import check_result, result_files, revoked_or_default, s
 from builder.cli.paths import writable_output
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.matrix import attest
+from builder.matrix.provenance_now import current_provenance
 from builder.matrix.report import PAGE_RUNS, ReportError, build_report, summary_markdown
 from builder.matrix.summary import VERDICTS, summarize
 from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
@@ -62,14 +63,21 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     if check:
         _check_results(results_dir, allowed_signers, revoked_or_default(revoked))
     store = open_store(db, must_exist=True)
+    try:  # who signed each run, derived again from the current signer files (revocation at read time)
+        now = current_provenance(store, allowed_signers, revoked_or_default(revoked))
+    except attest.AttestationInputError as exc:
+        store.close()
+        raise click.UsageError(plain(exc)) from exc
     scratch = None
     if published:
         scratch = tempfile.TemporaryDirectory(prefix="envbuild-published-")
         try:
-            store.copy_published(Path(scratch.name) / "published.db")
+            store.copy_published(Path(scratch.name) / "published.db", now)
         finally:
             store.close()
         store = open_store(Path(scratch.name) / "published.db", must_exist=True)
+    else:
+        store.provenance_now = now
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):

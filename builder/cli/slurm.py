@@ -14,8 +14,9 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from builder.cli.store_options import db_option, note_new_folder
+from builder.cli.store_options import db_option, note_new_folder, plain
 from builder.matrix.store import StoreError, default_db_path
 
 
@@ -129,8 +130,8 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
             state = states.get(task.index)
             if state is None or state.state in UNFINISHED:
                 pending += 1
-                table.add_row(str(task.index), task.cell, task.config, state.state if state else "PENDING",
-                              "not finished", "")
+                table.add_row(str(task.index), Text(task.cell), Text(task.config),
+                              Text(state.state if state else "PENDING"), "not finished", "")
                 continue
             try:
                 result = finish_task(sub, task, state, job_id)
@@ -141,8 +142,8 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
                 kept = keep_run(store.path, task.out_dir, result)
                 store.record_run(result, source=str(task.out_dir / "result.json"), attempt_dir=kept)
             outcome = f"{'verdict' if verdict else 'attempt'}: {result['status']}"
-            table.add_row(str(task.index), task.cell, task.config, state.state, outcome,
-                          result.get("error_class") or "")
+            table.add_row(str(task.index), Text(task.cell), Text(task.config), Text(state.state), Text(outcome),
+                          Text(plain(result.get("error_class") or "")))
             failed += result["status"] != "pass"
             if not verdict and result.get("error_class") != "usage_error":
                 lost.append(task.index)

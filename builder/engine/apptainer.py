@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -163,6 +164,8 @@ def _version(apptainer: str) -> str | None:
 
 def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
     """(apptainer options, --env assignments) giving the container the accelerators of its flavor."""
+    if gpus is not None and not re.fullmatch(r"all|[0-9]{1,4}(,[0-9]{1,4}){0,63}", gpus):
+        raise RunError(f"--gpus {gpus[:60]!r}: use 'all' or comma-separated GPU indices such as 0,1")
     if flavor == "rocm":
         env = [f"ROCR_VISIBLE_DEVICES={gpus}"] if gpus not in (None, "all") else []
         return ["--rocm"], env
@@ -186,6 +189,20 @@ def exec_argv(apptainer: str, sif: Path, flavor: str, gpus: str | None, binds: l
     return argv + [str(sif), *command]
 
 
+#: Characters that Apptainer's --bind reads as syntax (`src[:dst[:opts]][,src...]`) or that end a line.
+_BIND_SYNTAX = (",", ":", "\n", "\r", "\x00")
+
+
+def bind_source(path: Path, option: str) -> Path:
+    """`path` as an Apptainer bind source; RunError (bad input) naming `option` when it holds a comma, colon or
+    newline, which Apptainer would read as another bind or other options."""
+    text = str(Path(path).expanduser().absolute())
+    if any(c in text for c in _BIND_SYNTAX):
+        raise RunError(f"{option} {text[:300]!r}: a path with a comma, colon or newline cannot be bound into the "
+                       "container (Apptainer reads them as more binds or options); use another path")
+    return Path(path)
+
+
 def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | None = None) -> dict:
     """Run the workload in `run.sif` with Apptainer; collect and complete result.json like `--image` does."""
     console = console or Console(stderr=True, soft_wrap=True)
@@ -198,6 +215,9 @@ def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | Non
     hub_id, model_dir = resolve_model(run.model)
     data = check_data(run.data)
     gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
+    for path, option in ((run.out_dir, "--out"), (data, "--data"), (model_dir, "--model")):
+        if path is not None:
+            bind_source(path, option)
     out_dir = check_out_dir(run.out_dir)
     binds = [f"{out_dir}:{OUT_BIND}"]
     model_arg = data_arg = None

@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from builder.matrix.attempts import keep_file, new_attempt, relative_to_db, write_record
-from builder.matrix.store import InvalidResultError, validate_result
+from builder.matrix import strict_json
+from builder.matrix.store import validate_result
 from builder.paths import file_sha256, write_text_atomic
 
 RESULT_NAME = "result.json"
@@ -49,12 +50,12 @@ def check_out_dir(out_dir: Path) -> Path:
 
 def _load(path: Path) -> tuple[dict | None, str | None]:
     """The result at `path` if present and valid, else (None, why not)."""
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         return None, None
     try:
-        result = json.loads(path.read_text())
+        result = strict_json.loads(strict_json.read_regular(path, strict_json.MAX_RESULT_BYTES))
         validate_result(result)
-    except (json.JSONDecodeError, UnicodeDecodeError, InvalidResultError) as exc:
+    except (OSError, ValueError) as exc:  # strict_json's and the schema's errors are ValueErrors
         return None, f"{path.name} is not a valid result ({str(exc).splitlines()[0]})"
     return result, None
 

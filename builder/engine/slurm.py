@@ -5,11 +5,16 @@
 that the script alone says what runs. Compute nodes need Apptainer only: the workload lives in the SIF,
 and envbuild completes each task's result.json when it collects (`finish_task`). End states map onto
 error classes by the table STATE_CLASSES (docs/matrix.md "Slurm end states").
+
+Every value that reaches the script is checked where it enters: site values against `_TOKEN`, paths against
+`_PATH` (no spaces, quotes, newlines, commas or colons: they also become Apptainer binds), cell keys by
+`Cell.from_key` (and against the SIF record's own coordinates), configuration names against `_CONFIG_NAME`;
+and every word of a task's command line is `shlex.quote`d, but for the one bind envbuild writes itself.
+`collect` joins each task's result to the task it submitted (`check_task_result`) before recording it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -25,6 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from builder.engine.apptainer import LOG_NAME, OUT_BIND, exec_argv, read_sidecar
 from builder.engine.container import RunError, flavor_of, input_error_line
 from builder.engine.run_result import RESULT_NAME, finalize, write_json_atomic
+from builder.matrix import strict_json
+from builder.matrix.slug import safe_slug
+from builder.matrix.store import InvalidResultError, validate_result
+from builder.plan.cells import Cell
 
 SITE_FILE = Path("envbuild") / "site.toml"
 SCRIPT_NAME, SUBMISSION_NAME = "job.sbatch", "submission.json"
@@ -32,6 +41,19 @@ SCRIPT_NAME, SUBMISSION_NAME = "job.sbatch", "submission.json"
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:=,/+@%-]{1,200}$")
 _CONFIG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _JOB_ID = re.compile(r"^[0-9]{1,12}$")
+#: A path that goes into the script or an Apptainer bind: absolute, no spaces, quotes, newlines, commas or colons.
+_PATH = re.compile(r"^/[A-Za-z0-9_./+@%=-]{0,1000}$")
+#: The one word of a task's command line that is not quoted: the output bind, which expands "$out".
+_OUT_BIND_WORD = '"$out":' + OUT_BIND
+
+
+def checked_path(value: Path | str, what: str) -> Path:
+    """`value` as an absolute path that is safe in the script and in an Apptainer bind; SlurmError naming `what`."""
+    text = str(Path(value).absolute()) if str(value) else ""
+    if not _PATH.match(text) or "/../" in text + "/":
+        raise SlurmError(f"{what} {str(value)[:200]!r}: a path here may hold only letters, digits and _./+@%=- "
+                         "(no spaces, quotes, newlines, commas, colons or ..)")
+    return Path(text)
 
 #: Slurm end state -> (error class, counts as a verdict?). COMPLETED leaves the verdict to the result itself.
 #: Written rules: docs/matrix.md "Slurm end states".
@@ -83,6 +105,16 @@ class Site(BaseModel):
             cls._token(name)
         return value
 
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        try:
+            return checked_path(value, "results_dir")
+        except SlurmError as exc:
+            raise ValueError(str(exc)) from None
+
 
 def site_file(config_home: Path | None = None) -> Path:
     base = config_home or Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
@@ -100,8 +132,9 @@ def load_site(options: dict, path: Path | None = None) -> Site:
             raise SlurmError(f"{path}: not valid TOML ({exc})") from None
         if not isinstance(values, dict):
             raise SlurmError(f"{path}: [slurm] must be a table")
-    values.update({k: v for k, v in options.items() if v not in (None, (), [])})
     try:
+        Site(**values)  # every value of the file is checked, also the ones an option overrides
+        values.update({k: v for k, v in options.items() if v not in (None, (), [])})
         return Site(**values)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -115,12 +148,32 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="forbid")
     index: int = Field(ge=0)
     cell: str
-    config: str
+    config: str = Field(pattern=_CONFIG_NAME.pattern)
     sif: Path
     sif_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    flavor: str
+    flavor: str = Field(pattern=r"^[a-z]{1,16}$")
     args: list[str]
     out_dir: Path
+
+    @field_validator("cell")
+    @classmethod
+    def _cell(cls, value: str) -> str:
+        return Cell.from_key(value).key  # ValueError for anything that is not a cell key, "../" included
+
+    @field_validator("out_dir")
+    @classmethod
+    def _out_dir(cls, value: Path) -> Path:
+        try:
+            return checked_path(value, "task directory")
+        except SlurmError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: list[str]) -> list[str]:
+        if any("\x00" in a for a in value):
+            raise ValueError("a workload argument holds a NUL byte")
+        return value
 
 
 class Submission(BaseModel):
@@ -135,6 +188,14 @@ class Submission(BaseModel):
     tasks: list[Task]
     jobs: list[dict] = []  # {"job_id": "12", "array": "0-2"} per sbatch call, the first one first
     images: dict[str, dict]  # sif sha256 -> the image block of its record
+
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir(cls, value: Path) -> Path:
+        try:
+            return checked_path(value, "results_dir")
+        except SlurmError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def parse_configs(values: tuple[str, ...]) -> dict[str, list[str]]:
@@ -162,7 +223,7 @@ def plan(submission_id: str, sifs: list[Path], configs: dict[str, list[str]], si
     if site.results_dir is None:
         raise SlurmError("no results directory: pass --results-dir (a directory the compute nodes can write "
                          "and this machine can read), or set results_dir in the site file")
-    results = Path(site.results_dir).resolve() / submission_id
+    results = checked_path(Path(site.results_dir).resolve(), "results_dir") / submission_id
     tasks, images = [], {}
     for sif in sifs:
         sif = Path(sif).resolve()
@@ -171,17 +232,33 @@ def plan(submission_id: str, sifs: list[Path], configs: dict[str, list[str]], si
         except RunError as exc:
             raise SlurmError(str(exc)) from None
         manifest = record["image"]["manifest"]
+        cell = _record_cell(sif, manifest)
         images[record["sha256"]] = record["image"]
         for name, args in configs.items():
             index = len(tasks)
-            cell = str(manifest.get("cell_key") or "unknown")
-            tasks.append(Task(index=index, cell=cell, config=name, sif=sif, sif_sha256=record["sha256"],
-                              flavor=flavor_of(manifest), args=args,
-                              out_dir=results / f"{index}-{cell}-{name}"))
+            try:
+                tasks.append(Task(index=index, cell=cell.key, config=name, sif=sif, sif_sha256=record["sha256"],
+                                  flavor=cell.flavor, args=args, out_dir=results / f"{index}-{safe_slug(cell.key)}-{name}"))
+            except ValidationError as exc:
+                raise SlurmError(f"{sif}: {exc.errors()[0]['msg']}") from None
     if not tasks:
         raise SlurmError("no tasks: pass at least one --sif")
     return Submission(id=submission_id, created_at=created_at, results_dir=results, site=site, tasks=tasks,
                       images=images)
+
+
+def _record_cell(sif: Path, manifest: dict) -> Cell:
+    """The cell a SIF record names: its `cell_key` by `Cell.from_key`, and the same cell as its coordinates."""
+    key = manifest.get("cell_key")
+    try:
+        cell = Cell.from_key(key)
+        if isinstance(manifest.get("cell"), dict) and Cell(**manifest["cell"]).key != cell.key:
+            raise ValueError(f"cell_key {key!r} is not the cell its coordinates name")
+    except (ValueError, TypeError) as exc:
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise SlurmError(f"{sif}: its record names no valid cell ({first[:300]}); make the SIF again with "
+                         "`envbuild sif`") from None
+    return cell
 
 
 def render_script(sub: Submission, array: str | None = None) -> str:
@@ -200,12 +277,13 @@ def render_script(sub: Submission, array: str | None = None) -> str:
         if getattr(site, key) is not None:
             lines.append(f"#SBATCH --{flag}={getattr(site, key)}")
     lines += ["set -uo pipefail", ""]
-    lines += [f"module load {name}" for name in site.modules]
+    lines += [f"module load {shlex.quote(name)}" for name in site.modules]
     lines += ['case "$SLURM_ARRAY_TASK_ID" in']
     for task in sub.tasks:
-        argv = exec_argv("apptainer", task.sif, task.flavor, None, ['"$out":' + OUT_BIND],
+        argv = exec_argv("apptainer", task.sif, task.flavor, None, [_OUT_BIND_WORD],
                          ["python3", "-m", "workload", "train", "--out", OUT_BIND, *task.args])
-        quoted = " ".join(a if a.startswith('"$out"') else shlex.quote(a) for a in argv)
+        bind_at = argv.index(_OUT_BIND_WORD)  # the bind envbuild wrote; a workload argument equal to it is quoted
+        quoted = " ".join(a if i == bind_at else shlex.quote(a) for i, a in enumerate(argv))
         lines += [f"  {task.index})  # {task.cell} / {task.config}",
                   f"    out={shlex.quote(str(task.out_dir))}",
                   f"    cmd=({quoted}) ;;"]
@@ -305,20 +383,29 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
     or an error result with the class its end state maps to. Written once: a task already finished is read
     back as it is (collecting twice records nothing new)."""
     path = task.out_dir / RESULT_NAME
-    if path.is_file():
+    refused = None
+    if path.is_file() or path.is_symlink():
         try:
-            done = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            done = strict_json.loads(strict_json.read_regular(path, strict_json.MAX_RESULT_BYTES))
+        except (OSError, ValueError):
             done = None
         if isinstance(done, dict) and isinstance(done.get("host"), dict) and "slurm" in done["host"]:
-            return done
+            refused = task_result_problem(sub, task, done, state, job_id)
+            if refused is None:
+                return validate_result(done)
+            path.replace(path.with_name("result.refused.json"))  # the bytes kept for inspection, never recorded
     try:
         task.out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SlurmError(f"cannot write the task directory {task.out_dir} ({exc.strerror})") from None
     log = task.out_dir / LOG_NAME
-    log_text = log.read_text(errors="replace") if log.is_file() else ""
+    try:
+        log_text = strict_json.read_regular(log, strict_json.MAX_RESULT_BYTES).decode("utf-8", "replace")
+    except (OSError, ValueError):  # none, or not a plain file of a sane size: the end state alone decides
+        log_text = ""
     failure_class, failure = end_class(state, log_text)
+    if refused is not None:
+        failure_class, failure = MISMATCH_CLASS, f"the task's result.json was refused: {refused}"
     image = dict(sub.images[task.sif_sha256], environment="apptainer",
                  sif={"path": str(task.sif), "sha256": task.sif_sha256})
     cell = image["manifest"].get("cell") or {}
@@ -333,6 +420,39 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
         result.update(error_class=failure_class, error=f"{failure}; the workload reported: {result.get('error')}")
         write_json_atomic(task.out_dir / RESULT_NAME, result)
     return result
+
+
+#: A task whose result.json does not belong to it (another cell, SIF, task or job): an attempt, never a verdict.
+MISMATCH_CLASS = "slurm_result_mismatch"
+
+
+def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskState, job_id: str) -> str | None:
+    """Why a completed result.json in the task's directory is not this task's (None: it is). It is joined to
+    the submission record: its job and array index, the SIF (by sha256) and so the cell that task ran, and the
+    end state Slurm reports; and it must pass the result schema."""
+    try:
+        clean = validate_result(result)
+    except InvalidResultError as exc:
+        return str(exc)[:300]
+    slurm = clean["host"].get("slurm") if isinstance(clean.get("host"), dict) else None
+    jobs = {j.get("job_id") for j in sub.jobs if task.index in (j.get("tasks") or [])}
+    if not isinstance(slurm, dict) or slurm.get("job_id") not in jobs or slurm.get("task") != task.index:
+        return f"it names job {_short(slurm, 'job_id')} task {_short(slurm, 'task')}, not a job of task {task.index}"
+    sif = ((clean.get("image") or {}).get("sif") or {}).get("sha256")
+    if sif != task.sif_sha256:
+        return f"its SIF sha256 {str(sif)[:64]} is not the one task {task.index} ran ({task.sif_sha256})"
+    cell = Cell.from_result(clean).key
+    if cell != task.cell:
+        return f"it names cell {cell}, but task {task.index} ran {task.cell}"
+    if slurm.get("job_id") == job_id and (slurm.get("state") != state.state
+                                          or (state.state != "COMPLETED" and clean["status"] == "pass")):
+        return f"it says {_short(slurm, 'state')} / {clean['status']}, but Slurm ended the task as {state.state}"
+    return None
+
+
+def _short(block, key: str) -> str:
+    value = block.get(key) if isinstance(block, dict) else None
+    return repr(value)[:40]
 
 
 def _epoch(stamp: str | None) -> float | None:

@@ -8,6 +8,7 @@ file a regular file inside that root. This module imports nothing else from buil
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -71,12 +72,26 @@ ADOPTED_NAMES = ("attempt.json", "result.json", *LOG_NAMES)
 ADOPT_LIMIT_BYTES = 64 * 2**20  # a longer log keeps its tail
 
 
-def adopt_attempt(source_db: Path, attempt_dir: str | None, target_db: Path) -> str | None:
+def _recorded_id(db: Path, attempt_dir: str) -> str | None:
+    """The `id` an attempt folder's own attempt.json names (None when it has none that can be read safely)."""
+    path, _ = attempt_log(db, attempt_dir, ("attempt.json",))
+    if path is None:
+        return None
+    try:
+        record = json.loads(read_tail(path, 1 << 20))
+    except (OSError, ValueError):
+        return None
+    return record.get("id") if isinstance(record, dict) and isinstance(record.get("id"), str) else None
+
+
+def adopt_attempt(source_db: Path, attempt_dir: str | None, target_db: Path, ident: str | None = None) -> str | None:
     """Copy an attempt of another matrix file (a CI job's) under `target_db`'s attempt root; its stored path.
 
     Only an attempt folder directly under the source file's own attempt root, and only its regular
     files of ADOPTED_NAMES, are copied (symlinks, other names and the context are not). Returns None
-    when there is nothing safe to copy; an attempt already adopted (same name) is kept as it is.
+    when there is nothing safe to copy. A folder of that name already under the target's root is kept as it
+    is and adopted only when its attempt.json names the same run or build (`ident`): a merged row never takes
+    over another run's folder, and its logs.
     """
     if not attempt_dir:
         return None
@@ -90,8 +105,8 @@ def adopt_attempt(source_db: Path, attempt_dir: str | None, target_db: Path) -> 
     if len(stored.parts) != 2 or stored.parts[0] != ATTEMPTS_DIR or not _ATTEMPT_NAME.fullmatch(stored.parts[1]):
         return None
     target = attempt_root(target_db) / stored.parts[1]
-    if target.exists():
-        return str(stored)
+    if os.path.lexists(target):
+        return str(stored) if ident is not None and _recorded_id(target_db, str(stored)) == ident else None
     files = [path for name in ADOPTED_NAMES
              if (path := attempt_log(source_db, str(stored), (name,))[0]) is not None]
     if not files:

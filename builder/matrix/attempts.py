@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,8 +22,13 @@ from builder.matrix.store import DB_ENV_VAR, StoreError
 RECORD_NAME = "attempt.json"
 
 
+_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 def new_attempt(db: Path, kind: str, ident: str) -> Path:
     """A new, empty attempt directory beside the matrix file `db` (never an existing one)."""
+    if not _IDENT.fullmatch(kind) or not _IDENT.fullmatch(ident[:12]):
+        raise StoreError(f"attempt {kind!r} {ident[:40]!r}: not a plain name (letters, digits, _.-), no record made")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = Path(db).resolve().parent / ATTEMPTS_DIR / f"{stamp}-{kind}-{ident[:12]}"
     try:
@@ -43,10 +50,17 @@ def keep_context(context_dir: Path, attempt: Path) -> None:
 
 
 def keep_file(source: Path, attempt: Path, name: str | None = None) -> None:
-    """Copy `source` into the attempt (skipped when it does not exist); refuses to overwrite."""
+    """Copy `source` into the attempt (skipped when it does not exist, or is a symlink, FIFO or device: a task
+    directory is written by the container); refuses to overwrite."""
     source = Path(source)
-    if source.is_file():
-        with source.open("rb") as src, open(attempt / (name or source.name), "xb") as dst:
+    try:
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            return
+        with open(attempt / (name or source.name), "xb") as dst:
             shutil.copyfileobj(src, dst)
 
 

@@ -6,11 +6,15 @@ the time. The signature is OpenSSH's `ssh-keygen -Y sign -n envbuild` over the D
 encoding (PAE) of the payload, the way git signs commits; the DSSE `sig` field carries the binary SSHSIG
 blob (OpenSSH PROTOCOL.sshsig) and `keyid` the key's SHA256 fingerprint (a hint, never trusted).
 
-Verification runs `ssh-keygen` against an OpenSSH allowed_signers file (principals, `namespaces=`,
-`valid-after=`/`valid-before=`, checked at the time the statement says it was signed, as git checks a
-commit's time) and an optional revocation list (`-r`: public keys or a KRL), then checks every subject
-digest. Each failed check raises its own `VerificationFailure` subclass; input that cannot be read or
-parsed raises `AttestationInputError`. Imports nothing from builder but builder.paths.
+Identity comes from our own records, never from the signature: results/allowed_signers is read by our
+strict parser (builder.matrix.allowed_signers), the signing key is looked up there byte for byte, and the
+principal is the one that line names. `ssh-keygen -Y verify` then checks only the signature, against a
+one-line allowed_signers file written from that line, and the optional revocation list (`-r`: public keys
+or a KRL). The key's window (`valid-after`/`valid-before`) is checked at the statement's `signed_at`, as git
+checks a commit's time; `signed_at` must not lie before the run finished nor after now (CLOCK_SKEW_S
+allowance). Every JSON document is read by builder.matrix.strict_json (no BOM, no duplicate keys). Each
+failed check raises its own `VerificationFailure` subclass; input that cannot be read or parsed raises
+`AttestationInputError`. Imports nothing from builder but builder.paths and builder.matrix.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import binascii
 import hashlib
 import json
 import re
-import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -29,6 +32,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from builder.matrix import allowed_signers as signers_file
+from builder.matrix import provenance, strict_json
 from builder.paths import RESULTS_DIR, file_sha256, write_text_atomic
 
 if TYPE_CHECKING:  # securesystemslib loads in ~0.1 s: only the commands that sign or verify pay for it
@@ -46,8 +51,10 @@ IMAGE_SUBJECT = "image"
 SIF_SUBJECT = "sif"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
-_KEY_TYPE = re.compile(r"(ssh-|ecdsa-|sk-|rsa-)[A-Za-z0-9@.-]+")
 _MAX_ENVELOPE = 1 << 20
+MAX_RESULT_BYTES = strict_json.MAX_RESULT_BYTES
+#: Clock allowance between the signer's clock, the run's and this machine's.
+CLOCK_SKEW_S = 300
 #: The published results of this source tree, and who may sign them.
 ALLOWED_SIGNERS = RESULTS_DIR / "allowed_signers"
 REVOKED_SIGNERS = RESULTS_DIR / "revoked_signers"
@@ -138,7 +145,7 @@ def make_statement(result_path: Path, *, commands: list[str], envbuild_version: 
     `image_sha256` is given)."""
     try:
         raw = Path(result_path).read_bytes()
-        result = json.loads(raw)
+        result = strict_json.loads(raw)
     except (OSError, ValueError) as exc:
         raise AttestationInputError(f"{result_path}: {exc}") from exc
     if not isinstance(result, dict):
@@ -242,93 +249,100 @@ def _parse_sshsig(blob: bytes) -> tuple[bytes, str]:
 
 def load_envelope(path: Path) -> Envelope:
     """The DSSE envelope in `path` (one JSON line with exactly one signature); AttestationInputError if not."""
+    try:
+        raw = strict_json.read_regular(Path(path), _MAX_ENVELOPE)
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raise ValueError("starts with a UTF-8 byte-order mark: save it as plain UTF-8")
+        text = raw.decode("utf-8")
+    except (OSError, ValueError) as exc:
+        raise AttestationInputError(f"{path}: {exc}") from exc
+    return envelope_from_text(text, str(path))
+
+
+def envelope_from_text(text: str, where: str = "attestation") -> Envelope:
+    """The DSSE envelope in `text` (one JSON line, exactly one signature); AttestationInputError if not."""
     from securesystemslib.dsse import Envelope
     from securesystemslib.exceptions import FormatError
 
-    try:
-        if Path(path).stat().st_size > _MAX_ENVELOPE:
-            raise AttestationInputError(f"{path}: larger than {_MAX_ENVELOPE} bytes: not an attestation")
-        lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AttestationInputError(f"{path}: {exc}") from exc
+    lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) != 1:
-        raise AttestationInputError(f"{path}: expected one DSSE envelope (one JSON line), found {len(lines)} lines")
+        raise AttestationInputError(f"{where}: expected one DSSE envelope (one JSON line), found {len(lines)} lines")
     try:
-        data = json.loads(lines[0])
+        data = strict_json.loads(lines[0])
         if not isinstance(data, dict) or not isinstance(data.get("signatures"), list) \
-                or not all(isinstance(s, dict) for s in data["signatures"]) \
-                or not isinstance(data.get("payloadType"), str):
-            raise ValueError("not a DSSE envelope (payload, payloadType, signatures)")
+                or not isinstance(data.get("payload"), str) or not isinstance(data.get("payloadType"), str) \
+                or not all(isinstance(s, dict) and isinstance(s.get("sig"), str) and isinstance(s.get("keyid", ""), str)
+                           for s in data["signatures"]):
+            raise ValueError("not a DSSE envelope (payload, payloadType: strings; signatures: keyid and sig strings)")
         envelope = Envelope.from_dict({**data, "signatures": [dict(s) for s in data["signatures"]]})
-    except (ValueError, KeyError, TypeError, binascii.Error, FormatError) as exc:
-        raise AttestationInputError(f"{path}: not a DSSE envelope: {exc}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, FormatError) as exc:
+        raise AttestationInputError(f"{where}: not a DSSE envelope: {exc}") from exc
     if len(envelope.signatures) != 1:
-        raise AttestationInputError(f"{path}: expected exactly one signature, found {len(envelope.signatures)}")
+        raise AttestationInputError(f"{where}: expected exactly one signature, found {len(envelope.signatures)}")
     return envelope
 
 
-def _listed_keys(allowed_signers: Path) -> set[bytes]:
-    """The public key blobs named in an allowed_signers file (to tell an unknown key from one out of its window)."""
-    keys = set()
-    for line in allowed_signers.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            tokens = shlex.split(line)
-        except ValueError:
-            continue
-        for kind, data in zip(tokens, tokens[1:]):
-            if _KEY_TYPE.fullmatch(kind):
-                try:
-                    keys.add(base64.b64decode(data, validate=True))
-                except binascii.Error:
-                    pass
-    return keys
+def _utc(stamp: str) -> datetime:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
 
-def _verify_time(payload: bytes) -> str:
-    """ssh-keygen's `verify-time` (YYYYMMDDHHMMSS, UTC) from the statement's signed_at; now when absent. The signature
-    covers that time, so a forged one fails the signature check."""
+def _stamp(value) -> float | None:
+    """Seconds since the epoch of a YYYY-MM-DDTHH:MM:SSZ time, None for anything else."""
     try:
-        signed_at = json.loads(payload)["predicate"]["signed_at"]
-        if isinstance(signed_at, str) and _TIME.fullmatch(signed_at):
-            return re.sub(r"\D", "", signed_at) + "Z"
-    except (ValueError, KeyError, TypeError):
-        pass
-    return datetime.now(timezone.utc).strftime("%Y%m%d%H%M%SZ")
+        return _utc(value).timestamp() if isinstance(value, str) and _TIME.fullmatch(value) else None
+    except ValueError:
+        return None
+
+
+def signed_at(statement: dict) -> datetime:
+    """The statement's `signed_at` (YYYY-MM-DDTHH:MM:SSZ, required); InvalidStatement when it is not one."""
+    stamp = statement["predicate"].get("signed_at")
+    if not isinstance(stamp, str) or not _TIME.fullmatch(stamp):
+        raise InvalidStatement("the statement has no signed_at time (YYYY-MM-DDTHH:MM:SSZ)")
+    try:
+        when = _utc(stamp)
+    except ValueError:
+        raise InvalidStatement(f"signed_at {stamp!r} is not a valid time") from None
+    if when.timestamp() > datetime.now(timezone.utc).timestamp() + CLOCK_SKEW_S:
+        raise InvalidStatement(f"signed_at {stamp} lies in the future")
+    return when
+
+
+def _signature_blob(envelope: Envelope) -> bytes:
+    (signature,) = envelope.signatures.values()
+    try:
+        return bytes.fromhex(signature.signature)
+    except (ValueError, TypeError):
+        raise BadSignature("the signature is not an SSH signature (not hex-encoded SSHSIG bytes)") from None
 
 
 def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | None = None) -> tuple[str, str, dict]:
-    """Check the payload type, the namespace, the signer, its validity window, the signature and revocation;
-    returns (principal, fingerprint, statement)."""
+    """Check the payload type, the namespace, the signer (our own allowed_signers line for this exact key), the
+    signature, revocation, the statement and the key's window at signed_at; returns (principal, fingerprint,
+    statement)."""
     if envelope.payload_type != PAYLOAD_TYPE:
         raise BadPayloadType(f"DSSE payloadType is {envelope.payload_type!r}, not {PAYLOAD_TYPE!r}")
-    (signature,) = envelope.signatures.values()
-    blob = bytes.fromhex(signature.signature)
+    blob = _signature_blob(envelope)
     public_blob, namespace = _parse_sshsig(blob)
     fingerprint = _fingerprint(public_blob)
     if namespace != NAMESPACE:
         raise WrongNamespace(f"signed for namespace {namespace!r}, not {NAMESPACE!r} (ssh-keygen -Y sign -n {NAMESPACE})")
-    if not allowed_signers.is_file():
-        raise AttestationInputError(f"{allowed_signers}: no allowed_signers file")
+    try:
+        signers = signers_file.load(allowed_signers)
+    except signers_file.AllowedSignersError as exc:
+        raise AttestationInputError(str(exc)) from None
     if revoked is not None and not revoked.is_file():
         raise AttestationInputError(f"{revoked}: no revocation list")
-    verify_time = _verify_time(envelope.payload)
+    lines = signers_file.signers_of(signers, public_blob)
+    if not lines:
+        raise UnknownSigner(f"key {fingerprint} is not in {allowed_signers}")
+    line = lines[0]
+    principal = line.principal
     with tempfile.TemporaryDirectory(prefix="envbuild-verify-") as tmp:
-        sig_file = Path(tmp) / "sig"
+        sig_file, one_line = Path(tmp) / "sig", Path(tmp) / "allowed_signers"
         sig_file.write_text(_armor(blob))
-        found = _ssh_keygen(["-Y", "find-principals", "-s", str(sig_file), "-f", str(allowed_signers),
-                             "-O", f"verify-time={verify_time}"])
-        if found.returncode != 0:
-            why = found.stderr.decode(errors="replace").strip().splitlines()
-            if public_blob not in _listed_keys(allowed_signers):
-                raise UnknownSigner(f"key {fingerprint} is not in {allowed_signers}")
-            raise KeyOutsideValidity(f"key {fingerprint} is in {allowed_signers} but not valid at {verify_time} "
-                                     f"(valid-after/valid-before): {why[0] if why else 'no principal matched'}")
-        principal = found.stdout.decode(errors="replace").split()[0]
-        base = ["-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", NAMESPACE, "-s", str(sig_file),
-                "-O", f"verify-time={verify_time}"]
+        one_line.write_text(f'{principal} namespaces="{NAMESPACE}" {line.public_key}\n')
+        base = ["-Y", "verify", "-f", str(one_line), "-I", principal, "-n", NAMESPACE, "-s", str(sig_file)]
         checked = _ssh_keygen(base, envelope.pae())
         if checked.returncode != 0:
             raise BadSignature(f"signature by {principal} ({fingerprint}) does not match the envelope: "
@@ -338,10 +352,14 @@ def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | N
             if checked.returncode != 0:
                 raise RevokedKey(f"key {fingerprint} of {principal} is revoked ({revoked})")
     try:
-        statement = json.loads(envelope.payload)
+        statement = strict_json.loads(envelope.payload)
     except ValueError as exc:
-        raise InvalidStatement(f"the signed payload is not JSON: {exc}") from exc
+        raise InvalidStatement(f"the signed payload is not JSON as this project reads it: {exc}") from exc
     _check_statement(statement)
+    when = signed_at(statement)
+    if not any(candidate.valid_at(when) for candidate in lines):
+        raise KeyOutsideValidity(f"key {fingerprint} is in {allowed_signers} but not valid at "
+                                 f"{when:%Y-%m-%dT%H:%M:%SZ} (valid-after/valid-before of line {line.number})")
     return principal, fingerprint, statement
 
 
@@ -376,10 +394,19 @@ def check_subjects(statement: dict, result_path: Path, raw: bytes) -> None:
         raise ResultTampered(f"sha256 {actual} of {Path(result_path).name} is not the attested {digests[RESULT_NAME]}: "
                              "the result changed after it was signed")
     try:
-        result = json.loads(raw)
+        result = strict_json.loads(raw)
     except ValueError as exc:
         raise AttestationInputError(f"{result_path}: {exc}") from exc
-    in_result = image_digest(result) if isinstance(result, dict) else None
+    if not isinstance(result, dict):
+        raise AttestationInputError(f"{result_path}: not a result (a JSON object)")
+    predicate = statement["predicate"]
+    for key, value in (("run_id", result.get("run_id")), ("status", result.get("status"))):
+        if predicate.get(key) != value:
+            raise InvalidStatement(f"the statement's {key} {predicate.get(key)!r} is not the result's {value!r}")
+    finished = result.get("finished_at")
+    if _stamp(finished) is not None and signed_at(statement).timestamp() < _stamp(finished) - CLOCK_SKEW_S:
+        raise InvalidStatement(f"signed_at {predicate['signed_at']} lies before the run finished ({finished})")
+    in_result = image_digest(result)
     attested = digests.get(IMAGE_SUBJECT)
     if in_result != attested:
         raise ImageDigestMismatch(f"the result's image digest {in_result or '(none)'} is not the "
@@ -396,8 +423,8 @@ def verify(attestation: Path, allowed_signers: Path, revoked: Path | None = None
         if not result_path.is_file():
             raise AttestationInputError(f"{result_path}: no result file next to {attestation}")
         try:
-            result_bytes = result_path.read_bytes()
-        except OSError as exc:
+            result_bytes = strict_json.read_regular(result_path, MAX_RESULT_BYTES)
+        except (OSError, ValueError) as exc:
             raise AttestationInputError(f"{result_path}: {exc}") from exc
     envelope = load_envelope(attestation)
     principal, fingerprint, statement = verify_envelope(envelope, Path(allowed_signers),
@@ -405,6 +432,25 @@ def verify(attestation: Path, allowed_signers: Path, revoked: Path | None = None
     check_subjects(statement, result_path, result_bytes)
     return Verified(principal=principal, fingerprint=fingerprint, statement=statement,
                     envelope=json.dumps(envelope.to_dict(), sort_keys=True))
+
+
+def reverify_stored(envelope_text: str | None, run_id: str, allowed_signers: Path,
+                    revoked: Path | None = None) -> Verified | VerificationFailure:
+    """A stored run's attestation checked again against the current allowed_signers and revocation list (its
+    result.json bytes are not stored, so the statement must name the run's run_id). AttestationInputError for a
+    broken allowed_signers or revocation list; a stored envelope that no longer parses is a failure."""
+    try:
+        envelope = envelope_from_text(envelope_text or "", "stored attestation")
+    except AttestationInputError as exc:
+        return InvalidStatement(str(exc))
+    try:
+        principal, fingerprint, statement = verify_envelope(envelope, Path(allowed_signers),
+                                                            Path(revoked) if revoked is not None else None)
+    except VerificationFailure as exc:
+        return exc
+    if statement["predicate"].get("run_id") != run_id:
+        return InvalidStatement(f"the stored attestation names run {statement['predicate'].get('run_id')!r}")
+    return Verified(principal=principal, fingerprint=fingerprint, statement=statement, envelope=envelope_text)
 
 
 def attestation_beside(result_path: Path) -> Path | None:

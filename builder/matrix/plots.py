@@ -13,6 +13,7 @@ from statistics import median
 _W, _H = 420, 260
 _LEFT, _RIGHT, _TOP, _BOTTOM = 62, 14, 28, 46
 _COLORS = ("#0969da", "#bf3989", "#1a7f37")
+_MIN_SPAN = 1e-9  # an axis narrower than this (relative to its values) is widened to one unit
 
 
 class Panel:
@@ -32,8 +33,8 @@ class Panel:
         if self.bars:
             xs = [0, len(self.bars)]
         x_lo, x_hi = (min(xs), max(xs)) if xs else (0, 1)
-        if x_hi == x_lo:
-            x_lo, x_hi = x_lo - 1, x_hi + 1
+        if not x_hi - x_lo > _MIN_SPAN * max(1.0, abs(x_lo), abs(x_hi)):
+            x_lo, x_hi = x_lo - max(1.0, abs(x_lo)), x_hi + max(1.0, abs(x_hi))
         y_ticks = _nice_ticks(min(0.0, min(ys, default=0)), max([*ys, self.y_max or 0]) or 1)
         y_lo, y_hi = y_ticks[0], y_ticks[-1]
         pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
@@ -160,9 +161,9 @@ def _finite(value) -> bool:
 
 
 def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi]."""
-    if hi <= lo:
-        hi = lo + 1
+    """Round tick values covering [lo, hi] (any finite pair: a range too narrow to tell apart becomes one unit)."""
+    if not hi - lo > _MIN_SPAN * max(1.0, abs(lo), abs(hi)):
+        hi = lo + max(1.0, abs(lo))
     raw = (hi - lo) / count
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)

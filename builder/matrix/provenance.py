@@ -1,9 +1,12 @@
 """Who measured a run: this project's CI, a contributor whose signed attestation verified, or nobody vouches.
 
 A run's provenance is set where it enters the matrix (`envbuild matrix import` verifies a result's
-attestation first) and stored with it (runs.provenance, runs.signer, runs.attestation_json). The key whose
-principal is `CI_PRINCIPAL` in results/allowed_signers is this project's CI; any other verified signer is
-a contributor. Unsigned runs are shown locally and left out of a `--published` report.
+attestation first) and stored with it (runs.provenance, runs.signer, runs.attestation_json); the report and
+`matrix list` derive it again from the stored attestation and the current allowed_signers and revocation
+list (`REVOKED` when it no longer verifies). The principals this project reserves (`PROJECT_SIGNERS`) are
+bound here, in code, to the fingerprints of this project's own keys: an allowed_signers line can never give
+them to another key. `CI_PRINCIPAL` is this project's CI; any other verified signer is a contributor.
+Unsigned and revoked runs are shown locally and left out of a `--published` report.
 """
 
 from __future__ import annotations
@@ -11,8 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CI_PRINCIPAL = "envbuild-ci"
-CI, CONTRIBUTED, UNSIGNED = "ci", "contributed", "unsigned"
-KINDS = (CI, CONTRIBUTED, UNSIGNED)
+H200_PRINCIPAL = "envbuild-h200"
+#: The principals reserved for this project's own keys, and the SHA256 fingerprints of those keys (the public
+#: halves are the envbuild-ci and envbuild-h200 lines of results/allowed_signers; a rotation adds one here).
+PROJECT_SIGNERS: dict[str, frozenset[str]] = {
+    CI_PRINCIPAL: frozenset({"SHA256:FECsrWa6jC7PHB9Hd4yXStYqqX3WwMA7VxBMhEcL/qo"}),
+    H200_PRINCIPAL: frozenset({"SHA256:Xp/Rf5tpNNNHyc0BVEJ3t1IfdEXqwWiL04tgPUMCvSo",
+                               "SHA256:QpybVeOHF9kRFzZ3CQ4Wa0aqgl5mDgLQIGRZxMnnXFs"}),  # issue 35's, from 2026-12-04
+}
+CI, CONTRIBUTED, UNSIGNED, REVOKED = "ci", "contributed", "unsigned", "revoked"
+KINDS = (CI, CONTRIBUTED, UNSIGNED, REVOKED)
 #: Kinds a published report may show.
 PUBLISHED = (CI, CONTRIBUTED)
 
@@ -28,12 +39,12 @@ class Provenance:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"provenance must be one of {KINDS}, got {self.kind!r}")
-        if (self.kind == UNSIGNED) != (self.signer is None):
+        if (self.kind == UNSIGNED) != (self.signer is None) and self.kind != REVOKED:
             raise ValueError("a signed provenance names its signer; an unsigned one names none")
 
     @classmethod
     def signed(cls, principal: str, fingerprint: str, attestation: str) -> "Provenance":
-        kind = CI if principal == CI_PRINCIPAL else CONTRIBUTED
+        kind = CI if principal == CI_PRINCIPAL and fingerprint in PROJECT_SIGNERS[CI_PRINCIPAL] else CONTRIBUTED
         return cls(kind, f"{principal} ({fingerprint})", attestation)
 
     @property
@@ -47,4 +58,6 @@ def label(kind: str, signer: str | None) -> str:
         return "measured by this project's CI"
     if kind == CONTRIBUTED:
         return f"contributed, signed by {signer}, verified"
+    if kind == REVOKED:
+        return f"revoked: signed by {signer or 'an unknown key'}, which no longer verifies"
     return "unsigned, imported locally"

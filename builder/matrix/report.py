@@ -29,7 +29,7 @@ from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, r
 TEMPLATES_DIR = Path(__file__).with_name("report_templates")
 MARKER = ".envbuild-report"  # marks a folder as a report this command may replace
 _PROVENANCE_FILTER = {"ci": "this project's CI", "contributed": "contributed, signed", "unsigned": "unsigned",
-                      "none": "no run"}
+                      "revoked": "revoked signature", "none": "no run"}
 HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<cell>.json
 #: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
 #: come from the store's columns, so a report never parses every stored result.

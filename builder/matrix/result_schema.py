@@ -122,6 +122,20 @@ def _curve_point(point: list) -> list:
 CurvePoint = Annotated[list[Any], Field(min_length=2, max_length=2), AfterValidator(_curve_point)]
 
 
+#: The smallest non-zero rate a result may hold (samples/s, tokens/s, MFU): below it a value is no measurement
+#: (a subnormal such as 5e-324 is noise that the report's axes cannot scale to).
+MIN_RATE = 1e-9
+
+
+def _rate(value: float) -> float:
+    if 0 < value < MIN_RATE:
+        raise ValueError(f"a rate is 0 or at least {MIN_RATE:g} (got {value!r})")
+    return value
+
+
+Rate = Annotated[NonNegative, AfterValidator(_rate)]
+
+
 class Metrics(_Block):
     eval_before: Evaluation | None = None
     eval_after: Evaluation | None = None
@@ -129,9 +143,9 @@ class Metrics(_Block):
                                                                    " where the loss diverged")] | None = None
     steps: Count | None = None
     train_seconds: NonNegative | None = None
-    samples_per_s: NonNegative | None = None
-    tokens_per_s: NonNegative | None = None
-    mfu: NonNegative | None = None
+    samples_per_s: Rate | None = None
+    tokens_per_s: Rate | None = None
+    mfu: Rate | None = None
     peak_memory_allocated_bytes: Count | None = None
     peak_memory_reserved_bytes: Count | None = None
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sqlite3
+import stat
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from builder.matrix import result_schema, run_config
-from builder.matrix.provenance import KINDS, PUBLISHED, UNSIGNED
-from builder.matrix.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, StoreConnection, _first_error,
-                                         _is_result, _short, validate_result)
+from builder.matrix.provenance import KINDS, PUBLISHED, REVOKED, UNSIGNED
+from builder.matrix.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, ReadBudget, StoreConnection,
+                                         StoreError, _first_error, _is_result, _quoted, _short, validate_result)
 from builder.plan.cells import Cell
 
 
@@ -54,11 +59,14 @@ class StoreReads(StoreConnection):
         for (row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, provenance, signer,
              attestation, checked) in self._rows(sql, args):
             result = self._result(row_id, run_id, blob, checked)
+            if row_id in self.provenance_now:  # derived again from the current signer files
+                provenance, signer = self.provenance_now[row_id].kind, self.provenance_now[row_id].signer
             if result is not None:
                 out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
                             "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
                             "provenance": provenance if provenance in KINDS else UNSIGNED,
-                            "signer": signer if provenance in PUBLISHED else None, "attestation": attestation,
+                            "signer": signer if provenance in (*PUBLISHED, REVOKED) else None,
+                            "attestation": attestation,
                             "result": result})
         return out
 
@@ -169,9 +177,9 @@ class StoreReads(StoreConnection):
         `manifests=False`: no parsed `manifest` (None); instead the two facts the verdicts and the ladder read of it,
         extracted by SQLite where the stored JSON is valid: `torch_proof` (torch.git.proof when it is text) and
         `verify_checks` (the length of verify.checks when it is a list). Fast at 10,000 builds."""
-        # every column but the manifest's text (its bytes may not be UTF-8: read as a blob, checked by _json)
-        columns = ", ".join(f"builds.{c[1]}" for c in self._conn.execute("PRAGMA table_info(builds)")
-                            if c[1] != "manifest_json")
+        # every column but the manifest's text (its bytes may not be UTF-8: read as a blob, checked by _json);
+        # a fixed list of our own schema, never names read from the file
+        columns = ", ".join(f"builds.{c}" for c in _BUILD_READ_COLUMNS)
         manifest = "CAST(builds.manifest_json AS BLOB)" if manifests else "NULL"
         facts = "" if manifests else (
             ", CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.torch.git.proof')"
@@ -240,10 +248,11 @@ class StoreReads(StoreConnection):
         idents = {"cells": "key", "builds": "build_uid", "runs": "run_id", "probes": "name"}
         for table, ident in idents.items():
             columns = [row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")]
+            quoted = [_quoted(c) for c in columns]  # the shape check knows them; quoted all the same
             row_key = "run_row" if table == "probes" else "id"
             cur = self._conn.execute(f"SELECT {row_key}, CAST({ident} AS BLOB), "
-                                     + ", ".join(f"CAST({c} AS BLOB)" if c else c for c in columns)
-                                     + f" FROM {table} WHERE " + " OR ".join(f"typeof({c}) = 'text'" for c in columns))
+                                     + ", ".join(f"CAST({c} AS BLOB)" for c in quoted)
+                                     + f" FROM {table} WHERE " + " OR ".join(f"typeof({c}) = 'text'" for c in quoted))
             for row_id, name, *values in cur:
                 for column, value in zip(columns, values):
                     if isinstance(value, bytes):
@@ -277,11 +286,23 @@ class StoreReads(StoreConnection):
         StoreError for a file that cannot be read, InvalidResultError naming the first row that breaks the
         schema (a damaged row counts: merging a file should not lose rows silently).
         """
-        with cls.open(other, readonly=True) as source:
-            raw_builds, raw_runs = source.builds(), source.runs()
-            if source.damaged:
-                raise InvalidResultError(f"{other}: {source.damaged[0]}; `envbuild matrix check --db {other}` lists"
-                                         " every such row")
+        with tempfile.TemporaryDirectory(prefix="envbuild-merge-") as tmp:
+            copy = _private_copy(Path(other), Path(tmp))
+            with ReadBudget(MERGE_READ_SECONDS) as budget:
+                try:
+                    source = cls.connect(copy, readonly=True, progress=budget)
+                    try:
+                        raw_builds, raw_runs = source.builds(), source.runs()
+                        damaged = source.damaged
+                    finally:
+                        source.close()
+                except (sqlite3.Error, StoreError) as exc:
+                    budget.reraise()
+                    why = budget.stopped or str(exc)
+                    raise StoreError(f"{other}: cannot be merged ({why.replace(str(copy), str(other))})") from None
+        if damaged:
+            raise InvalidResultError(f"{other}: {damaged[0]}; `envbuild matrix check --db {other}` lists"
+                                     " every such row")
         builds = []
         for build in raw_builds:
             try:
@@ -316,6 +337,36 @@ class StoreReads(StoreConnection):
             problem = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
         self.damaged.append(DamagedRow(table, row_id, str(ident), column, problem))
         return None
+
+
+#: What a merge may spend reading another matrix file (a CI job's is read in well under a second).
+MERGE_READ_SECONDS = 300
+_BUILD_READ_COLUMNS = ("id", "build_uid", "cell_id", "recipe_hash", "context_hash", "image_tag", "image_digest",
+                       "duration_s", "log_path", "status", "failure_class", "error", "created_at", "counts",
+                       "attempt_dir", "base_image", "base_digest")
+
+
+def _private_copy(source: Path, folder: Path) -> Path:
+    """A copy of another matrix file (and its -wal) in `folder`, read through a descriptor that follows no
+    symlink and does not block on a FIFO: what is checked is what is read, and the original is never opened by
+    SQLite. StoreError for anything but a regular file."""
+    target = folder / "merged.db"
+    for suffix in ("", "-wal"):
+        path = Path(f"{source}{suffix}")
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            if suffix:
+                continue
+            raise StoreError(f"{source}: no such file") from None
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot be read ({exc.strerror}; a symbolic link is not imported)") from None
+        with os.fdopen(fd, "rb") as src:
+            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                raise StoreError(f"{path}: not a regular file (a FIFO, socket or device)")
+            with open(f"{target}{suffix}", "xb") as dst:
+                shutil.copyfileobj(src, dst)
+    return target
 
 
 _BUILD_COLUMNS = ("build_uid", "status", "failure_class", "error", "recipe_hash", "context_hash", "image_tag",

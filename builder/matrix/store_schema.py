@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -183,6 +185,7 @@ class StoreConnection:
         self.path = path
         self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
         self.bad_text = 0  # text values read that were not UTF-8 (shown with U+FFFD; `check` names their rows)
+        self.provenance_now: dict = {}  # row id -> Provenance derived now (provenance_now.current_provenance)
 
     def _rows(self, sql: str, args=()) -> list[tuple]:
         """A read's rows. SQLite's own UTF-8 decoding is fast but stops at a damaged value: the query is then
@@ -221,12 +224,14 @@ class StoreConnection:
             store.close()
 
     @classmethod
-    def connect(cls: type[_Store], path: str | os.PathLike | None = None, *, readonly: bool = False) -> _Store:
-        """Like `open`, without the context manager: call `close()` yourself."""
+    def connect(cls: type[_Store], path: str | os.PathLike | None = None, *, readonly: bool = False,
+                progress=None) -> _Store:
+        """Like `open`, without the context manager: call `close()` yourself. `progress` (read-only only): an
+        SQLite progress handler set before the first query (ReadBudget)."""
         db = Path(path) if path is not None else default_db_path()
         _check_header(db)
         if readonly:
-            return cls(_connect_readonly(db), db)
+            return cls(_connect_readonly(db, progress=progress), db)
         if not db.parent.exists():
             db.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -376,7 +381,59 @@ def _check_header(db: Path) -> None:
             f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
 
 
-def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool = False) -> sqlite3.Connection | None:
+class ReadBudget:
+    """An SQLite progress handler bounding a read of someone else's file: the query stops after `seconds`, or when
+    Ctrl-C / SIGTERM arrives while SQLite runs. Python's handler for that signal raises inside this callback,
+    where SQLite swallows it; used as a context manager, a wakeup fd notes the signal, and `reraise` calls its
+    handler again once the query has stopped, so the command unwinds as for any Ctrl-C / SIGTERM."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.stopped: str | None = None
+        self._pipe: tuple[int, int] | None = None
+        self._previous = -1
+
+    def __enter__(self) -> "ReadBudget":
+        if threading.current_thread() is threading.main_thread():
+            read, write = os.pipe()
+            os.set_blocking(read, False)
+            os.set_blocking(write, False)
+            self._previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            self._pipe = (read, write)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous)
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
+
+    def __call__(self) -> int:
+        if time.monotonic() > self.deadline:
+            self.stopped = f"reading it took longer than {self.seconds:g} s"
+            return 1
+        return 0
+
+    def reraise(self) -> None:
+        """After a stopped query: the Ctrl-C / SIGTERM that stopped it, raised again by its Python handler."""
+        if self._pipe is None:
+            return
+        try:
+            received = os.read(self._pipe[0], 64)
+        except BlockingIOError:
+            return
+        for signum in received:
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                handler(signum, None)
+            elif signum == signal.SIGINT and handler == signal.SIG_DFL:
+                raise KeyboardInterrupt
+
+
+def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool = False,
+                      progress=None) -> sqlite3.Connection | None:
     """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched).
 
     `allow_new`: a file another process is creating right now (schema 0 and no tables yet) gives None.
@@ -392,6 +449,8 @@ def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool
         conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open matrix database {db}: {exc}") from exc
+    if progress is not None:
+        conn.set_progress_handler(progress, 10_000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _check_readable(conn, db)
@@ -439,6 +498,67 @@ def _check_readable(conn: sqlite3.Connection, db: Path) -> None:
         raise StoreError(
             f"{db} failed its integrity check ({'; '.join(problems[:3])}); nothing was changed."
             f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
+    if version > 0:
+        check_shape(conn, db)
+
+
+def _quoted(name: str) -> str:
+    """An SQL identifier, quoted (names read from a file are data)."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def _shape(conn: sqlite3.Connection) -> tuple[set, dict]:
+    """(every schema object as (type, name, table), {table or index: its PRAGMA table_xinfo / index_xinfo rows})."""
+    objects = {tuple(row) for row in conn.execute("SELECT type, name, tbl_name FROM sqlite_master")}
+    columns = {}
+    for kind, name, _ in objects:
+        pragma = "table_xinfo" if kind == "table" else "index_xinfo" if kind == "index" else None
+        if pragma:
+            columns[name] = [tuple(row) for row in conn.execute(f"PRAGMA {pragma}({_quoted(name)})")]
+    return objects, columns
+
+
+def _reference_shape(version: int) -> tuple[set, dict]:
+    """The shape this envbuild's own migrations give a matrix file of schema `version`."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for migration in MIGRATIONS[:version]:
+            for statement in _statements(migration):
+                conn.execute(statement)
+        return _shape(conn)
+    finally:
+        conn.close()
+
+
+def check_shape(conn: sqlite3.Connection, db: Path) -> None:
+    """The file holds exactly the tables, columns and indexes of its matrix schema version (no views, triggers,
+    virtual or generated columns, no other names): StoreError otherwise. Every read is a fixed query of our own
+    schema, so this is what makes reading someone else's file safe. Read in one transaction: another process
+    migrating the file meanwhile is seen before or after, never halfway."""
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        virtual = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
+                               ).fetchall()
+        objects, columns = _shape(conn)
+    finally:
+        if own:
+            conn.execute("ROLLBACK")
+    if version == 0:
+        return
+    want_objects, want_columns = _reference_shape(version)
+    extra = sorted(f"{kind} {name!r}" for kind, name, _ in objects - want_objects)
+    missing = sorted(f"{kind} {name!r}" for kind, name, _ in want_objects - objects)
+    changed = sorted(name for name in want_columns if name in columns and columns[name] != want_columns[name])
+    if virtual or extra or missing or changed:
+        what = "; ".join(x for x in (f"virtual tables {[v[0] for v in virtual]}" if virtual else "",
+                                     f"unknown {', '.join(extra)[:300]}" if extra else "",
+                                     f"missing {', '.join(missing)[:300]}" if missing else "",
+                                     f"other columns in {', '.join(changed)[:200]}" if changed else "") if x)
+        raise StoreError(f"{db} is not a matrix file of schema {version} as envbuild writes it ({what}); nothing "
+                         "was read. Export it with the envbuild that made it, or import its result.json files")
 
 
 def _migrate(conn: sqlite3.Connection, db: Path) -> None:

@@ -198,23 +198,28 @@ class StoreWrites(StoreConnection):
         for source_id, cell, build in builds:
             before = self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build["build_uid"],)).fetchone()
             source_attempt = build.pop("attempt_dir")
-            attempt = attempt_files.adopt_attempt(Path(other), source_attempt, self.path) if before is None else None
+            attempt = attempt_files.adopt_attempt(Path(other), source_attempt, self.path,
+                                                  build["build_uid"]) if before is None else None
             id_map[source_id] = self.record_build(cell, **build, attempt_dir=attempt)
             added_builds += before is None
         for row in runs:
             new = self.classify_run(row["result"]) != "identical"
-            attempt = attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path) if new else None
+            attempt = attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path,
+                                                  row["result"]["run_id"]) if new else None
             recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"],
                                        replace=replace, attempt_dir=attempt)
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
-    def copy_published(self, target: str | os.PathLike) -> None:
+    def copy_published(self, target: str | os.PathLike, provenance_now: dict | None = None) -> None:
         """Write a copy of this matrix to the new file `target` without its unsigned runs (what a published report
-        reads). Builds carry no provenance and are kept."""
+        reads), nor those `provenance_now` (row id -> Provenance derived now) no longer publishes. Builds carry no
+        provenance and are kept."""
         copy = sqlite3.connect(target)
         try:
             self._conn.backup(copy)
+            copy.executemany("UPDATE runs SET provenance = ?, signer = ? WHERE id = ?",
+                             [(p.kind, p.signer, row_id) for row_id, p in (provenance_now or {}).items()])
             marks = ", ".join("?" for _ in PUBLISHED)
             copy.execute(f"DELETE FROM probes WHERE run_row IN (SELECT id FROM runs WHERE provenance NOT IN ({marks}))",
                          PUBLISHED)

@@ -1,0 +1,31 @@
+"""Revocation at read time: the provenance of stored signed runs, derived again from their stored attestation
+and the current allowed_signers and revocation list on every report build.
+
+`current_provenance(store, ...)` gives {run row id: Provenance} for every run stored as signed; a run whose
+attestation no longer verifies (its key revoked or removed, its principal no longer its own) becomes
+`provenance.REVOKED`, which no `--published` report shows. `MatrixStore.runs()` reads through that map once it is
+set (`store.provenance_now`), and `copy_published` takes it, so nothing needs re-importing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.matrix import attest
+from builder.matrix.provenance import PUBLISHED, REVOKED, Provenance
+
+
+def current_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:
+    """{row id: the provenance the current signer files give} for every run stored as ci or contributed.
+    AttestationInputError when allowed_signers or the revocation list cannot be read (bad input)."""
+    marks = ", ".join("?" for _ in PUBLISHED)
+    rows = store._rows(f"SELECT id, run_id, signer, attestation_json FROM runs WHERE provenance IN ({marks})",
+                       PUBLISHED)
+    out: dict[int, Provenance] = {}
+    for row_id, run_id, signer, envelope in rows:
+        outcome = attest.reverify_stored(envelope, run_id, allowed_signers, revoked)
+        if isinstance(outcome, attest.Verified):
+            out[row_id] = Provenance.signed(outcome.principal, outcome.fingerprint, envelope)
+        else:
+            out[row_id] = Provenance(REVOKED, signer, envelope)
+    return out
