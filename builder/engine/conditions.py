@@ -144,7 +144,7 @@ class Watch:
         watch.gpu_start = gpu_snapshot()
         if watch.markers is not None:
             try:
-                watch.markers.mkdir(parents=True, exist_ok=True)
+                watch.markers.mkdir(exist_ok=True)  # a new matrix folder is the store's to make (and say so)
                 watch.marker = watch.markers / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
                 watch.marker.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                                                     "started": watch.started, "finished": None}))

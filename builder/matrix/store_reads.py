@@ -185,7 +185,8 @@ class StoreReads(StoreConnection):
             ", CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.torch.git.proof')"
             " = 'text' THEN json_extract(builds.manifest_json, '$.torch.git.proof') END AS torch_proof,"
             " CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.verify.checks')"
-            " = 'array' THEN json_array_length(builds.manifest_json, '$.verify.checks') END AS verify_checks")
+            " = 'array' THEN json_array_length(builds.manifest_json, '$.verify.checks') END AS verify_checks,"
+            " builds.manifest_json IS NOT NULL AND NOT json_valid(builds.manifest_json) AS manifest_damaged")
         sql = (f"SELECT {columns}, {manifest} AS manifest_blob{facts}, cells.key AS cell_key,"
                " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
                " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
@@ -200,6 +201,9 @@ class StoreReads(StoreConnection):
         for row in cur:
             build = dict(zip(names, row))
             blob = build.pop("manifest_blob")
+            if build.pop("manifest_damaged", 0):  # manifests=False: named as damaged all the same
+                self.damaged.append(DamagedRow("builds", build["id"], str(build["build_uid"]), "manifest_json",
+                                               "not valid JSON"))
             build["manifest"] = None
             if blob is not None:  # a damaged manifest is named in `damaged`; the build's own columns still count
                 build["manifest"] = self._json("builds", build["id"], build["build_uid"], "manifest_json", blob,
