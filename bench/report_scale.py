@@ -1,16 +1,20 @@
 """Time the matrix's reading commands on 10,000 realistic runs and print the figures against their targets.
 
-    python bench/report_scale.py [--runs 10000] [--cells 150] [--repeat 3] [--keep DIR] [--small]
+    python bench/report_scale.py [--runs 10000] [--cells 150] [--repeat 3] [--keep DIR] [--small] [--baseline SRC]
 
 One matrix file is generated from a fixed seed (the same data for every command timed). Default
 (realistic, issue 20): every run is one of the committed real result files (results/, tests/data/)
 with its values varied (run id, times over 120 days, throughput, losses along the curves, accuracy,
 status: ~10 % failed, ~5 % with a failed probe), about 16 KB each, spread over --cells cells (the
-recipe cells plus made-up ROCm/arch/Python combinations). `--small`: the older synthetic ~4 KB
+recipe cells plus made-up ROCm/arch/Python combinations); every run has its own image, recorded as a build
+of its cell with a verify record (nightly rebuilds), and one in five is a `speed` preset run. `--small`: the older synthetic ~4 KB
 results over the 17 recipe cells (issue 13). Each command runs as a whole process (the `envbuild`
 entry point, as a user runs it); the median of --repeat runs is printed, and the peak memory (max RSS)
 of `matrix export --json`. Targets: report < 5 s, matrix list < 1 s, matrix show CELL < 1 s,
-matrix check < 3 s, export --json < 300 MB peak, the site's largest file < 1 MB.
+matrix check < 3 s, export --json < 300 MB peak, the site's largest file < 1 MB. `--baseline SRC`: also
+time every command with another envbuild source tree (e.g. `git archive main | tar -x -C /tmp/main`) on the same
+matrix file, interleaved run by run, and print this tree's time as a ratio of that one's: a same-session
+comparison that the machine's load affects alike.
 """
 
 from __future__ import annotations
@@ -135,8 +139,17 @@ def realistic_db(path: Path, runs: int, n_cells: int, seed: int = 13) -> None:
             result["finished_at"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
             result["started_at"] = (at - timedelta(seconds=rng.uniform(30, 600))).strftime("%Y-%m-%dT%H:%M:%SZ")
             # every run as `envbuild run workload --image` records it: with the image's manifest
-            result["image"] = {"tag": f"envbuild/{cell.key}:{i % 7:012d}", "digest": None,
-                               "manifest": {**copy.deepcopy(manifest), "cell": cell.model_dump(), "cell_key": cell.key}}
+            # nightly rebuilds: every run has its own image, recorded as a build of its cell (with its verify record)
+            tag, digest = f"envbuild/{cell.key}:{i:012d}", "sha256:" + uuid.UUID(int=rng.getrandbits(128)).hex * 2
+            image_manifest = {**copy.deepcopy(manifest), "cell": cell.model_dump(), "cell_key": cell.key}
+            build_id = store.record_build(cell, status="pass", image_tag=tag, image_digest=digest,
+                                          duration_s=rng.uniform(300, 1800),
+                                          created_at=(at - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                          manifest={**image_manifest, "verify": {"checks": ["torch", "hip"] * 20}})
+            result["image"] = {"tag": tag, "digest": digest, "manifest": image_manifest}
+            if (i // len(cells)) % 5 == 0:  # the standard speed measurement: one round over the cells in five
+                result["config"] = {**(result.get("config") or {}), "preset": "speed"}
+                result.pop("invocation", None)
             result["versions"].update(python=f"{cell.python}.4", torch=f"{cell.torch}.1",
                                       hip=f"{cell.accel_version}.41133" if cell.accel_version else None, cuda=None)
             result["hardware"].update(arch=cell.arch, device_type="cuda", vendor="amd", gpu_name="AMD Instinct MI300X")
@@ -160,14 +173,14 @@ def realistic_db(path: Path, runs: int, n_cells: int, seed: int = 13) -> None:
                 result.update(status="fail", error_class="nan_loss", error="loss became NaN at step 3")
             elif result["status"] == "pass":
                 result.update(error_class=None, error=None)
-            store.record_run(result)
+            store.record_run(result, build_id=build_id)
 
 
-def _envbuild(args: list[str]):
-    """Run `envbuild ARGS` as a whole process, output discarded: (wall seconds, its resource usage)."""
+def _envbuild(args: list[str], source: Path = REPO):
+    """Run `envbuild ARGS` (from the tree `source`) as a whole process, output discarded: (wall s, resource usage)."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *args],
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            env={**os.environ, "PYTHONPATH": str(source)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status):
@@ -175,19 +188,25 @@ def _envbuild(args: list[str]):
     return time.perf_counter() - start, usage
 
 
-def timed(args: list[str], repeat: int) -> float:
-    """Median wall time of running `envbuild ARGS` as a whole process (its CPU time is noted in CPU_S)."""
-    times, cpu = [], []
+def timed(args: list[str], repeat: int, baseline: Path | None = None) -> float:
+    """Median wall time of running `envbuild ARGS` as a whole process (its CPU time is noted in CPU_S); with
+    `baseline`, the same command from that tree runs right after each one (its median noted in BASELINE_S)."""
+    times, cpu, base = [], [], []
     for _ in range(repeat):
         wall, usage = _envbuild(args)
         times.append(wall)
         cpu.append(usage.ru_utime + usage.ru_stime)
+        if baseline is not None:
+            base.append(_envbuild(args, baseline)[0])
     CPU_S.append(statistics.median(cpu))
+    BASELINE_S.append(statistics.median(base) if base else None)
     return statistics.median(times)
 
 
 #: Median CPU seconds (user + system) of each timed command, in order: what a loaded machine inflates least.
 CPU_S: list[float] = []
+#: Median wall seconds of the same commands from the --baseline tree, in order (None without one).
+BASELINE_S: list[float | None] = []
 
 
 def peak_rss_mb(args: list[str]) -> float:
@@ -202,7 +221,9 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="The older synthetic ~4 KB results over the recipe cells.")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="Write the matrix and the site here (kept).")
+    parser.add_argument("--baseline", type=Path, help="Another envbuild source tree to time on the same matrix.")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     work = args.keep or Path(tempfile.mkdtemp(prefix="envbuild-report-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     db, site = work / "matrix.db", work / "site"
@@ -216,17 +237,19 @@ def main() -> None:
     with MatrixStore.open(db, readonly=True) as store:
         busiest = max(store.cells(), key=lambda c: len(store.runs_json(c.key))).key
     figures = {
-        "matrix list": timed(["matrix", "list", "--db", str(db)], args.repeat),
-        "matrix list --json": timed(["matrix", "list", "--json", "--db", str(db)], args.repeat),
-        "matrix show CELL": timed(["matrix", "show", busiest, "--db", str(db)], args.repeat),
-        "matrix check": timed(["matrix", "check", "--db", str(db)], args.repeat),
-        "matrix export --json": timed(["matrix", "export", "--json", "--db", str(db)], args.repeat),
-        "report": timed(["report", "-o", str(site), "--db", str(db)], args.repeat),
-        "envbuild --help (start-up floor)": timed(["--help"], args.repeat),
+        "matrix list": timed(["matrix", "list", "--db", str(db)], args.repeat, args.baseline),
+        "matrix list --json": timed(["matrix", "list", "--json", "--db", str(db)], args.repeat, args.baseline),
+        "matrix show CELL": timed(["matrix", "show", busiest, "--db", str(db)], args.repeat, args.baseline),
+        "matrix check": timed(["matrix", "check", "--db", str(db)], args.repeat, args.baseline),
+        "matrix export --json": timed(["matrix", "export", "--json", "--db", str(db)], args.repeat, args.baseline),
+        "report": timed(["report", "-o", str(site), "--db", str(db)], args.repeat, args.baseline),
+        "envbuild --help (start-up floor)": timed(["--help"], args.repeat, args.baseline),
     }
-    for (name, seconds), cpu in zip(figures.items(), CPU_S):
-        print(f"{name:40s} {seconds:6.2f} s  (median of {args.repeat}, whole process; CPU {cpu:.2f} s)")
-    print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    for (name, seconds), cpu, base in zip(figures.items(), CPU_S, BASELINE_S):
+        ratio = f"; {seconds / base:.2f}x the baseline's {base:.2f} s" if base else ""
+        print(f"{name:40s} {seconds:6.2f} s  (median of {args.repeat}, whole process; CPU {cpu:.2f} s{ratio})")
+    print(f"load average while measuring: {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end,"
+          f" on {os.cpu_count()} cores")
     export_mb = peak_rss_mb(["matrix", "export", "--json", "--db", str(db)])
     report_mb = peak_rss_mb(["report", "-o", str(site), "--db", str(db)])
     print(f"{'matrix export --json peak memory':40s} {export_mb:6.0f} MB;  report peak memory {report_mb:.0f} MB")

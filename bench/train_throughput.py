@@ -33,8 +33,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import math
-import random
 import sys
 import tempfile
 import time
@@ -49,6 +47,7 @@ from workload.model.classifier import LastTokenClassifier, apply_lora, count_par
 from workload.probes import environment as env  # noqa: E402
 from workload.training.loop import Tokenised, evaluate, train  # noqa: E402
 from workload.training.metrics import attention_flops, attention_layers, flops_per_token, mfu, mfu_from_flops  # noqa: E402
+from workload.data.synthetic import synthetic_data as speed_data  # noqa: E402
 from workload.training.presets import PRESETS  # noqa: E402
 
 GEMMA_2B = dict(vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
@@ -74,19 +73,8 @@ def model_shape(name: str, tiny: bool) -> dict:
 
 
 def synthetic_data(n: int, vocab: int, seed: int) -> tuple[list[list[int]], list[int]]:
-    """Random token sequences with log-normal lengths; the label is marked by planted class-specific tokens."""
-    rng = random.Random(seed)
-    signal = [[10 + 7 * j + k for j in range(4)] for k in range(NUM_LABELS)]
-    ids, labels = [], []
-    for _ in range(n):
-        length = int(min(512, max(8, round(rng.lognormvariate(math.log(49), 0.81)))))
-        label = rng.randrange(NUM_LABELS)
-        body = [rng.randrange(100, vocab) for _ in range(length - 2)]
-        for _ in range(3):
-            body[rng.randrange(len(body))] = rng.choice(signal[label])
-        ids.append([BOS] + body + [EOS])
-        labels.append(label)
-    return ids, labels
+    """The speed preset's data (workload/data/synthetic.py): log-normal lengths, the label planted as class tokens."""
+    return speed_data(n, vocab, seed, num_labels=NUM_LABELS)
 
 
 def length_stats(ids) -> dict:

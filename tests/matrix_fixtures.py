@@ -68,3 +68,21 @@ def cpu_result(**overrides) -> dict:
     base = {"versions": versions, "hardware": hardware, "metrics": metrics}
     base.update(overrides)
     return make_result(**base)
+
+
+def speed_result(**overrides) -> dict:
+    """A `speed` preset result (the standard speed measurement) of the rocm6.2-torch2.4-gfx90a-py3.10 cell."""
+    base = {"config": {"preset": "speed", "seed": 0, "dtype": "bf16", "world_size": 1},
+            "model": {"id": "gemma-2b-shape", "revision": None, "family": "gemma", "num_parameters": 2_506_172_416,
+                      "trainable_parameters": 9_000_000},
+            "dataset": {"path": "synthetic", "sha256": "cd" * 32, "n_train": 4096, "n_eval": 512,
+                        "labels": ["c0", "c1", "c2", "c3"]},
+            "invocation": {"argv": ["python", "-m", "workload", "train", "--preset", "speed"], "preset": "speed",
+                           "model": "gemma-2b-shape", "revision": None, "overrides": {}, "probes": True,
+                           "data": {"name": "synthetic", "bundled": False, "sha256": "cd" * 32},
+                           "envbuild": ["envbuild", "run", "workload", "--image", "envbuild/rocm:abc", "--preset",
+                                        "speed"]}}
+    base.update(overrides)
+    result = make_result(**base)
+    result["metrics"].update(samples_per_s=612.5, tokens_per_s=40_900.0, mfu=0.407)
+    return result

@@ -129,8 +129,10 @@ class _Pipe:
         os.close(self._from_child)
 
 
-def inspect_page(url: str, screenshot: Path, expression: str = "null", binary: str | None = None) -> PageReport:
-    """Open `url`, wait for load, evaluate `expression` (JSON-able result), screenshot the full page."""
+def inspect_page(url: str, screenshot: Path, expression: str = "null", binary: str | None = None,
+                 width: int | None = None) -> PageReport:
+    """Open `url`, wait for load, evaluate `expression` (JSON-able result), screenshot the full page. `width`: the
+    viewport's width in CSS pixels (default: the window's, 1280)."""
     binary = binary or chromium_path()
     if not binary:
         raise FileNotFoundError("chromium is not installed (apt-get install -y chromium)")
@@ -141,6 +143,9 @@ def inspect_page(url: str, screenshot: Path, expression: str = "null", binary: s
             session = pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
             for domain in ("Page", "Runtime", "Log", "Network"):
                 pipe.send(f"{domain}.enable", session=session)
+            if width:
+                pipe.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
+                                                                 "mobile": False}, session=session)
             pipe.send("Page.navigate", {"url": url}, session=session)
             pipe.wait_for("Page.loadEventFired")
             report = PageReport()

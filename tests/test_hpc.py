@@ -288,11 +288,12 @@ def test_slurm_array_collects_a_pass_a_fail_and_a_timeout_attempt(cpu_sif, share
         assert len(store.runs()) == 3  # collecting twice records nothing new
 
     [cell] = json.loads(CliRunner().invoke(main, ["matrix", "list", "--json", "--db", str(db)]).stdout)
-    # quick and strict shorten the smoke preset (--max-steps): measurements of `smoke · tiny-gemma`, never the
+    # quick and strict shorten the smoke preset (--max-steps): measurements labelled with their overrides, never the
     # cell's verdict (docs/matrix.md "Verdict runs and measurements"); the timed-out task is an attempt
     assert (cell["key"], cell["status"], cell["runs"], cell["attempts"]) == (CELL, "untested", 0, 1)
-    [measured] = cell["measurements"]
-    assert (measured["configuration"], measured["runs"]) == ("smoke · tiny-gemma", 2)
+    assert sorted((m["configuration"], m["runs"]) for m in cell["measurements"]) == [
+        ("smoke · tiny-gemma · max_steps=2 · min_accuracy=0.0 · no probes", 1),
+        ("smoke · tiny-gemma · max_steps=2 · min_accuracy=0.99 · no probes", 1)]
     site = tmp_path / "site"
     report = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db)])
     assert report.exit_code == 0, report.output

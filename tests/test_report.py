@@ -13,7 +13,7 @@ from builder.matrix.report import build_report
 from builder.matrix.store import MatrixStore
 from builder.matrix.summary import summarize
 from builder.plan.cells import Cell
-from matrix_fixtures import cpu_result, failed_result, make_result, with_probe_failure
+from matrix_fixtures import cpu_result, failed_result, make_result, speed_result, with_probe_failure
 from report_browser import inspect_page, require_chromium
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -53,6 +53,9 @@ def site(tmp_path_factory):
                                        image={"manifest": {"cell": fail_cell}}))
         store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx942", python="3.10"),
                            status="fail", failure_class="network", error="pip could not reach the index")
+        # the standard speed measurement, on two days: the cell's speed numbers and its throughput plot
+        store.record_run(speed_result(finished_at="2026-11-30T10:00:00Z"))
+        store.record_run(speed_result(finished_at="2026-12-01T11:00:00Z"))
         summaries = summarize(store, [UNTESTED])
         out = tmp / "site"
         index = build_report(store, summaries, out, generated_at="2026-12-02T14:00:00Z")
@@ -75,12 +78,15 @@ def test_site_has_pages_plots_summary_and_data(site):
     assert status == {ROCM_KEY: ("pass", None), CPU_KEY: ("partial", None), FAIL_KEY: ("fail", "oom"),
                       BUILD_FAIL_KEY: ("fail", "build:network"), UNTESTED.key: ("untested", None)}
     cell_data = json.loads((out / "data" / f"{ROCM_KEY}.json").read_text())
-    assert len(cell_data["runs"]) == 3 and len(cell_data["history"]) == 3
+    assert len(cell_data["runs"]) == 5 and len(cell_data["history"]) == 5
     summary = (out / "summary.md").read_text()
     assert "2 pass" not in summary and "1 pass, 1 partial (passed with probe warnings), 2 fail, 1 untested" in summary
-    assert (f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | not listed | 2026-12-02 13:00 | AMD Instinct MI250X × 1"
-            " | 52.1 | 21.0% | 187,560 | - | 1 | unsigned, imported locally | oom | HIP out of memory &lt;tried 2 GiB&gt; |") in summary
-    # samples per GPU-hour from samples/s x 3600 / GPUs; no cost: recipes/gpu-prices.toml has no MI250X price
+    # no speed preset run: no speed numbers (the smoke run's 52.1 samples/s are never the cell's speed)
+    assert (f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | 5/6 verdict on hardware | none | 2026-12-02 13:00 |"
+            " AMD Instinct MI250X × 1 | - | – | - | - | 1 | unsigned, imported locally |"
+            " oom: HIP out of memory &lt;tried 2 GiB&gt; |") in summary
+    # samples per GPU-hour from the speed run's samples/s x 3600 / GPUs; no cost: gpu-prices.toml has no MI250X price
+    assert f" | 612.5 | 40.7% | 2,205,000 | - | 3 | unsigned, imported locally | - |" in summary
 
 
 def test_grid_shows_every_cell_with_status_class_and_note(site):
@@ -95,17 +101,18 @@ def test_grid_shows_every_cell_with_status_class_and_note(site):
         assert f"<th>torch {torch}</th>" in html
     rows = {key: row for key, row in re.findall(r'<tr data-cell="([^"]+)".*?>(.*?)</tr>', html, re.S)}
     assert "CPU only" in rows[CPU_KEY] and "cpu cpu" not in html and "× 0" not in html
-    assert re.search(r"flaky.*2026-12-02 10:00.*AMD Instinct MI250X × 1.*52\.1.*21\.0%", rows[ROCM_KEY], re.S)
-    assert "flaky" not in rows[FAIL_KEY] and ">n/a<" in rows[CPU_KEY].replace("\n", "")
-    assert "not listed" in rows[ROCM_KEY] and "https://rocm.docs.amd.com/" in rows[ROCM_KEY]
+    assert re.search(r"flaky.*AMD Instinct MI250X × 1.*612\.5.*40\.7%.*3 · 2026-12-02 10:00", rows[ROCM_KEY], re.S)
+    assert "flaky" not in rows[FAIL_KEY] and ">official wheel" in rows[CPU_KEY].replace("\n", "")
+    assert "52.1" not in rows[ROCM_KEY]  # the smoke run's speed is never the cell's
+    assert ">none" in rows[ROCM_KEY] and "https://rocm.docs.amd.com/" in rows[ROCM_KEY]
 
 
 def test_cell_page_shows_digest_probes_versions_and_history(site):
     out, _ = site
     html = (out / "cells" / f"{ROCM_KEY}.html").read_text()
-    assert "plots/" + ROCM_KEY + "-curves.svg" in html and "0.140 → 0.710" in html and "21.0%" in html
+    assert "plots/" + ROCM_KEY + "-curves.svg" in html and "0.140 → 0.710" in html and "40.7%" in html
     assert "2.4.1+rocm6.2" in html and "sdpa_vs_math" in html
-    assert "last pass 2026-12-02T10:00:00Z" in html and "3 verdict(s), 0 measurement(s), 0 attempt(s)" in html
+    assert "last pass 2026-12-02T10:00:00Z" in html and "3 verdict(s), 2 measurement(s), 0 attempt(s)" in html
     assert "sha256:" + "d" * 64 in html  # from the older run: the newest run carries no image block
     assert "envbuild image --rocm 6.2 --torch 2.4 --arch gfx90a --python 3.10" in html
     assert "envbuild run workload --image envbuild/rocm:abc --gpus all" in html
@@ -122,7 +129,7 @@ def test_site_references_nothing_outside_itself(site):
         text = page.read_text()
         assert not re.search(r"src=\"(https?:)?//", text), page  # nothing is loaded from elsewhere
         cited = re.findall(r'href="((?:https?:)?//[^"]*)"', text)  # links out: only the vendor sources cited
-        assert all(url.startswith("https://rocm.docs.amd.com/") for url in cited), page
+        assert all(url.startswith(("https://rocm.docs.amd.com/", "https://download.pytorch.org/")) for url in cited), page
         assert "@import" not in text and "url(" not in text, page
         for ref in re.findall(r'(?:src|href)="(?!https://)([^"#]+)"', text):
             assert (page.parent / ref).resolve().exists(), f"{page.name} links to missing {ref}"

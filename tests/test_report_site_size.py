@@ -46,7 +46,7 @@ def test_no_site_file_reaches_1_mb_and_the_compare_page_loads_picked_cells_from_
     assert sizes[largest] < SITE_FILE_LIMIT, (largest, sizes[largest])
     assert any(name.startswith("data/") and "-runs-2.json" in name for name in sizes)  # the busy cell's runs
     profiles = compare_scripts(site)
-    assert len(profiles) == 150 and sum(len(p) for p in profiles.values()) > 300
+    assert len(profiles) == 150 and sum(len(p) for p in profiles.values()) >= 300  # smoke and speed, each cell
     # together over the limit (all in compare.html before: 2.0 MB); now a page of keys and file names
     assert sum(size for name, size in sizes.items() if name.startswith("compare/")) > SITE_FILE_LIMIT
     assert sizes["compare.html"] < 100_000

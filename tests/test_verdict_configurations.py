@@ -135,8 +135,9 @@ def test_the_latest_numbers_survive_an_interrupted_run(tmp_path):
     page = (site / "cells" / f"{KEY}.html").read_text()
     assert "0.140 → 0.710" in page and "0.143 → -" not in page
     index = (site / "index.html").read_text()
-    assert "52.1" in index.split("<table", 1)[1]
-    assert percent(None) == "–" and "<td class=\"num\">–</td>" in index  # a CPU run has no MFU
+    # the smoke run's 52.1 samples/s are not the cell's speed (only a `speed` preset run gives that)
+    assert "52.1" not in index.split("<table", 1)[1]
+    assert percent(None) == "–" and "<td class=\"num\">–</td>" in index
     assert (percent(2.279e-5), percent(0.476), percent(0.0)) == ("0.0023%", "47.6%", "0.0%")
 
 
@@ -195,3 +196,54 @@ def test_matrix_list_fits_80_columns_and_is_whole_when_piped(tmp_path):
                                              "configuration", "builds", "attempts", "environment"]
     wide = _in_terminal(["matrix", "list", "--wide", "--db", str(db)], 80)
     assert [line.rstrip() for line in wide.splitlines() if line.strip()] == piped.splitlines()
+
+
+@pytest.mark.parametrize("changes, label", [
+    ({"overrides": {"max_steps": 5}}, "smoke · tiny-gemma · max_steps=5"),
+    ({"overrides": {"min_accuracy": 0.0, "max_steps": 2}}, "smoke · tiny-gemma · max_steps=2 · min_accuracy=0.0"),
+    ({"data": {"name": "mine.jsonl", "bundled": False, "sha256": "cd" * 32}}, "smoke · tiny-gemma · data=mine.jsonl"),
+    ({"probes": False}, "smoke · tiny-gemma · no probes"),
+    ({"preset": "seed", "overrides": {"lr": 0.001}}, "seed · tiny-gemma · lr=0.001"),
+])
+def test_a_measurement_label_names_every_override(tmp_path, changes, label):
+    """A shortened run is never labelled like the verdict: the label names what differs, the same from the result
+    as from the store's columns (what `matrix list` and the report read)."""
+    result = cpu_result(invocation=invocation(**changes))
+    assert run_config.of_result(result).label == label
+    _, summary = recorded(tmp_path, result)
+    assert summary.configurations == [label] and label != run_config.VERDICT_LABEL
+
+
+def test_legacy_results_name_their_shortened_settings():
+    result = cpu_result(config={"preset": "smoke", "min_accuracy": 0.0, "max_steps": 8}, model={"id": "tiny-gemma"},
+                        dataset={"path": "/data/emotions.jsonl"})
+    assert run_config.of_result(result).label == "smoke · tiny-gemma · max_steps=8 · min_accuracy=0.0"
+
+
+def test_many_or_long_overrides_keep_the_label_short():
+    result = cpu_result(invocation=invocation(overrides={f"o{i}": "x" * 100 for i in range(7)}))
+    label = run_config.of_result(result).label
+    assert label.endswith("+3 more") and len(label) < 4 * (run_config.MAX_VALUE + 5) + 40
+
+
+def test_max_steps_without_the_separator_reaches_the_workload_and_labels_the_run(tmp_path):
+    """`envbuild run workload --local --max-steps 3` (no `--`): the workload gets the option, and the run is listed as
+    the measurement `smoke · tiny-gemma · max_steps=3 ...`, never under the verdict's label."""
+    out, db = tmp_path / "out", tmp_path / "m.db"
+    ran = CliRunner().invoke(main, ["run", "workload", "--local", "--max-steps", "3", "--min-accuracy", "0",
+                                    "--no-probes", "--out", str(out), "--db", str(db)])
+    assert ran.exit_code == 0, ran.output
+    assert json.loads((out / "result.json").read_text())["metrics"]["steps"] == 3
+    line = listed(db)
+    assert line["status"] == "untested"
+    assert [m["configuration"] for m in line["measurements"]] == [
+        "smoke · tiny-gemma · max_steps=3 · min_accuracy=0.0 · no probes"]
+
+
+def test_a_speed_run_on_its_own_synthetic_data_is_labelled_by_preset_and_shape():
+    inv = invocation(preset="speed", model="gemma-2b-shape",
+                     data={"name": "synthetic", "bundled": False, "sha256": "cd" * 32})
+    config = run_config.of_result(cpu_result(invocation=inv))
+    assert (config.label, config.decides) == ("speed · gemma-2b-shape", False)
+    other = invocation(preset="smoke", data={"name": "synthetic", "bundled": False, "sha256": "cd" * 32})
+    assert run_config.of_result(cpu_result(invocation=other)).label == "smoke · tiny-gemma · data=synthetic"

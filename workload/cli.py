@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import launch
-from .training.presets import PRESETS
+from .training.presets import PRESETS, preset_for
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--epochs", type=int)
     t.add_argument("--max-steps", type=int, help="stop after N optimizer steps (N >= 1; the schedule repeats "
                                                  "epochs if needed) [default: no limit, --epochs decide]")
+    t.add_argument("--untimed-steps", type=int, help="optimizer steps run before the timing starts (the speed "
+                                                     "preset: 10); samples/s, tokens/s and MFU count the rest")
     t.add_argument("--batch-size", type=int)
     t.add_argument("--lr", dest="learning_rate", type=float)
     t.add_argument("--max-length", type=int)
@@ -90,9 +92,9 @@ def _nproc(text: str):
 
 
 def _recipe(args):
-    recipe = PRESETS[args.preset].replace(
+    recipe = preset_for(args.preset, args.model).replace(
         model=args.model, dtype=args.dtype, attn_implementation=args.attn_implementation, seed=args.seed,
-        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+        epochs=args.epochs, max_steps=args.max_steps, untimed_steps=args.untimed_steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, max_length=args.max_length, warmup_steps=args.warmup_steps,
         lora_r=args.lora_r, lora_dropout=args.lora_dropout, pad_multiple=args.pad_multiple, gradient_checkpointing=args.gradient_checkpointing,
         min_accuracy=args.min_accuracy)

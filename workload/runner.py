@@ -17,7 +17,7 @@ from .errors import DidNotLearn, DidNotTrain, InputError, ProbeFailure, Workload
 from .probes import environment as env
 from .result import finish, new_result, write_result
 from .training.noise import third_party_to
-from .training.presets import PRESETS, Recipe
+from .training.presets import PRESETS, Recipe, preset_for
 
 
 EXIT_BAD_INPUT = 2
@@ -118,9 +118,24 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
     """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json.
     Bad input (settings, data, model path) raises InputError before anything is written. `argv`: the
     command line that started it (recorded in `invocation`)."""
+    from .model.shapes import is_shape
     from .training import distributed
 
-    data = _checked_inputs(recipe, dataset_path, text_column, label_column)
+    speed = recipe.preset == "speed"  # a random-weight shape on synthetic data: no data file, nothing downloaded
+    if speed != is_shape(recipe.model):
+        from .model.shapes import SHAPES
+        from .settings import SettingError
+
+        raise SettingError(f"--model {recipe.model}: " + (
+            f"the speed preset trains a random-weight shape: one of {', '.join(SHAPES)}" if speed else
+            "a random-weight shape trains with --preset speed only (its synthetic data)"))
+    if speed:
+        from .settings import check_recipe
+
+        check_recipe(recipe)
+        data = None
+    else:
+        data = _checked_inputs(recipe, dataset_path, text_column, label_column)
     result = new_result("train")
     result["invocation"] = dict(invocation(recipe, data, argv, revision), probes=probes)
     exc = None
@@ -140,7 +155,10 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
         dtype = env.resolve_dtype(recipe.dtype, device)
         result["config"] = _config_block(recipe, dtype, dist.world_size)
         with third_party_to(noise):
-            _train(result, recipe, device, dtype, dist, data, revision, probes, out_dir, scratch, quiet)
+            if speed:
+                _train_speed(result, recipe, device, dtype, dist, probes, quiet)
+            else:
+                _train(result, recipe, device, dtype, dist, data, revision, probes, out_dir, scratch, quiet)
     except BaseException as e:  # noqa: BLE001 - recorded in the result
         exc = e
     finally:
@@ -208,15 +226,22 @@ def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | Non
     differs from the preset's (`overrides`; empty: the preset as it stands)."""
     from .data.dataset import DEFAULT_DATASET
 
-    preset = PRESETS[recipe.preset]
+    preset = preset_for(recipe.preset, recipe.model)
     overrides = {f.name: _plain(getattr(recipe, f.name)) for f in dataclasses.fields(recipe)
                  if f.name not in ("preset", "model") and getattr(recipe, f.name) != getattr(preset, f.name)}
-    bundled = Path(data.path).resolve() == DEFAULT_DATASET.resolve()
+    if data is None:  # the speed preset's synthetic data (its sha256 is filled in once it is made)
+        block = {"name": SYNTHETIC_DATA, "bundled": False, "sha256": None}
+    else:
+        bundled = Path(data.path).resolve() == DEFAULT_DATASET.resolve()
+        block = {"name": DEFAULT_DATASET.name if bundled else Path(data.path).name, "bundled": bundled,
+                 "sha256": data.sha256}
     return {"argv": ["python", "-m", "workload", *argv] if argv is not None else None,
-            "preset": recipe.preset, "model": recipe.model, "revision": revision,
-            "data": {"name": DEFAULT_DATASET.name if bundled else Path(data.path).name, "bundled": bundled,
-                     "sha256": data.sha256},
+            "preset": recipe.preset, "model": recipe.model, "revision": revision, "data": block,
             "overrides": overrides}
+
+
+#: The data name a speed run records (workload/data/synthetic.py); the matrix labels such runs without "data=".
+SYNTHETIC_DATA = "synthetic"
 
 
 def _plain(value):
@@ -278,7 +303,6 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
-    from .training.metrics import flops_per_token, mfu, mfu_from_flops
     from .training.pass_bar import pass_bar
     from .model.classifier import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
                          save_adapter)
@@ -325,12 +349,76 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
         torch.cuda.reset_peak_memory_stats(device)
     train_model = dist.wrap(model)
 
-    def progress(step, total, loss):
-        if not quiet and dist.is_main:
-            _log(f"step {step}/{total} loss {loss:.4f}")
+    stats = train(train_model, tok, recipe, device=device, dtype=dtype, pad_id=pad_id,
+                  on_step=Progress(quiet or not dist.is_main), ddp_rank=dist.rank, ddp_world=dist.world_size,
+                  reduce_sum=dist.all_reduce_sum)
+    _record_training(result, recipe, stats, n_non_embedding, dist.world_size, device)
+    if stats.steps == 0:
+        raise DidNotTrain("no optimizer step ran, so nothing was trained: the run says nothing about learning")
+    metrics["eval_after"] = evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)
+    if out_dir is not None and dist.is_main:
+        save_adapter(loaded, Path(out_dir) / "adapter", data.labels,
+                     {"max_length": recipe.max_length, "dataset_sha256": data.sha256})
+        result["artifacts"] = {"adapter_dir": "adapter"}
+    _check_learned(result, bar)
 
-    stats = train(train_model, tok, recipe, device=device, dtype=dtype, pad_id=pad_id, on_step=progress,
-                  ddp_rank=dist.rank, ddp_world=dist.world_size, reduce_sum=dist.all_reduce_sum)
+
+def _check_learned(result: dict, bar: dict) -> None:
+    metrics = result["metrics"]
+    after = metrics["eval_after"]["accuracy"]
+    if after < bar["min_accuracy"]:
+        raise DidNotLearn(f"eval accuracy after training {after:.3f} is below the pass bar {bar['min_accuracy']:.3f} "
+                          f"({bar['source']}; majority-class rate {bar['majority_rate']:.3f}, chance "
+                          f"{bar['chance']:.3f}, before training {metrics['eval_before']['accuracy']:.3f})")
+    failure = _probe_failure(result.get("probes"))
+    if failure:
+        raise ProbeFailure(failure)
+
+
+#: A run whose estimated time left exceeds this says so at its second progress line (`--max-steps 10000000`).
+LONG_RUN_S = 3 * 3600
+
+
+class Progress:
+    """The loop's progress callback: `step N/M loss L, ETA ...`; once the pace is known (the second report), a run
+    estimated to need more than LONG_RUN_S says so: how long, and how to shorten it."""
+
+    def __init__(self, quiet: bool, clock=None):
+        import time
+
+        self.quiet, self.clock, self.started, self.first, self.warned = quiet, clock or time.monotonic, None, 0, False
+
+    def __call__(self, step: int, total: int, loss: float) -> None:
+        now = self.clock()
+        if self.started is None:  # the first report: the pace is measured from here (warm-up is behind us)
+            self.started, self.first = now, step
+            if not self.quiet:
+                _log(f"step {step}/{total} loss {loss:.4f}")
+            return
+        per_step = (now - self.started) / max(1, step - self.first)
+        left = per_step * (total - step)
+        if not self.quiet:
+            _log(f"step {step}/{total} loss {loss:.4f}, ETA {duration(left)}")
+        if not self.warned and left > LONG_RUN_S:
+            self.warned = True
+            _log(f"note: this run will take about {duration(left)} more ({total - step:,} optimizer steps at "
+                 f"{per_step:.2f} s each); --max-steps N shortens it")
+
+
+def duration(seconds: float) -> str:
+    """"3d 4h", "2h 05m", "4m 09s"."""
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}d {hours}h" if days else f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
+def _record_training(result: dict, recipe: Recipe, stats, n_non_embedding: int, world: int, device) -> None:
+    """What the loop measured, into the result: the schedule and levers as they ran, speed and memory."""
+    from .training.metrics import flops_per_token, mfu, mfu_from_flops
+
+    metrics = result["metrics"]
     peak = result["hardware"]["peak_tflops"]
     # what the loop really used: the scaled learning rate and warmup, packing and compilation as they ran
     result["config"].update(base_learning_rate=recipe.learning_rate, learning_rate=stats.learning_rate,
@@ -341,28 +429,70 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
                                      varlen_error=stats.varlen_error, merged_qkv_blocks=stats.merged_qkv_blocks)
     metrics.update({
         "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
-        "steps": stats.steps, "train_seconds": round(stats.seconds, 3),
+        "steps": stats.steps, "untimed_steps": stats.untimed_steps, "train_seconds": round(stats.seconds, 3),
         "warmup_seconds": round(stats.warmup_seconds, 3), "padded_tokens": stats.padded_tokens,
         "samples_per_s": round(stats.samples_per_s, 3), "tokens_per_s": round(stats.tokens_per_s, 1),
-        "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, dist.world_size),
+        "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, world),
         "mfu_with_attention": mfu_from_flops(
             (stats.tokens * flops_per_token(n_non_embedding) + stats.attention_flops) / stats.seconds
-            if stats.seconds else 0.0, peak, dist.world_size),
+            if stats.seconds else 0.0, peak, world),
         "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
     })
+
+
+def _train_speed(result, recipe, device, dtype, dist, with_probes, quiet) -> None:
+    """The `speed` preset's run (docs/workload.md "The speed preset"): a random-weight classifier of the shape
+    `recipe.model` on synthetic learnable data, the throughput levers, untimed steps first, then the timed ones;
+    the eval accuracy must pass the bar (the learning check), or the run fails `did_not_learn`."""
+    from .data.synthetic import PAD, fingerprint, synthetic_data
+    from .model.classifier import apply_lora, count_parameters, make_trainable_fp32
+    from .model.shapes import build, vocab_size
+    from .training.loop import Tokenised, evaluate, train
+    from .training.pass_bar import pass_bar
+
+    labels = recipe.labels
+    vocab = vocab_size(recipe.model)
+    per_step = (recipe.tokens_per_step or recipe.batch_size * 68) // 68 + 1  # the samples average ~68 tokens
+    steps = recipe.max_steps or 50
+    train_ids, train_labels = synthetic_data(steps * per_step, vocab, seed=recipe.seed + 1, num_labels=len(labels),
+                                             max_length=recipe.max_length)
+    eval_ids, eval_labels = synthetic_data(512, vocab, seed=recipe.seed + 2, num_labels=len(labels),
+                                           max_length=recipe.max_length)
+    sha = fingerprint(train_ids + eval_ids, train_labels + eval_labels)
+    result["invocation"]["data"]["sha256"] = sha
+    result["dataset"] = {"path": SYNTHETIC_DATA, "sha256": sha, "n_train": len(train_ids), "n_eval": len(eval_ids),
+                         "labels": list(labels), "vocab_size": vocab}
+    if not quiet and dist.is_main:
+        _log(f"building the random-weight {recipe.model} classifier ({dtype}) on {device}")
+    base, family = build(recipe.model, len(labels), torch_dtype=env.TORCH_DTYPES[dtype], device=device,
+                         seed=recipe.seed, attn=recipe.attn_implementation)
+    result["config"]["attn_implementation"] = getattr(base.config, "_attn_implementation", None)
+    if with_probes:
+        probes = run_probes(device, dtype=env.TORCH_DTYPES[dtype])
+        result["probes"] = merge_rank_probes(dist.all_gather_object(probes or []))
+    model = apply_lora(base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules,
+                       recipe.train_embeddings)
+    make_trainable_fp32(model)
+    model = model.to(device)
+    n_all, n_trainable, n_non_embedding = count_parameters(model)
+    result["model"] = {"id": recipe.model, "revision": None, "family": family, "random_weights": True,
+                       "num_parameters": n_all, "trainable_parameters": n_trainable,
+                       "non_embedding_parameters": n_non_embedding}
+    tok = Tokenised(train_ids, train_labels, eval_ids, eval_labels)
+    eval_kwargs = dict(device=device, dtype=dtype, pad_id=PAD, recipe=recipe, num_labels=len(labels))
+    bar = pass_bar(eval_labels, len(labels), floor=recipe.accuracy_floor, given=recipe.min_accuracy)
+    result["config"].update(min_accuracy=bar["min_accuracy"], pass_bar=bar)
+    result["metrics"] = {"eval_before": evaluate(model, eval_ids, eval_labels, **eval_kwargs)}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    if not quiet and dist.is_main:
+        _log(f"training {steps} steps: {min(recipe.untimed_steps, steps - 1)} untimed, then the timed ones")
+    stats = train(dist.wrap(model), tok, recipe, device=device, dtype=dtype, pad_id=PAD,
+                  on_step=Progress(quiet or not dist.is_main), ddp_rank=dist.rank, ddp_world=dist.world_size,
+                  reduce_sum=dist.all_reduce_sum)
+    _record_training(result, recipe, stats, n_non_embedding, dist.world_size, device)
     if stats.steps == 0:
         raise DidNotTrain("no optimizer step ran, so nothing was trained: the run says nothing about learning")
-    metrics["eval_after"] = evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)
-    if out_dir is not None and dist.is_main:
-        save_adapter(loaded, Path(out_dir) / "adapter", data.labels,
-                     {"max_length": recipe.max_length, "dataset_sha256": data.sha256})
-        result["artifacts"] = {"adapter_dir": "adapter"}
-    after = metrics["eval_after"]["accuracy"]
-    if after < bar["min_accuracy"]:
-        raise DidNotLearn(f"eval accuracy after training {after:.3f} is below the pass bar {bar['min_accuracy']:.3f} "
-                          f"({bar['source']}; majority-class rate {bar['majority_rate']:.3f}, chance "
-                          f"{bar['chance']:.3f}, before training {metrics['eval_before']['accuracy']:.3f})")
-    failure = _probe_failure(result["probes"])
-    if failure:
-        raise ProbeFailure(failure)
+    result["metrics"]["eval_after"] = evaluate(model, eval_ids, eval_labels, **eval_kwargs)
+    _check_learned(result, bar)

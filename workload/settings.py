@@ -22,6 +22,7 @@ RANGES = {
     "batch_size": ("--batch-size", 1, 65_536, int),
     "epochs": ("--epochs", 1, 10_000, int),
     "max_steps": ("--max-steps", 1, 10_000_000, int),
+    "untimed_steps": ("--untimed-steps", 0, 10_000_000, int),
     "max_length": ("--max-length", 8, 131_072, int),
     "warmup_steps": ("--warmup-steps", 0, 10_000_000, int),
     "lora_r": ("--lora-r", 1, 4_096, int),

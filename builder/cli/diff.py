@@ -6,25 +6,30 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from builder.cli.output import stdout_console
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.matrix import diff
 
 
 def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
+    """One section's rows; the note column ("out of limit: A") only where a row has a note (no empty column)."""
+    noted = any(row.out_of_limit for row in rows)
     table = Table(title=diff.SECTION_TITLES[section], title_justify="left")
-    for column, justify in (("", "left"), ("A " + key_a, "right"), ("B " + key_b, "right"), ("B/A", "right"),
-                            ("", "left")):
+    columns = [("value", "left"), ("A " + key_a, "right"), ("B " + key_b, "right"), ("B/A", "right")]
+    for column, justify in columns + ([("note", "left")] if noted else []):
         table.add_column(Text(plain(column)), justify=justify, overflow="fold")
     for row in rows:
         style = "bold" if row.differs else "dim"
-        note = f"out of limit: {row.out_of_limit}" if row.out_of_limit else ""
         ratio = f"{row.ratio:.3g}" if row.ratio is not None and row.differs else ""
-        table.add_row(Text(plain(row.label or row.name), style=style), Text(plain(row.a_text)), Text(plain(row.b_text)),
-                      Text(ratio), Text(note, style="red" if note else ""))
+        cells = [Text(plain(row.label or row.name), style=style), Text(plain(row.a_text)), Text(plain(row.b_text)),
+                 Text(ratio)]
+        if noted:
+            note = f"out of limit: {row.out_of_limit}" if row.out_of_limit else ""
+            cells.append(Text(note, style="red" if note else ""))
+        table.add_row(*cells)
     return table
 
 
@@ -64,7 +69,7 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
     if as_json:
         click.echo(json.dumps(diff.as_json(a, b), indent=2, default=str))
         return
-    console = Console(soft_wrap=True)
+    console = stdout_console(soft_wrap=True)
     console.print(Text(f"A {plain(cell_a)}: run {plain(a['run_id'])} ({plain(a['preset'])}, {plain(a['status'])}, "
                        f"{plain(a['finished_at'])})"))
     console.print(Text(f"B {plain(cell_b)}: run {plain(b['run_id'])} ({plain(b['preset'])}, {plain(b['status'])}, "

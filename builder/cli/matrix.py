@@ -14,6 +14,7 @@ from rich.text import Text
 
 from builder.cli.attest import check_result, revoked_or_default, sign, signer_options, verify
 from builder.cli.diff import diff_cells
+from builder.cli.output import stdout_console
 from builder.cli.paths import writable_output
 from builder.cli.publish import publish
 from builder.cli.store_options import DatabaseError, db_option, open_store, plain, warn_damaged
@@ -336,7 +337,7 @@ def _class_note(s: CellSummary) -> str:
 
 
 def _print_summary(s: CellSummary, store_dir: Path) -> None:
-    console = Console()
+    console = stdout_console()
     console.print(Text.assemble((plain(s.key), "bold"), "  ", _status(s.status), "  ", _class_note(s)))
     console.print(Text(f"runs: {s.run_count}  builds: {len(s.builds)}  last pass: {plain(s.last_pass_at or '-')}"
                        f"  flips: {len(s.flips)}" + ("  flaky" if s.flaky else "")))

@@ -205,19 +205,22 @@ def _print_cells(rows: list[dict]) -> None:
     from rich import box
     from rich.text import Text
 
-    console = Console(highlight=False)
+    from builder.cli.output import fits_terminal, stdout_console
+
+    console = stdout_console(highlight=False)
     for row in rows:
         row["from"] = row["origin"].split(" ", 1)[0]  # packaged | site (--json has the site folder)
     keys = ("cell", "torch_version", "torch_source", "from", "reason", "fact_source")
     names = ("cell", "torch", "source", "from")
     fixed = [max(len(str(r[k])) for r in rows + [{k: name}]) for k, name in zip(keys[:4], names)]
     free = max(20, console.width - sum(fixed) - 3 * len(keys) - 2)  # what the two long columns share
-    table = Table(title=f"{len(rows)} known cells (torch source: auto; full text: --json)", title_justify="left",
-                  box=box.SIMPLE_HEAD)
+    cut = fits_terminal(console)  # piped: every value whole (builder.cli.output)
+    table = Table(title=f"{len(rows)} known cells (torch source: auto{'; full text: --json' if cut else ''})",
+                  title_justify="left", box=box.SIMPLE_HEAD)
     for name, width in zip(names, fixed):
         table.add_column(name, no_wrap=True, width=width)
-    table.add_column("why", no_wrap=True, overflow="ellipsis", width=free * 3 // 5)
-    table.add_column("fact source", no_wrap=True, overflow="ellipsis", width=free - free * 3 // 5)
+    table.add_column("why", no_wrap=True, overflow="ellipsis", width=free * 3 // 5 if cut else None)
+    table.add_column("fact source", no_wrap=True, overflow="ellipsis", width=free - free * 3 // 5 if cut else None)
     for row in rows:
         table.add_row(*(Text(str(row[k])) for k in keys))  # plain text: no markup in the data is interpreted
     console.print(table)

@@ -81,11 +81,11 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     console = Console(stderr=True)
     try:
         with console.status("collecting the matrix"):
-            summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS)
+            summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS, with_manifests=False)
         text = None
         if markdown is not None:
             newest = max((r["result"].get("finished_at") or "" for r in store.runs(last=1)), default="") or "-"
-            text = summary_markdown(summaries, f"from runs up to {newest}")
+            text = summary_markdown(summaries, f"from runs up to {newest}", speed=store.newest_of_preset("speed"))
         index = None
         if out_dir is not None and not check:
             with console.status("writing the site"):

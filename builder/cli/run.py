@@ -19,7 +19,8 @@ from rich.markup import escape
 from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.store_options import db_option, note_new_folder
 from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
-from builder.engine.run_result import RESULT_NAME, keep_run
+from builder.engine import conditions
+from builder.engine.run_result import RESULT_NAME, keep_run, write_json_atomic
 from builder.matrix.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
 
 
@@ -35,10 +36,11 @@ def run() -> None:
 
 
 @run.command("workload", context_settings={"ignore_unknown_options": True}, epilog=(
-    "WORKLOAD ARGS after `--` go to `python -m workload train` unchanged, e.g. `-- --labels auto` (take the "
-    "label names from --data), `--labels a,b,c`, `--max-steps N`, `--seed N`, `--dtype bf16`, `--no-probes`; "
-    "`python -m workload train --help` lists them all. A run with any of them is a measurement of its own "
-    "configuration, not the cell's verdict (docs/matrix.md)."))
+    "WORKLOAD ARGS go to `python -m workload train` unchanged, with or without a `--` before them, e.g. "
+    "`--max-steps N`, `-- --labels auto` (take the label names from --data), `--labels a,b,c`, `--seed N`, "
+    "`--dtype bf16`, `--no-probes`; `python -m workload train --help` lists them all. A run with any of them is a "
+    "measurement of its own configuration, labelled with them (`smoke · tiny-gemma · max_steps=5`), never the "
+    "cell's verdict (docs/matrix.md)."))
 @click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
 @click.option("--apptainer", "sif", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH.sif",
               help="Run inside this SIF with Apptainer (see `envbuild sif`): --cleanenv --containall, "
@@ -74,23 +76,40 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
     created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
+    watch = conditions.Watch.start(db_path)
+    if watch.others_at_start:
+        console.print(f"[yellow]note[/]: {watch.others_at_start} other envbuild run(s) are writing to this matrix now:"
+                      " this measurement will be marked contended (its speed is not comparable)")
     try:
         with sigterm_as_interrupt() as stop:
             result = _run(request, image, sif, shm_size, network, console)
     except BadInput:
+        watch.discard()  # nothing was measured: no marker left
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
             with contextlib.suppress(OSError):
                 path.rmdir()
         raise
     except KeyboardInterrupt as exc:  # before the workload started: nothing to record
+        watch.discard()
         console.print(f"[yellow]run interrupted ({describe(exc)}) before the workload started[/]")
         sys.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
+    except BaseException:
+        watch.discard()
+        raise
+    try:
+        result["conditions"] = watch.finish()
+        write_json_atomic(Path(out_dir) / RESULT_NAME, result)
+    except OSError as exc:
+        console.print(escape(f"warning: could not record the run's conditions: {exc}"))
     result_path = Path(out_dir).resolve() / RESULT_NAME
     style = "green" if result["status"] == "pass" else "red"
     detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
     console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
     if summary := _summary(result):
         console.print(summary)
+    if (result.get("conditions") or {}).get("contended"):
+        console.print(escape("contended: " + "; ".join(result["conditions"]["contention"])
+                             + " (recorded in result.json; the report marks this measurement)"))
     passed = result["status"] == "pass"  # only a pass suggests the report; anything else says where to look
     if db_path is None:
         console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site" if passed

@@ -19,7 +19,8 @@ H200_PRINCIPAL = "envbuild-h200"
 #: halves are the envbuild-ci and envbuild-h200 lines of results/allowed_signers; a rotation adds one here).
 PROJECT_SIGNERS: dict[str, frozenset[str]] = {
     CI_PRINCIPAL: frozenset({"SHA256:FECsrWa6jC7PHB9Hd4yXStYqqX3WwMA7VxBMhEcL/qo"}),
-    H200_PRINCIPAL: frozenset({"SHA256:Xp/Rf5tpNNNHyc0BVEJ3t1IfdEXqwWiL04tgPUMCvSo"}),
+    H200_PRINCIPAL: frozenset({"SHA256:Xp/Rf5tpNNNHyc0BVEJ3t1IfdEXqwWiL04tgPUMCvSo",
+                               "SHA256:QpybVeOHF9kRFzZ3CQ4Wa0aqgl5mDgLQIGRZxMnnXFs"}),  # issue 35's, from 2026-12-04
 }
 CI, CONTRIBUTED, UNSIGNED, REVOKED = "ci", "contributed", "unsigned", "revoked"
 KINDS = (CI, CONTRIBUTED, UNSIGNED, REVOKED)

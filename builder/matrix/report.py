@@ -19,8 +19,8 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
-from builder.matrix import (attempt_files, compare as report_compare, diff, gpu_prices, plots as report_plots,
-                            provenance, run_config, site_folders, vendor_support)
+from builder.matrix import (attempt_files, compare as report_compare, diff, gpu_prices, ladder as cell_ladder,
+                            plots as report_plots, provenance, run_config, site_folders, vendor_support)
 from builder.matrix.slug import safe_slug
 from builder.matrix.store import MatrixStore, utc_now
 from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
@@ -73,6 +73,10 @@ class IndexEntry:
     vendor: vendor_support.VendorSupport
     provenance: str  # the latest run's kind (builder.matrix.provenance.KINDS), "none" without a run
     provenance_label: str
+    ladder: cell_ladder.Ladder
+    provenance_short: str = ""  # the label without the key's fingerprint (the index's narrow column)
+    vendor_claim: str = "none"  # step 1 in short: "AMD docs + official wheel", "official wheel", "AMD docs", "none"
+    speed_contended: bool = False  # the speed numbers were measured under contention (conditions.contended)
     unproven: bool = False  # torch built from a source no peer has shown to compile (render --unproven)
 
 
@@ -158,15 +162,18 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
     for sub in ("cells", "plots", "data", "logs", "attestations"):
         (root / sub).mkdir()
-    entries = {s.key: _index_entry(s, vendor) for s in summaries}
+    recipes, speed = recipe_facts(), store.newest_of_preset(cell_ladder.SPEED_PRESET)
+    entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     throughput: dict[str, list[dict]] = {}
     for row in store.train_metrics():
-        if row["configuration"].decides:  # the plot follows one configuration: the one that decides the cell
+        # the plot follows the standard speed measurement; a contended one is never plotted (it is marked on the page)
+        if row["configuration"].preset == cell_ladder.SPEED_PRESET and not row["contended"]:
             throughput.setdefault(row["cell_key"], []).append(row)
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
-        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), store.path, skipped)
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), store.path, skipped,
+                          speed.get(summary.key))
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
         record = summary_record(summary, with_runs=False)
@@ -184,6 +191,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
         torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, root="", **common))
     (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
         torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
+    (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
     report_compare.write(root, html, store, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -229,11 +237,13 @@ def _release_filter(entries: list[IndexEntry]) -> list[tuple[str, list[tuple[str
 
 
 def summary_markdown(summaries: list[CellSummary], generated_at: str, vendor: dict | None = None,
-                     link_base: str | None = None) -> str:
-    """The site's summary.md alone (e.g. committed as docs/compatibility.md); `link_base` None: no links."""
+                     link_base: str | None = None, speed: dict[str, dict] | None = None) -> str:
+    """The site's summary.md alone (e.g. committed as docs/compatibility.md); `link_base` None: no links.
+    `speed`: `store.newest_of_preset("speed")`, where the speed columns come from."""
     _, md = _environments()
     vendor = vendor_support.load() if vendor is None else vendor
-    entries = {s.key: _index_entry(s, vendor) for s in summaries}
+    recipes, speed = recipe_facts(), speed or {}
+    entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
@@ -298,17 +308,47 @@ def _hardware(result: dict | None) -> str:
     return f"{name} × {hw.get('gpu_count')}" if hw.get("gpu_count") else str(name)
 
 
-def _index_entry(s: CellSummary, vendor: dict) -> IndexEntry:
-    train = s.latest_train_run or {}
+def recipe_facts() -> dict[str, cell_ladder.Recipe]:
+    """cell key -> what the recipes say about it (torch route, lock file), for every cell they resolve; {} when the
+    recipes cannot be read (the ladder then shows step 2 open)."""
+    from builder.plan.recipes import RecipeError, load
+    from builder.plan.resolve import ResolveError, all_plans
+
+    try:
+        plans = all_plans(load())
+    except (RecipeError, ResolveError, OSError):
+        return {}
+    return {p.cell.key: cell_ladder.Recipe(torch_source=p.torch_source, torch_requirement=p.torch_requirement,
+                                           wheel_index_url=p.wheel_index_url,
+                                           lock=f"recipes/locks/{p.lock_path.name}", locked=p.lock_path.is_file())
+            for p in plans}
+
+
+def _ladder(s: CellSummary, vendor: vendor_support.VendorSupport, recipe: cell_ladder.Recipe | None,
+            speed: dict | None) -> cell_ladder.Ladder:
+    deciding = [row for row in s.runs if row.get("counts", True) and run_config.of_result(row["result"]).decides]
+    verdict_row = deciding[-1] if deciding else None
+    return cell_ladder.ladder(s.cell, vendor, recipe, s.builds, verdict_row and verdict_row["result"], verdict_row,
+                              speed and speed["result"], speed)
+
+
+def _index_entry(s: CellSummary, vendor: dict, recipe: cell_ladder.Recipe | None = None,
+                 speed: dict | None = None) -> IndexEntry:
+    """One cell of the index. Its speed, MFU, samples per GPU-hour and cost come from its latest `speed` preset
+    run only, never from the smoke verdict (a tiny model's numbers say nothing about the hardware)."""
+    train = (speed or {}).get("result") or {}
     metrics = train.get("metrics") or {}
     cell = s.cell
+    support = vendor_support.support_of(cell, vendor)
     return IndexEntry(
         key=s.key, slug=safe_slug(s.key), flavor=cell.flavor, accel=cell.accel_version or "cpu",
         release=release_value(cell.flavor, cell.accel_version),
         arch=cell.arch or "none", torch=cell.torch, python=cell.python, status=s.status,
         failure_class=s.failure_class, note=s.note, last_at=(s.last_event_at or "")[:16].replace("T", " "),
         hardware=_hardware(s.latest_run), samples_per_s=metrics.get("samples_per_s"), mfu=metrics.get("mfu"),
-        **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=vendor_support.support_of(cell, vendor),
+        **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=support,
+        ladder=_ladder(s, support, recipe, speed), speed_contended=cell_ladder.contended(train),
+        vendor_claim=cell_ladder.vendor_claim(support, recipe),
         unproven=s.unproven, **_cell_provenance(s))
 
 
@@ -316,9 +356,12 @@ def _cell_provenance(s: CellSummary) -> dict:
     """A cell carries the provenance of the run that makes its verdict (its latest counted run)."""
     counted = [row for row in s.runs if row.get("counts", True)] or s.runs
     if not counted:
-        return {"provenance": "none", "provenance_label": "no run"}
+        return {"provenance": "none", "provenance_label": "no run", "provenance_short": "no run"}
     row = counted[-1]
-    return {"provenance": row["provenance"], "provenance_label": provenance.label(row["provenance"], row["signer"])}
+    principal = (row["signer"] or "").split(" (", 1)[0] or None
+    short = {provenance.CI: "this project's CI", provenance.CONTRIBUTED: f"signed by {principal}"}
+    return {"provenance": row["provenance"], "provenance_label": provenance.label(row["provenance"], row["signer"]),
+            "provenance_short": short.get(row["provenance"], "unsigned")}
 
 
 def _measured_by(summary: CellSummary, root: Path) -> list[dict]:
@@ -369,7 +412,7 @@ def _grid(summaries: list[CellSummary], entries: dict[str, IndexEntry]) -> tuple
 
 
 def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details: bool,
-               throughput: list[dict], db: Path, skipped: list[str]) -> dict:
+               throughput: list[dict], db: Path, skipped: list[str], speed: dict | None = None) -> dict:
     """Everything one cell page shows, with its plots drawn and logs copied into the site."""
     latest, train = summary.latest_run, summary.latest_train_run
     plots = {"curves": None, "accuracy": None}
@@ -410,7 +453,51 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         "history_total": len(summary.events),
         "flips": list(reversed(summary.flips))[:10],
         "measured_by": _measured_by(summary, root),
+        "speed": _speed_page(speed, entry),
     }
+
+
+def _speed_page(speed: dict | None, entry: IndexEntry) -> dict | None:
+    """The cell's standard speed measurement (its latest `speed` preset run): numbers, learning check, conditions."""
+    if not speed:
+        return None
+    result = speed["result"]
+    metrics = result.get("metrics") if isinstance(result.get("metrics"), dict) else {}
+    before = (metrics.get("eval_before") or {}).get("accuracy") if isinstance(metrics.get("eval_before"), dict) else None
+    after = (metrics.get("eval_after") or {}).get("accuracy") if isinstance(metrics.get("eval_after"), dict) else None
+    learned = "-" if after is None else f"eval accuracy {_num(before, 3)} → {_num(after, 3)}"
+    model = result.get("model") if isinstance(result.get("model"), dict) else {}
+    return {"metrics": _metrics(metrics), "samples_per_gpu_hour": entry.samples_per_gpu_hour,
+            "cost_per_1k": entry.cost_per_1k, "learned": learned, "model": str(model.get("id") or "-"),
+            "run_id": result.get("run_id"), "status": result.get("status"), "finished_at": result.get("finished_at"),
+            "signer": provenance.label(speed["provenance"], speed["signer"]),
+            "contended": cell_ladder.contended(result), "conditions": conditions_text(result),
+            "command": _recorded_command(result)}
+
+
+def conditions_text(result: dict) -> str:
+    """The recorded conditions of a measurement in one line ("-" when the run recorded none)."""
+    c = result.get("conditions") if isinstance(result.get("conditions"), dict) else None
+    if not c:
+        return "not recorded (a run from before conditions were recorded)"
+    parts = []
+    load = c.get("load_average") if isinstance(c.get("load_average"), dict) else {}
+    if load:
+        parts.append(f"load average {_value_text(load.get('start'))} → {_value_text(load.get('end'))}")
+    if c.get("cpu_count") is not None:
+        limit = c.get("cgroup_cpu_limit")
+        parts.append(f"{c['cpu_count']} CPUs" + (f" (cgroup limit {_value_text(limit)})" if limit is not None else ""))
+    gpu = c.get("gpu") if isinstance(c.get("gpu"), dict) else {}
+    if gpu.get("other_processes") is not None:
+        parts.append(f"other processes on the GPUs: {_value_text(gpu.get('other_processes'))}")
+    for key, label in (("sm_clock_mhz", "SM clock MHz"), ("power_limit_w", "power cap W")):
+        if gpu.get(key) is not None:
+            parts.append(f"{label} {_value_text(gpu[key])}")
+    if c.get("other_envbuild_runs") is not None:
+        parts.append(f"other envbuild runs on this matrix: {_value_text(c['other_envbuild_runs'])}")
+    verdict = "CONTENDED: " + "; ".join(cell_ladder.contention_reasons(result)) if cell_ladder.contended(result) \
+        else "uncontended"
+    return " · ".join([verdict, *parts])
 
 
 def _measurement(summary: CellSummary, configuration: str) -> dict:

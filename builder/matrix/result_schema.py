@@ -199,6 +199,34 @@ class Invocation(_Block):
     probes: StrictBool | None = None
 
 
+class LoadAverage(_Block):
+    start: NonNegative | None = None
+    end: NonNegative | None = None
+
+
+class GpuConditions(_Block):
+    """What the vendor's SMI (or /sys) said about the run's GPUs, where readable."""
+
+    tool: Name | None = None  # "nvidia-smi", "rocm-smi", "sysfs", or None when nothing was readable
+    other_processes: Annotated[list[Open], Field(max_length=1024)] | None = None
+    sm_clock_mhz: NonNegative | None = None
+    max_sm_clock_mhz: NonNegative | None = None
+    power_limit_w: NonNegative | None = None
+
+
+class Conditions(_Block):
+    """The conditions a measurement ran under (docs/result-schema.md "conditions"); `contended` marks a run that
+    something else competed with, `contention` says what."""
+
+    load_average: LoadAverage | None = None
+    cpu_count: Count | None = None
+    cgroup_cpu_limit: NonNegative | None = None
+    gpu: GpuConditions | None = None
+    other_envbuild_runs: Count | None = None
+    contended: StrictBool
+    contention: Annotated[list[Text], Field(max_length=100)] = []
+
+
 class Result(_Block):
     """A result.json as the matrix reads it (docs/result-schema.md)."""
 
@@ -222,6 +250,7 @@ class Result(_Block):
     artifacts: Open | None = None
     host: Host | None = None
     image: Image | None = None
+    conditions: Conditions | None = None
 
     @model_validator(mode="after")
     def _failure_has_a_class(self) -> "Result":

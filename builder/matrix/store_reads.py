@@ -113,16 +113,35 @@ class StoreReads(StoreConnection):
                 out.setdefault(key, []).append(result)
         return out
 
+    def newest_of_preset(self, preset: str) -> dict[str, dict]:
+        """cell key -> the newest run whose `config.preset` is `preset` (the `preset` column), as `runs` gives a row
+        (result, provenance, signer); only those are parsed (a damaged one is skipped and noted)."""
+        cur = self._rows(
+            "SELECT runs.id, runs.run_id, cells.key, CAST(runs.result_json AS BLOB), runs.schema_checked,"
+            " runs.provenance, runs.signer FROM runs JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN"
+            " (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id ORDER BY"
+            " COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs WHERE preset = ?) WHERE n = 1)",
+            (preset,))
+        out: dict[str, dict] = {}
+        for row_id, run_id, key, blob, checked, kind, signer in cur:
+            result = self._result(row_id, run_id, blob, checked)
+            if result is not None:
+                kind = kind if kind in KINDS else UNSIGNED
+                out[key] = {"result": result, "provenance": kind, "signer": signer if kind in PUBLISHED else None}
+        return out
+
     def train_metrics(self) -> list[dict]:
-        """Every train run's cell_key, time (`at`), samples_per_s and mfu (columns filled on import) and
-        `configuration` (run_config.RunConfiguration, from the stored JSON where it is valid), oldest first."""
+        """Every train run's cell_key, time (`at`), samples_per_s and mfu (columns filled on import),
+        `configuration` (run_config.RunConfiguration, from the stored JSON where it is valid) and `contended`
+        (the run's conditions.contended is true), oldest first."""
         cur = self._rows(
             "SELECT cells.key, COALESCE(runs.finished_at, runs.started_at, runs.recorded_at) AS at,"
-            f" runs.samples_per_s, runs.mfu, {run_config.SQL.replace('result_json', 'runs.result_json')}"
+            f" runs.samples_per_s, runs.mfu, {run_config.SQL.replace('result_json', 'runs.result_json')},"
+            " CASE WHEN json_valid(runs.result_json) THEN json_type(runs.result_json, '$.conditions.contended') END"
             " FROM runs JOIN cells ON cells.id = runs.cell_id"
             " WHERE runs.command = 'train' ORDER BY at, runs.id")
-        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu, "configuration": run_config.of_row(c)}
-                for k, at, sps, mfu, c in cur]
+        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu, "configuration": run_config.of_row(c),
+                 "contended": flag == "true"} for k, at, sps, mfu, c, flag in cur]
 
     def run_events(self, cell_key: str | None = None) -> list[dict]:
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
@@ -152,12 +171,23 @@ class StoreReads(StoreConnection):
                 self.damaged.append(DamagedRow("runs", row_id, str(event["run_id"]), "status", "not a run status"))
         return events
 
-    def builds(self, cell_key: str | None = None) -> list[dict]:
-        """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates)."""
+    def builds(self, cell_key: str | None = None, *, manifests: bool = True) -> list[dict]:
+        """Recorded builds (oldest first) as dicts of their columns plus `cell_key` and `cell` (coordinates).
+
+        `manifests=False`: no parsed `manifest` (None); instead the two facts the verdicts and the ladder read of it,
+        extracted by SQLite where the stored JSON is valid: `torch_proof` (torch.git.proof when it is text) and
+        `verify_checks` (the length of verify.checks when it is a list). Fast at 10,000 builds."""
         # every column but the manifest's text (its bytes may not be UTF-8: read as a blob, checked by _json);
         # a fixed list of our own schema, never names read from the file
         columns = ", ".join(f"builds.{c}" for c in _BUILD_READ_COLUMNS)
-        sql = (f"SELECT {columns}, CAST(builds.manifest_json AS BLOB) AS manifest_blob, cells.key AS cell_key,"
+        manifest = "CAST(builds.manifest_json AS BLOB)" if manifests else "NULL"
+        facts = "" if manifests else (
+            ", CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.torch.git.proof')"
+            " = 'text' THEN json_extract(builds.manifest_json, '$.torch.git.proof') END AS torch_proof,"
+            " CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.verify.checks')"
+            " = 'array' THEN json_array_length(builds.manifest_json, '$.verify.checks') END AS verify_checks,"
+            " builds.manifest_json IS NOT NULL AND NOT json_valid(builds.manifest_json) AS manifest_damaged")
+        sql = (f"SELECT {columns}, {manifest} AS manifest_blob{facts}, cells.key AS cell_key,"
                " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
                " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
         args: tuple = ()
@@ -171,6 +201,9 @@ class StoreReads(StoreConnection):
         for row in cur:
             build = dict(zip(names, row))
             blob = build.pop("manifest_blob")
+            if build.pop("manifest_damaged", 0):  # manifests=False: named as damaged all the same
+                self.damaged.append(DamagedRow("builds", build["id"], str(build["build_uid"]), "manifest_json",
+                                               "not valid JSON"))
             build["manifest"] = None
             if blob is not None:  # a damaged manifest is named in `damaged`; the build's own columns still count
                 build["manifest"] = self._json("builds", build["id"], build["build_uid"], "manifest_json", blob,

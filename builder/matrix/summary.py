@@ -125,12 +125,12 @@ class CellSummary:
     def unproven(self) -> bool:
         """A build or run of this cell had a torch built from a source no peer has shown to compile
         (`envbuild render --unproven`: the manifest's torch.git.proof is "unproven")."""
-        manifests = [b.get("manifest") for b in self.builds]
+        proofs = [b["torch_proof"] if "torch_proof" in b else _torch_proof(b.get("manifest")) for b in self.builds]
         for row in self.runs:
             result = row.get("result") if isinstance(row.get("result"), dict) else row
             image = result.get("image") if isinstance(result, dict) else None
-            manifests.append(image.get("manifest") if isinstance(image, dict) else None)
-        return any(_torch_proof(m) == "unproven" for m in manifests)
+            proofs.append(_torch_proof(image.get("manifest") if isinstance(image, dict) else None))
+        return "unproven" in proofs
 
     @property
     def environments(self) -> list[str]:
@@ -191,14 +191,17 @@ class CellSummary:
 
 
 def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = (), *,
-              with_runs: bool = True, runs_per_cell: int | None = None, cell_key: str | None = None) -> list[CellSummary]:
+              with_runs: bool = True, runs_per_cell: int | None = None, cell_key: str | None = None,
+              with_manifests: bool | None = None) -> list[CellSummary]:
     """A summary per cell: every recorded cell plus every recipe cell, ordered by key.
 
     Verdicts come from the runs' columns; `with_runs` also loads the runs' full result.json
     (`CellSummary.runs`: what `show`, `export` and the report need, `list` does not), only the
     newest `runs_per_cell` of each cell when given. Rows that do not parse are skipped and listed
-    in `store.damaged`. `cell_key`: only that cell (nothing else is read).
+    in `store.damaged`. `cell_key`: only that cell (nothing else is read). `with_manifests` (default:
+    `with_runs`): the builds' parsed manifests; without them each build has `torch_proof` and `verify_checks`.
     """
+    with_manifests = with_runs if with_manifests is None else with_manifests
     summaries: dict[str, CellSummary] = {c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells
                                          if cell_key in (None, c.key)}
     for cell in store.cells():
@@ -212,7 +215,7 @@ def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = 
     for row in store.run_events(cell_key):
         if row["cell_key"] in summaries:
             events.setdefault(row["cell_key"], []).append(_run_event(row))
-    for build in store.builds(cell_key):
+    for build in store.builds(cell_key, manifests=with_manifests):
         if build["cell_key"] in summaries:
             summaries[build["cell_key"]].builds.append(build)
     for key, summary in summaries.items():

@@ -40,6 +40,7 @@ class TrainStats:
     padded_tokens: int = 0  # what the forwards processed, pad included
     seconds: float = 0.0
     warmup_seconds: float = 0.0  # compilation warm-up, outside `seconds`
+    untimed_steps: int = 0  # optimizer steps run before the timing started (recipe.untimed_steps), outside `seconds`
     learning_rate: float = 0.0  # after lr_scaling
     warmup_steps: int = 0
     compiled_layers: int = 0  # decoder layers that ran compiled (0: eager, e.g. on the CPU)
@@ -419,9 +420,16 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
             stats.warmup_seconds += time.perf_counter() - begin
         stats.graphed_layouts = len(graphs.graphs) if graphs else 0
         trained_lengths: list[int] = []
+        # a fixed number of untimed steps first (the speed preset): samples, tokens and time count from the next one
+        stats.untimed_steps = min(recipe.untimed_steps, len(schedule) - 1) if len(schedule) > 1 else 0
+        untimed = (0, 0)
         _sync(device)
         start = time.perf_counter()
         for step_no, step in enumerate(schedule, start=1):
+            if step_no == stats.untimed_steps + 1 and stats.untimed_steps:
+                _sync(device)
+                start, untimed = time.perf_counter(), (stats.samples, stats.tokens)
+                trained_lengths.clear()
             n_global = len(step.samples)
             micros = micro_batches(step, lengths, recipe, ddp_rank, ddp_world)
             if graphs is not None:
@@ -468,6 +476,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                     on_step(step_no, len(schedule), stats.train_loss[-1][1])
         _sync(device)
         stats.seconds = time.perf_counter() - start
+        stats.samples, stats.tokens = stats.samples - untimed[0], stats.tokens - untimed[1]
         stats.attention_flops = attention_flops(trained_lengths, attention_layers(model))
     finally:
         attention.close()

@@ -38,6 +38,7 @@ class Recipe:
     min_accuracy: float | None = None  # the pass bar given with --min-accuracy; None: the rule (workload/training/pass_bar.py)
     accuracy_floor: float = 0.0  # the preset's own lowest bar; the rule's bar applies when it is higher
     max_steps: int | None = None
+    untimed_steps: int = 0  # optimizer steps before the timing starts (samples/s, tokens/s and MFU count the rest)
     log_every: int = 10
     # Speed levers (docs/workload.md, "Training speed"); all off in the plain path.
     micro_batch_tokens: int | None = None  # cap padded tokens per forward: gradient accumulation inside a step
@@ -93,3 +94,29 @@ PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput"
                                             bucket_lengths=None, pack=True, pack_length=512,
                                             micro_batch_tokens=8192, lr_scaling="sqrt", compile=True,
                                             graph_steps=False, varlen_attention=True, merged_qkv=True)
+
+# `speed`: the standard speed measurement of a cell (docs/workload.md "The speed preset"), the same on every GPU.
+# A random-weight classifier of a real model's shape (`--model gemma-2b-shape`, or `gemma4-e2b-shape`;
+# workload/model/shapes.py: nothing is downloaded) on synthetic variable-length data whose label is planted as
+# class tokens (workload/data/synthetic.py: a model that trains correctly learns it, so the eval accuracy must rise
+# past the pass bar), the throughput preset's levers, bf16 where the device has it, 10 untimed steps (after the
+# compile warm-up) and then 40 timed ones, seed 0. Its samples/s, tokens/s, MFU and peak memory are the cell's speed.
+SPEED_LABELS = tuple(f"class{k}" for k in range(7))
+PRESETS["speed"] = dataclasses.replace(PRESETS["throughput"], preset="speed", model="gemma-2b-shape",
+                                       labels=SPEED_LABELS, epochs=1, max_steps=50, untimed_steps=10, seed=0,
+                                       log_every=10)
+
+#: The speed preset on the CPU test shape (the pipeline, not the hardware: 12 steps of 512 tokens in rows of 256,
+#: samples of at most 256; too few steps for the tiny model to learn the data, so its tests pass --min-accuracy 0), the
+#: smoke preset's learning rate and trained embeddings (a tiny random model learns nothing with LoRA alone).
+SHAPE_CHANGES = {"tiny-shape": dict(tokens_per_step=512, micro_batch_tokens=512, pack_length=256, max_length=256,
+                                    learning_rate=1e-2, lr_scaling="none", warmup_steps=2, train_embeddings=True,
+                                    max_steps=12, untimed_steps=2, log_every=4)}
+
+
+def preset_for(name: str, model: str | None = None) -> Recipe:
+    """The preset `name` as it stands for `model` (the speed preset's CPU shape has its own step size)."""
+    recipe = PRESETS[name]
+    if name == "speed" and model in SHAPE_CHANGES:
+        recipe = dataclasses.replace(recipe, model=model, **SHAPE_CHANGES[model])
+    return recipe

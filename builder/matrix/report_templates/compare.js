@@ -80,13 +80,12 @@
       cell(tr, show(r.name, r.b), "num");
       var ratio = (typeof r.a === "number" && typeof r.b === "number" && r.a > 0 && r.differs) ? text(r.b / r.a) : "";
       cell(tr, ratio, "num");
-      var out = "";
-      if (section === "probes") {
+      if (section === "probes") {  // the one table with a limit column
         var probe = r.name.split(".")[0];
         var sides = [["A", a], ["B", b]].filter(function (s) { return s[1].probe_status[probe] === "fail"; });
-        out = sides.length ? "out of limit: " + sides.map(function (s) { return s[0]; }).join(" and ") : "";
+        var out = sides.length ? "out of limit: " + sides.map(function (s) { return s[0]; }).join(" and ") : "within";
+        cell(tr, out, sides.length ? "out" : "");
       }
-      cell(tr, out, out ? "out" : "");
       body.appendChild(tr);
     });
   }
@@ -96,9 +95,9 @@
     var series = [[a.train_loss || [], "#0969da", "A"], [b.train_loss || [], "#cf222e", "B"]];
     var pts = series[0][0].concat(series[1][0]);
     if (!pts.length) { return; }
-    var W = 720, H = 260, L = 50, R = 10, T = 10, B = 30;
-    var maxX = Math.max.apply(null, pts.map(function (p) { return p[0]; })) || 1;
-    var maxY = Math.max.apply(null, pts.map(function (p) { return p[1]; })) || 1;
+    var W = 720, H = 260, L = 66, R = 10, T = 10, B = 30;
+    var maxX = niceMax(Math.max.apply(null, pts.map(function (p) { return p[0]; })) || 1, true);
+    var maxY = niceMax(Math.max.apply(null, pts.map(function (p) { return p[1]; })) || 1, false);
     function node(name, attrs, content) {
       var el = document.createElementNS(SVG, name);
       Object.keys(attrs).forEach(function (k) { el.setAttribute(k, attrs[k]); });
@@ -111,12 +110,12 @@
     node("text", {x: (L + W) / 2, y: H - 5, "font-size": 12, "text-anchor": "middle"}, "optimizer step");
     node("text", {x: 12, y: (T + H) / 2, "font-size": 12, transform: "rotate(-90 12 " + (T + H) / 2 + ")",
                   "text-anchor": "middle"}, "training loss (nats)");
-    for (var t = 0; t <= 4; t++) {  // five ticks on each axis: 0, 1/4, 1/2, 3/4 and the maximum
+    for (var t = 0; t <= 4; t++) {  // five round ticks on each axis: 0 to a round maximum in four equal steps
       var y = H - B - (H - B - T) * t / 4, x = L + (W - L - R) * t / 4;
       node("line", {x1: L - 4, y1: y, x2: L, y2: y, stroke: "#57606a"});
-      node("text", {x: L - 6, y: y + 4, "font-size": 11, "text-anchor": "end"}, text(maxY * t / 4));
+      node("text", {x: L - 6, y: y + 4, "font-size": 11, "text-anchor": "end", "class": "ytick"}, tick(maxY * t / 4));
       node("line", {x1: x, y1: H - B, x2: x, y2: H - B + 4, stroke: "#57606a"});
-      node("text", {x: x, y: H - B + 16, "font-size": 11, "text-anchor": "middle"}, String(Math.round(maxX * t / 4)));
+      node("text", {x: x, y: H - B + 16, "font-size": 11, "text-anchor": "middle", "class": "xtick"}, tick(maxX * t / 4));
     }
     series.forEach(function (s, i) {
       if (!s[0].length) { return; }
@@ -127,6 +126,13 @@
       node("text", {x: W - R - 40, y: T + 14 + 14 * i, "font-size": 12, fill: s[1]}, s[2]);
     });
   }
+  function niceMax(value, integer) {  // the smallest 4 x (1, 2, 2.5 or 5 x 10^k) at or above value
+    var raw = value / 4, power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * power; }).filter(function (s) { return s >= raw; })[0];
+    if (integer) { step = Math.max(1, Math.ceil(step)); }
+    return step * 4;
+  }
+  function tick(value) { return Number(value.toPrecision(3)).toString(); }
   function presets() {  // the configurations ("preset · model") A has
     var seen = {};
     var select = form.preset, current = select.value;
