@@ -35,6 +35,11 @@ BAD_SETTINGS = {
     ("--min-accuracy", "1.5"): "--min-accuracy 1.5: must be from 0 to 1",
     ("--attn", "fastest"): "--attn fastest: must be one of auto, eager, sdpa",
     ("--device", "gpu"): "--device gpu: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cpu0"): "--device cpu0: must be auto, cpu, cuda or cuda:N",  # a prefix of an allowed name
+    ("--device", "autoxyz"): "--device autoxyz: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cpu --x"): "--device cpu --x: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cuda:1x"): "--device cuda:1x: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cuda:1234"): "--device cuda:1234: must be auto, cpu, cuda or cuda:N",
 }
 
 
