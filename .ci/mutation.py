@@ -108,7 +108,7 @@ def _run_module(name: str, module: dict, out: Path) -> dict:
                     left = f", about {_clock(elapsed / done * (total - done))} left" if done else ""
                     print(f"[{name}] {done}/{total} mutants run, {survived} survived, {_clock(elapsed)}{left}",
                           flush=True)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C or SIGTERM: stop the mutant's tests too, then drop the copy
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
             raise
@@ -159,6 +159,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         main()
     except KeyboardInterrupt:
