@@ -148,6 +148,18 @@ def test_a_preset_floor_and_a_given_bar():
     assert pass_bar([0, 1], 2, floor=0.45, given=0.0)["min_accuracy"] == 0.0
 
 
+def test_the_stored_bar_has_four_places_and_a_tie_with_the_floor_credits_the_rule():
+    seven = pass_bar(list(range(7)) * 10, 7)
+    assert (seven["min_accuracy"], seven["majority_rate"], seven["chance"]) == (0.3143, 0.1429, 0.1429)
+    assert pass_bar([0, 1], 2, floor=0.6) == {"min_accuracy": 0.6, "majority_rate": 0.5, "chance": 0.5,
+                                              "margin": 0.2, "source": "majority rate + margin"}
+
+
+def test_an_empty_eval_split_sets_a_bar_no_run_can_pass():
+    assert pass_bar([], 2) == {"min_accuracy": 1.0, "majority_rate": 1.0, "chance": 0.5, "margin": 0.2,
+                               "source": "majority rate + margin"}
+
+
 def test_a_binary_dataset_that_cannot_be_learned_is_did_not_learn(tmp_path):
     """Every text the same, two balanced labels: any model scores exactly the majority rate (0.5). The old
     fixed bar of 0.45 recorded that as a pass."""
