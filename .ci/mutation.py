@@ -9,11 +9,13 @@ summary and every survivor's diff are written to $MUTATION_OUT (default .mutatio
     bash .ci/mutation.sh                 # every module
     bash .ci/mutation.sh settings slurm  # some
     bash .ci/mutation.sh --list          # the modules, their files and tests
+    bash .ci/mutation.sh --retest settings  # only the survivors of the last run (new tests, same module)
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shlex
 import shutil
@@ -69,11 +71,29 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def _run_module(name: str, module: dict, out: Path) -> dict:
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _reuse_session(name: str, module: dict, out: Path, session: Path) -> None:
+    """The last run's session with its survivors pending again; refused where the module has changed since
+    (its mutants would not be the same)."""
+    old, digest = out / f"{name}.sqlite", out / f"{name}.sha256"
+    if not old.exists() or not digest.exists():
+        sys.exit(f"[{name}] --retest: no earlier run in {out}: run it without --retest first")
+    if digest.read_text().strip() != _digest(ROOT / module["path"]):
+        sys.exit(f"[{name}] --retest: {module['path']} changed since the last run: run it without --retest")
+    shutil.copy2(old, session)
+    with sqlite3.connect(session) as conn:
+        conn.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+
+
+def _run_module(name: str, module: dict, out: Path, retest: bool = False) -> dict:
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
     with tempfile.TemporaryDirectory(prefix=f"envbuild-mutation-{name}-") as tmp:
         tree = Path(tmp)
         _copy_tree(tree)
+        digest = _digest(tree / module["path"])
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
         command = _test_command(module)
         print(f"[{name}] {module['path']}: baseline: {command}", flush=True)
@@ -90,10 +110,13 @@ def _run_module(name: str, module: dict, out: Path) -> dict:
             f"test-command = {command!r}\n"
             "[cosmic-ray.distributor]\nname = \"local\"\n")
         session = tree / "session.sqlite"
-        subprocess.run([*cosmic, "init", "cosmic-ray.toml", str(session)], cwd=tree, env=env, check=True)
-        total, _, _ = _counts(session)
-        print(f"[{name}] {total} mutants; the unmutated tests took {per_run:.0f} s, so at most about "
-              f"{_clock(total * per_run)} (killed mutants stop at the first failing test)", flush=True)
+        if retest:
+            _reuse_session(name, module, out, session)
+        else:
+            subprocess.run([*cosmic, "init", "cosmic-ray.toml", str(session)], cwd=tree, env=env, check=True)
+        total, first, _ = _counts(session)
+        print(f"[{name}] {total} mutants ({total - first} to run); the unmutated tests took {per_run:.0f} s, "
+              f"so at most about {_clock((total - first) * per_run)} (killed mutants stop at the first failing test)", flush=True)
         proc = subprocess.Popen([*cosmic, "exec", "cosmic-ray.toml", str(session)], cwd=tree, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -105,7 +128,8 @@ def _run_module(name: str, module: dict, out: Path) -> dict:
                 if (done, survived) != shown:
                     shown = (done, survived)
                     elapsed = time.monotonic() - start
-                    left = f", about {_clock(elapsed / done * (total - done))} left" if done else ""
+                    left = (f", about {_clock(elapsed / (done - first) * (total - done))} left"
+                            if done > first else "")
                     print(f"[{name}] {done}/{total} mutants run, {survived} survived, {_clock(elapsed)}{left}",
                           flush=True)
         except BaseException:  # Ctrl-C or SIGTERM: stop the mutant's tests too, then drop the copy
@@ -114,12 +138,13 @@ def _run_module(name: str, module: dict, out: Path) -> dict:
             raise
         if proc.returncode != 0:
             sys.exit(f"[{name}] cosmic-ray exec failed ({proc.returncode}): {proc.stderr.read()[-3000:]}")
-        return _summary(name, module, session, out, time.monotonic() - start)
+        return _summary(name, module, session, out, time.monotonic() - start, digest)
 
 
-def _summary(name: str, module: dict, session: Path, out: Path, seconds: float) -> dict:
+def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, digest: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(session, out / f"{name}.sqlite")
+    (out / f"{name}.sha256").write_text(digest + "\n")
     with sqlite3.connect(session) as conn:
         rows = conn.execute(
             "SELECT s.operator_name, s.occurrence, s.start_pos_row, r.test_outcome, r.worker_outcome, r.diff "
@@ -143,6 +168,9 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("module", nargs="*", help=f"[default: all] {', '.join(modules)}")
     parser.add_argument("--list", action="store_true", help="print the modules and their tests, run nothing")
+    parser.add_argument("--retest", action="store_true",
+                        help="run only the last run's survivors again (after adding tests); the module's file "
+                             "must be unchanged")
     args = parser.parse_args()
     unknown = [m for m in args.module if m not in modules]
     if unknown:
@@ -153,7 +181,7 @@ def main() -> None:
             print(f"{name}: {modules[name]['path']}: {_test_command(modules[name])}")
         return
     out = Path(os.environ.get("MUTATION_OUT", ROOT / ".mutation"))
-    results = [_run_module(name, modules[name], out) for name in chosen]
+    results = [_run_module(name, modules[name], out, args.retest) for name in chosen]
     for r in results:
         print(f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived")
 
