@@ -115,8 +115,9 @@ def _run_module(name: str, module: dict, out: Path, retest: bool = False) -> dic
         else:
             subprocess.run([*cosmic, "init", "cosmic-ray.toml", str(session)], cwd=tree, env=env, check=True)
         total, first, _ = _counts(session)
-        print(f"[{name}] {total} mutants ({total - first} to run); the unmutated tests took {per_run:.0f} s, "
-              f"so at most about {_clock((total - first) * per_run)} (killed mutants stop at the first failing test)", flush=True)
+        print(f"[{name}] {total} mutants ({total - first} to run); the unmutated tests took {per_run:.0f} s, so "
+              f"at most about {_clock((total - first) * per_run)} (a killed mutant stops at its first failing test)",
+              flush=True)
         proc = subprocess.Popen([*cosmic, "exec", "cosmic-ray.toml", str(session)], cwd=tree, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
