@@ -10,6 +10,7 @@ summary and every survivor's diff are written to $MUTATION_OUT (default .mutatio
     bash .ci/mutation.sh settings slurm  # some
     bash .ci/mutation.sh --list          # the modules, their files and tests
     bash .ci/mutation.sh --retest settings  # only the survivors of the last run (new tests, same module)
+    bash .ci/mutation.sh --resume settings  # go on with a run that was stopped (Ctrl-C keeps what was done)
 """
 
 from __future__ import annotations
@@ -75,20 +76,21 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _reuse_session(name: str, module: dict, out: Path, session: Path) -> None:
-    """The last run's session with its survivors pending again; refused where the module has changed since
-    (its mutants would not be the same)."""
+def _reuse_session(name: str, module: dict, out: Path, session: Path, mode: str) -> None:
+    """The last run's session, to finish (resume) or with its survivors pending again (retest); refused where
+    the module has changed since (its mutants would not be the same)."""
     old, digest = out / f"{name}.sqlite", out / f"{name}.sha256"
     if not old.exists() or not digest.exists():
-        sys.exit(f"[{name}] --retest: no earlier run in {out}: run it without --retest first")
+        sys.exit(f"[{name}] --{mode}: no earlier run in {out}: run it without --{mode} first")
     if digest.read_text().strip() != _digest(ROOT / module["path"]):
-        sys.exit(f"[{name}] --retest: {module['path']} changed since the last run: run it without --retest")
+        sys.exit(f"[{name}] --{mode}: {module['path']} changed since the last run: run it without --{mode}")
     shutil.copy2(old, session)
-    with sqlite3.connect(session) as conn:
-        conn.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+    if mode == "retest":
+        with sqlite3.connect(session) as conn:
+            conn.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
 
 
-def _run_module(name: str, module: dict, out: Path, retest: bool = False) -> dict:
+def _run_module(name: str, module: dict, out: Path, mode: str | None = None) -> dict:
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
     with tempfile.TemporaryDirectory(prefix=f"envbuild-mutation-{name}-") as tmp:
         tree = Path(tmp)
@@ -110,8 +112,8 @@ def _run_module(name: str, module: dict, out: Path, retest: bool = False) -> dic
             f"test-command = {command!r}\n"
             "[cosmic-ray.distributor]\nname = \"local\"\n")
         session = tree / "session.sqlite"
-        if retest:
-            _reuse_session(name, module, out, session)
+        if mode:
+            _reuse_session(name, module, out, session, mode)
         else:
             subprocess.run([*cosmic, "init", "cosmic-ray.toml", str(session)], cwd=tree, env=env, check=True)
         total, first, _ = _counts(session)
@@ -133,9 +135,11 @@ def _run_module(name: str, module: dict, out: Path, retest: bool = False) -> dic
                             if done > first else "")
                     print(f"[{name}] {done}/{total} mutants run, {survived} survived, {_clock(elapsed)}{left}",
                           flush=True)
-        except BaseException:  # Ctrl-C or SIGTERM: stop the mutant's tests too, then drop the copy
+        except BaseException:  # Ctrl-C or SIGTERM: stop the mutant's tests, keep what was done, drop the copy
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
+            _summary(name, module, session, out, time.monotonic() - start, digest)
+            print(f"[{name}] stopped; `bash .ci/mutation.sh --resume {name}` goes on from here", flush=True)
             raise
         if proc.returncode != 0:
             sys.exit(f"[{name}] cosmic-ray exec failed ({proc.returncode}): {proc.stderr.read()[-3000:]}")
@@ -152,9 +156,11 @@ def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, 
             "FROM work_results r JOIN mutation_specs s ON s.job_id = r.job_id "
             "ORDER BY s.start_pos_row, s.operator_name, s.occurrence").fetchall()
     survivors = [r for r in rows if r[3] == "SURVIVED"]
+    total = _counts(session)[0]
     killed = sum(1 for r in rows if r[3] == "KILLED")
     incompetent = len(rows) - killed - len(survivors)
-    lines = [f"{name} ({module['path']}): {len(rows)} mutants, {killed} killed, {len(survivors)} survived, "
+    stopped = f" (stopped: {len(rows)} of {total} run)" if len(rows) < total else ""
+    lines = [f"{name} ({module['path']}){stopped}: {len(rows)} mutants, {killed} killed, {len(survivors)} survived, "
              f"{incompetent} incompetent (the mutant does not import), {_clock(seconds)}"]
     for operator, occurrence, row, _, _, diff in survivors:
         lines += ["", f"SURVIVED line {row}: {operator} #{occurrence}", diff or ""]
@@ -169,9 +175,12 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("module", nargs="*", help=f"[default: all] {', '.join(modules)}")
     parser.add_argument("--list", action="store_true", help="print the modules and their tests, run nothing")
-    parser.add_argument("--retest", action="store_true",
-                        help="run only the last run's survivors again (after adding tests); the module's file "
-                             "must be unchanged")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--retest", action="store_const", dest="mode", const="retest",
+                       help="run only the last run's survivors again (after adding tests); the module's file "
+                            "must be unchanged")
+    again.add_argument("--resume", action="store_const", dest="mode", const="resume",
+                       help="go on with the last run where it was stopped")
     args = parser.parse_args()
     unknown = [m for m in args.module if m not in modules]
     if unknown:
@@ -182,7 +191,7 @@ def main() -> None:
             print(f"{name}: {modules[name]['path']}: {_test_command(modules[name])}")
         return
     out = Path(os.environ.get("MUTATION_OUT", ROOT / ".mutation"))
-    results = [_run_module(name, modules[name], out, args.retest) for name in chosen]
+    results = [_run_module(name, modules[name], out, args.mode) for name in chosen]
     for r in results:
         print(f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived")
 
