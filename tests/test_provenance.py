@@ -239,7 +239,8 @@ def test_a_signer_whose_name_starts_like_the_ci_is_a_contributor(tmp_path):
     """`envbuild-ci-bob` is not this project's CI: only the exact CI principal is labelled as measured by it."""
     bob = make_key(tmp_path / "bob", "bob")
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f'{CI_PRINCIPAL}-bob namespaces="envbuild" {" ".join(Path(f"{bob}.pub").read_text().split()[:2])}\n')
+    public_key = " ".join(Path(f"{bob}.pub").read_text().split()[:2])
+    allowed.write_text(f'{CI_PRINCIPAL}-bob namespaces="envbuild" {public_key}\n')
     results = tmp_path / "results"
     assert invoke("matrix", "publish", local_run(tmp_path), "--name", "bob", "-o", results, "--sign", bob,
                   "--command", "envbuild run workload").exit_code == 0
