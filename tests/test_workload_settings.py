@@ -56,6 +56,7 @@ def test_a_setting_out_of_range_is_bad_input_before_any_work(tmp_path, option, v
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("[workload] bad input: ")]
     assert len(lines) == 1 and BAD_SETTINGS[option, value] in lines[0], proc.stderr
+    assert ("leave --max-steps out" in lines[0]) == (option == "--max-steps"), lines[0]  # the hint is its own
     assert list(tmp_path.iterdir()) == []  # not even the default run dir
 
 
