@@ -152,3 +152,31 @@ def test_a_base_image_that_is_no_image_reference_is_refused(tmp_path, command, r
 def test_run_workload_help_names_the_workload_arguments():
     shown = CliRunner().invoke(main, ["run", "workload", "--help"], terminal_width=200).output
     assert "-- --labels auto" in shown and "--labels a,b,c" in shown and "python -m workload train --help" in shown
+
+
+def _matrix_rows(db) -> dict[str, list]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {t: conn.execute(f'SELECT * FROM "{t}"').fetchall() for t in tables}
+
+
+@pytest.mark.parametrize("device", ["cpu0", "autoxyz", "cpu --x"])
+def test_a_device_typo_is_bad_input_before_the_run_and_the_matrix_is_unchanged(tmp_path, device):
+    """`cpu0` once started the run, failed inside torch and was recorded as a failure of the cpu cell."""
+    from builder.matrix.store import MatrixStore
+    from matrix_fixtures import cpu_result
+
+    db, out = tmp_path / "m.db", tmp_path / "out"
+    with MatrixStore.open(db) as store:
+        store.record_run(cpu_result())  # a matrix with one measurement in it already
+    before = _matrix_rows(db)
+    assert before["runs"]
+    result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(out), "--db", str(db),
+                                       "--", "--device", device, "--max-steps", "1", "--no-probes"])
+    assert result.exit_code == 2, result.output
+    assert f"--device {device}: must be auto, cpu, cuda or cuda:N" in result.output
+    assert "nothing recorded" in result.output and "Traceback" not in result.output
+    assert _matrix_rows(db) == before  # no run row, no attempt
+    assert not out.exists()

@@ -236,3 +236,23 @@ def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
     assert v["options"] == ["", "ci", "contributed", "unsigned", "none"]
     assert v["ci"] == [CPU_KEY] and v["contributed"] == ["cuda13.0-torch2.11-sm_90-py3.12"]
     assert v["unsigned"] == ["rocm6.2-torch2.4-gfx90a-py3.10"] and v["none"] == [untested.key]
+
+
+def test_a_signer_whose_name_starts_like_the_ci_is_a_contributor(tmp_path):
+    """`envbuild-ci-bob` is not this project's CI: only the exact CI principal is labelled as measured by it."""
+    bob = make_key(tmp_path / "bob", "bob")
+    allowed = tmp_path / "allowed_signers"
+    public_key = " ".join(Path(f"{bob}.pub").read_text().split()[:2])
+    allowed.write_text(f'{CI_PRINCIPAL}-bob namespaces="envbuild" {public_key}\n')
+    results = tmp_path / "results"
+    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "bob", "-o", results, "--sign", bob,
+                  "--command", "envbuild run workload").exit_code == 0
+    verified = invoke("matrix", "verify", results, "--allowed-signers", allowed)
+    assert verified.exit_code == 0, verified.output
+    assert f"contributed, signed by {CI_PRINCIPAL}-bob ({fingerprint(bob)}), verified" in verified.output
+    assert "this project's CI" not in verified.output
+    db = tmp_path / "m.db"
+    assert invoke("matrix", "import", "--db", db, results, "--allowed-signers", allowed).exit_code == 0
+    with MatrixStore.open(db, readonly=True) as store:
+        assert [(r["provenance"], r["signer"]) for r in store.runs()] == [
+            ("contributed", f"{CI_PRINCIPAL}-bob ({fingerprint(bob)})")]

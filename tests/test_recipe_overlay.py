@@ -84,3 +84,25 @@ def test_a_bad_site_folder_is_refused_before_anything_is_rendered(tmp_path):
     assert linked.returncode == 2 and "symbolic link" in linked.stderr, linked.stderr
     missing = _envbuild("--recipes", str(tmp_path / "nope"), "recipes", "list", cwd=tmp_path)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_a_peer_source_build_proves_only_its_own_release(tmp_path):
+    """A site lists a peer build of torch 2.3 on ROCm 6.2: that cell renders as peer-built; the same torch on
+    ROCm 6.1.2 stays refused (exit 2), since the proof is for the exact release."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "source-builds.toml").write_text(
+        '[[build]]\nflavor = "rocm"\nrelease = "6.2"\ntorch = "2.3"\nrepo = "https://github.com/pytorch/pytorch.git"\n'
+        f'ref = "v2.3.1"\ncommit = "{"a" * 40}"\nversion = "2.3.1"\npeer = "https://example.org/a-peer-build"\n'
+        'checked = "a test of the overlay"\n')
+    args = ["--torch", "2.3", "--arch", "gfx90a", "--torch-source", "source"]
+    proven = _envbuild("--recipes", str(site), "render", "--rocm", "6.2", *args, "-o", str(tmp_path / "ok"),
+                       cwd=tmp_path)
+    assert proven.returncode == 0, proven.stderr
+    manifest = json.loads((tmp_path / "ok" / "manifest.json").read_text())
+    assert '"peer-built"' in json.dumps(manifest) and "https://example.org/a-peer-build" in json.dumps(manifest)
+    other = _envbuild("--recipes", str(site), "render", "--rocm", "6.1.2", *args, "-o", str(tmp_path / "no"),
+                      cwd=tmp_path)
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert "no peer build" in " ".join(other.stderr.split()), other.stderr
+    assert not (tmp_path / "no").exists()

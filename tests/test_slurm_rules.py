@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,18 @@ def test_missing_apptainer_is_an_attempt_never_a_verdict(tmp_path, monkeypatch):
     with MatrixStore.open(db, readonly=True) as store:
         [run] = store.runs()
     assert not run["counts"]
+
+
+def test_the_script_passes_each_workload_argument_as_one_word(tmp_path):
+    """A configuration's argument with a space or shell characters reaches the workload as one argv element,
+    and nothing in it runs: the `cmd=(...)` line of the dry-run script, read by a real bash."""
+    evil = "my data; touch PWNED $(touch PWNED2).jsonl"
+    out = CliRunner().invoke(main, ["slurm", "submit", "--sif", str(_fake_sif(tmp_path)), "--config",
+                                    f"a=--data {shlex.quote(evil)} --labels auto", "--results-dir", str(tmp_path),
+                                    "--db", str(tmp_path / "m.db"), "--dry-run"])
+    assert out.exit_code == 0, out.output
+    cmd = next(line.strip() for line in out.stdout.splitlines() if line.strip().startswith("cmd=("))
+    shown = subprocess.run(["bash", "-c", f'out=/o; {cmd.removesuffix(";;")}; printf "%s\\n" "${{cmd[@]}}"'],
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert shown[-4:] == ["--data", evil, "--labels", "auto"], shown
+    assert not list(tmp_path.glob("PWNED*"))

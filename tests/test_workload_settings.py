@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from workload.settings import RANGES
 from workload.training.pass_bar import MARGIN, pass_bar
 
 from workload_fixtures import quick_train
@@ -35,6 +36,11 @@ BAD_SETTINGS = {
     ("--min-accuracy", "1.5"): "--min-accuracy 1.5: must be from 0 to 1",
     ("--attn", "fastest"): "--attn fastest: must be one of auto, eager, sdpa",
     ("--device", "gpu"): "--device gpu: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cpu0"): "--device cpu0: must be auto, cpu, cuda or cuda:N",  # a prefix of an allowed name
+    ("--device", "autoxyz"): "--device autoxyz: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cpu --x"): "--device cpu --x: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cuda:1x"): "--device cuda:1x: must be auto, cpu, cuda or cuda:N",
+    ("--device", "cuda:1234"): "--device cuda:1234: must be auto, cpu, cuda or cuda:N",
 }
 
 
@@ -50,7 +56,78 @@ def test_a_setting_out_of_range_is_bad_input_before_any_work(tmp_path, option, v
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("[workload] bad input: ")]
     assert len(lines) == 1 and BAD_SETTINGS[option, value] in lines[0], proc.stderr
+    assert ("leave --max-steps out" in lines[0]) == (option == "--max-steps"), lines[0]  # the hint is its own
     assert list(tmp_path.iterdir()) == []  # not even the default run dir
+
+
+# Just past the top of each range: refused, and the message names the whole range.
+PAST_THE_TOP = {
+    "--batch-size": ("65537", "from 1 to 65536"), "--epochs": ("10001", "from 1 to 10000"),
+    "--max-steps": ("10000001", "from 1 to 10000000"), "--max-length": ("131073", "from 8 to 131072"),
+    "--warmup-steps": ("10000001", "from 0 to 10000000"), "--lora-r": ("4097", "from 1 to 4096"),
+    "--pad-multiple": ("4097", "from 1 to 4096"), "--seed": ("4294967296", "from 0 to 4294967295"),
+    "--lr": ("10.001", "above 0 and at most 10"), "--min-accuracy": ("-0.01", "must be from 0 to 1"),
+    "--lora-dropout": ("1.5", "at least 0 and below 1"),
+}
+
+
+@pytest.mark.parametrize("option", sorted(PAST_THE_TOP))
+def test_the_edges_past_each_range_are_refused_with_the_range(tmp_path, option):
+    value, allowed = PAST_THE_TOP[option]
+    proc = _workload("train", option, value, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"[workload] bad input: {option} " in proc.stderr and allowed in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# The lowest and highest value of every setting at once: all allowed, so the first refusal is the device.
+EDGES = {
+    "lowest": ["--batch-size", "1", "--epochs", "1", "--max-steps", "1", "--max-length", "8", "--warmup-steps",
+               "0", "--lora-r", "1", "--pad-multiple", "1", "--seed", "0", "--lr", "1e-12", "--lora-dropout", "0",
+               "--min-accuracy", "0", "--attn", "auto"],
+    "highest": ["--batch-size", "65536", "--epochs", "10000", "--max-steps", "10000000", "--max-length", "131072",
+                "--warmup-steps", "10000000", "--lora-r", "4096", "--pad-multiple", "4096", "--seed",
+                "4294967295", "--lr", "10", "--lora-dropout", "0.999", "--min-accuracy", "1",
+                "--attn", "flex_attention"],
+}
+
+
+@pytest.mark.parametrize("edge", sorted(EDGES))
+def test_the_edges_of_each_range_are_allowed(tmp_path, edge):
+    proc = _workload("train", *EDGES[edge], "--device", "gpu0", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "[workload] bad input: --device gpu0: must be auto, cpu, cuda or cuda:N" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:999"])
+def test_every_device_form_is_allowed(tmp_path, device):
+    """The device is allowed, so the next check speaks: an --out that cannot be made."""
+    unusable = tmp_path / "file"
+    unusable.write_text("not a directory")
+    proc = _workload("train", "--device", device, "--out", str(unusable / "out"), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"[workload] bad input: --out {unusable / 'out'}: cannot write there" in proc.stderr, proc.stderr
+
+
+def test_a_setting_the_command_line_cannot_give_is_refused_too():
+    """A recipe built in Python (not from the command line) with a setting missing or a bool for a number."""
+    import dataclasses
+
+    from workload.settings import SettingError, check_recipe
+    from workload.training.presets import PRESETS
+
+    for name, (option, *_) in RANGES.items():
+        for value in ([True] if name == "max_steps" else [None, True]):
+            with pytest.raises(SettingError, match=f"^{option} {value}: must be a whole number"):
+                check_recipe(dataclasses.replace(PRESETS["smoke"], **{name: value}))
+
+
+@pytest.mark.parametrize("command", [["probe"], ["predict", "--adapter", "ADAPTER"]])
+def test_a_device_typo_is_refused_by_probe_and_predict_too(tmp_path, command):
+    args = [str(tmp_path) if a == "ADAPTER" else a for a in command]
+    proc = _workload(*args, "--device", "cpu0", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "[workload] bad input: --device cpu0: must be auto, cpu, cuda or cuda:N" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("labels,num_labels,expected", [
@@ -70,6 +147,18 @@ def test_a_preset_floor_and_a_given_bar():
         "min_accuracy": 0.45, "majority_rate": 0.1429, "chance": 0.1429, "margin": MARGIN, "source": "preset floor"}
     assert pass_bar([0, 1], 2, floor=0.45)["min_accuracy"] == 0.6  # the rule wins where it is higher
     assert pass_bar([0, 1], 2, floor=0.45, given=0.0)["min_accuracy"] == 0.0
+
+
+def test_the_stored_bar_has_four_places_and_a_tie_with_the_floor_credits_the_rule():
+    seven = pass_bar(list(range(7)) * 10, 7)
+    assert (seven["min_accuracy"], seven["majority_rate"], seven["chance"]) == (0.3143, 0.1429, 0.1429)
+    assert pass_bar([0, 1], 2, floor=0.6) == {"min_accuracy": 0.6, "majority_rate": 0.5, "chance": 0.5,
+                                              "margin": 0.2, "source": "majority rate + margin"}
+
+
+def test_an_empty_eval_split_sets_a_bar_no_run_can_pass():
+    assert pass_bar([], 2) == {"min_accuracy": 1.0, "majority_rate": 1.0, "chance": 0.5, "margin": 0.2,
+                               "source": "majority rate + margin"}
 
 
 def test_a_binary_dataset_that_cannot_be_learned_is_did_not_learn(tmp_path):

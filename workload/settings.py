@@ -30,7 +30,7 @@ RANGES = {
     "seed": ("--seed", 0, 2**32 - 1, int),
 }
 ATTENTION = ("auto", "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
-_DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?\Z")
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d{1,3})?")  # the whole string (fullmatch): not cpu0, not "cpu --x"
 
 
 def _bounds(low, high) -> str:
@@ -62,6 +62,6 @@ def check_recipe(recipe: Recipe) -> Recipe:
 
 def check_device(device: str) -> str:
     """`auto`, `cpu`, `cuda` or `cuda:N` (ROCm GPUs are cuda too); SettingError otherwise."""
-    if not _DEVICE.match(device or ""):
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
         raise SettingError(f"--device {device}: must be auto, cpu, cuda or cuda:N")
     return device

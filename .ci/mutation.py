@@ -1,0 +1,204 @@
+"""Mutation testing of the modules in .ci/mutation.toml with cosmic-ray (docs/mutation.md).
+
+Each module is mutated in a throw-away copy of this tree (tracked and untracked, not ignored, files), never
+in the tree itself: a run stopped half-way leaves nothing mutated behind. The module's tests run once
+unmutated first (a red baseline would count every mutant as killed), then once per mutant; the progress
+line says how many are done, how many survived and about how long is left. The session database, a
+summary and every survivor's diff are written to $MUTATION_OUT (default .mutation/).
+
+    bash .ci/mutation.sh                 # every module
+    bash .ci/mutation.sh settings slurm  # some
+    bash .ci/mutation.sh --list          # the modules, their files and tests
+    bash .ci/mutation.sh --retest settings  # only the survivors of the last run (new tests, same module)
+    bash .ci/mutation.sh --resume settings  # go on with a run that was stopped (Ctrl-C keeps what was done)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / ".ci" / "mutation.toml"
+
+
+def _modules() -> dict[str, dict]:
+    return tomllib.loads(CONFIG.read_text())["modules"]
+
+
+def _test_command(module: dict) -> str:
+    args = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *module["tests"]]
+    if module.get("select"):
+        args += ["-k", module["select"]]
+    return shlex.join(args)
+
+
+def _copy_tree(dest: Path) -> None:
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src, dst = ROOT / name, dest / name
+        if not src.exists() and not src.is_symlink():
+            continue  # deleted in the work tree, not yet committed
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+
+
+def _counts(session: Path) -> tuple[int, int, int]:
+    """(mutants, done, survived) from cosmic-ray's session database."""
+    with sqlite3.connect(f"file:{session}?mode=ro", uri=True, timeout=30) as conn:
+        total = conn.execute("SELECT COUNT(*) FROM work_items").fetchone()[0]
+        done = conn.execute("SELECT COUNT(*) FROM work_results").fetchone()[0]
+        survived = conn.execute("SELECT COUNT(*) FROM work_results WHERE test_outcome = 'SURVIVED'").fetchone()[0]
+    return total, done, survived
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _reuse_session(name: str, module: dict, out: Path, session: Path, mode: str) -> None:
+    """The last run's session, to finish (resume) or with its survivors pending again (retest); refused where
+    the module has changed since (its mutants would not be the same)."""
+    old, digest = out / f"{name}.sqlite", out / f"{name}.sha256"
+    if not old.exists() or not digest.exists():
+        sys.exit(f"[{name}] --{mode}: no earlier run in {out}: run it without --{mode} first")
+    if digest.read_text().strip() != _digest(ROOT / module["path"]):
+        sys.exit(f"[{name}] --{mode}: {module['path']} changed since the last run: run it without --{mode}")
+    shutil.copy2(old, session)
+    if mode == "retest":
+        with sqlite3.connect(session) as conn:
+            conn.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+
+
+def _run_module(name: str, module: dict, out: Path, mode: str | None = None) -> dict:
+    cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
+    with tempfile.TemporaryDirectory(prefix=f"envbuild-mutation-{name}-") as tmp:
+        tree = Path(tmp)
+        _copy_tree(tree)
+        digest = _digest(tree / module["path"])
+        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+        command = _test_command(module)
+        print(f"[{name}] {module['path']}: baseline: {command}", flush=True)
+        start = time.monotonic()
+        baseline = subprocess.run(shlex.split(command), cwd=tree, env=env, capture_output=True, text=True)
+        if baseline.returncode != 0:
+            sys.exit(f"[{name}] the tests fail without any mutant (fix them first):\n{baseline.stdout[-3000:]}")
+        per_run = time.monotonic() - start
+        (tree / "cosmic-ray.toml").write_text(
+            "[cosmic-ray]\n"
+            f"module-path = {module['path']!r}\n"
+            f"timeout = {float(module.get('timeout', 300))}\n"
+            "excluded-modules = []\n"
+            f"test-command = {command!r}\n"
+            "[cosmic-ray.distributor]\nname = \"local\"\n")
+        session = tree / "session.sqlite"
+        if mode:
+            _reuse_session(name, module, out, session, mode)
+        else:
+            subprocess.run([*cosmic, "init", "cosmic-ray.toml", str(session)], cwd=tree, env=env, check=True)
+        total, first, _ = _counts(session)
+        print(f"[{name}] {total} mutants ({total - first} to run); the unmutated tests took {per_run:.0f} s, so "
+              f"at most about {_clock((total - first) * per_run)} (a killed mutant stops at its first failing test)",
+              flush=True)
+        proc = subprocess.Popen([*cosmic, "exec", "cosmic-ray.toml", str(session)], cwd=tree, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        start, shown = time.monotonic(), None
+        try:
+            while proc.poll() is None:
+                time.sleep(3)
+                total, done, survived = _counts(session)
+                if (done, survived) != shown:
+                    shown = (done, survived)
+                    elapsed = time.monotonic() - start
+                    left = (f", about {_clock(elapsed / (done - first) * (total - done))} left"
+                            if done > first else "")
+                    print(f"[{name}] {done}/{total} mutants run, {survived} survived, {_clock(elapsed)}{left}",
+                          flush=True)
+        except BaseException:  # Ctrl-C or SIGTERM: stop the mutant's tests, keep what was done, drop the copy
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            _summary(name, module, session, out, time.monotonic() - start, digest)
+            print(f"[{name}] stopped; `bash .ci/mutation.sh --resume {name}` goes on from here", flush=True)
+            raise
+        if proc.returncode != 0:
+            sys.exit(f"[{name}] cosmic-ray exec failed ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        return _summary(name, module, session, out, time.monotonic() - start, digest)
+
+
+def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, digest: str) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(session, out / f"{name}.sqlite")
+    (out / f"{name}.sha256").write_text(digest + "\n")
+    with sqlite3.connect(session) as conn:
+        rows = conn.execute(
+            "SELECT s.operator_name, s.occurrence, s.start_pos_row, r.test_outcome, r.worker_outcome, r.diff "
+            "FROM work_results r JOIN mutation_specs s ON s.job_id = r.job_id "
+            "ORDER BY s.start_pos_row, s.operator_name, s.occurrence").fetchall()
+    survivors = [r for r in rows if r[3] == "SURVIVED"]
+    total = _counts(session)[0]
+    killed = sum(1 for r in rows if r[3] == "KILLED")
+    incompetent = len(rows) - killed - len(survivors)
+    stopped = f" (stopped: {len(rows)} of {total} run)" if len(rows) < total else ""
+    lines = [f"{name} ({module['path']}){stopped}: {len(rows)} mutants, {killed} killed, {len(survivors)} survived, "
+             f"{incompetent} incompetent (the mutant does not import), {_clock(seconds)}"]
+    for operator, occurrence, row, _, _, diff in survivors:
+        lines += ["", f"SURVIVED line {row}: {operator} #{occurrence}", diff or ""]
+    (out / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    print(lines[0] + f"; survivors' diffs: {out / (name + '.txt')}", flush=True)
+    return {"name": name, "mutants": len(rows), "killed": killed, "survived": len(survivors)}
+
+
+def main() -> None:
+    modules = _modules()
+    parser = argparse.ArgumentParser(prog="bash .ci/mutation.sh", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("module", nargs="*", help=f"[default: all] {', '.join(modules)}")
+    parser.add_argument("--list", action="store_true", help="print the modules and their tests, run nothing")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--retest", action="store_const", dest="mode", const="retest",
+                       help="run only the last run's survivors again (after adding tests); the module's file "
+                            "must be unchanged")
+    again.add_argument("--resume", action="store_const", dest="mode", const="resume",
+                       help="go on with the last run where it was stopped")
+    args = parser.parse_args()
+    unknown = [m for m in args.module if m not in modules]
+    if unknown:
+        parser.error(f"unknown module(s) {', '.join(unknown)}: pick from {', '.join(modules)}")
+    chosen = args.module or list(modules)
+    if args.list:
+        for name in chosen:
+            print(f"{name}: {modules[name]['path']}: {_test_command(modules[name])}")
+        return
+    out = Path(os.environ.get("MUTATION_OUT", ROOT / ".mutation"))
+    results = [_run_module(name, modules[name], out, args.mode) for name in chosen]
+    for r in results:
+        print(f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
