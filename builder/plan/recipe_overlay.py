@@ -33,6 +33,7 @@ class Overlay:
     root: Path  # the merged tree
     entries: frozenset[tuple[str, str, str]]  # (file, table, name) of each TOML entry the site gave
     files: frozenset[str]  # relative paths of the non-TOML-entry files it gave
+    dropin_names: frozenset[str]  # flavors and torch lines its flavors.d/ drop-ins define
 
 
 def _files(folder: Path) -> list[Path]:
@@ -133,7 +134,9 @@ def build(packaged: Path, site: Path) -> Overlay:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(site / rel, target)
             files.add(rel.as_posix())
-    return Overlay(site.resolve(), merged_root, frozenset(entries), frozenset(files))
+    dropins = [_read(site / f) for f in files if f.startswith("flavors.d/") and f.endswith(".toml")]
+    names = {name for data in dropins for table in ("flavor", "torch") for name in data.get(table, {})}
+    return Overlay(site.resolve(), merged_root, frozenset(entries), frozenset(files), frozenset(names))
 
 
 _CACHE: dict[tuple[Path, Path], Overlay] = {}
@@ -157,9 +160,6 @@ def origin(overlay: Overlay | None, flavor: str, releases_file: str, release: st
     if (releases_file, "release", release) in overlay.entries or ("torch.toml", "torch", torch_line) in \
             overlay.entries or ("flavors.toml", "flavor", flavor) in overlay.entries:
         return "site"
-    site_dropins = [f for f in overlay.files if f.startswith("flavors.d/") and f.endswith(".toml")]
-    if releases_file in overlay.files or any(flavor in _read(overlay.source / f).get("flavor", {})
-                                             or torch_line in _read(overlay.source / f).get("torch", {})
-                                             for f in site_dropins):
+    if releases_file in overlay.files or {flavor, torch_line} & overlay.dropin_names:
         return "site"
     return "packaged"
