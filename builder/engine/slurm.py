@@ -73,6 +73,14 @@ UNFINISHED = frozenset({"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED
                         "RESV_DEL_HOLD", "REVOKED"})
 
 
+def _checked_field(value: Path, what: str) -> Path:
+    """`checked_path` for a pydantic validator: its refusal as the ValueError pydantic reports."""
+    try:
+        return checked_path(value, what)
+    except SlurmError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class SlurmError(RuntimeError):
     """Bad site settings, a Slurm command that failed, or output that does not parse."""
 
@@ -108,12 +116,7 @@ class Site(BaseModel):
     @field_validator("results_dir")
     @classmethod
     def _results_dir(cls, value: Path | None) -> Path | None:
-        if value is None:
-            return None
-        try:
-            return checked_path(value, "results_dir")
-        except SlurmError as exc:
-            raise ValueError(str(exc)) from None
+        return None if value is None else _checked_field(value, "results_dir")
 
 
 def site_file(config_home: Path | None = None) -> Path:
@@ -163,10 +166,7 @@ class Task(BaseModel):
     @field_validator("out_dir")
     @classmethod
     def _out_dir(cls, value: Path) -> Path:
-        try:
-            return checked_path(value, "task directory")
-        except SlurmError as exc:
-            raise ValueError(str(exc)) from None
+        return _checked_field(value, "task directory")
 
     @field_validator("args")
     @classmethod
@@ -192,10 +192,7 @@ class Submission(BaseModel):
     @field_validator("results_dir")
     @classmethod
     def _results_dir(cls, value: Path) -> Path:
-        try:
-            return checked_path(value, "results_dir")
-        except SlurmError as exc:
-            raise ValueError(str(exc)) from None
+        return _checked_field(value, "results_dir")
 
 
 def parse_configs(values: tuple[str, ...]) -> dict[str, list[str]]:
