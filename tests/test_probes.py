@@ -58,9 +58,10 @@ def test_every_probe_returns_a_schema_record(all_records, probe_call):
         assert record["status"] in ("pass", "fail", "skip")
         assert isinstance(record["values"], dict) and isinstance(record["message"], str)
         assert isinstance(record["values"]["duration_s"], float) and record["values"]["duration_s"] >= 0
-    # seconds, each probe timed on its own: together within the wall time of the whole call
+    # seconds, each probe timed on its own: together within the wall time of the whole call, up to the
+    # rounding of each duration to 4 decimals (half a unit of 1e-4 each)
     wall = probe_call[1]
-    assert 0 < sum(r["values"]["duration_s"] for r in all_records) <= wall
+    assert 0 < sum(r["values"]["duration_s"] for r in all_records) <= wall + len(all_records) * 0.5e-4
     json.dumps(all_records, allow_nan=False)  # goes into result.json as it is
 
 

@@ -47,3 +47,36 @@ def test_concurrent_first_imports_lose_no_run(tmp_path):
         assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == IMPORTERS * RUNS_EACH or failures, trial
         conn.close()
     assert not failures, failures[:3]
+
+
+def test_a_reader_sees_a_creators_first_commit_whole(tmp_path, monkeypatch):
+    """The race behind a rare "SQLite file but not a matrix database" from concurrent first imports, made
+    deterministic: the creator commits the first migration between two statements of a reader checking the
+    file. The reader must see the file before that commit (no tables, "being created") or after it, never
+    version 0 from before with the tables from after."""
+    from builder.matrix import store_schema
+    from builder.matrix.store import MatrixStore
+
+    db = tmp_path / "new.db"
+    creator = sqlite3.connect(db, isolation_level=None)
+    creator.execute("PRAGMA journal_mode = WAL")  # as a creating import leaves it before it migrates
+    real_connect, fired = sqlite3.connect, []
+
+    def reader_connect(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+
+        def commit_meanwhile(sql: str) -> None:
+            if "sqlite_master" in sql and not fired:
+                fired.append(sql)
+                store_schema._migrate(creator, db)
+        conn.set_trace_callback(commit_meanwhile)
+        return conn
+
+    monkeypatch.setattr(store_schema.sqlite3, "connect", reader_connect)
+    assert MatrixStore.peek(db) is None  # seen before the commit
+    assert fired
+    monkeypatch.setattr(store_schema.sqlite3, "connect", real_connect)
+    store = MatrixStore.peek(db)  # and after it: a current, empty matrix
+    assert store is not None and store.schema_version == store_schema.SCHEMA_VERSION
+    store.close()
+    creator.close()

@@ -453,9 +453,8 @@ def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool
         conn.set_progress_handler(progress, 10_000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _check_readable(conn, db)
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0 and allow_new and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        version, empty = _check_readable(conn, db)
+        if version == 0 and allow_new and empty:
             conn.close()
             return None
         if version == 0:
@@ -470,36 +469,43 @@ def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool
     return conn
 
 
-def _check_readable(conn: sqlite3.Connection, db: Path) -> None:
-    """Schema version and integrity, read-only: raise StoreError without writing anything.
+def _check_readable(conn: sqlite3.Connection, db: Path) -> tuple[int, bool]:
+    """Schema version, integrity and shape, read-only: (version, whether the file holds no schema object yet);
+    StoreError without writing anything.
 
-    "database is locked" here is another process creating the file or switching it to WAL at this instant
-    (SQLite answers some of those without waiting on the busy handler): retried until the busy timeout.
+    All of it is read from one snapshot, so another process creating or migrating the file at this instant is
+    seen before its commit or after it, never as a version from one moment and tables from the next.
+    "database is locked" here is that process switching the file to WAL (SQLite answers some of those without
+    waiting on the busy handler): retried until the busy timeout.
     """
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
+        conn.execute("BEGIN")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
-            break
+            empty = not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
+                    " nothing was changed. Upgrade envbuild, or use another --db path")
+            if problems != ["ok"]:
+                raise StoreError(
+                    f"{db} failed its integrity check ({'; '.join(problems[:3])}); nothing was changed."
+                    f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
+            if version > 0:
+                check_shape(conn, db)
+            return version, empty
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
                                  f" or point --db / ${DB_ENV_VAR} at a new path") from exc
-            time.sleep(0.05)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
                              f" or point --db / ${DB_ENV_VAR} at a new path") from exc
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
-            " nothing was changed. Upgrade envbuild, or use another --db path")
-    if problems != ["ok"]:
-        raise StoreError(
-            f"{db} failed its integrity check ({'; '.join(problems[:3])}); nothing was changed."
-            f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
-    if version > 0:
-        check_shape(conn, db)
+        finally:
+            conn.execute("ROLLBACK")
+        time.sleep(0.05)
 
 
 def _quoted(name: str) -> str:
