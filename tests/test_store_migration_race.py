@@ -1,4 +1,5 @@
-"""Four `envbuild matrix import` processes started together on a new matrix file: every run lands, each exits 0."""
+"""A matrix file being created by one process while others open it: concurrent first imports all land, and a
+reader sees the creator's first commit whole."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import multiprocessing
 import sqlite3
 
+import pytest
 from click.testing import CliRunner
 
 from matrix_fixtures import make_result
@@ -80,3 +82,25 @@ def test_a_reader_sees_a_creators_first_commit_whole(tmp_path, monkeypatch):
     assert store is not None and store.schema_version == store_schema.SCHEMA_VERSION
     store.close()
     creator.close()
+
+
+def test_a_run_started_while_an_import_creates_the_file_records_into_it(tmp_path):
+    """`envbuild run`'s check before its work meets the file another process has just created (SQLite header
+    and WAL switch written, first migration not yet committed): the check passes, and opening the file for
+    the record afterwards makes it a matrix. A file with someone else's tables is still refused."""
+    from builder.matrix.store import MatrixStore, StoreError
+
+    db = tmp_path / "new.db"
+    creating = sqlite3.connect(db)
+    creating.execute("PRAGMA journal_mode = WAL")
+    assert db.stat().st_size > 0
+    assert MatrixStore.preflight(db) == db
+    with MatrixStore.open(db) as store:
+        store.record_run(make_result())
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    creating.close()
+
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE notes (text)").connection.commit()
+    with pytest.raises(StoreError, match="SQLite file but not a matrix database"):
+        MatrixStore.preflight(other)

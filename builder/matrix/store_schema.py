@@ -256,14 +256,16 @@ class StoreConnection:
     def preflight(cls, path: str | os.PathLike | None = None) -> Path:
         """Check, before long work that records into it, that `path` can be opened; creates nothing.
 
-        An existing file is opened read-only (header, integrity, schema); a new one needs a folder
-        that exists or can be made. Returns the path; raises StoreError.
+        An existing file is opened read-only (header, integrity, schema; one that another process is
+        creating this instant, no tables yet, is fine: opening it later migrates it); a new one needs a
+        folder that exists or can be made. Returns the path; raises StoreError.
         """
         db = Path(path) if path is not None else default_db_path()
         _check_header(db)
         if db.exists() and db.stat().st_size:
-            conn = _connect_readonly(db, require_current=False)
-            conn.close()
+            conn = _connect_readonly(db, require_current=False, allow_new=True)
+            if conn is not None:
+                conn.close()
             return db
         folder = next((p for p in (db.parent, *db.parent.parents) if p.exists()), Path("."))
         if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
