@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import shlex
 import shutil
@@ -190,6 +191,11 @@ def main() -> None:
         for name in chosen:
             print(f"{name}: {modules[name]['path']}: {_test_command(modules[name])}")
         return
+    if importlib.util.find_spec("cosmic_ray") is None:
+        print(f"{sys.executable} has no cosmic-ray: install the dev environment (bash .ci/dev_env.sh, then "
+              "MUTATION_PYTHON=.venv/bin/python), or point MUTATION_PYTHON at a Python with the `test` extra",
+              file=sys.stderr)
+        sys.exit(2)
     out = Path(os.environ.get("MUTATION_OUT", ROOT / ".mutation"))
     results = [_run_module(name, modules[name], out, args.mode) for name in chosen]
     for r in results:
