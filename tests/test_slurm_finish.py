@@ -107,6 +107,10 @@ def test_a_log_that_is_no_plain_file_is_not_read(tmp_path):
                                                             "Slurm ended the task as FAILED (exit code 1:0)")),
     ("FAILED", "12:0", "[workload] bad input: --seed x\n", ("container_died",
                                                              "Slurm ended the task as FAILED (exit code 12:0)")),
+    ("FAILED", "3:0", "[workload] bad input: --seed x\n", ("container_died",
+                                                            "Slurm ended the task as FAILED (exit code 3:0)")),
+    ("CANCELLED", "2:0", "[workload] bad input: --seed x\n", ("slurm_cancelled",
+                                                               "Slurm ended the task as CANCELLED (exit code 2:0)")),
     ("OUT_OF_MEMORY", "2:0", "[workload] bad input: --seed x\n", ("oom_killed",
                                                                    "Slurm ended the task as OUT_OF_MEMORY (exit code 2:0)")),
     ("COMPLETED", "0:0", "[workload] bad input: --seed x\n", (None, "")),
@@ -172,27 +176,77 @@ def finished(sub, task, state: str, job: str = JOB, **changes) -> dict:
 @pytest.mark.parametrize("said, slurm_state, status", [
     ("FAILED", "COMPLETED", "fail"),    # the result claims another end than Slurm saw, either way round
     ("COMPLETED", "FAILED", "fail"),
-    ("TIMEOUT", "TIMEOUT", "pass"),     # a pass for a task Slurm did not complete
+    ("TIMEOUT", "TIMEOUT", "pass"),     # a pass for a task Slurm did not complete (states after and before
+    ("CANCELLED", "CANCELLED", "pass"),  # COMPLETED in the alphabet)
 ])
 def test_a_result_that_disagrees_with_slurm_is_refused(tmp_path, said, slurm_state, status):
-    sub = one_task(tmp_path)
+    job = "31337"  # a job id as sacct prints it, read back from JSON: compared by value
+    sub = one_task(tmp_path, jobs=[{"job_id": job, "tasks": [0]}])
     task = sub.tasks[0]
     changes = {} if status == "pass" else {"status": status, "error_class": "did_not_learn", "error": "x"}
-    finished(sub, task, said, **changes)
-    result = finish_task(sub, task, state_of(f"7_0|{slurm_state}|0:0|||n0"), JOB)
+    finished(sub, task, said, job=job, **changes)
+    result = finish_task(sub, task, state_of(f"{job}_0|{slurm_state}|0:0|||n0", job), job)
     assert (result["status"], result["error_class"]) == ("error", MISMATCH_CLASS)
     assert f"it says '{said}' / {status}, but Slurm ended the task as {slurm_state}" in result["error"]
     assert (task.out_dir / "result.refused.json").is_file()
 
 
-def test_the_result_of_an_earlier_job_of_the_task_is_read_back_as_it_is(tmp_path):
-    """Task 0 timed out in job 7 (collected: its error result lies in the folder), was submitted again as job
-    8, and is collected under job 8 before that job wrote anything: job 7's result stands."""
+@pytest.mark.parametrize("written_by, collected", [("7", "8"), ("8", "7")])
+def test_the_result_another_job_of_the_task_wrote_is_read_back_as_it_is(tmp_path, written_by, collected):
+    """Task 0 ran in jobs 7 and 8 (a resubmission); the folder holds the result one of them finished with, and
+    the task is collected under the other: that result stands, whatever the other job's state."""
     sub = one_task(tmp_path, jobs=[{"job_id": "7", "tasks": [0]}, {"job_id": "8", "tasks": [0]}])
     task = sub.tasks[0]
-    earlier = finished(sub, task, "TIMEOUT", job="7", status="fail", error_class="did_not_learn", error="x")
-    result = finish_task(sub, task, state_of("8_0|COMPLETED|0:0|||n0", "8"), "8")
+    earlier = finished(sub, task, "TIMEOUT", job=written_by, status="fail", error_class="did_not_learn", error="x")
+    result = finish_task(sub, task, state_of(f"{collected}_0|COMPLETED|0:0|||n0", collected), collected)
     assert result["host"]["slurm"] == earlier["host"]["slurm"] and result["status"] == "fail"
+
+
+def test_a_fail_of_a_task_slurm_timed_out_is_its_own_result(tmp_path):
+    job = "31337"
+    sub = one_task(tmp_path, jobs=[{"job_id": job, "tasks": [0]}])
+    task = sub.tasks[0]
+    own = finished(sub, task, "TIMEOUT", job=job, status="fail", error_class="did_not_learn", error="x")
+    result = finish_task(sub, task, state_of(f"{job}_0|TIMEOUT|0:0|||n0", job), job)
+    assert (result["status"], result["error_class"], result["host"]) == ("fail", "did_not_learn", own["host"])
+
+
+def test_long_values_of_a_refused_result_are_shown_cut(tmp_path):
+    sub = one_task(tmp_path)
+    task = sub.tasks[0]
+    result = finished(sub, task, "COMPLETED")
+    result["host"]["slurm"]["job_id"] = "9" * 50
+    (task.out_dir / "result.json").write_text(json.dumps(result))
+    refused = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)
+    assert f"it names job {repr('9' * 50)[:40]} task 0, not a job of task 0" in refused["error"]
+    result = finished(sub, task, "COMPLETED")
+    result["image"]["sif"]["sha256"] = "f" * 100
+    (task.out_dir / "result.json").write_text(json.dumps(result))
+    refused = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)
+    assert f"its SIF sha256 {'f' * 64} is not the one task 0 ran" in refused["error"]
+
+
+@pytest.mark.parametrize("field, value", [("cell", "../../etc"), ("out_dir", "/tmp/a b"), ("index", -1)])
+def test_collect_refuses_a_damaged_submission_record(tmp_path, field, value):
+    sub = one_task(tmp_path)
+    db = tmp_path / "m.db"
+    from builder.matrix.attempts import new_attempt
+    record = json.loads(sub.model_dump_json())
+    record["tasks"][0][field] = value
+    (new_attempt(db, "slurm", sub.id) / "submission.json").write_text(json.dumps(record))
+    out = CliRunner().invoke(main, ["slurm", "collect", JOB, "--db", str(db)])
+    assert out.exit_code == 2 and "is not a valid submission record" in out.output, out.output
+
+
+def test_collect_refuses_a_submission_whose_results_dir_is_no_safe_path(tmp_path):
+    sub = one_task(tmp_path)
+    db = tmp_path / "m.db"
+    from builder.matrix.attempts import new_attempt
+    record = json.loads(sub.model_dump_json())
+    record["results_dir"] = "/tmp/a:/root"
+    (new_attempt(db, "slurm", sub.id) / "submission.json").write_text(json.dumps(record))
+    out = CliRunner().invoke(main, ["slurm", "collect", JOB, "--db", str(db)])
+    assert out.exit_code == 2 and "is not a valid submission record" in out.output, out.output
 
 
 @pytest.mark.parametrize("cell", ["cpu-torch2.12-py3.11", "cpu-torch2.14-py3.11"])
@@ -207,6 +261,31 @@ def test_a_result_naming_another_cell_is_refused_whichever_way_it_sorts(tmp_path
     refused = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)
     assert refused["error_class"] == MISMATCH_CLASS
     assert f"it names cell {cell}, but task 0 ran {CELL}" in refused["error"]
+
+
+def test_a_result_of_an_earlier_task_number_is_refused(tmp_path):
+    sub = one_task(tmp_path, tasks=2)
+    finished(sub, sub.tasks[0], "COMPLETED")
+    task = sub.tasks[1]
+    (task.out_dir).mkdir(parents=True)
+    (task.out_dir / "result.json").write_bytes((sub.tasks[0].out_dir / "result.json").read_bytes())
+    refused = finish_task(sub, task, state_of("7_1|COMPLETED|0:0|||n0"), JOB)
+    assert refused["error_class"] == MISMATCH_CLASS
+    assert "it names job '7' task 0, not a job of task 1" in refused["error"]
+
+
+def test_a_result_the_schema_refuses_is_refused_with_the_reason_cut_at_300_characters(tmp_path):
+    from builder.matrix.store import InvalidResultError, validate_result
+
+    sub = one_task(tmp_path)
+    task = sub.tasks[0]
+    metrics = {**workload_result()["metrics"], "a" * 200: {"b" * 201: 1}}  # a key too long, under a long key
+    bad = finished(sub, task, "COMPLETED", metrics=metrics)
+    with pytest.raises(InvalidResultError) as schema:
+        validate_result(bad)
+    assert len(str(schema.value)) > 300
+    refused = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)
+    assert refused["error"].startswith(f"the task's result.json was refused: {str(schema.value)[:300]};")
 
 
 def test_a_result_without_a_sif_block_is_refused(tmp_path):

@@ -361,3 +361,67 @@ def test_the_end_state_table_says_what_the_verdict_rules_count():
     """STATE_CLASSES' second column (docs/matrix.md "Slurm end states") agrees with verdict_rules."""
     for state, (error_class, verdict) in STATE_CLASSES.items():
         assert counts("run", "error", error_class) is verdict, state
+
+
+def test_a_refused_path_is_shown_cut_at_200_characters():
+    value = "/scratch/" + "a" * 250 + " b"
+    with pytest.raises(SlurmError) as refused:
+        checked_path(value, "results_dir")
+    assert str(refused.value).startswith(f"results_dir {value[:200]!r}: a path here")
+
+
+def test_a_sacct_line_with_more_fields_is_refused():
+    """A `|` inside a field (a node list or state Slurm did not print as expected) shifts every field after it."""
+    with pytest.raises(SlurmError, match="does not have the fields JobID,State,ExitCode,Start,End,NodeList"):
+        parse_sacct("7_0|COMPLETED|0:0|2026-12-03T09:41:47|2026-12-03T09:42:22|n0|extra\n", "7")
+
+
+def test_sbatch_killed_by_a_signal_is_a_failure(tmp_path, monkeypatch):
+    bin_dir, _ = stand_ins(tmp_path)
+    (bin_dir / "sbatch").write_text("#!/bin/bash\necho 12\nkill -9 $$\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\n")
+    with pytest.raises(SlurmError, match=r"^sbatch --parsable failed \(exit code -9\)"):
+        sbatch(tmp_path / "job.sbatch", None)
+
+
+def test_a_site_refusal_names_the_first_bad_setting(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text('[slurm]\npartition = "a b"\naccount = "c d"\n')
+    with pytest.raises(SlurmError, match=r"^site setting partition: Value error, 'a b'"):
+        load_site({}, path)
+
+
+def test_a_task_refusal_names_its_first_problem(tmp_path):
+    sif = make_sif(tmp_path / "sif")
+    with pytest.raises(SlurmError) as refused:
+        plan(SUB_ID, [sif], {"Bad Name": ["x\x00"]}, Site(results_dir=tmp_path), CREATED)
+    assert str(refused.value).startswith(f"{sif}: String should match pattern")
+
+
+def test_a_record_with_two_bad_coordinates_is_refused_by_the_first(tmp_path):
+    cell = {**ROCM, "torch": "lizard", "python": "snake"}
+    with pytest.raises(SlurmError) as refused:
+        plan(SUB_ID, [make_sif(tmp_path / "sif", cell_key=Cell(**ROCM).key, cell=cell)], {"a": []},
+             Site(results_dir=tmp_path), CREATED)
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError) as direct:
+        Cell(**cell)
+    assert len(direct.value.errors()) == 2
+    assert f"names no valid cell ({direct.value.errors()[0]['msg'][:300]})" in str(refused.value)
+
+
+def test_a_long_cell_key_is_shown_cut_at_300_characters(tmp_path):
+    key = "cpu-torch" + "9" * 400
+    with pytest.raises(SlurmError) as refused:
+        plan(SUB_ID, [make_sif(tmp_path / "sif", cell_key=key)], {"a": []}, Site(results_dir=tmp_path), CREATED)
+    with pytest.raises(ValueError) as direct:
+        Cell.from_key(key)
+    assert f"names no valid cell ({str(direct.value)[:300]}); make" in str(refused.value)
+
+
+def test_a_missing_command_is_named(tmp_path):
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\n")
+    with pytest.raises(SlurmError, match=rf"^{tmp_path}/no-sbatch not found"):
+        sbatch(tmp_path / "job.sbatch", None, str(tmp_path / "no-sbatch"))
