@@ -95,6 +95,7 @@ def test_a_probe_run_is_its_own_configuration():
     ({"max_steps": 8, "min_accuracy": 0.45}, "tiny-gemma", None, "smoke · tiny-gemma · max_steps=8", False),
     ({}, "tiny-gemma", "/d/emotions.jsonl.bak", "smoke · tiny-gemma · data=emotions.jsonl.bak", False),
     ({}, "tiny-gemma", "/emotions.jsonl/mine.jsonl", "smoke · tiny-gemma · data=mine.jsonl", False),
+    ({}, "tiny-gemma", "/d/a.jsonl", "smoke · tiny-gemma · data=a.jsonl", False),  # sorts before emotions.jsonl
     ({"max_steps": 2}, "tiny-gemma", "/d/x.jsonl", "smoke · tiny-gemma · max_steps=2 · data=x.jsonl", False),
     ({"preset": ""}, "", "/d/emotions.jsonl", "smoke · tiny-gemma", True),  # empty names are no names
     ({"preset": "", "max_steps": 1}, "", "/d/emotions.jsonl", "? · ? · max_steps=1", False),
