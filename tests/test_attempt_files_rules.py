@@ -250,3 +250,25 @@ def test_importing_a_ci_matrix_file_adopts_its_attempt_and_the_report_publishes_
     logs = list((site / "logs").iterdir())
     assert [p.read_text() for p in logs] == ["step 1 loss 1.95\n"]
     assert "SECRET-NOTES" not in "".join(p.read_text(errors="replace") for p in site.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("stored", [f"other/{NAME}", f"envbuild-attempts/{NAME}/x", f"{NAME}"])
+def test_a_folder_already_there_is_never_claimed_through_a_path_the_store_did_not_create(tmp_path, stored):
+    """The target holds the run's own folder; a row naming it by another path still gets none."""
+    here = attempt(tmp_path, build_log="ours\n")
+    (here / "attempt.json").write_text(json.dumps({"id": "r1"}))
+    (tmp_path / "ci" / "other" / NAME).mkdir(parents=True)
+    assert adopt_attempt(tmp_path / "ci" / "matrix.db", stored, tmp_path / "m.db", "r1") is None
+    assert adopt_attempt(tmp_path / "ci" / "matrix.db", STORED, tmp_path / "m.db", "r1") == STORED
+
+
+@pytest.mark.parametrize("size, adopted", [(2**20, True), (2**20 + 1, False), (2**19 + 1, True)])
+def test_a_record_is_read_up_to_one_mebibyte(tmp_path, size, adopted):
+    """An attempt.json past 1 MiB is not read whole (its tail is no JSON): the folder is not claimed by it."""
+    attempt(tmp_path / "ci", build_log="theirs\n")
+    here = attempt(tmp_path)
+    head = json.dumps({"id": "r1", "pad": ""})
+    (here / "attempt.json").write_text(head[:-2] + "x" * (size - len(head)) + '"}')
+    assert (here / "attempt.json").stat().st_size == size
+    got = adopt_attempt(tmp_path / "ci" / "matrix.db", STORED, tmp_path / "m.db", "r1")
+    assert got == (STORED if adopted else None)
