@@ -51,6 +51,8 @@ EDGES = [
     ("error", "x" * 4096, "x" * 4097, r"error: string longer than 4096 characters \(4097\)"),
     ("host.note", 1e15, 1.0000001e15, r"host.note: number must be finite and within ±1e\+15 \(got 1000000100000000\.0\)"),
     ("host.note", -1e15, -1.0000001e15, r"host.note: number must be finite and within"),
+    ("host.note", 1e15, 1e15 + 1, r"host.note: number must be finite and within ±1e\+15 \(got 1000000000000001\.0\)"),
+    ("host.note", -1e15, -1e15 - 1, r"host.note: number must be finite and within"),
     ("host.note", 2**63 - 1, 2**63, r"host.note: integer outside ±2\^63"),
     ("host.note", -(2**63 - 1), -(2**63), r"host.note: integer outside ±2\^63"),
     ("metrics.eval_after.accuracy", 1, 1.0001, r"metrics.eval_after.accuracy: Input should be less than or equal to 1"),
@@ -206,8 +208,10 @@ def test_a_problem_shows_what_it_got_shortened():
     long = refusal(with_value("config.preset", ["x" * 100]))
     (problem,) = long.problems
     assert problem == "config.preset: Input should be a valid string (got " + repr(["x" * 100])[:60] + "…)"
-    exact = refusal(with_value("config.preset", ["y" * 54]))  # repr is exactly 60 characters: nothing cut
-    assert exact.problems == [f"config.preset: Input should be a valid string (got {['y' * 54]!r})"]
+    exact = refusal(with_value("config.preset", ["y" * 56]))  # repr is exactly 60 characters: nothing cut
+    assert exact.problems == [f"config.preset: Input should be a valid string (got {['y' * 56]!r})"]
+    one_over = refusal(with_value("config.preset", ["z" * 57]))  # 61 characters: cut to 60
+    assert one_over.problems == [f"config.preset: Input should be a valid string (got {repr(['z' * 57])[:60]}…)"]
 
 
 def test_a_union_of_numbers_is_named_by_its_field_only():
