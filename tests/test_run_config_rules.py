@@ -56,6 +56,8 @@ def legacy(config: dict | None = None, model: str | None = "tiny-gemma", path: s
     ({"model": None}, "smoke · tiny-gemma", True),  # envbuild's record of the preset's own model
     ({"model": ""}, "smoke · tiny-gemma", True),
     ({"preset": "seed", "model": None}, "seed · ?", False),  # only smoke's model is implied
+    ({"preset": "speed"}, "speed · tiny-gemma", False),  # names that sort after smoke's are no smoke either
+    ({"model": "zephyr"}, "smoke · zephyr", False),
     ({"preset": None}, "? · tiny-gemma", False),
     ({"preset": ""}, "? · tiny-gemma", False),
     ({"overrides": None}, "smoke · tiny-gemma", False),  # a record without overrides is not "none overridden"
@@ -89,6 +91,8 @@ def test_a_probe_run_is_its_own_configuration():
     ({"min_accuracy": 0.45}, "tiny-gemma", "emotions.jsonl", "smoke · tiny-gemma", True),
     ({"min_accuracy": None, "max_steps": None}, "tiny-gemma", "/d/emotions.jsonl", "smoke · tiny-gemma", True),
     ({"preset": "seed"}, "tiny-gemma", "/d/emotions.jsonl", "seed · tiny-gemma", False),
+    ({"preset": "speed"}, "tiny-gemma", "/d/emotions.jsonl", "speed · tiny-gemma", False),
+    ({}, "zephyr", "/d/emotions.jsonl", "smoke · zephyr", False),
     ({}, "/tmp/g2b", "/d/emotions.jsonl", "smoke · /tmp/g2b", False),
     ({"max_steps": 0}, "tiny-gemma", "/d/emotions.jsonl", "smoke · tiny-gemma · max_steps=0", False),
     ({"min_accuracy": 0.5}, "tiny-gemma", "/d/emotions.jsonl", "smoke · tiny-gemma · min_accuracy=0.5", False),
