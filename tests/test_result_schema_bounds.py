@@ -248,6 +248,8 @@ BUILD = {"build_uid": "a" * 32, "status": "pass", "created_at": "2026-12-02T13:0
     ({"failure_class": "-x"}, "failure_class: String should match pattern"),
     ({"failure_class": "a b"}, "failure_class: String should match pattern"),
     ({"build_uid": "b" * 65}, "build_uid: String should have at most 64 characters"),
+    ({"build_uid": ""}, "build_uid: String should have at least 1 character"),
+    ({"build_uid": "-b"}, "build_uid: String should match pattern"),
     ({"created_at": None}, "created_at: Input should be a valid string"),
     ({"duration_s": -1}, "duration_s: Input should be greater than or equal to 0"),
 ])
@@ -262,6 +264,7 @@ def test_a_merged_build_row_passes_cleaned_and_keeps_its_other_columns():
            "build_uid": "b" * 64}
     assert validate_build(row) == {**row, "error": "x[2Jy"}
     assert validate_build(BUILD) == BUILD
+    assert validate_build({**BUILD, "build_uid": "b"})["build_uid"] == "b"
 
 
 # ---- the table in docs/result-schema.md ---------------------------------------------------------------------------
