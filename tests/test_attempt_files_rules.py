@@ -49,7 +49,7 @@ def test_every_folder_name_the_store_creates_is_accepted(tmp_path, name):
 
 
 @pytest.mark.parametrize("stored", [
-    "/etc", "envbuild-attempts", f"{STORED}/build.log", f"other/{NAME}", f"./{STORED}/x", f"../{STORED}",
+    "/etc", "envbuild-attempts", f"{STORED}/build.log", f"other/{NAME}", f"a/{NAME}", f"./{STORED}/x", f"../{STORED}",
     "envbuild-attempts/20261202T130041Z-test-abc", "envbuild-attempts/20261202T130041-run-abc",
     "envbuild-attempts/2026120T130041Z-run-abc", "envbuild-attempts/20261202T130041Z-run-",
     "envbuild-attempts/20261202T130041Z-run-" + "a" * 65, "envbuild-attempts/20261202T130041Z-run-a b",
