@@ -77,7 +77,6 @@ Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
 Timestamp = Annotated[StrictStr, Field(max_length=40, description="RFC 3339 UTC (…Z), 2020-01-01 … now + 1 day"),
                       AfterValidator(_timestamp)]
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
-Number = Annotated[StrictInt | StrictFloat, Field(ge=-MAX_NUMBER, le=MAX_NUMBER, allow_inf_nan=False)]
 NonNegative = Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_NUMBER, allow_inf_nan=False)]
 Fraction = Annotated[StrictInt | StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
 Open = dict[StrictStr, Any]  # an object whose keys and values layer 1 has bounded

@@ -105,7 +105,7 @@ def _configuration(command, has_invocation, preset, model, overrides, bundled, p
     if has_invocation:
         changes = _override_changes(overrides)
         own_data = bundled in (True, 1) or (preset == SPEED_PRESET and data_name == SPEED_DATA)
-        changes += () if own_data else (f"data={_short(data_name) or '?'}",)
+        changes += () if own_data else (f"data={_short(data_name) if data_name else '?'}",)
         changes += ("no probes",) if probes in (False, 0) else ()
     else:
         changes = tuple(f"{name}={_short(value)}" for name, value in (("max_steps", max_steps),
