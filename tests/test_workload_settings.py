@@ -28,6 +28,7 @@ BAD_SETTINGS = {
     ("--lr", "inf"): "--lr inf: must be a number above 0",
     ("--max-length", "0"): "--max-length 0: must be a whole number from 8 to 131072",
     ("--warmup-steps", "-1"): "--warmup-steps -1: must be a whole number from 0",
+    ("--untimed-steps", "-1"): "--untimed-steps -1: must be a whole number from 0 to 10000000",
     ("--lora-r", "0"): "--lora-r 0: must be a whole number from 1 to 4096",
     ("--lora-dropout", "1"): "--lora-dropout 1.0: must be at least 0 and below 1",
     ("--lora-dropout", "-0.1"): "--lora-dropout -0.1: must be at least 0 and below 1",
@@ -64,7 +65,8 @@ def test_a_setting_out_of_range_is_bad_input_before_any_work(tmp_path, option, v
 PAST_THE_TOP = {
     "--batch-size": ("65537", "from 1 to 65536"), "--epochs": ("10001", "from 1 to 10000"),
     "--max-steps": ("10000001", "from 1 to 10000000"), "--max-length": ("131073", "from 8 to 131072"),
-    "--warmup-steps": ("10000001", "from 0 to 10000000"), "--lora-r": ("4097", "from 1 to 4096"),
+    "--warmup-steps": ("10000001", "from 0 to 10000000"), "--untimed-steps": ("10000001", "from 0 to 10000000"),
+    "--lora-r": ("4097", "from 1 to 4096"),
     "--pad-multiple": ("4097", "from 1 to 4096"), "--seed": ("4294967296", "from 0 to 4294967295"),
     "--lr": ("10.001", "above 0 and at most 10"), "--min-accuracy": ("-0.01", "must be from 0 to 1"),
     "--lora-dropout": ("1.5", "at least 0 and below 1"),
@@ -83,10 +85,10 @@ def test_the_edges_past_each_range_are_refused_with_the_range(tmp_path, option):
 # The lowest and highest value of every setting at once: all allowed, so the first refusal is the device.
 EDGES = {
     "lowest": ["--batch-size", "1", "--epochs", "1", "--max-steps", "1", "--max-length", "8", "--warmup-steps",
-               "0", "--lora-r", "1", "--pad-multiple", "1", "--seed", "0", "--lr", "1e-12", "--lora-dropout", "0",
+               "0", "--untimed-steps", "0", "--lora-r", "1", "--pad-multiple", "1", "--seed", "0", "--lr", "1e-12", "--lora-dropout", "0",
                "--min-accuracy", "0", "--attn", "auto"],
     "highest": ["--batch-size", "65536", "--epochs", "10000", "--max-steps", "10000000", "--max-length", "131072",
-                "--warmup-steps", "10000000", "--lora-r", "4096", "--pad-multiple", "4096", "--seed",
+                "--warmup-steps", "10000000", "--untimed-steps", "10000000", "--lora-r", "4096", "--pad-multiple", "4096", "--seed",
                 "4294967295", "--lr", "10", "--lora-dropout", "0.999", "--min-accuracy", "1",
                 "--attn", "flex_attention"],
 }
@@ -120,6 +122,9 @@ def test_a_setting_the_command_line_cannot_give_is_refused_too():
         for value in ([True] if name == "max_steps" else [None, True]):
             with pytest.raises(SettingError, match=f"^{option} {value}: must be a whole number"):
                 check_recipe(dataclasses.replace(PRESETS["smoke"], **{name: value}))
+    for lr in ("0.01", None):  # a learning rate that is no number at all: the message, not a TypeError
+        with pytest.raises(SettingError, match=f"^--lr {lr}: must be a number above 0"):
+            check_recipe(dataclasses.replace(PRESETS["smoke"], learning_rate=lr))
 
 
 @pytest.mark.parametrize("command", [["probe"], ["predict", "--adapter", "ADAPTER"]])
