@@ -98,6 +98,8 @@ def test_a_timed_out_task_with_a_pass_for_another_cell_is_an_attempt_not_a_verdi
 @pytest.mark.parametrize("change, words", [
     ({"host": {"slurm": {"job_id": "8", "task": 0, "state": "COMPLETED"}}}, "not a job of task 0"),
     ({"host": {"slurm": {"job_id": JOB, "task": 1, "state": "COMPLETED"}}}, "not a job of task 0"),
+    ({"host": {"slurm": {"job_id": JOB, "task": False, "state": "COMPLETED"}}}, "not a job of task 0"),  # == 0
+    ({"host": {"slurm": {"job_id": JOB, "task": 0.0, "state": "COMPLETED"}}}, "not a job of task 0"),
     ({"image": {"sif": {"sha256": "0" * 64}}}, "is not the one task 0 ran"),
 ])
 def test_a_result_of_another_job_task_or_sif_is_refused(tmp_path, monkeypatch, change, words):

@@ -433,7 +433,8 @@ def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskSt
         return str(exc)[:300]
     slurm = clean["host"].get("slurm") if isinstance(clean.get("host"), dict) else None
     jobs = {j.get("job_id") for j in sub.jobs if task.index in (j.get("tasks") or [])}
-    if not isinstance(slurm, dict) or slurm.get("job_id") not in jobs or slurm.get("task") != task.index:
+    if (not isinstance(slurm, dict) or slurm.get("job_id") not in jobs
+            or type(slurm.get("task")) is not int or slurm["task"] != task.index):  # not true/0.0 for task 1/0
         return f"it names job {_short(slurm, 'job_id')} task {_short(slurm, 'task')}, not a job of task {task.index}"
     sif = ((clean.get("image") or {}).get("sif") or {}).get("sha256")
     if sif != task.sif_sha256:
