@@ -328,7 +328,7 @@ def _with_sshsig(path: Path, blob: bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["public key cut short", "length of the public key cut short",
+@pytest.mark.parametrize("case", ["nothing after the version", "public key cut short", "length of the public key cut short",
                                   "namespace cut short", "length of the namespace cut short"])
 def test_a_truncated_ssh_signature_is_a_bad_signature(run, case):
     """SSHSIG blobs (OpenSSH PROTOCOL.sshsig) whose strings run past the end: refused as malformed, never read
@@ -337,7 +337,7 @@ def test_a_truncated_ssh_signature_is_a_bad_signature(run, case):
     path = sign(folder, key)
     public_blob = attest._parse_sshsig(base64.b64decode(envelope_of(path)["signatures"][0]["sig"]))[0]
     head = b"SSHSIG" + (1).to_bytes(4, "big")
-    blob = {"public key cut short": head + _string(public_blob)[:-1],
+    blob = {"nothing after the version": head, "public key cut short": head + _string(public_blob)[:-1],
             "length of the public key cut short": head + b"\x00\x00\x01",
             "namespace cut short": head + _string(public_blob) + (len(b"envbuild") + 9).to_bytes(4, "big") + b"envbuild",
             "length of the namespace cut short": head + _string(public_blob) + b"\x00\x00\x00"}[case]
@@ -484,10 +484,13 @@ def test_a_result_without_a_well_formed_image_digest_has_no_image_subject(run, i
     assert [s["name"] for s in statement["subject"]] == ["result.json"]
 
 
-@pytest.mark.parametrize("content", [b"[1, 2]", b"{not json", b'{"a": 1, "a": 2}'])
+@pytest.mark.parametrize("content", [b"[1, 2]", b"{not json", b'{"a": 1, "a": 2}', None])
 def test_a_result_that_is_not_a_json_object_cannot_be_signed(run, content):
     folder, _, _ = run
-    (folder / "result.json").write_bytes(content)
+    if content is None:
+        (folder / "result.json").unlink()
+    else:
+        (folder / "result.json").write_bytes(content)
     with pytest.raises(attest.AttestationInputError, match="result.json: "):
         attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0")
 
@@ -656,3 +659,39 @@ def test_a_stored_attestation_is_checked_again_against_its_run(run, tmp_path):
     assert isinstance(attest.reverify_stored(text, run_id, allowed, revoked), attest.RevokedKey)
     with pytest.raises(attest.AttestationInputError, match="no revocation list"):
         attest.reverify_stored(text, run_id, allowed, tmp_path / "other")
+
+
+def test_a_signature_without_a_keyid_is_bad_input(run):
+    folder, key, allowed = run
+    path = sign(folder, key)
+    envelope = envelope_of(path)
+    del envelope["signatures"][0]["keyid"]
+    attest.write_attestation(envelope, path)
+    with pytest.raises(attest.AttestationInputError, match="not a DSSE envelope"):
+        attest.verify(path, allowed)
+
+
+def test_a_symlinked_result_is_bad_input(run, tmp_path):
+    folder, key, allowed = run
+    path = sign(folder, key)
+    real = tmp_path / "real.json"
+    (folder / "result.json").rename(real)
+    (folder / "result.json").symlink_to(real)
+    with pytest.raises(attest.AttestationInputError, match="a symbolic link"):
+        attest.verify(path, allowed)
+
+
+def test_a_key_listed_on_two_lines_verifies_inside_either_window(run):
+    """A rotation keeps a key's old line beside a new one: any of its lines valid at signed_at will do; outside all
+    of them, the message names the first."""
+    folder, key, allowed = run
+    path = sign(folder, key)
+    expired, current = 'valid-before="20200101"', 'valid-after="20200101"'
+    for first, second in ((expired, current), (current, expired)):
+        allowed.write_text(f'envbuild-ci namespaces="envbuild",{first} {public_line(key)}\n'
+                           f'envbuild-ci namespaces="envbuild",{second} {public_line(key)}\n')
+        assert attest.verify(path, allowed).principal == "envbuild-ci"
+    allowed.write_text(f'envbuild-ci namespaces="envbuild",{expired} {public_line(key)}\n'
+                       f'envbuild-ci namespaces="envbuild",valid-after="29990101" {public_line(key)}\n')
+    with pytest.raises(attest.KeyOutsideValidity, match=re.escape("(valid-after/valid-before of line 1)")):
+        attest.verify(path, allowed)
