@@ -544,12 +544,15 @@ def test_a_statement_without_a_signed_at_time_is_refused(run, signed):
         attest.verify(_signed(folder, key, statement), allowed)
 
 
-def test_a_statement_naming_another_run_is_refused(run):
-    folder, key, allowed = run
+@pytest.mark.parametrize(("key", "value"), [("run_id", "0" * 32), ("run_id", "f" * 32), ("run_id", None),
+                                            ("status", "skip"), ("status", "fail")])
+def test_a_statement_naming_another_run_or_status_is_refused(run, key, value):
+    """Values sorting before and after the result's alike."""
+    folder, signing_key, allowed = run
     statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0")
-    statement["predicate"]["run_id"] = "0" * 32
-    with pytest.raises(attest.InvalidStatement, match=f"the statement's run_id '{'0' * 32}' is not the result's"):
-        attest.verify(_signed(folder, key, statement), allowed)
+    statement["predicate"][key] = value
+    with pytest.raises(attest.InvalidStatement, match=re.escape(f"the statement's {key} {value!r} is not the result's")):
+        attest.verify(_signed(folder, signing_key, statement), allowed)
 
 
 def test_a_signed_result_that_is_not_an_object_is_bad_input(run):
