@@ -256,3 +256,102 @@ def test_a_signer_whose_name_starts_like_the_ci_is_a_contributor(tmp_path):
     with MatrixStore.open(db, readonly=True) as store:
         assert [(r["provenance"], r["signer"]) for r in store.runs()] == [
             ("contributed", f"{CI_PRINCIPAL}-bob ({fingerprint(bob)})")]
+
+
+@pytest.mark.parametrize("principal", ["alice@example.org", "zoe@example.org"])
+def test_the_ci_key_listed_under_another_principal_is_a_contributor(tmp_path, keys, principal):
+    """"Measured by this project's CI" takes both the CI principal and one of its bound keys: the CI key on a line
+    of another name (sorting before or after `envbuild-ci`) is that contributor's key."""
+    _, ci, _ = keys
+    allowed = tmp_path / "other_signers"
+    allowed.write_text(f'{principal} namespaces="envbuild" {" ".join(Path(f"{ci}.pub").read_text().split()[:2])}\n')
+    results = tmp_path / "results"
+    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "ci-key", "-o", results, "--sign", ci,
+                  "--command", "envbuild run workload").exit_code == 0
+    verified = invoke("matrix", "verify", results, "--allowed-signers", allowed)
+    assert verified.exit_code == 0, verified.output
+    assert f"contributed, signed by {principal} ({fingerprint(ci)}), verified" in verified.output
+    assert "this project's CI" not in verified.output
+    db = tmp_path / "m.db"
+    assert invoke("matrix", "import", "--db", db, results, "--allowed-signers", allowed).exit_code == 0
+    with MatrixStore.open(db, readonly=True) as store:
+        assert [r["provenance"] for r in store.runs()] == ["contributed"]
+
+
+def test_a_ci_run_in_the_published_report_is_measured_by_this_projects_ci(tmp_path, keys):
+    """The published report reads each run's kind back from its own copy of the database."""
+    _, ci, allowed = keys
+    results = tmp_path / "results"
+    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "ci-smoke", "-o", results, "--sign", ci,
+                  "--command", "envbuild run workload").exit_code == 0
+    db = tmp_path / "m.db"
+    assert invoke("matrix", "import", "--db", db, results, "--allowed-signers", allowed).exit_code == 0
+    public = tmp_path / "public"
+    out = invoke("report", "--db", db, "--no-recipes", "--published", "-o", public, "--allowed-signers", allowed)
+    assert out.exit_code == 0, out.output
+    page = (public / "cells" / f"{CPU_KEY}.html").read_text()
+    row = re.search(r'<tr data-provenance="ci">.*?</tr>', page, re.S).group(0)
+    assert "measured by this project&#39;s CI" in row and "unsigned" not in row
+
+
+def test_labels_of_runs_read_back_from_the_store(tmp_path):
+    """What the report and the CLI show for each kind, from the kinds and signers as the store gives them back."""
+    from builder.matrix import provenance
+    from matrix_fixtures import make_result
+
+    stored = {"ci": Provenance.signed(CI_PRINCIPAL, min(PROJECT_SIGNERS[CI_PRINCIPAL]), "{}"),
+              "alice": Provenance.signed("alice@example.org", "SHA256:al", "{}"),
+              "revoked": Provenance(provenance.REVOKED, "mallory (SHA256:ma)", "{}"),
+              "revoked, signer lost": Provenance(provenance.REVOKED, None, "{}"),
+              "unsigned": Provenance()}
+    names = {}
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        for name, signed in stored.items():
+            result = make_result()
+            names[result["run_id"]] = name
+            assert store.record_run(result, provenance=signed).outcome == "new"
+        labels = {names[row["result"]["run_id"]]: provenance.label(row["provenance"], row["signer"])
+                  for row in store.runs()}
+    assert labels == {"ci": "measured by this project's CI",
+                      "alice": "contributed, signed by alice@example.org (SHA256:al), verified",
+                      "revoked": "revoked: signed by mallory (SHA256:ma), which no longer verifies",
+                      "revoked, signer lost": "revoked: signed by an unknown key, which no longer verifies",
+                      "unsigned": "unsigned, imported locally"}
+
+
+@pytest.mark.parametrize("kind", ["bogus", "ci-bob", "CI", "pending", "revoked-later", ""])
+def test_a_kind_this_code_does_not_know_is_labelled_unsigned(kind):
+    """Never "measured by this project's CI", "verified" or "revoked" for a kind that is not one of KINDS."""
+    from builder.matrix.provenance import label
+
+    assert label(kind, "mallory (SHA256:ma)") == "unsigned, imported locally"
+
+
+def _fresh(text: str) -> str:
+    """`text` as a new string object, the way one read from SQLite or JSON is."""
+    copy = text.encode().decode()
+    assert copy == text and copy is not text
+    return copy
+
+
+@pytest.mark.parametrize(("kind", "signer"), [("ci", None), ("contributed", None), ("unsigned", "alice (SHA256:al)")])
+def test_a_signed_provenance_names_its_signer_and_an_unsigned_one_none(kind, signer):
+    with pytest.raises(ValueError, match="a signed provenance names its signer; an unsigned one names none"):
+        Provenance(_fresh(kind), signer, "{}")
+
+
+@pytest.mark.parametrize(("kind", "signer"), [("ci", "envbuild-ci (SHA256:c)"), ("contributed", "alice (SHA256:al)"),
+                                              ("unsigned", None), ("revoked", "alice (SHA256:al)"), ("revoked", None)])
+def test_provenances_that_hold_together_are_made_and_stay_as_checked(kind, signer):
+    """A revoked run may have lost its signer; a provenance cannot be changed after its checks ran."""
+    import dataclasses
+
+    made = Provenance(_fresh(kind), signer, "{}")
+    assert (made.kind, made.signer) == (kind, signer)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.signer = None  # type: ignore[misc]
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="provenance must be one of"):
+        Provenance("measured", "alice (SHA256:al)")
