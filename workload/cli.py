@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import launch
+from .errors import RECEIVED_SIGNALS
 from .training.presets import PRESETS, preset_for
 
 
@@ -141,6 +142,7 @@ def _signals_as_interrupt():
     `interrupted`. A signal that arrives inside a finalizer is raised again 50 ms later (SIGALRM), else it
     would be lost and the run would carry on."""
     def handler(signum, frame):
+        RECEIVED_SIGNALS.append(signum)
         if _in_finalizer(frame):
             signal.signal(signal.SIGALRM, lambda _s, f: handler(signum, f))
             signal.setitimer(signal.ITIMER_REAL, 0.05)

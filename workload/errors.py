@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+#: The SIGINT/SIGTERM numbers that reached this process (noted by workload/__main__.py's and cli's handlers before
+#: they raise KeyboardInterrupt). A library can swallow that KeyboardInterrupt (seen here: a Ctrl-C inside numpy's
+#: lazy `numpy.dtypes` import under transformers, after which the run went on to a ModuleNotFoundError); a run
+#: that was signalled ends `interrupted` all the same, never with a verdict.
+RECEIVED_SIGNALS: list[int] = []
+
 
 class WorkloadError(Exception):
     """A failure with a result-schema `error_class` and the status it maps to."""

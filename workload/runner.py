@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from . import launch
-from .errors import DidNotLearn, DidNotTrain, InputError, ProbeFailure, WorkloadError
+from .errors import RECEIVED_SIGNALS, DidNotLearn, DidNotTrain, InputError, ProbeFailure, WorkloadError
 from .probes import environment as env
 from .result import finish, new_result, write_result
 from .training.noise import third_party_to
@@ -69,6 +69,9 @@ def _probe_failure(probes: list[dict] | None) -> str | None:
 
 
 def _finalise(result: dict, out_dir: Path | None, exc: BaseException | None, distributed: bool = False) -> int:
+    if RECEIVED_SIGNALS and not isinstance(exc, KeyboardInterrupt):  # a library swallowed the interrupt
+        ended = type(exc).__name__ if exc is not None else "its end"
+        exc = KeyboardInterrupt(f"signal {RECEIVED_SIGNALS[0]}, swallowed by a library; the run went on to {ended}")
     if exc is None:
         finish(result, "pass")
     else:
