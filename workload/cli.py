@@ -150,9 +150,11 @@ def _signals_as_interrupt():
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    noted_before = len(RECEIVED_SIGNALS)
     try:
         yield
     finally:
+        del RECEIVED_SIGNALS[noted_before:]  # this run's signals end with it (a later run in this process starts clean)
         signal.setitimer(signal.ITIMER_REAL, 0)
         for s, old in previous.items():
             signal.signal(s, old)

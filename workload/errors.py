@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-#: The SIGINT/SIGTERM numbers that reached this process (noted by workload/__main__.py's and cli's handlers before
-#: they raise KeyboardInterrupt). A library can swallow that KeyboardInterrupt (seen here: a Ctrl-C inside numpy's
+#: The SIGINT/SIGTERM numbers that reached the run now going on (noted by cli's handler before it raises
+#: KeyboardInterrupt; cleared when the run ends). A library can swallow that KeyboardInterrupt (seen here: a Ctrl-C inside numpy's
 #: lazy `numpy.dtypes` import under transformers, after which the run went on to a ModuleNotFoundError); a run
 #: that was signalled ends `interrupted` all the same, never with a verdict.
 RECEIVED_SIGNALS: list[int] = []
