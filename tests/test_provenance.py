@@ -238,24 +238,29 @@ def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
     assert v["unsigned"] == ["rocm6.2-torch2.4-gfx90a-py3.10"] and v["none"] == [untested.key]
 
 
-def test_a_signer_whose_name_starts_like_the_ci_is_a_contributor(tmp_path):
-    """`envbuild-ci-bob` is not this project's CI: only the exact CI principal is labelled as measured by it."""
-    bob = make_key(tmp_path / "bob", "bob")
+def _signed_by_a_contributor(tmp_path, key: str, principal: str) -> list[dict]:
+    """Publish a run signed with `key`, listed under `principal` alone: `matrix verify` and `matrix import` both
+    call it contributed, never this project's CI; the stored runs."""
     allowed = tmp_path / "allowed_signers"
-    public_key = " ".join(Path(f"{bob}.pub").read_text().split()[:2])
-    allowed.write_text(f'{CI_PRINCIPAL}-bob namespaces="envbuild" {public_key}\n')
+    allowed.write_text(f'{principal} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n')
     results = tmp_path / "results"
-    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "bob", "-o", results, "--sign", bob,
+    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "contributed", "-o", results, "--sign", key,
                   "--command", "envbuild run workload").exit_code == 0
     verified = invoke("matrix", "verify", results, "--allowed-signers", allowed)
     assert verified.exit_code == 0, verified.output
-    assert f"contributed, signed by {CI_PRINCIPAL}-bob ({fingerprint(bob)}), verified" in verified.output
+    assert f"contributed, signed by {principal} ({fingerprint(key)}), verified" in verified.output
     assert "this project's CI" not in verified.output
     db = tmp_path / "m.db"
     assert invoke("matrix", "import", "--db", db, results, "--allowed-signers", allowed).exit_code == 0
     with MatrixStore.open(db, readonly=True) as store:
-        assert [(r["provenance"], r["signer"]) for r in store.runs()] == [
-            ("contributed", f"{CI_PRINCIPAL}-bob ({fingerprint(bob)})")]
+        return store.runs()
+
+
+def test_a_signer_whose_name_starts_like_the_ci_is_a_contributor(tmp_path):
+    """`envbuild-ci-bob` is not this project's CI: only the exact CI principal is labelled as measured by it."""
+    bob = make_key(tmp_path / "bob", "bob")
+    runs = _signed_by_a_contributor(tmp_path, bob, f"{CI_PRINCIPAL}-bob")
+    assert [(r["provenance"], r["signer"]) for r in runs] == [("contributed", f"{CI_PRINCIPAL}-bob ({fingerprint(bob)})")]
 
 
 @pytest.mark.parametrize("principal", ["alice@example.org", "zoe@example.org"])
@@ -263,19 +268,8 @@ def test_the_ci_key_listed_under_another_principal_is_a_contributor(tmp_path, ke
     """"Measured by this project's CI" takes both the CI principal and one of its bound keys: the CI key on a line
     of another name (sorting before or after `envbuild-ci`) is that contributor's key."""
     _, ci, _ = keys
-    allowed = tmp_path / "other_signers"
-    allowed.write_text(f'{principal} namespaces="envbuild" {" ".join(Path(f"{ci}.pub").read_text().split()[:2])}\n')
-    results = tmp_path / "results"
-    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "ci-key", "-o", results, "--sign", ci,
-                  "--command", "envbuild run workload").exit_code == 0
-    verified = invoke("matrix", "verify", results, "--allowed-signers", allowed)
-    assert verified.exit_code == 0, verified.output
-    assert f"contributed, signed by {principal} ({fingerprint(ci)}), verified" in verified.output
-    assert "this project's CI" not in verified.output
-    db = tmp_path / "m.db"
-    assert invoke("matrix", "import", "--db", db, results, "--allowed-signers", allowed).exit_code == 0
-    with MatrixStore.open(db, readonly=True) as store:
-        assert [r["provenance"] for r in store.runs()] == ["contributed"]
+    runs = _signed_by_a_contributor(tmp_path, ci, principal)
+    assert [r["provenance"] for r in runs] == ["contributed"]
 
 
 def test_a_ci_run_in_the_published_report_is_measured_by_this_projects_ci(tmp_path, keys):
