@@ -34,11 +34,14 @@ def test_local_run_collects_and_records(tmp_path):
 
 def test_local_bad_input(tmp_path):
     runner = CliRunner()
-    missing = runner.invoke(main, ["run", "workload", "--local", "--model", "./no/such/model", "--out", str(tmp_path / "a")])
+    db = ["--db", str(tmp_path / "m.db")]
+    missing = runner.invoke(main, ["run", "workload", "--local", "--model", "./no/such/model",
+                                   "--out", str(tmp_path / "a"), *db])
     assert missing.exit_code == 2 and "no such file or directory" in missing.output
-    gpus = runner.invoke(main, ["run", "workload", "--local", "--gpus", "0", "--out", str(tmp_path / "b")])
+    gpus = runner.invoke(main, ["run", "workload", "--local", "--gpus", "0", "--out", str(tmp_path / "b"), *db])
     assert gpus.exit_code == 2 and "--gpus needs --image" in gpus.output
     assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "m.db.in-flight").exists()  # a refused run leaves no in-flight marker behind
 
 
 def test_local_ctrl_c_is_never_pass(tmp_path):
