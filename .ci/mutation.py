@@ -6,16 +6,23 @@ unmutated first (a red baseline would count every mutant as killed), then once p
 line says how many are done, how many survived and about how long is left. The session database, a
 summary and every survivor's diff are written to $MUTATION_OUT (default .mutation/).
 
+A rewrite inside a def's annotations, in a module with `from __future__ import annotations` that never asks
+for them at run time (no `get_type_hints`, `validate_call`), is equivalent by construction: the annotation stays
+a string nobody evaluates. Such mutants are marked skipped before the run and counted as equivalent (each listed
+in the summary), not run. `--jobs N` runs N mutants at a time, each shard in its own copy of the tree.
+
     bash .ci/mutation.sh                 # every module
     bash .ci/mutation.sh settings slurm  # some
     bash .ci/mutation.sh --list          # the modules, their files and tests
     bash .ci/mutation.sh --retest settings  # only the survivors of the last run (new tests, same module)
     bash .ci/mutation.sh --resume settings  # go on with a run that was stopped (Ctrl-C keeps what was done)
+    bash .ci/mutation.sh --jobs 2 resolve   # two mutants at a time (one per core)
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import importlib.util
 import os
@@ -91,11 +98,87 @@ def _reuse_session(name: str, module: dict, out: Path, session: Path, mode: str)
             conn.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
 
 
-def _run_module(name: str, module: dict, out: Path, mode: str | None = None) -> dict:
+def _annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """((row, col), (row, col)) of every annotation of a def's parameters and return value (the only annotations
+    cosmic-ray mutates), as cosmic-ray counts positions (rows from 1, columns in characters); [] where the module
+    evaluates annotations (no `from __future__ import annotations`, or it asks for them at run time)."""
+    tree = ast.parse(source)
+    future = any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and
+                 any(a.name == "annotations" for a in n.names) for n in tree.body)
+    if not future or any(word in source for word in ("get_type_hints", "validate_call", "__annotations__",
+                                                     "get_annotations", "inspect.signature")):
+        return []
+    lines = source.splitlines()
+
+    def column(row: int, offset: int) -> int:  # ast counts UTF-8 bytes, cosmic-ray characters
+        return len(lines[row - 1].encode()[:offset].decode(errors="ignore"))
+
+    def span(node: ast.expr) -> tuple[tuple[int, int], tuple[int, int]]:
+        return ((node.lineno, column(node.lineno, node.col_offset)),
+                (node.end_lineno, column(node.end_lineno, node.end_col_offset)))
+
+    spans = []
+    for func in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        args = func.args
+        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+            if arg is not None and arg.annotation is not None:
+                spans.append(span(arg.annotation))
+        if func.returns is not None:
+            spans.append(span(func.returns))
+    return spans
+
+
+def _skip_annotations(session: Path, source: str) -> int:
+    """Mark the session's mutants that lie wholly inside an annotation span as skipped; returns how many."""
+    spans = _annotation_spans(source)
+    with sqlite3.connect(session) as conn:
+        rows = conn.execute("SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col FROM mutation_specs "
+                            "WHERE job_id NOT IN (SELECT job_id FROM work_results)").fetchall()
+        skipped = [job for job, *pos in rows
+                   if any(a <= (pos[0], pos[1]) and (pos[2], pos[3]) <= b for a, b in spans)]
+        conn.executemany("INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+                         f"VALUES ('SKIPPED', '{ANNOTATION_NOTE}', NULL, NULL, ?)", [(j,) for j in skipped])
+    return len(skipped)
+
+
+#: The output stored with a mutant skipped by `_skip_annotations` (the summary counts it as equivalent).
+ANNOTATION_NOTE = "equivalent: inside an annotation that is never evaluated (from __future__ import annotations)"
+
+
+def _split(session: Path, shards: list[Path]) -> None:
+    """Copy the session once per shard, each holding only its share of the mutants not yet run."""
+    with sqlite3.connect(session) as conn:
+        pending = [r[0] for r in conn.execute(
+            "SELECT job_id FROM work_items WHERE job_id NOT IN (SELECT job_id FROM work_results) ORDER BY job_id")]
+    for index, shard in enumerate(shards):
+        shutil.copy2(session, shard)
+        mine = pending[index::len(shards)]
+        with sqlite3.connect(shard) as conn:
+            conn.execute("CREATE TEMP TABLE mine (job_id TEXT PRIMARY KEY)")
+            conn.executemany("INSERT INTO mine VALUES (?)", [(j,) for j in mine])
+            for table in ("work_results", "mutation_specs", "work_items"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id NOT IN (SELECT job_id FROM mine)")
+
+
+def _merge(session: Path, shards: list[Path]) -> None:
+    """Every shard's results back into the session."""
+    with sqlite3.connect(session) as conn:
+        for shard in shards:
+            if shard.exists():
+                conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
+                conn.execute("INSERT OR REPLACE INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+                             "SELECT worker_outcome, output, test_outcome, diff, job_id FROM shard.work_results")
+                conn.commit()
+                conn.execute("DETACH DATABASE shard")
+
+
+def _run_module(name: str, module: dict, out: Path, mode: str | None = None, jobs: int = 1) -> dict:
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
     with tempfile.TemporaryDirectory(prefix=f"envbuild-mutation-{name}-") as tmp:
-        tree = Path(tmp)
-        _copy_tree(tree)
+        trees = [Path(tmp) / f"tree{i}" for i in range(jobs)]
+        for tree in trees:
+            _copy_tree(tree)
+        tree = trees[0]
         digest = _digest(tree / module["path"])
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
         command = _test_command(module)
@@ -105,30 +188,35 @@ def _run_module(name: str, module: dict, out: Path, mode: str | None = None) -> 
         if baseline.returncode != 0:
             sys.exit(f"[{name}] the tests fail without any mutant (fix them first):\n{baseline.stdout[-3000:]}")
         per_run = time.monotonic() - start
-        (tree / "cosmic-ray.toml").write_text(
-            "[cosmic-ray]\n"
-            f"module-path = {module['path']!r}\n"
-            f"timeout = {float(module.get('timeout', 300))}\n"
-            "excluded-modules = []\n"
-            f"test-command = {command!r}\n"
-            "[cosmic-ray.distributor]\nname = \"local\"\n")
+        config = ("[cosmic-ray]\n"
+                  f"module-path = {module['path']!r}\n"
+                  f"timeout = {float(module.get('timeout', 300))}\n"
+                  "excluded-modules = []\n"
+                  f"test-command = {command!r}\n"
+                  "[cosmic-ray.distributor]\nname = \"local\"\n")
+        for each in trees:
+            (each / "cosmic-ray.toml").write_text(config)
         session = tree / "session.sqlite"
         if mode:
             _reuse_session(name, module, out, session, mode)
         else:
             subprocess.run([*cosmic, "init", "cosmic-ray.toml", str(session)], cwd=tree, env=env, check=True)
+        skipped = _skip_annotations(session, (tree / module["path"]).read_text(encoding="utf-8"))
         total, first, _ = _counts(session)
-        print(f"[{name}] {total} mutants ({total - first} to run); the unmutated tests took {per_run:.0f} s, so "
-              f"at most about {_clock((total - first) * per_run)} (a killed mutant stops at its first failing test)",
-              flush=True)
-        proc = subprocess.Popen([*cosmic, "exec", "cosmic-ray.toml", str(session)], cwd=tree, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        print(f"[{name}] {total} mutants ({total - first} to run, {skipped} skipped now as annotations); the "
+              f"unmutated tests took {per_run:.0f} s, so at most about {_clock((total - first) * per_run / jobs)} "
+              f"with {jobs} job(s) (a killed mutant stops at its first failing test)", flush=True)
+        shards = [each / "shard.sqlite" for each in trees]
+        _split(session, shards)
+        procs = [subprocess.Popen([*cosmic, "exec", "cosmic-ray.toml", str(shard)], cwd=each,
+                                  env={**env, "PYTHONPATH": str(each)}, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+                 for each, shard in zip(trees, shards)]
         start, shown = time.monotonic(), None
         try:
-            while proc.poll() is None:
+            while any(proc.poll() is None for proc in procs):
                 time.sleep(3)
-                total, done, survived = _counts(session)
+                done, survived = _progress(session, shards)
                 if (done, survived) != shown:
                     shown = (done, survived)
                     elapsed = time.monotonic() - start
@@ -136,15 +224,29 @@ def _run_module(name: str, module: dict, out: Path, mode: str | None = None) -> 
                             if done > first else "")
                     print(f"[{name}] {done}/{total} mutants run, {survived} survived, {_clock(elapsed)}{left}",
                           flush=True)
-        except BaseException:  # Ctrl-C or SIGTERM: stop the mutant's tests, keep what was done, drop the copy
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: stop the mutants' tests, keep what was done, drop the copies
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+            _merge(session, shards)
             _summary(name, module, session, out, time.monotonic() - start, digest)
             print(f"[{name}] stopped; `bash .ci/mutation.sh --resume {name}` goes on from here", flush=True)
             raise
-        if proc.returncode != 0:
-            sys.exit(f"[{name}] cosmic-ray exec failed ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        _merge(session, shards)
+        failed = [proc for proc in procs if proc.returncode != 0]
+        if failed:
+            sys.exit(f"[{name}] cosmic-ray exec failed ({failed[0].returncode}): {failed[0].stderr.read()[-3000:]}")
         return _summary(name, module, session, out, time.monotonic() - start, digest)
+
+
+def _progress(session: Path, shards: list[Path]) -> tuple[int, int]:
+    """(mutants done, survived) over the session and its shards while they run."""
+    _, done, survived = _counts(session)
+    for shard in shards:
+        _, shard_done, shard_survived = _counts(shard)
+        done, survived = done + shard_done, survived + shard_survived
+    return done, survived
 
 
 def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, digest: str) -> dict:
@@ -157,17 +259,22 @@ def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, 
             "FROM work_results r JOIN mutation_specs s ON s.job_id = r.job_id "
             "ORDER BY s.start_pos_row, s.operator_name, s.occurrence").fetchall()
     survivors = [r for r in rows if r[3] == "SURVIVED"]
+    annotations = [r for r in rows if r[4] == "SKIPPED"]
     total = _counts(session)[0]
     killed = sum(1 for r in rows if r[3] == "KILLED")
-    incompetent = len(rows) - killed - len(survivors)
+    incompetent = len(rows) - killed - len(survivors) - len(annotations)
     stopped = f" (stopped: {len(rows)} of {total} run)" if len(rows) < total else ""
     lines = [f"{name} ({module['path']}){stopped}: {len(rows)} mutants, {killed} killed, {len(survivors)} survived, "
-             f"{incompetent} incompetent (the mutant does not import), {_clock(seconds)}"]
+             f"{len(annotations)} equivalent as annotations (not run), {incompetent} incompetent (the mutant does "
+             f"not import), {_clock(seconds)}"]
     for operator, occurrence, row, _, _, diff in survivors:
         lines += ["", f"SURVIVED line {row}: {operator} #{occurrence}", diff or ""]
+    for operator, occurrence, row, *_ in annotations:
+        lines += [f"EQUIVALENT line {row}: {operator} #{occurrence} ({ANNOTATION_NOTE})"]
     (out / f"{name}.txt").write_text("\n".join(lines) + "\n")
     print(lines[0] + f"; survivors' diffs: {out / (name + '.txt')}", flush=True)
-    return {"name": name, "mutants": len(rows), "killed": killed, "survived": len(survivors)}
+    return {"name": name, "mutants": len(rows), "killed": killed, "survived": len(survivors),
+            "annotations": len(annotations)}
 
 
 def main() -> None:
@@ -182,7 +289,11 @@ def main() -> None:
                             "must be unchanged")
     again.add_argument("--resume", action="store_const", dest="mode", const="resume",
                        help="go on with the last run where it was stopped")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="mutants run at a time, each in its own copy of the tree [default: 1]")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error("--jobs takes a whole number from 1")
     unknown = [m for m in args.module if m not in modules]
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}: pick from {', '.join(modules)}")
@@ -197,9 +308,10 @@ def main() -> None:
               file=sys.stderr)
         sys.exit(2)
     out = Path(os.environ.get("MUTATION_OUT", ROOT / ".mutation"))
-    results = [_run_module(name, modules[name], out, args.mode) for name in chosen]
+    results = [_run_module(name, modules[name], out, args.mode, args.jobs) for name in chosen]
     for r in results:
-        print(f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived")
+        print(f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived, "
+              f"{r['annotations']} equivalent as annotations")
 
 
 if __name__ == "__main__":

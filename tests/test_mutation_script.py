@@ -3,10 +3,13 @@ without cosmic-ray or an unknown module is a clear exit 2 that runs and writes n
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sqlite3
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 from repo import REPO_ROOT
 
@@ -43,4 +46,100 @@ def test_an_unknown_module_is_refused_with_the_choices(tmp_path):
     result = _run("provenence", out=tmp_path / "out")
     assert result.returncode == 2 and "unknown module(s) provenence" in result.stderr
     assert "provenance" in result.stderr.split("pick from", 1)[1]
+    assert not (tmp_path / "out").exists()
+
+
+def _script_module():
+    spec = importlib.util.spec_from_file_location("envbuild_mutation_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SAMPLE = '''from __future__ import annotations
+
+
+def f(a: int | None, *rest: str | bytes, b: float = 1 | 2, **kw: int | None) -> list[int] | None:
+    """é: a non-ASCII docstring line, so byte and character columns differ below."""
+    local: int | None = a or 3
+    return [a - 1] if local else None
+
+
+class Row:
+    width: int | None = None  # a class body's annotation: pydantic and dataclasses read these
+
+    def g(self, éééééééééé: int | None) -> int | None:  # ten 2-byte letters before the annotation
+        return éééééééééé
+'''
+
+
+def _sample_session(tmp_path: Path) -> tuple[Path, list[tuple]]:
+    """A real cosmic-ray session over SAMPLE; returns it and its mutants as (job, row, col, end_row, end_col)."""
+    (tmp_path / "sample.py").write_text(SAMPLE, encoding="utf-8")
+    (tmp_path / "cr.toml").write_text('[cosmic-ray]\nmodule-path = "sample.py"\ntimeout = 10.0\n'
+                                      'excluded-modules = []\ntest-command = "true"\n'
+                                      '[cosmic-ray.distributor]\nname = "local"\n')
+    subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", "cr.toml", "s.sqlite"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    with sqlite3.connect(tmp_path / "s.sqlite") as conn:
+        mutants = conn.execute("SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col "
+                               "FROM mutation_specs").fetchall()
+    return tmp_path / "s.sqlite", mutants
+
+
+def test_only_rewrites_inside_def_annotations_are_skipped_as_equivalent(tmp_path):
+    script = _script_module()
+    session, mutants = _sample_session(tmp_path)
+    skipped_count = script._skip_annotations(session, SAMPLE)
+    with sqlite3.connect(session) as conn:
+        skipped = {job for (job,) in conn.execute("SELECT job_id FROM work_results WHERE worker_outcome = 'SKIPPED'")}
+    lines = SAMPLE.splitlines()
+    where = {job: lines[row - 1][col:end] if row == end_row else None for job, row, col, end_row, end in mutants}
+    assert skipped_count == len(skipped) > 0
+    # the `|` of `int | None` and friends on the def lines: skipped (cosmic-ray leaves `local: int | None` alone)
+    annotation_rows = {4, 13}
+    for job, row, col, _, _ in mutants:
+        text = lines[row - 1]
+        in_annotation = row in annotation_rows and where[job] == "|" and text[col - 2:col + 3] != "1 | 2"
+        assert (job in skipped) == in_annotation, (row, col, where[job], text)
+    assert sum(1 for job, row, *_ in mutants if row == 13 and job in skipped) == 22  # both annotations of g
+    # the default value `1 | 2`, `a - 1` and `a or 3` all run
+
+
+def test_a_module_that_evaluates_annotations_skips_nothing():
+    script = _script_module()
+    assert script._annotation_spans(SAMPLE.replace("from __future__ import annotations\n", "")) == []
+    assert script._annotation_spans(SAMPLE + "\nimport typing\nHINTS = typing.get_type_hints(f)\n") == []
+    assert script._annotation_spans(SAMPLE.replace("class Row:", "@validate_call\nclass Row:")) == []
+    assert script._annotation_spans(SAMPLE) != []
+
+
+def test_shards_split_the_pending_mutants_and_merge_their_results_back(tmp_path):
+    script = _script_module()
+    session, mutants = _sample_session(tmp_path)
+    done = mutants[0][0]
+    with sqlite3.connect(session) as conn:
+        conn.execute("INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+                     "VALUES ('NORMAL', '', 'KILLED', '', ?)", (done,))
+    shards = [tmp_path / "a.sqlite", tmp_path / "b.sqlite", tmp_path / "c.sqlite"]
+    script._split(session, shards)
+    held = []
+    for shard in shards:
+        with sqlite3.connect(shard) as conn:
+            jobs = [j for (j,) in conn.execute("SELECT job_id FROM work_items")]
+            assert {j for (j,) in conn.execute("SELECT job_id FROM mutation_specs")} == set(jobs)
+            assert conn.execute("SELECT COUNT(*) FROM work_results").fetchone()[0] == 0
+            conn.executemany("INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+                             "VALUES ('NORMAL', '', 'SURVIVED', '', ?)", [(j,) for j in jobs])
+        held += jobs
+    pending = sorted(j for j, *_ in mutants if j != done)
+    assert sorted(held) == pending and len(set(held)) == len(held)  # each pending mutant in exactly one shard
+    assert max(map(len, (held[i::3] for i in range(3)))) - min(map(len, (held[i::3] for i in range(3)))) <= 1
+    script._merge(session, shards)
+    assert script._counts(session) == (len(mutants), len(mutants), len(pending))
+
+
+def test_jobs_below_one_are_refused(tmp_path):
+    result = _run("--jobs", "0", "provenance", out=tmp_path / "out")
+    assert result.returncode == 2 and "--jobs takes a whole number from 1" in result.stderr
     assert not (tmp_path / "out").exists()
