@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+from pathlib import Path
 
 import docker.errors
 import pytest
@@ -16,6 +18,12 @@ from builder.engine.docker import EngineUnavailable, docker_client
 
 LOCAL_BASE = "envbuild-local/debian:bookworm"
 REQUIRE_DOCKER = os.environ.get("ENVBUILD_REQUIRE_DOCKER") == "1"
+
+# The README's test command is `.venv/bin/python -m pytest`, with the venv not activated: the programs the tests
+# start (ci/scripts/*.sh call `envbuild`, the render lint calls `hadolint`) are the ones installed beside this Python.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join(filter(None, (_BIN, os.environ.get("PATH"))))
 
 # A test run started as a background job (`cmd &` in a script) inherits SIGINT ignored, and so would every
 # process the tests start (an ignored signal survives exec): the Ctrl-C tests need what a terminal gives.
