@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +29,9 @@ ROCM = {"flavor": "rocm", "accel_version": "6.4", "torch": "2.13", "arch": "gfx9
 CUDA = {"flavor": "cuda", "accel_version": "13.0", "torch": "2.11", "arch": "sm_90", "python": "3.12"}
 #: The stand-in: $MODE says what the "container" does; the argv goes to $RECORD_DIR/apptainer.argv.
 STAND_IN = """#!/bin/bash
-if [ "$1" = --version ]; then echo "${VERSION_LINE-apptainer version 1.3.4}"; exit "${VERSION_CODE:-0}"; fi
+if [ "$1" = --version ]; then
+  echo "${VERSION_LINE-apptainer version 1.3.4}"; [ -n "$VERSION_KILL" ] && kill -9 $$; exit "${VERSION_CODE:-0}"
+fi
 printf '%s\\0' "$@" > "$RECORD_DIR/apptainer.argv"
 for word in "$@"; do case "$word" in *:/out) out=${word%:/out} ;; esac; done
 case "$MODE" in
@@ -33,14 +39,17 @@ case "$MODE" in
   fatal) echo "INFO:    Converting SIF file to temporary sandbox..."
          echo "FATAL:   container creation failed: mount /proc/self/fd/3->/var/lib/apptainer: permission denied"
          exit 255 ;;
-  badinput) echo "[workload] bad input: --data /data/x.jsonl: line 3 is not JSON"; exit 2 ;;
+  badinput) echo "[workload] bad input: --data /data/x.jsonl: line 3 is not JSON"; exit "${EXIT_CODE:-2}" ;;
   usage) echo "usage: python -m workload train [-h]"; echo "error: unrecognized arguments: --bogus"; exit 2 ;;
   died) echo "[workload] training"; exit 137 ;;
-  verify) printf '{"ok": %s, "checks": [{"name": "torch"}, {"name": "rocm"}]}' "$VERIFY_OK" \\
-            > "${out:-$(printf '%s\\n' "$@" | sed -n 's|:/out$||p')}/verify.json"; exit "${VERIFY_CODE:-0}" ;;
+  slow) echo "[workload] step 1"; for _ in $(seq 600); do [ -e "$GO" ] && break; sleep 0.1; done
+        cp "$RESULT" "$out/result.json"; echo "[workload] pass" ;;
+  verify) [ -n "$VERIFY_NOISE" ] && { head -c "$VERIFY_NOISE" /dev/zero | tr '\\0' x; echo END; }
+          printf '{"ok": %s, "checks": [{"name": "torch"}, {"name": "rocm"}]}' "$VERIFY_OK" \\
+            > "${out:-$(printf '%s\\n' "$@" | sed -n 's|:/out$||p')}/verify.json"
+          [ -n "$VERIFY_KILL" ] && kill -9 $$; exit "${VERIFY_CODE:-0}" ;;
 esac
 """
-
 
 @pytest.fixture
 def apptainer(tmp_path, monkeypatch) -> Path:
@@ -236,3 +245,104 @@ def test_the_sif_record_is_checked_before_it_is_used(tmp_path):
         read_sidecar(sif)
     with pytest.raises(RunError, match="no such SIF file"):
         read_sidecar(tmp_path / "none.sif")
+
+
+def test_a_runtime_killed_while_it_answers_version_has_no_line(tmp_path, monkeypatch, apptainer):
+    monkeypatch.setenv("VERSION_KILL", "1")  # it prints Apptainer's line, then dies by a signal (exit code -9)
+    binary = str(tmp_path / "bin" / "apptainer")
+    assert runtime_record(binary) == {"name": None, "version": None, "version_line": None, "path": binary}
+
+
+@pytest.mark.parametrize("ok, kill, expected_ok", [("1", "", False), ("true", "1", False), ("true", "", True)])
+def test_verify_passes_only_on_a_report_of_true_from_a_check_that_exited_0(tmp_path, monkeypatch, apptainer, ok, kill,
+                                                                           expected_ok):
+    """`"ok": 1` is not true; a check killed by a signal (exit code -9) after writing `"ok": true` did not pass."""
+    monkeypatch.setenv("MODE", "verify")
+    monkeypatch.setenv("VERIFY_OK", ok)
+    monkeypatch.setenv("VERIFY_KILL", kill)
+    (tmp_path / "work").mkdir()
+    outcome = verify_in_sif(str(tmp_path / "bin" / "apptainer"), tmp_path / "x.sif", tmp_path / "work")
+    assert (outcome["ok"], outcome["exit_code"]) == (expected_ok, -9 if kill else 0)
+
+
+def test_verify_keeps_the_last_2000_characters_of_the_output(tmp_path, monkeypatch, apptainer):
+    monkeypatch.setenv("MODE", "verify")
+    monkeypatch.setenv("VERIFY_OK", "false")
+    monkeypatch.setenv("VERIFY_NOISE", "2500")
+    (tmp_path / "work").mkdir()
+    outcome = verify_in_sif(str(tmp_path / "bin" / "apptainer"), tmp_path / "x.sif", tmp_path / "work")
+    assert outcome["output_tail"] == ("x" * 2500 + "END\n")[-2000:]
+
+
+@pytest.mark.parametrize("recorded", ["0" * 64, "f" * 64])
+def test_a_sif_is_refused_whichever_way_its_hash_sorts_against_the_record(tmp_path, recorded):
+    sif = make_sif(tmp_path / "sif")
+    side = sif.with_name("cell.sif.json")
+    side.write_text(json.dumps({**json.loads(side.read_text()), "sha256": recorded}))
+    with pytest.raises(RunError, match="its sha256 differs from the one in cell.sif.json"):
+        read_sidecar(sif)
+
+
+def test_long_values_in_messages_are_cut_where_they_say(tmp_path, monkeypatch, apptainer):
+    gpus = "0," * 40 + "x"
+    ran = run(tmp_path, "pass", monkeypatch, "--gpus", gpus)
+    assert ran.exit_code == 2 and f"--gpus {gpus[:60]!r}: use 'all'" in ran.output, ran.output
+    out = tmp_path / ("o" * 200) / ("p" * 200 + ",x")  # over 300 characters, each part within the 255-byte limit
+    ran = run(tmp_path, "pass", monkeypatch, "--out", str(out))
+    assert ran.exit_code == 2 and f"--out {str(out)[:300]!r}: a path with a comma" in ran.output, ran.output
+
+
+@pytest.mark.parametrize("flavor", ["xpu", "vulkan"])
+def test_a_flavor_envbuild_does_not_know_gets_no_gpu_options(tmp_path, monkeypatch, apptainer, flavor):
+    """Only the rocm and cuda flavors get --rocm / --nv (a name that sorts after theirs gets neither)."""
+    cell = dict(ROCM, flavor=flavor)
+    sif = make_sif(tmp_path / "sif", cell_key=Cell(**ROCM).key, cell=cell)
+    ran = run(tmp_path, "pass", monkeypatch, sif=sif)
+    assert ran.exit_code == 0, ran.output
+    assert not {"--rocm", "--nv"} & set(argv(apptainer))
+
+
+@pytest.mark.parametrize("code", ["1", "3", "137"])
+def test_a_bad_input_line_with_another_exit_code_is_how_the_container_ended(tmp_path, monkeypatch, apptainer, code):
+    """Only exit code 2 with the workload's bad-input line is bad input; any other code is recorded as it ended."""
+    monkeypatch.setenv("EXIT_CODE", code)
+    ran = run(tmp_path, "badinput", monkeypatch)
+    assert ran.exit_code == 1, ran.output
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["error_class"] == "container_died"
+    assert result["error"].startswith(f"apptainer exec exited with code {code};")
+
+
+def _start_slow_run(tmp_path: Path, monkeypatch) -> subprocess.Popen:
+    """`envbuild run workload --apptainer` in a subprocess whose container waits for $GO; returns once the
+    container's first line is in container.log (the log is written line by line while the container runs)."""
+    monkeypatch.setenv("MODE", "slow")
+    monkeypatch.setenv("GO", str(tmp_path / "go"))
+    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "run", "workload",
+                             "--apptainer", str(make_sif(tmp_path / "sif")), "--out", str(tmp_path / "out"),
+                             "--no-record"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log, deadline = tmp_path / "out" / "container.log", time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and "[workload] step 1" in log.read_text()):
+        time.sleep(0.1)
+    assert log.read_text() == "[workload] step 1\n", "the first line did not reach container.log while it ran"
+    return proc
+
+
+def test_the_log_shows_each_line_while_the_container_runs(tmp_path, monkeypatch, apptainer):
+    proc = _start_slow_run(tmp_path, monkeypatch)
+    (tmp_path / "go").touch()
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert (tmp_path / "out" / "container.log").read_text() == "[workload] step 1\n[workload] pass\n"
+
+
+def test_ctrl_c_stops_apptainer_and_the_run_ends_interrupted(tmp_path, monkeypatch, apptainer):
+    proc = _start_slow_run(tmp_path, monkeypatch)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert (result["status"], result["error_class"]) == ("error", "interrupted")
+    assert (tmp_path / "out" / "container.log").read_text().endswith("# envbuild: interrupted (Ctrl-C); stopping "
+                                                                     "apptainer\n")

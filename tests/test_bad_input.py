@@ -180,3 +180,24 @@ def test_a_device_typo_is_bad_input_before_the_run_and_the_matrix_is_unchanged(t
     assert "nothing recorded" in result.output and "Traceback" not in result.output
     assert _matrix_rows(db) == before  # no run row, no attempt
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "workload", "--local", "--out", "LONG"],
+    ["run", "workload", "--local", "--data", "LONG"],
+    ["run", "workload", "--local", "--model", "LONG"],
+    ["render", "--rocm", "6.2", "--torch", "2.5", "-o", "LONG"],
+    ["report", "-o", "LONG/site"],
+])
+def test_a_path_the_file_system_cannot_name_is_bad_input_and_nothing_is_left(tmp_path, command):
+    """A part of a path over the file system's 255-byte limit is the user's path: exit 2 naming it, no traceback,
+    no matrix, marker or output folder left behind."""
+    long = tmp_path / ("n" * 300)
+    args = [str(long) if a == "LONG" else a.replace("LONG", str(long)) for a in command]
+    if command[0] == "run":
+        args += [] if "--out" in command else ["--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(main, [*args, "--db", str(tmp_path / "m.db")] if command[0] != "render" else args)
+    assert result.exit_code == 2, result.output
+    assert f"Error: {str(long)[:300]!r}: a name in this path is longer than the file system allows" in result.output
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.iterdir())

@@ -34,7 +34,13 @@ printf '%s\\0' "$@" > "$RECORD_DIR/call$n"
 case "$1" in
   build) sif=${@: -2:1}; archive=${@: -1}; archive=${archive#docker-archive://}
          stat -c %a "$archive" > "$RECORD_DIR/archive.mode"; stat -c %a "$(dirname "$archive")" > "$RECORD_DIR/work.mode"
-         if [ -n "$BUILD_FAIL" ]; then echo "FATAL:   While performing build: packer failed to pack" >&2; exit 255; fi
+         case "$BUILD_FAIL" in
+           "") ;;
+           stdout) echo "FATAL:   only on stdout"; exit 3 ;;
+           signal) echo "killed" >&2; kill -9 $$ ;;
+           long) head -c 1700 /dev/zero | tr '\\0' y >&2; echo " FATAL:   the end" >&2; exit 255 ;;
+           *) echo "FATAL:   While performing build: packer failed to pack" >&2; exit 255 ;;
+         esac
          { echo "SIF of"; cat "$archive"; } > "$sif" ;;
   exec)  for word in "$@"; do case "$word" in *:/out) out=${word%:/out} ;; esac; done
          echo "verify: 12 checks"
@@ -203,3 +209,23 @@ def test_an_unknown_image_or_one_without_a_manifest_is_bad_input(engine, apptain
     plain = _sif(tmp_path / "b.sif", image="envbuild-local/debian:bookworm")
     assert plain.exit_code == 2 and "has no envbuild manifest label" in plain.output
     assert _calls(apptainer) == [] and not list(tmp_path.glob("*.sif*"))
+
+
+def test_a_failed_build_shows_the_last_1500_characters_of_what_apptainer_said(engine, apptainer, tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setenv("BUILD_FAIL", "long")
+    made = _sif(tmp_path / "cpu.sif")
+    assert made.exit_code == 2, made.output
+    said = ("y" * 1700 + " FATAL:   the end")[-1500:]
+    assert f"apptainer build failed (exit code 255): {said}" in "".join(made.output.split("\n"))
+    assert "y" * 1501 not in "".join(made.output.split("\n"))
+    monkeypatch.setenv("BUILD_FAIL", "stdout")  # nothing on stderr: what it printed on stdout is the message
+    made = _sif(tmp_path / "cpu.sif")
+    assert made.exit_code == 2 and "apptainer build failed (exit code 3): FATAL:   only on stdout" in made.output
+
+
+def test_a_build_killed_by_a_signal_failed(engine, apptainer, tmp_path, monkeypatch):
+    monkeypatch.setenv("BUILD_FAIL", "signal")
+    made = _sif(tmp_path / "cpu.sif")
+    assert made.exit_code == 2 and "apptainer build failed (exit code -9): killed" in made.output, made.output
+    assert not (tmp_path / "cpu.sif").exists()

@@ -7,6 +7,7 @@ package; nothing in builder imports it."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 from pathlib import Path
@@ -57,7 +58,8 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attribute)
 
     def invoke(self, ctx: click.Context):
-        """Every command: SIGTERM unwinds like Ctrl-C (clean-up runs), then exit 143; Ctrl-C exits 130."""
+        """Every command: SIGTERM unwinds like Ctrl-C (clean-up runs), then exit 143; Ctrl-C exits 130. A path the
+        file system cannot name (a part over its length limit: only ever a path the user gave) is bad input, exit 2."""
         from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
         try:
@@ -66,6 +68,12 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt as exc:
             click.echo("interrupted (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)", err=True)
             ctx.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            click.echo(f"Error: {str(exc.filename)[:300]!r}: a name in this path is longer than the file system "
+                       "allows; give a shorter path", err=True)
+            ctx.exit(2)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -218,10 +218,9 @@ def bind_source(path: Path, option: str) -> Path:
     return Path(path)
 
 
-def run_in_sif(run: SifRun, console: Console | None = None, host: HostView | None = None) -> dict:
+def run_in_sif(run: SifRun, console: Console) -> dict:
     """Run the workload in `run.sif` with Apptainer; collect and complete result.json like `--image` does."""
-    console = console or Console(stderr=True, soft_wrap=True)
-    host = host or HostView()
+    host = HostView()
     sif = Path(run.sif).resolve()
     record = read_sidecar(sif)
     image = dict(record["image"], environment="apptainer",
