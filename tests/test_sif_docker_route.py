@@ -1,7 +1,7 @@
 """`envbuild sif IMAGE` (docker save -> apptainer build -> verify inside) without a Docker engine or Apptainer.
 
 DOCKER_HOST points at a recorded engine: a socket server answering the Docker API calls the SDK makes with what
-the real engine answered for the cpu cell's image (tests/data/docker/cpu-image-inspect.json, `docker image inspect`
+the real engine answered for the cpu cell's image (tests/recorded/docker/cpu-image-inspect.json, `docker image inspect`
 of envbuild/cpu-torch2.13-py3.11 built in CI's phase 2) and a small archive for `docker save`. $ENVBUILD_APPTAINER
 is a stand-in that records each call, the archive's and work folder's modes, builds a "SIF" from the archive and
 answers the verify step. What is asserted is what a user and `run workload --apptainer` see: the exit code, the
@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from repo import REPO_ROOT
 
-INSPECT = json.loads((REPO_ROOT / "tests" / "data" / "docker" / "cpu-image-inspect.json").read_text())
+INSPECT = json.loads((REPO_ROOT / "tests" / "recorded" / "docker" / "cpu-image-inspect.json").read_text())
 TAG = INSPECT["RepoTags"][0]
 ARCHIVE = b"a docker save archive, as the recorded engine streams it\n" * 3000
 STAND_IN = """#!/bin/bash
