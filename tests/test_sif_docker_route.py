@@ -33,7 +33,8 @@ n=$(ls "$RECORD_DIR" | grep -c '^call')
 printf '%s\\0' "$@" > "$RECORD_DIR/call$n"
 case "$1" in
   build) sif=${@: -2:1}; archive=${@: -1}; archive=${archive#docker-archive://}
-         stat -c %a "$archive" > "$RECORD_DIR/archive.mode"; stat -c %a "$(dirname "$archive")" > "$RECORD_DIR/work.mode"
+         stat -c %a "$archive" > "$RECORD_DIR/archive.mode"
+         stat -c %a "$(dirname "$archive")" > "$RECORD_DIR/work.mode"
          case "$BUILD_FAIL" in
            "") ;;
            stdout) echo "FATAL:   only on stdout"; exit 3 ;;
