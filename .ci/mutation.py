@@ -249,6 +249,13 @@ def _progress(session: Path, shards: list[Path]) -> tuple[int, int]:
     return done, survived
 
 
+def _commit() -> str:
+    """The tree's commit, `+changes` when its tracked files differ from it (what the run mutated and tested)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    return (head.strip() or "?") + ("+changes" if dirty else "")
+
+
 def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, digest: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(session, out / f"{name}.sqlite")
@@ -264,7 +271,8 @@ def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, 
     killed = sum(1 for r in rows if r[3] == "KILLED")
     incompetent = len(rows) - killed - len(survivors) - len(annotations)
     stopped = f" (stopped: {len(rows)} of {total} run)" if len(rows) < total else ""
-    lines = [f"{name} ({module['path']}){stopped}: {len(rows)} mutants, {killed} killed, {len(survivors)} survived, "
+    lines = [f"{name} ({module['path']} at {_commit()}){stopped}: {len(rows)} mutants, {killed} killed, "
+             f"{len(survivors)} survived, "
              f"{len(annotations)} equivalent as annotations (not run), {incompetent} incompetent (the mutant does "
              f"not import), {_clock(seconds)}"]
     for operator, occurrence, row, _, _, diff in survivors:
