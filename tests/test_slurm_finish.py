@@ -348,3 +348,50 @@ cp {tmp_path / 'own.json'} "$out/result.json" && echo '[workload] pass'
     assert (run["cell_key"], run["result"]["status"], run["counts"]) == (CELL, "pass", True)
     assert run["result"]["host"]["slurm"] == {"job_id": "31", "task": 0, "state": "COMPLETED", "exit_code": "0:0",
                                               "config": "default"}
+
+
+def test_the_runtime_the_node_named_goes_into_the_result(tmp_path):
+    sub = one_task(tmp_path)
+    task = sub.tasks[0]
+    task.out_dir.mkdir(parents=True)
+    (task.out_dir / "result.json").write_text(json.dumps(workload_result()))
+    (task.out_dir / "container.log").write_text(
+        "# envbuild: task 0 of job 7 on n0\n# envbuild: runtime: singularity-ce version 4.1.0-jammy\n"
+        "[workload] training\n# envbuild: runtime: apptainer version 9.9.9\n")  # the workload's own line: not ours
+    result = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)
+    assert result["image"]["runtime"] == {"name": "singularity-ce", "version": "4.1.0-jammy",
+                                          "version_line": "singularity-ce version 4.1.0-jammy", "path": None}
+
+
+def test_a_runtime_line_that_names_no_runtime_is_kept_short_and_unnamed(tmp_path):
+    sub = one_task(tmp_path)
+    task = sub.tasks[0]
+    task.out_dir.mkdir(parents=True)
+    (task.out_dir / "result.json").write_text(json.dumps(workload_result()))
+    (task.out_dir / "container.log").write_text("# envbuild: runtime: " + "podman version 5 " * 40 + "\n")
+    runtime = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)["image"]["runtime"]
+    assert (runtime["name"], runtime["version"]) == (None, None)
+    assert runtime["version_line"] == ("podman version 5 " * 40).strip()[:200]
+
+
+def test_a_task_whose_node_had_no_runtime_is_an_attempt_naming_the_node(tmp_path):
+    sub = one_task(tmp_path)
+    task = sub.tasks[0]
+    task.out_dir.mkdir(parents=True)
+    (task.out_dir / "container.log").write_text(
+        "# envbuild: task 0 of job 7 on n0\n"
+        "FATAL:   envbuild: no apptainer or singularity on this node's PATH (the site file's modules load one)\n")
+    result = finish_task(sub, task, state_of("7_0|FAILED|255:0|||n0"), JOB)
+    assert (result["status"], result["error_class"]) == ("error", "container_error")
+    assert "no apptainer or singularity on this node's PATH" in result["error"]
+    assert "runtime" not in result["image"]
+
+
+@pytest.mark.parametrize("code, log, expected", [
+    ("255:0", "FATAL:   container creation failed: mount /proc/self/fd/3\n", "container_error"),
+    ("255:0", "[workload] training\nFATAL:   out of memory\n", "container_died"),  # the workload had started
+    ("254:0", "FATAL:   container creation failed\n", "container_died"),
+    ("255:0", "no fatal line\n", "container_died"),
+])
+def test_apptainer_refusing_the_sif_on_the_node_is_an_attempt(code, log, expected):
+    assert end_class(state_of(f"7_0|FAILED|{code}|||n0"), log)[0] == expected

@@ -23,6 +23,7 @@ SUB_ID, CREATED = "0123456789ab", "2026-12-04T00:00:00Z"
 #: A stand-in that writes its argv (NUL-separated; sbatch: also its standard input) into $RECORD_DIR, then
 #: answers $REPLY_TEXT on stdout, $REPLY_ERR on stderr and exits $REPLY_CODE.
 RECORDER = """#!/bin/bash
+if [ "$1" = --version ]; then echo "${VERSION_LINE:-$(basename "$0") version 1.4.5}"; exit 0; fi
 printf '%s\\0' "$@" > "$RECORD_DIR/$(basename "$0").argv"
 [ "$(basename "$0")" != sbatch ] || cat > "$RECORD_DIR/sbatch.stdin"
 printf '%s' "${REPLY_TEXT:-}"
@@ -252,7 +253,8 @@ def test_each_array_task_runs_its_own_cell_and_configuration(tmp_path):
         "--env", "HOME=/tmp", "--bind", f"{task.out_dir}:/out", str(rocm.resolve()), "python3", "-m", "workload",
         "train", "--out", "/out", "--max-steps", "4"]
     assert (task.out_dir / "container.log").read_text() == (
-        "# envbuild: task 3 of job 55 on hpc-node0\n[workload] training\na warning on stderr\n")
+        "# envbuild: task 3 of job 55 on hpc-node0\n# envbuild: runtime: apptainer version 1.4.5\n"
+        "[workload] training\na warning on stderr\n")
     assert not sub.tasks[0].out_dir.exists()
     proc, record = run_task(script, tmp_path / "run0", "0", job=None)
     assert proc.returncode == 0, proc.stderr
@@ -425,3 +427,31 @@ def test_a_missing_command_is_named(tmp_path):
     (tmp_path / "job.sbatch").write_text("#!/bin/bash\n")
     with pytest.raises(SlurmError, match=rf"^{tmp_path}/no-sbatch not found"):
         sbatch(tmp_path / "job.sbatch", None, str(tmp_path / "no-sbatch"))
+
+
+def test_a_node_with_only_singularityce_runs_the_task_with_it_and_says_so(tmp_path):
+    sub = plan(SUB_ID, [make_sif(tmp_path / "sif")], {"a": []}, Site(results_dir=tmp_path / "results"), CREATED)
+    where = tmp_path / "run"
+    bin_dir, record = stand_ins(where, "singularity", "module")
+    (bin_dir / "hostname").write_text("#!/bin/sh\necho hpc-node0\n")
+    (bin_dir / "hostname").chmod(0o755)
+    (where / "job.sbatch").write_text(render_script(sub))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "0", "RECORD_DIR": str(record),
+           "HOME": str(where), "VERSION_LINE": "singularity-ce version 4.1.0-jammy", "REPLY_TEXT": "[workload] pass\n"}
+    proc = subprocess.run(["bash", str(where / "job.sbatch")], cwd=where, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert argv_of(record, "singularity")[:3] == ["exec", "--cleanenv", "--containall"]
+    assert (sub.tasks[0].out_dir / "container.log").read_text().splitlines()[1:] == [
+        "# envbuild: runtime: singularity-ce version 4.1.0-jammy", "[workload] pass", ""]
+
+
+def test_a_node_without_a_runtime_fails_the_task_with_apptainers_fatal_line(tmp_path):
+    sub = plan(SUB_ID, [make_sif(tmp_path / "sif")], {"a": []}, Site(results_dir=tmp_path / "results"), CREATED)
+    script = render_script(sub).replace("command -v apptainer || command -v singularity",
+                                        "command -v no-apptainer-here || command -v no-singularity-here")
+    proc, record = run_task(script, tmp_path / "run", "0")  # /usr/bin may hold either on the machine running this
+    assert proc.returncode == 255, proc.stderr
+    assert not (record / "apptainer.argv").exists()
+    assert (sub.tasks[0].out_dir / "container.log").read_text().splitlines()[1] == (
+        "FATAL:   envbuild: no apptainer or singularity on this node's PATH (the site file's modules load one)")

@@ -66,10 +66,14 @@ def runtime_record(binary: str) -> dict:
     """Which runtime `binary` is (apptainer, singularity-ce or singularity, from its `--version` line, whatever
     the file is called) and its version; what each SIF record and each run says it used."""
     proc = subprocess.run([binary, "--version"], capture_output=True, text=True, errors="replace")
-    line = proc.stdout.strip() if proc.returncode == 0 else ""
-    match = re.match(r"^(apptainer|singularity-ce|singularity) version (\S+)", line)
+    return runtime_of(proc.stdout.strip() if proc.returncode == 0 else "", binary)
+
+
+def runtime_of(version_line: str, path: str | None) -> dict:
+    """The runtime record of a `--version` line (name and version only where the line is one of theirs)."""
+    match = re.match(r"^(apptainer|singularity-ce|singularity) version (\S+)", version_line)
     return {"name": match[1] if match else None, "version": match[2] if match else None,
-            "version_line": line or None, "path": binary}
+            "version_line": version_line or None, "path": path}
 
 
 def sidecar_path(sif: Path) -> Path:

@@ -27,7 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from builder.engine.apptainer import LOG_NAME, OUT_BIND, exec_argv, read_sidecar
+from builder.engine.apptainer import (APPTAINER_FAILED, LOG_NAME, OUT_BIND, exec_argv, exit_failure, read_sidecar,
+                                      runtime_of)
 from builder.engine.container import RunError, flavor_of, input_error_line
 from builder.engine.run_result import RESULT_NAME, finalize, write_json_atomic
 from builder.matrix import strict_json
@@ -277,8 +278,8 @@ def render_script(sub: Submission, array: str | None = None) -> str:
     lines += [f"module load {shlex.quote(name)}" for name in site.modules]
     lines += ['case "$SLURM_ARRAY_TASK_ID" in']
     for task in sub.tasks:
-        argv = exec_argv("apptainer", task.sif, task.flavor, None, [_OUT_BIND_WORD],
-                         ["python3", "-m", "workload", "train", "--out", OUT_BIND, *task.args])
+        argv = exec_argv("apptainer", task.sif, task.flavor, None, [_OUT_BIND_WORD],  # [1:]: "$runtime" runs it
+                         ["python3", "-m", "workload", "train", "--out", OUT_BIND, *task.args])[1:]
         bind_at = argv.index(_OUT_BIND_WORD)  # the bind envbuild wrote; a workload argument equal to it is quoted
         quoted = " ".join(a if i == bind_at else shlex.quote(a) for i, a in enumerate(argv))
         lines += [f"  {task.index})  # {task.cell} / {task.config}",
@@ -288,7 +289,11 @@ def render_script(sub: Submission, array: str | None = None) -> str:
               'mkdir -p "$out"',
               'echo "# envbuild: task $SLURM_ARRAY_TASK_ID of job ${SLURM_ARRAY_JOB_ID:-?} on $(hostname)" '
               '>"$out/container.log"',
-              '"${cmd[@]}" >>"$out/container.log" 2>&1', ""]
+              "# the node's Apptainer, else its SingularityCE; its --version line goes into the log (and the result)",
+              'runtime=$(command -v apptainer || command -v singularity) || {',
+              f'  echo "FATAL:   {NO_RUNTIME}" >>"$out/container.log"; exit {APPTAINER_FAILED}; }}',
+              f'echo "{RUNTIME_LINE}$("$runtime" --version 2>&1 | head -n 1)" >>"$out/container.log"',
+              '"$runtime" "${cmd[@]}" >>"$out/container.log" 2>&1', ""]
     return "\n".join(lines)
 
 
@@ -356,9 +361,13 @@ def end_class(state: TaskState, log_text: str) -> tuple[str | None, str]:
     """(error class or None, message) for a finished task; None: the task's own result decides."""
     if state.state == "COMPLETED":
         return None, ""
-    if state.state == "FAILED" and state.exit_code.split(":")[0] == "2" and any(
-            map(input_error_line, log_text.splitlines())):
+    code = state.exit_code.split(":")[0]
+    if state.state == "FAILED" and code == "2" and any(map(input_error_line, log_text.splitlines())):
         return "usage_error", "the workload refused its input (exit code 2; see container.log)"
+    if state.state == "FAILED" and code == str(APPTAINER_FAILED):
+        error_class, message = exit_failure(APPTAINER_FAILED, log_text)
+        if error_class == "container_error":  # the runtime never started the workload: the node, not the cell
+            return error_class, message
     error_class, _ = STATE_CLASSES.get(state.state, ("slurm_lost", False))
     return error_class, f"Slurm ended the task as {state.state} (exit code {state.exit_code})"
 
@@ -405,6 +414,9 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
         failure_class, failure = MISMATCH_CLASS, f"the task's result.json was refused: {refused}"
     image = dict(sub.images[task.sif_sha256], environment="apptainer",
                  sif={"path": str(task.sif), "sha256": task.sif_sha256})
+    said = [line[len(RUNTIME_LINE):].strip() for line in log_text.splitlines()[:20] if line.startswith(RUNTIME_LINE)]
+    if said:  # the job script's line: which runtime the node ran the task with
+        image["runtime"] = runtime_of(said[0][:200], None)
     cell = image["manifest"].get("cell") or {}
     started = _epoch(state.start) or time.time()
     finished = _epoch(state.end) or started
@@ -418,6 +430,11 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
         write_json_atomic(task.out_dir / RESULT_NAME, result)
     return result
 
+
+#: What the job script writes into a task's container.log: the node's runtime and its `--version` line, or why
+#: there is none (an attempt: `container_error`).
+RUNTIME_LINE = "# envbuild: runtime: "
+NO_RUNTIME = "envbuild: no apptainer or singularity on this node's PATH (the site file's modules load one)"
 
 #: A task whose result.json does not belong to it (another cell, SIF, task or job): an attempt, never a verdict.
 MISMATCH_CLASS = "slurm_result_mismatch"
