@@ -134,8 +134,7 @@ class StoreWrites(StoreConnection):
                 raise RunConflictError(
                     f"run {result['run_id']} is already recorded with other content; nothing was changed."
                     " Pass --replace to overwrite it with this one")
-            if existing:
-                conn.execute("DELETE FROM probes WHERE run_row = ?", (existing[0],))
+            if existing:  # its probes go with it (ON DELETE CASCADE)
                 conn.execute("DELETE FROM runs WHERE id = ?", (existing[0],))
                 outcome = "replaced"
             cell_id = _ensure_cell(conn, cell)
