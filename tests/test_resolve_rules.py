@@ -59,7 +59,8 @@ def test_the_plan_of_an_unproven_source_cell_says_so_and_what_it_builds():
     assert rows["peer build"] == "UNPROVEN: no peer build of this source on this release"
     assert rows["patches"] == "(none)" and rows["build size"] == ESTIMATE
     assert rows["OS packages"].startswith("rocm-dev rocm-utils rocm-libs rccl")
-    assert rows["torch.compile"] == "pytorch-triton-rocm==3.0.0 from https://download.pytorch.org/whl/rocm6.1 (--no-deps)"
+    assert rows["torch.compile"] == ("pytorch-triton-rocm==3.0.0 from https://download.pytorch.org/whl/rocm6.1 "
+                                     "(--no-deps)")
     assert rows["stages"] == ("base -> torch-src -> torch-source-build -> torch-source -> torch-compile -> "
                               "sentencepiece -> runtime")
     assert plan.pinned()["torch"]["build_env"] == dict(sorted(plan.flavor.build_env.items())) != {}
