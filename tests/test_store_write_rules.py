@@ -175,3 +175,19 @@ def test_a_cells_coordinates_stored_under_another_key_are_never_joined(tmp_path)
                                                      "key; `envbuild matrix check` lists the row"):
             store.record_run(make_result())
         assert store.runs() == []
+
+
+def test_a_published_copy_leaves_out_unsigned_runs_and_those_revoked_since(tmp_path):
+    from builder.matrix.provenance import REVOKED
+
+    signed, other, unsigned = make_result(), make_result(), make_result()
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        kept = store.record_run(signed, provenance=ALICE).row_id
+        revoked = store.record_run(other, provenance=BOB).row_id
+        store.record_run(unsigned)
+        store.copy_published(tmp_path / "all.db")
+        store.copy_published(tmp_path / "now.db", provenance_now={revoked: Provenance(REVOKED, BOB.signer, None)})
+    with MatrixStore.open(tmp_path / "all.db", readonly=True) as copy:
+        assert sorted(r["result"]["run_id"] for r in copy.runs()) == sorted([signed["run_id"], other["run_id"]])
+    with MatrixStore.open(tmp_path / "now.db", readonly=True) as copy:
+        assert [(r["row_id"], r["signer"]) for r in copy.runs()] == [(kept, ALICE.signer)]
