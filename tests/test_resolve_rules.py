@@ -210,3 +210,50 @@ def test_every_cell_lists_the_pythons_after_one_its_torch_cannot_take(recipes_co
     assert load(recipes_copy).torch["2.5"].python == ("3.10", "3.12")
     assert "rocm6.2-torch2.5-gfx90a-py3.9" not in keys
     assert {"rocm6.2-torch2.5-gfx90a-py3.10", "rocm6.2-torch2.5-gfx90a-py3.12"} <= keys
+
+
+@pytest.mark.parametrize("request_, error, message", [
+    (Request(accel_version="7.2", torch="2.3"), NoSuchCellError,
+     "no Python of ROCm 7.2 (3.12) is in torch 2.3's range 3.8-3.11: pick another --torch or release"),
+    (Request(accel_version="7.2", torch="2.3", python="3.12"), ResolveError,
+     "Python 3.12 is outside torch 2.3's range 3.8-3.11; there are none"),
+    (Request(accel_version="7.2", torch="2.3", python="3.11"), ResolveError,
+     "Python 3.11 is not available on ROCm 7.2; nearest valid: 3.12"),
+    (Request(flavor="cpu", torch="2.13", python="3.9"), ResolveError,
+     "Python 3.9 is not available on cpu images; nearest valid: 3.11"),
+])
+def test_a_python_that_does_not_fit_says_which_would(request_, error, message):
+    with pytest.raises(error) as caught:
+        resolve(request_)
+    assert str(caught.value) == message
+
+
+def test_a_wheel_only_line_no_release_carries_and_a_release_with_no_wheel_line_say_so(recipes_copy):
+    dropin = recipes_copy / "flavors.d" / "cuda.toml"  # where torch 2.11's line lives (shared by cuda and rocm)
+    dropin.write_text(dropin.read_text().replace('wheel_suffixes = ["cu130", "rocm7.1", "rocm7.2"]',
+                                                 'wheel_suffixes = ["cu130", "rocm9.9"]'))
+    text = (recipes_copy / "torch.toml").read_text()
+    (recipes_copy / "torch.toml").write_text(text.replace('wheel_suffixes = ["rocm6.1", "rocm6.2.4"]',
+                                                          'wheel_suffixes = ["rocm6.1"]'))
+    recipes = load(recipes_copy)
+    assert _refusal(Request(accel_version="7.2", torch="2.11"), recipes).endswith(
+        "torch 2.11 is offered as an official wheel only; releases whose index carries it: none")
+    assert _refusal(Request(accel_version="6.2.4", torch="2.5"), recipes).endswith("; use another release")
+
+
+def test_a_given_base_image_gets_the_rocm_installer_only_when_asked():
+    given = "registry.example/ubuntu:22.04"
+    plain = resolve(Request(accel_version="6.2", torch="2.5", base_image=given))
+    installed = resolve(Request(accel_version="6.2", torch="2.5", base_image=given, install_accel=True))
+    assert (plain.base_image, plain.amdgpu_install) == (given, "")
+    assert (installed.base_image, installed.amdgpu_install) == (given, "6.2.60200")
+
+
+def test_the_wheels_triton_is_claimed_only_for_the_index_its_pin_was_read_from(recipes_copy):
+    text = (recipes_copy / "torch.toml").read_text()
+    (recipes_copy / "torch.toml").write_text(text.replace('compile_index = "rocm6.2.4"', 'compile_index = "rocm6.1"'))
+    recipes = load(recipes_copy)
+    assert resolve(Request(accel_version="6.1.2", torch="2.6"), recipes).wheel_triton["version"] == "3.2.0"
+    assert resolve(Request(accel_version="6.2.4", torch="2.6"), recipes).wheel_triton is None  # an index after it
+    assert resolve(Request(accel_version="6.2.4", torch="2.6")).wheel_triton["version"] == "3.2.0"
+    assert resolve(Request(accel_version="6.1.2", torch="2.6")).wheel_triton is None  # an index before it

@@ -328,11 +328,14 @@ def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
 def _python(value: str | None, release: Release, torch: TorchLine, flavor: Flavor) -> str:
     where = f"{flavor.label} {release.version}" if flavor.versioned else f"{flavor.name} images"
     usable = [p for p in release.pythons if torch.supports_python(p)]
-    python = value or (release.system_python if release.system_python in usable else (usable or [""])[-1])
+    low, high = torch.python
+    if value is None and not usable:
+        raise NoSuchCellError(f"no Python of {where} ({', '.join(release.pythons)}) is in torch {torch.line}'s range "
+                              f"{low}-{high}: pick another --torch or release")
+    python = value or (release.system_python if release.system_python in usable else usable[-1])
     if python not in release.pythons:
         raise ResolveError(f"Python {python} is not available on {where}; {_choices(python, usable or list(release.pythons))}")
     if not torch.supports_python(python):
-        low, high = torch.python
         raise ResolveError(
             f"Python {python} is outside torch {torch.line}'s range {low}-{high}; {_choices(python, usable)}"
         )
