@@ -176,3 +176,23 @@ def test_the_model_through_varlen_is_as_accurate_as_the_masked_packed_path(cpu_k
                 through = packed_logits(model, *batch, cu_seqlens=cu).double()
     assert set(cpu_kernels) == kernels
     assert (through - truth).abs().max().item() <= 2 * (masked - truth).abs().max().item()
+
+
+def test_on_a_torch_whose_varlen_attn_cannot_share_heads_the_glue_repeats_them(cpu_kernels, monkeypatch):
+    """torch 2.11 (the H200's) has no `enable_gqa` in varlen_attn: key/value heads are repeated before the call."""
+    monkeypatch.setattr(varlen, "_flash_takes_gqa", lambda: False)
+    seen = []
+    real = torch.nn.attention.varlen.varlen_attn
+
+    def without_gqa(q, k, v, *args, **kwargs):
+        assert "enable_gqa" not in kwargs
+        seen.append((q.shape[1], k.shape[1], v.shape[1]))
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", without_gqa)
+    q, k, v, pos, cu = _packed(16, heads=4, kv_heads=2)
+    out, _ = varlen_attention(None, q, k, v, None, scaling=0.3, sliding_window=16, cu_seq_lens_q=cu,
+                              max_length_q=256)
+    assert seen == [(4, 4, 4)]
+    expected = _reference(q, k, v, pos, 0.3, 16)
+    assert (out.double() - expected).abs().max().item() <= 1e-2 * expected.abs().max().item()
