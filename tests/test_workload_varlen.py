@@ -37,6 +37,13 @@ def test_a_full_row_has_no_pad_tail_sequence():
     assert cu_seqlens(pos, SEQUENCE_BUCKET)[:3].tolist() == [0, 2, 4]
 
 
+def test_each_row_counts_its_samples_plus_its_pad_tail():
+    """63 samples and a tail, then 1 sample and a tail: 66 sequences, two buckets (a count off by one in either row
+    would fit in one)."""
+    assert sequence_count([[1] * 63, [1]], 100, 2) == 2 * SEQUENCE_BUCKET
+    assert sequence_count([[1] * 63, [99, 1]], 100, 2) == SEQUENCE_BUCKET  # the second row is full: no tail
+
+
 def test_sequence_count_covers_what_collate_packs_in_few_buckets():
     rng = random.Random(3)
     lengths = [int(min(512, max(2, rng.lognormvariate(4.0, 0.7)))) for _ in range(12000)]
