@@ -41,7 +41,7 @@ def test_each_row_counts_its_samples_plus_its_pad_tail():
     """63 samples and a tail, then 1 sample and a tail: 66 sequences, two buckets (a count off by one in either row
     would fit in one)."""
     assert sequence_count([[1] * 63, [1]], 100, 2) == 2 * SEQUENCE_BUCKET
-    assert sequence_count([[1] * 63, [99, 1]], 100, 2) == SEQUENCE_BUCKET  # the second row is full: no tail
+    assert sequence_count([[1] * 61, [99, 1]], 100, 2) == SEQUENCE_BUCKET  # 62 + 2: a full row has no tail
 
 
 def test_sequence_count_covers_what_collate_packs_in_few_buckets():
