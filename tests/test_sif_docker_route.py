@@ -16,6 +16,7 @@ import re
 import socketserver
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,10 @@ if [ "$1" = --version ]; then echo "apptainer version 1.4.5"; exit 0; fi
 n=$(ls "$RECORD_DIR" | grep -c '^call')
 printf '%s\\0' "$@" > "$RECORD_DIR/call$n"
 case "$1" in
-  build) sif=${@: -2:1}; archive=${@: -1}; archive=${archive#docker-archive://}
+  build) sleep "${BUILD_SLEEP:-0}"; sif=${@: -2:1}; archive=${@: -1}; archive=${archive#docker-archive://}
          stat -c %a "$archive" > "$RECORD_DIR/archive.mode"
          stat -c %a "$(dirname "$archive")" > "$RECORD_DIR/work.mode"
+         dirname "$(dirname "$archive")" > "$RECORD_DIR/work.parent"
          case "$BUILD_FAIL" in
            "") ;;
            stdout) echo "FATAL:   only on stdout"; exit 3 ;;
@@ -43,7 +45,7 @@ case "$1" in
            *) echo "FATAL:   While performing build: packer failed to pack" >&2; exit 255 ;;
          esac
          { echo "SIF of"; cat "$archive"; } > "$sif" ;;
-  exec)  for word in "$@"; do case "$word" in *:/out) out=${word%:/out} ;; esac; done
+  exec)  sleep "${VERIFY_SLEEP:-0}"; for word in "$@"; do case "$word" in *:/out) out=${word%:/out} ;; esac; done
          echo "verify: 12 checks"
          printf '{"ok": %s, "checks": [%s]}' "${VERIFY_OK:-true}" "$(yes '{"name": "c"}' | head -12 | paste -sd,)" \\
            > "$out/verify.json"
@@ -58,6 +60,7 @@ class _Engine(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen: list[str]
     images: dict
+    save_s: float = 0.0  # how long `docker save` takes
 
     def log_message(self, *args) -> None:  # quiet
         pass
@@ -83,6 +86,7 @@ class _Engine(http.server.BaseHTTPRequestHandler):
             return self._send(404, json.dumps({"message": f"No such image: {match[1] if match else path}"}).encode())
         if match[2] == "json":
             return self._send(200, json.dumps(image).encode())
+        time.sleep(self.save_s)
         return self._send(200, ARCHIVE, "application/x-tar")
 
     def do_HEAD(self) -> None:  # noqa: N802
@@ -102,7 +106,7 @@ def engine(tmp_path, monkeypatch):
     """The recorded engine on a socket under tmp_path as DOCKER_HOST; returns (requested paths, images by name)."""
     seen: list[str] = []
     images = {TAG: INSPECT, INSPECT["Id"]: INSPECT}
-    handler = type("Engine", (_Engine,), {"seen": seen, "images": images})
+    handler = type("Engine", (_Engine,), {"seen": seen, "images": images, "save_s": 1.3})
     server = _Server(str(tmp_path / "docker.sock"), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'docker.sock'}")
@@ -133,12 +137,14 @@ def _sif(out: Path, *args: str, image: str = TAG):
     return CliRunner().invoke(main, ["sif", image, "-o", str(out), *args], env={"COLUMNS": "300"})
 
 
-def test_the_sif_of_an_image_names_it_its_plan_and_how_it_was_made(engine, apptainer, tmp_path):
+def test_the_sif_of_an_image_names_it_its_plan_and_how_it_was_made(engine, apptainer, tmp_path, monkeypatch):
     seen, _ = engine
     folder = tmp_path / "sifs"
     folder.mkdir()
-    folder.chmod(0o750)
+    folder.chmod(0o751)
     out = folder / "cpu.sif"
+    monkeypatch.setenv("BUILD_SLEEP", "1.3")
+    monkeypatch.setenv("VERIFY_SLEEP", "1.3")
     made = _sif(out)
     assert made.exit_code == 0, made.output
     assert made.stdout.strip() == str(out)
@@ -155,15 +161,17 @@ def test_the_sif_of_an_image_names_it_its_plan_and_how_it_was_made(engine, appta
     assert record["apptainer"] == "apptainer version 1.4.5"
     assert record["verify"]["ok"] is True and record["verify"]["checks"] == 12 and record["verify"]["exit_code"] == 0
     assert "verify: 12 checks" in record["verify"]["output_tail"]
-    assert set(record["timings"]) == {"docker_save_s", "apptainer_build_s", "verify_s"}
-    assert all(0 <= t < 60 and t == round(t, 1) for t in record["timings"].values()), record["timings"]
+    timings = record["timings"]  # each step's own seconds, to a tenth: save 1.3 s (the engine), build and verify 1.3 s
+    assert set(timings) == {"docker_save_s", "apptainer_build_s", "verify_s"}
+    assert all(1.3 <= t < 30 and t == round(t, 1) for t in timings.values()), timings
     assert f"verified inside the SIF (12 checks): {out} sha256 {record['sha256']}" in made.stderr
     assert "docker-archive route, apptainer version 1.4.5" in made.stderr
     # the archive was saved by its tag (`docker save` by name, so the archive says which image it holds), opened
     # to whoever apptainer runs as, in a work folder as open as the SIF's own, which is gone afterwards
     assert any(re.search(r"/images/envbuild/cpu-torch2\.13-py3\.11:[0-9a-f]+/get$", p.split("?")[0]) for p in seen)
     assert (apptainer / "archive.mode").read_text().strip() == "644"
-    assert (apptainer / "work.mode").read_text().strip() == "750"
+    assert (apptainer / "work.mode").read_text().strip() == "751"
+    assert (apptainer / "work.parent").read_text().strip() == str(folder)  # the archive lies beside the SIF
     assert stat.S_IMODE(out.with_name("cpu.sif.json").stat().st_mode) == 0o644
     assert sorted(p.name for p in folder.iterdir()) == ["cpu.sif", "cpu.sif.json"]
     build, verify = _calls(apptainer)
@@ -230,3 +238,10 @@ def test_a_build_killed_by_a_signal_failed(engine, apptainer, tmp_path, monkeypa
     made = _sif(tmp_path / "cpu.sif")
     assert made.exit_code == 2 and "apptainer build failed (exit code -9): killed" in made.output, made.output
     assert not (tmp_path / "cpu.sif").exists()
+
+
+def test_a_sif_goes_into_folders_made_for_it(engine, apptainer, tmp_path):
+    out = tmp_path / "new" / "deeper" / "cpu.sif"
+    made = _sif(out)
+    assert made.exit_code == 0, made.output
+    assert out.is_file() and out.with_name("cpu.sif.json").is_file()

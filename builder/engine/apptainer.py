@@ -102,8 +102,7 @@ def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
     return record
 
 
-def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | None = None,
-              compression: str | None = None) -> dict:
+def build_sif(image_tag: str, out: Path, console: Console, *, compression: str | None = None) -> dict:
     """`docker save` the image, `apptainer build` the SIF from the archive, record its sha256, then run the
     image's verify step inside the SIF. Returns the sidecar record (also written beside the SIF)."""
     from builder.engine.container import image_block
@@ -121,7 +120,7 @@ def build_sif(image_tag: str, out: Path, console: Console, *, work_dir: Path | N
                        "become SIFs")
     out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".envbuild-sif-", dir=work_dir or out.parent))
+    work = Path(tempfile.mkdtemp(prefix=".envbuild-sif-", dir=out.parent))  # beside the SIF: never a small /tmp
     os.chmod(work, out.parent.stat().st_mode & 0o7777)  # as open as the SIF's own directory (apptainer may
     # be a wrapper running as another user, who must read the archive and write the SIF there)
     timings = {}
