@@ -77,8 +77,11 @@ def test_the_plan_of_a_peer_built_fork_cell_names_the_commit_the_peer_and_its_pa
     assert rows["torch source"] == f"https://github.com/ROCm/pytorch.git release/2.4 @ {SHA} (fork)"
     assert rows["peer build"] == "https://example.org/peer-build-log" and rows["patches"] == "0001-example.patch"
     assert plan.patch_dir == recipes_copy / "patches" / "torch-2.4"
-    wheel = resolve(Request(accel_version="6.2", torch="2.5"), recipes)  # a wheel cell has no series, whatever exists
-    assert wheel.patches == () and wheel.source_build is None and wheel.pinned()["patches"] == []
+    # a wheel cell applies no series, its own line's included
+    for wheel in (resolve(Request(accel_version="6.2", torch="2.5"), recipes),
+                  resolve(Request(accel_version="6.1.2", torch="2.4", torch_source="wheel"), recipes)):
+        assert wheel.patches == () and wheel.patch_dir is None and wheel.source_build is None
+        assert wheel.pinned()["patches"] == [] and "patches" not in dict(_rows(wheel))
 
 
 def test_a_wheel_cell_with_a_peer_built_source_of_its_line_still_takes_the_wheel(recipes_copy):
