@@ -256,3 +256,12 @@ def test_the_wheels_triton_is_claimed_only_for_the_index_its_pin_was_read_from(r
     assert resolve(Request(accel_version="6.2.4", torch="2.6"), recipes).wheel_triton is None  # an index after it
     assert resolve(Request(accel_version="6.2.4", torch="2.6")).wheel_triton["version"] == "3.2.0"
     assert resolve(Request(accel_version="6.1.2", torch="2.6")).wheel_triton is None  # an index before it
+
+
+def test_no_triton_is_claimed_for_a_wheel_whose_pin_was_never_read(recipes_copy):
+    """compile_version "" means not verified: the plan claims no Triton for the line's wheel, even on the index
+    a peer once resolved it from."""
+    text = (recipes_copy / "torch.toml").read_text()
+    (recipes_copy / "torch.toml").write_text(text.replace('compile_version = "3.2.0"', 'compile_version = ""'))
+    plan = resolve(Request(accel_version="6.2.4", torch="2.6"), load(recipes_copy))
+    assert plan.torch_source == "wheel" and plan.wheel_triton is None and plan.pinned()["torch"]["wheel_pulls"] is None
