@@ -156,3 +156,15 @@ def test_a_flavor_without_kernel_databases_installs_none_in_a_source_build(recip
     rocm = resolve(Request(accel_version="6.2", torch="2.4", unproven=True), recipes)
     assert cuda.os_packages and "MIOPEN_KDB_ARCH" not in context_files(cuda)[0]["Dockerfile"].decode()
     assert "ARG MIOPEN_KDB_ARCH=gfx90a" in context_files(rocm)[0]["Dockerfile"].decode()
+
+
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_a_flavor_without_versions_has_exactly_one_release(recipes_copy, change):
+    cpu = recipes_copy / "cpu.toml"
+    text = cpu.read_text()
+    table = text[text.index("[release.cpu]"):]
+    cpu.write_text(text + "\n" + table.replace("[release.cpu]", "[release.cpu-trixie]") if change == "add"
+                   else text.replace(table, ""))
+    with pytest.raises(RecipeError, match=rf"cpu.toml: the cpu flavor takes no version, so it has exactly one "
+                                          rf"\[release.\*\] table, not {2 if change == 'add' else 0}"):
+        load(recipes_copy)

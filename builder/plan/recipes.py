@@ -305,7 +305,7 @@ def _load(root: Path) -> Recipes:
         flavor_data = _merged(root, "flavors.toml", "flavor", dropins)
         flavors = {name: Flavor(name=name, **d) for name, d in flavor_data.items()}
         releases = {
-            name: {v: Release(version=v, **d) for v, d in _toml(root / f.releases_file)["release"].items()}
+            name: {v: Release(version=v, **d) for v, d in _toml(root / f.releases_file).get("release", {}).items()}
             for name, f in flavors.items()
         }
         torch = {line: TorchLine(line=line, **d) for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
@@ -318,6 +318,10 @@ def _load(root: Path) -> Recipes:
         )
     except (ValidationError, KeyError) as exc:
         raise RecipeError(f"invalid recipe data under {root}: {exc}") from exc
+    for name, f in flavors.items():
+        if not f.versioned and len(releases[name]) != 1:  # nothing on the command line could pick one of several
+            raise RecipeError(f"{f.releases_file}: the {name} flavor takes no version, so it has exactly one "
+                              f"[release.*] table, not {len(releases[name])}")
     for line, t in torch.items():
         if line not in stacks:
             raise RecipeError(f"hf-stack.toml has no [stack.\"{line}\"] for torch line {line}")
