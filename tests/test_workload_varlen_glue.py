@@ -9,6 +9,8 @@ one, a wrong layout, a lost head repeat) shows here; the kernels' own numbers ar
 (tests/test_workload_varlen.py, on the H200)."""
 
 import contextlib
+import importlib
+import sys
 
 import pytest
 import torch
@@ -178,21 +180,32 @@ def test_the_model_through_varlen_is_as_accurate_as_the_masked_packed_path(cpu_k
     assert (through - truth).abs().max().item() <= 2 * (masked - truth).abs().max().item()
 
 
-def test_on_a_torch_whose_varlen_attn_cannot_share_heads_the_glue_repeats_them(cpu_kernels, monkeypatch):
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 2), (3, 1)])  # 4 - 2 == 4 // 2: the others tell them apart
+def test_on_a_torch_whose_varlen_attn_cannot_share_heads_the_glue_repeats_them(cpu_kernels, monkeypatch, heads,
+                                                                               kv_heads):
     """torch 2.11 (the H200's) has no `enable_gqa` in varlen_attn: key/value heads are repeated before the call."""
     monkeypatch.setattr(varlen, "_flash_takes_gqa", lambda: False)
     seen = []
-    real = torch.nn.attention.varlen.varlen_attn
+    module = importlib.import_module("torch.nn.attention.varlen")
+    real = module.varlen_attn
 
     def without_gqa(q, k, v, *args, **kwargs):
         assert "enable_gqa" not in kwargs
         seen.append((q.shape[1], k.shape[1], v.shape[1]))
         return real(q, k, v, *args, **kwargs)
 
-    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", without_gqa)
-    q, k, v, pos, cu = _packed(16, heads=4, kv_heads=2)
+    monkeypatch.setattr(module, "varlen_attn", without_gqa)
+    q, k, v, pos, cu = _packed(16, heads=heads, kv_heads=kv_heads)
     out, _ = varlen_attention(None, q, k, v, None, scaling=0.3, sliding_window=16, cu_seq_lens_q=cu,
                               max_length_q=256)
-    assert seen == [(4, 4, 4)]
+    assert seen == [(heads, heads, heads)]
     expected = _reference(q, k, v, pos, 0.3, 16)
     assert (out.double() - expected).abs().max().item() <= 1e-2 * expected.abs().max().item()
+
+
+def test_a_torch_without_the_varlen_module_says_so(monkeypatch):
+    """What a packed run records as varlen_error on a GPU whose torch predates torch.nn.attention.varlen."""
+    assert varlen.varlen_available() is None  # this torch has it
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.varlen", None)  # import now raises ImportError
+    why = varlen.varlen_available()
+    assert why.startswith(f"torch {torch.__version__} has no torch.nn.attention.varlen (") and "varlen" in why[-40:]
