@@ -17,6 +17,7 @@ in the summary), not run. `--jobs N` runs N mutants at a time, each shard in its
     bash .ci/mutation.sh --retest settings  # only the survivors of the last run (new tests, same module)
     bash .ci/mutation.sh --resume settings  # go on with a run that was stopped (Ctrl-C keeps what was done)
     bash .ci/mutation.sh --jobs 2 resolve   # two mutants at a time (one per core)
+    bash .ci/mutation.sh --lines 39,109 attest  # only the mutants on these lines (old survivors, by line)
 """
 
 from __future__ import annotations
@@ -145,6 +146,17 @@ def _skip_annotations(session: Path, source: str) -> int:
 ANNOTATION_NOTE = "equivalent: inside an annotation that is never evaluated (from __future__ import annotations)"
 
 
+def _keep_lines(session: Path, lines: set[int]) -> int:
+    """Drop every mutant that does not start on one of `lines` (an earlier run's survivors, named by line, tested
+    again where that run's session is gone); returns how many are left."""
+    with sqlite3.connect(session) as conn:
+        gone = [(job,) for job, row in conn.execute("SELECT job_id, start_pos_row FROM mutation_specs")
+                if row not in lines]
+        for table in ("work_results", "mutation_specs", "work_items"):
+            conn.executemany(f"DELETE FROM {table} WHERE job_id = ?", gone)
+        return conn.execute("SELECT COUNT(*) FROM work_items").fetchone()[0]
+
+
 def _split(session: Path, shards: list[Path]) -> None:
     """Copy the session once per shard, each holding only its share of the mutants not yet run."""
     with sqlite3.connect(session) as conn:
@@ -172,7 +184,8 @@ def _merge(session: Path, shards: list[Path]) -> None:
                 conn.execute("DETACH DATABASE shard")
 
 
-def _run_module(name: str, module: dict, out: Path, mode: str | None = None, jobs: int = 1) -> dict:
+def _run_module(name: str, module: dict, out: Path, mode: str | None = None, jobs: int = 1,
+                only_lines: set[int] | None = None) -> dict:
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
     with tempfile.TemporaryDirectory(prefix=f"envbuild-mutation-{name}-") as tmp:
         trees = [Path(tmp) / f"tree{i}" for i in range(jobs)]
@@ -201,6 +214,8 @@ def _run_module(name: str, module: dict, out: Path, mode: str | None = None, job
             _reuse_session(name, module, out, session, mode)
         else:
             subprocess.run([*cosmic, "init", "cosmic-ray.toml", str(session)], cwd=tree, env=env, check=True)
+        if lines and not _keep_lines(session, lines):
+            sys.exit(f"[{name}] no mutant starts on line(s) {_line_list(lines)} of {module['path']}")
         skipped = _skip_annotations(session, (tree / module["path"]).read_text(encoding="utf-8"))
         total, first, _ = _counts(session)
         print(f"[{name}] {total} mutants ({total - first} to run, {skipped} skipped now as annotations); the "
@@ -230,14 +245,14 @@ def _run_module(name: str, module: dict, out: Path, mode: str | None = None, job
                     os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait()
             _merge(session, shards)
-            _summary(name, module, session, out, time.monotonic() - start, digest)
+            _summary(name, module, session, out, time.monotonic() - start, digest, lines)
             print(f"[{name}] stopped; `bash .ci/mutation.sh --resume {name}` goes on from here", flush=True)
             raise
         _merge(session, shards)
         failed = [proc for proc in procs if proc.returncode != 0]
         if failed:
             sys.exit(f"[{name}] cosmic-ray exec failed ({failed[0].returncode}): {failed[0].stderr.read()[-3000:]}")
-        return _summary(name, module, session, out, time.monotonic() - start, digest)
+        return _summary(name, module, session, out, time.monotonic() - start, digest, lines)
 
 
 def _progress(session: Path, shards: list[Path]) -> tuple[int, int]:
@@ -256,7 +271,12 @@ def _commit() -> str:
     return (head.strip() or "?") + ("+changes" if dirty else "")
 
 
-def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, digest: str) -> dict:
+def _line_list(lines: set[int]) -> str:
+    return ",".join(map(str, sorted(lines)))
+
+
+def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, digest: str,
+             only_lines: set[int] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(session, out / f"{name}.sqlite")
     (out / f"{name}.sha256").write_text(digest + "\n")
@@ -271,7 +291,8 @@ def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, 
     killed = sum(1 for r in rows if r[3] == "KILLED")
     incompetent = len(rows) - killed - len(survivors) - len(annotations)
     stopped = f" (stopped: {len(rows)} of {total} run)" if len(rows) < total else ""
-    lines = [f"{name} ({module['path']} at {_commit()}){stopped}: {len(rows)} mutants, {killed} killed, "
+    scope = f" (only the mutants on lines {_line_list(only_lines)})" if only_lines else ""
+    lines = [f"{name} ({module['path']} at {_commit()}){scope}{stopped}: {len(rows)} mutants, {killed} killed, "
              f"{len(survivors)} survived, "
              f"{len(annotations)} equivalent as annotations (not run), {incompetent} incompetent (the mutant does "
              f"not import), {_clock(seconds)}"]
@@ -299,9 +320,19 @@ def main() -> None:
                        help="go on with the last run where it was stopped")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="mutants run at a time, each in its own copy of the tree [default: 1]")
+    parser.add_argument("--lines", metavar="N,N,...",
+                        help="only the mutants starting on these lines of one module's file (an earlier run's "
+                             "survivors, by line, where its session is gone)")
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error("--jobs takes a whole number from 1")
+    lines = None
+    if args.lines is not None:
+        if not all(part.isdigit() and int(part) > 0 for part in args.lines.split(",")):
+            parser.error(f"--lines takes line numbers from 1 separated by commas, not {args.lines!r}")
+        if len(args.module) != 1:
+            parser.error("--lines goes with exactly one module (line numbers belong to one file)")
+        lines = {int(part) for part in args.lines.split(",")}
     unknown = [m for m in args.module if m not in modules]
     if unknown:
         parser.error(f"unknown module(s) {', '.join(unknown)}: pick from {', '.join(modules)}")
@@ -316,7 +347,7 @@ def main() -> None:
               file=sys.stderr)
         sys.exit(2)
     out = Path(os.environ.get("MUTATION_OUT", ROOT / ".mutation"))
-    results = [_run_module(name, modules[name], out, args.mode, args.jobs) for name in chosen]
+    results = [_run_module(name, modules[name], out, args.mode, args.jobs, lines) for name in chosen]
     for r in results:
         print(f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived, "
               f"{r['annotations']} equivalent as annotations")

@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from repo import REPO_ROOT
 
 SCRIPT = REPO_ROOT / ".ci" / "mutation.py"
@@ -142,4 +144,29 @@ def test_shards_split_the_pending_mutants_and_merge_their_results_back(tmp_path)
 def test_jobs_below_one_are_refused(tmp_path):
     result = _run("--jobs", "0", "provenance", out=tmp_path / "out")
     assert result.returncode == 2 and "--jobs takes a whole number from 1" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_lines_keep_only_the_mutants_starting_on_them(tmp_path):
+    script = _script_module()
+    session, mutants = _sample_session(tmp_path)
+    rows = sorted({row for _, row, *_ in mutants})
+    wanted = {rows[0], rows[-1]}
+    assert script._keep_lines(session, wanted) == sum(1 for _, row, *_ in mutants if row in wanted)
+    with sqlite3.connect(session) as conn:
+        left = conn.execute("SELECT s.start_pos_row FROM work_items w JOIN mutation_specs s ON s.job_id = w.job_id")
+        assert {row for (row,) in left} == wanted
+        assert conn.execute("SELECT COUNT(*) FROM mutation_specs").fetchone()[0] == script._counts(session)[0]
+    assert script._keep_lines(session, {10_000}) == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--lines", "3,x", "provenance"), "--lines takes line numbers from 1 separated by commas, not '3,x'"),
+    (("--lines", "0", "provenance"), "--lines takes line numbers from 1"),
+    (("--lines", "3", "provenance", "settings"), "--lines goes with exactly one module"),
+    (("--lines", "3"), "--lines goes with exactly one module"),
+])
+def test_lines_are_numbers_for_one_module(tmp_path, args, message):
+    result = _run(*args, out=tmp_path / "out")
+    assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
