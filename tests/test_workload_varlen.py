@@ -37,6 +37,18 @@ def test_a_full_row_has_no_pad_tail_sequence():
     assert cu_seqlens(pos, SEQUENCE_BUCKET)[:3].tolist() == [0, 2, 4]
 
 
+def test_a_batch_that_fills_its_bucket_exactly_fits_and_one_more_sequence_does_not():
+    """62 samples and a tail, then a full row of 1 sample: 64 sequences, exactly one bucket."""
+    rows = [[[7]] * 62, [[7] * 100]]
+    _, pos, _ = collate_packed(rows, PAD, 100, 2)
+    count = sequence_count([[1] * 62, [100]], 100, 2)
+    assert count == SEQUENCE_BUCKET
+    cu = cu_seqlens(pos, count)
+    assert cu.numel() == SEQUENCE_BUCKET + 1 and cu[-3:].tolist() == [62, 100, 200]  # no empty sequence left
+    with pytest.raises(ValueError, match=f"64 sequences in the batch, more than the 63 planned"):
+        cu_seqlens(pos, 63)
+
+
 def test_each_row_counts_its_samples_plus_its_pad_tail():
     """63 samples and a tail, then 1 sample and a tail: 66 sequences, two buckets (a count off by one in either row
     would fit in one)."""

@@ -107,7 +107,8 @@ def _packed(head_dim, heads=4, kv_heads=2, dtype=torch.bfloat16):
 
 
 @pytest.mark.parametrize("head_dim, window, kernel", [(16, None, "flash"), (16, 16, "flash"), (32, 5, "flash"),
-                                                      (256, None, "flash"), (512, None, "efficient")])
+                                                      (256, None, "flash"), (257, None, "efficient"),
+                                                      (512, None, "efficient")])
 def test_each_sample_attends_to_its_own_earlier_tokens_within_the_window(cpu_kernels, head_dim, window, kernel):
     q, k, v, pos, cu = _packed(head_dim)
     scale = 0.3
