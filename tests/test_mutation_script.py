@@ -170,3 +170,16 @@ def test_lines_are_numbers_for_one_module(tmp_path, args, message):
     result = _run(*args, out=tmp_path / "out")
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_gpu_retest_reads_each_survivor_of_a_summary_by_line():
+    spec = importlib.util.spec_from_file_location("envbuild_gpu_retest", REPO_ROOT / ".ci" / "mutation_gpu_retest.py")
+    retest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(retest)
+    diff = "--- a/m.py\n+++ b/m.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n"
+    summary = (f"m (m.py at abc): 3 mutants, 1 killed, 2 survived\n\nSURVIVED line 1: core/NumberReplacer #0\n"
+               f"--- mutation diff ---\n{diff}\nSURVIVED line 7: core/AddNot #3\n--- mutation diff ---\n{diff}"
+               "EQUIVALENT line 9: core/ReplaceBinaryOperator_BitOr_Add #0 (equivalent: ...)\n")
+    assert retest.survivors(summary, None) == [("line 1: core/NumberReplacer #0", diff),
+                                               ("line 7: core/AddNot #3", diff)]
+    assert retest.survivors(summary, {7}) == [("line 7: core/AddNot #3", diff)]
