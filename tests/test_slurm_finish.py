@@ -395,3 +395,13 @@ def test_a_task_whose_node_had_no_runtime_is_an_attempt_naming_the_node(tmp_path
 ])
 def test_apptainer_refusing_the_sif_on_the_node_is_an_attempt(code, log, expected):
     assert end_class(state_of(f"7_0|FAILED|{code}|||n0"), log)[0] == expected
+
+
+@pytest.mark.parametrize("state, expected", [("OUT_OF_MEMORY", "oom_killed"), ("TIMEOUT", "slurm_timeout"),
+                                             ("PREEMPTED", "slurm_preempted")])  # states sorting after FAILED
+def test_only_a_failed_task_can_be_the_runtime_refusing_the_sif(state, expected):
+    """Exit 255 with a FATAL line and no workload line is the runtime's refusal only when Slurm says FAILED; a
+    task Slurm ended for its memory or its time keeps that end state."""
+    log = "FATAL:   container creation failed: mount /proc/self/fd/3\n"
+    assert end_class(state_of(f"7_0|{state}|255:0|||n0"), log) == (
+        expected, f"Slurm ended the task as {state} (exit code 255:0)")
