@@ -391,14 +391,20 @@ def test_a_task_whose_node_had_no_runtime_is_an_attempt_naming_the_node(tmp_path
     ("255:0", "FATAL:   container creation failed: mount /proc/self/fd/3\n", "container_error"),
     ("255:0", "[workload] training\nFATAL:   out of memory\n", "container_died"),  # the workload had started
     ("254:0", "FATAL:   container creation failed\n", "container_died"),
+    ("3:0", "FATAL:   container creation failed\n", "container_died"),  # "3" sorts after "255"
     ("255:0", "no fatal line\n", "container_died"),
 ])
 def test_apptainer_refusing_the_sif_on_the_node_is_an_attempt(code, log, expected):
-    assert end_class(state_of(f"7_0|FAILED|{code}|||n0"), log)[0] == expected
+    error_class, message = end_class(state_of(f"7_0|FAILED|{code}|||n0"), log)
+    assert error_class == expected
+    assert message == (f"Slurm ended the task as FAILED (exit code {code})" if expected == "container_died"
+                       else "apptainer could not run the SIF (FATAL:   container creation failed: mount /proc/self/fd/3)")
 
 
 @pytest.mark.parametrize("state, expected", [("OUT_OF_MEMORY", "oom_killed"), ("TIMEOUT", "slurm_timeout"),
-                                             ("PREEMPTED", "slurm_preempted")])  # states sorting after FAILED
+                                             ("PREEMPTED", "slurm_preempted"),  # these sort after FAILED
+                                             ("CANCELLED", "slurm_cancelled"), ("BOOT_FAIL", "slurm_node_fail"),
+                                             ("DEADLINE", "slurm_timeout")])  # these before
 def test_only_a_failed_task_can_be_the_runtime_refusing_the_sif(state, expected):
     """Exit 255 with a FATAL line and no workload line is the runtime's refusal only when Slurm says FAILED; a
     task Slurm ended for its memory or its time keeps that end state."""
