@@ -185,7 +185,7 @@ def _merge(session: Path, shards: list[Path]) -> None:
 
 
 def _run_module(name: str, module: dict, out: Path, mode: str | None = None, jobs: int = 1,
-                only_lines: set[int] | None = None) -> dict:
+                lines: set[int] | None = None) -> dict:
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
     with tempfile.TemporaryDirectory(prefix=f"envbuild-mutation-{name}-") as tmp:
         trees = [Path(tmp) / f"tree{i}" for i in range(jobs)]

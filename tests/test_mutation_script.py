@@ -18,9 +18,9 @@ from repo import REPO_ROOT
 SCRIPT = REPO_ROOT / ".ci" / "mutation.py"
 
 
-def _run(*args: str, python: tuple[str, ...] = (sys.executable,), out=None) -> subprocess.CompletedProcess:
+def _run(*args: str, python: tuple[str, ...] = (sys.executable,), out=None, timeout=60) -> subprocess.CompletedProcess:
     env = {**os.environ, "MUTATION_OUT": str(out)} if out else None
-    return subprocess.run([*python, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run([*python, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def test_every_configured_module_and_test_file_exists_and_is_listed():
@@ -183,3 +183,11 @@ def test_the_gpu_retest_reads_each_survivor_of_a_summary_by_line():
     assert retest.survivors(summary, None) == [("line 1: core/NumberReplacer #0", diff),
                                                ("line 7: core/AddNot #3", diff)]
     assert retest.survivors(summary, {7}) == [("line 7: core/AddNot #3", diff)]
+
+
+def test_lines_with_no_mutant_on_them_stop_after_the_baseline_and_write_nothing(tmp_path):
+    """The whole path of `--lines` through a real run: line 1 of provenance.py is its docstring."""
+    result = _run("--lines", "1", "provenance", out=tmp_path / "out", timeout=600)  # a baseline run of its tests
+    assert result.returncode == 1, result.stderr
+    assert "[provenance] no mutant starts on line(s) 1 of builder/matrix/provenance.py" in result.stderr
+    assert "baseline" in result.stdout and not (tmp_path / "out").exists()
