@@ -152,6 +152,9 @@ def test_at_most_twenty_problems_are_collected_and_five_shown():
     assert len(six.problems) == 6 and str(six).endswith("(got inf) (and 1 more)")
     five = refusal(with_value("host.x", [float("inf")] * 5))
     assert str(five) == "; ".join(five.problems) and "more" not in str(five)
+    # one list's own values are all checked, past twenty; no list or object after that is read
+    past = refusal(with_value("host.x", [[float("nan")] * 25, [float("nan")], {"y": float("nan")}]))
+    assert len(past.problems) == 25 and past.problems[-1].startswith("host.x.0.24: ")
 
 
 def test_every_bad_value_is_named_not_only_the_first():
@@ -272,6 +275,9 @@ def test_the_documented_command_prints_the_rules_table():
     table = subprocess.run([sys.executable, "-m", "builder.matrix.result_schema"], capture_output=True, text=True,
                            check=True, cwd=REPO).stdout
     assert table == result_schema.rules_markdown()
+    imported = subprocess.run([sys.executable, "-c", "import builder.matrix.result_schema"], capture_output=True,
+                              text=True, check=True, cwd=REPO)
+    assert imported.stdout == ""  # only the command prints it, not every import (each envbuild command's)
     rows = {line.split(" | ")[0].strip("| `"): line for line in table.splitlines()[2:]}
     assert rows["run_id"] == ("| `run_id` | string | required; matches `^[A-Za-z0-9][A-Za-z0-9_.-]*$`;"
                               " ≤ 64 characters |")
