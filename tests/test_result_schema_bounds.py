@@ -95,6 +95,7 @@ EDGES = [
     ("started_at", "2026-12-02T13:00:41Z", "2026-12-02T13:00:41Zjunk", r"started_at: .*RFC 3339 UTC"),
     ("started_at", "2026-12-02T23:59:59Z", "2026-12-02T24:00:00Z", r"started_at: .*not a valid date and time"),
     ("wall_time_s", 0, -1, r"wall_time_s: Input should be greater than or equal to 0"),
+    ("versions.python", "3", "", r"versions.python: String should have at least 1 character"),
     ("config.world_size", 0, -1, r"config.world_size: Input should be greater than or equal to 0"),
     ("config.seed", -5, 1.0, r"config.seed: Input should be a valid integer"),
     ("invocation.data.sha256", "0f" * 32, "0F" * 32, r"invocation.data.sha256: String should match pattern"),
