@@ -186,20 +186,21 @@ def test_signature_made_with_another_namespace(run):
         attest.verify(path, allowed)
 
 
-def test_bad_payload_type(run):
+@pytest.mark.parametrize("payload_type", ["application/json", "application/vnd.in-toto+jsonl"])  # sorts before, after
+def test_bad_payload_type(run, payload_type):
     """A correctly signed envelope whose payloadType is not in-toto's."""
     folder, key, allowed = run
     statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0")
     original = attest.PAYLOAD_TYPE
     try:
-        attest.PAYLOAD_TYPE = "application/json"
+        attest.PAYLOAD_TYPE = payload_type
         envelope = attest.sign_statement(statement, key)
     finally:
         attest.PAYLOAD_TYPE = original
-    assert envelope["payloadType"] == "application/json"
+    assert envelope["payloadType"] == payload_type
     path = folder / attest.ATTESTATION_NAME
     attest.write_attestation(envelope, path)
-    with pytest.raises(attest.BadPayloadType, match="payloadType is 'application/json'"):
+    with pytest.raises(attest.BadPayloadType, match=f"payloadType is '{re.escape(payload_type)}'"):
         attest.verify(path, allowed)
 
 
@@ -329,7 +330,7 @@ def _with_sshsig(path: Path, blob: bytes) -> Path:
 
 
 @pytest.mark.parametrize("case", ["nothing after the version", "public key cut short", "length of the public key cut short",
-                                  "namespace cut short", "length of the namespace cut short"])
+                                  "namespace cut short", "namespace one byte short", "length of the namespace cut short"])
 def test_a_truncated_ssh_signature_is_a_bad_signature(run, case):
     """SSHSIG blobs (OpenSSH PROTOCOL.sshsig) whose strings run past the end: refused as malformed, never read
     short."""
@@ -340,6 +341,7 @@ def test_a_truncated_ssh_signature_is_a_bad_signature(run, case):
     blob = {"nothing after the version": head, "public key cut short": head + _string(public_blob)[:-1],
             "length of the public key cut short": head + b"\x00\x00\x01",
             "namespace cut short": head + _string(public_blob) + (len(b"envbuild") + 9).to_bytes(4, "big") + b"envbuild",
+            "namespace one byte short": head + _string(public_blob) + (len(b"envbuild") + 1).to_bytes(4, "big") + b"envbuild",
             "length of the namespace cut short": head + _string(public_blob) + b"\x00\x00\x00"}[case]
     with pytest.raises(attest.BadSignature, match=re.escape("the SSH signature is malformed (truncated)")):
         attest.verify(_with_sshsig(path, blob), allowed)
@@ -616,6 +618,24 @@ def test_an_envelope_of_the_wrong_shape_is_bad_input(run, content):
         attest.verify(path, allowed)
 
 
+def test_an_envelope_with_no_signature_is_bad_input(run):
+    folder, key, allowed = run
+    envelope = envelope_of(sign(folder, key))
+    envelope["signatures"] = []
+    path = folder / attest.ATTESTATION_NAME
+    attest.write_attestation(envelope, path)
+    with pytest.raises(attest.AttestationInputError, match="expected exactly one signature, found 0"):
+        attest.verify(path, allowed)
+
+
+def test_two_envelopes_in_one_file_are_bad_input(run):
+    folder, key, allowed = run
+    path = sign(folder, key)
+    path.write_text(path.read_text() * 2)
+    with pytest.raises(attest.AttestationInputError, match=r"expected one DSSE envelope \(one JSON line\), found 2 lines"):
+        attest.verify(path, allowed)
+
+
 def test_an_envelope_with_two_signatures_is_bad_input(run, tmp_path):
     folder, key, allowed = run
     other = make_key(tmp_path / "keys", "second")
@@ -653,8 +673,9 @@ def test_a_stored_attestation_is_checked_again_against_its_run(run, tmp_path):
     text = path.read_text()
     again = attest.reverify_stored(text, run_id, allowed)
     assert isinstance(again, attest.Verified) and again.principal == "envbuild-ci" and again.envelope == text
-    other = attest.reverify_stored(text, "0" * 32, allowed)
-    assert isinstance(other, attest.InvalidStatement) and f"names run {run_id!r}" in str(other)
+    for other_run in ("0" * 32, "z" * 32):  # another run's id sorting before this one's, and after
+        other = attest.reverify_stored(text, other_run, allowed)
+        assert isinstance(other, attest.InvalidStatement) and f"names run {run_id!r}" in str(other)
     for broken in (None, "", "{not json"):
         assert isinstance(attest.reverify_stored(broken, run_id, allowed), attest.InvalidStatement)
     revoked = tmp_path / "revoked"
