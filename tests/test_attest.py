@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -718,4 +719,18 @@ def test_a_key_listed_on_two_lines_verifies_inside_either_window(run):
     allowed.write_text(f'envbuild-ci namespaces="envbuild",{expired} {public_line(key)}\n'
                        f'envbuild-ci namespaces="envbuild",valid-after="29990101" {public_line(key)}\n')
     with pytest.raises(attest.KeyOutsideValidity, match=re.escape("(valid-after/valid-before of line 1)")):
+        attest.verify(path, allowed)
+
+
+def test_an_ssh_keygen_killed_while_verifying_is_no_good_signature(run, tmp_path, monkeypatch):
+    """A verify that ends by a signal (negative return code) is a failed check, not a pass."""
+    folder, key, allowed = run
+    path = sign(folder, key)
+    real = shutil.which("ssh-keygen")
+    stand_in = tmp_path / "bin" / "ssh-keygen"
+    stand_in.parent.mkdir()
+    stand_in.write_text(f'#!/bin/sh\n[ "$1 $2" = "-Y verify" ] && kill -KILL $$\nexec {real} "$@"\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    with pytest.raises(attest.BadSignature, match="does not match the envelope: ssh-keygen -Y verify failed"):
         attest.verify(path, allowed)
