@@ -722,15 +722,35 @@ def test_a_key_listed_on_two_lines_verifies_inside_either_window(run):
         attest.verify(path, allowed)
 
 
-def test_an_ssh_keygen_killed_while_verifying_is_no_good_signature(run, tmp_path, monkeypatch):
-    """A verify that ends by a signal (negative return code) is a failed check, not a pass."""
+@pytest.mark.parametrize("killed, error, message", [
+    ("-Y sign", attest.AttestationInputError, "ssh-keygen could not sign with"),
+    ("-Y verify", attest.BadSignature, "does not match the envelope: ssh-keygen -Y verify failed"),
+    ("-r", attest.RevokedKey, "is revoked"),  # the revocation check
+])
+def test_an_ssh_keygen_killed_by_a_signal_is_a_failed_step(run, tmp_path, monkeypatch, killed, error, message):
+    """A step that ends by a signal (a negative return code) failed: no signature, no match, not cleared."""
     folder, key, allowed = run
-    path = sign(folder, key)
+    path = sign(folder, key) if killed != "-Y sign" else None
     real = shutil.which("ssh-keygen")
     stand_in = tmp_path / "bin" / "ssh-keygen"
     stand_in.parent.mkdir()
-    stand_in.write_text(f'#!/bin/sh\n[ "$1 $2" = "-Y verify" ] && kill -KILL $$\nexec {real} "$@"\n')
+    test = {"-Y sign": '[ "$1 $2" = "-Y sign" ]', "-Y verify": '[ "$1 $2" = "-Y verify" ]',
+            "-r": 'case " $* " in *" -r "*) true ;; *) false ;; esac'}[killed]
+    stand_in.write_text(f'#!/bin/sh\n{test} && kill -KILL $$\nexec {real} "$@"\n')
     stand_in.chmod(0o755)
     monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
-    with pytest.raises(attest.BadSignature, match="does not match the envelope: ssh-keygen -Y verify failed"):
-        attest.verify(path, allowed)
+    revoked = tmp_path / "revoked"
+    revoked.write_text("")
+    with pytest.raises(error, match=message):
+        attest.verify(path, allowed, revoked=revoked) if path else sign(folder, key)
+
+
+def test_an_ecdsa_key_signs_and_verifies(run, tmp_path):
+    """Another key type puts the namespace of the SSH signature at another offset (an ed25519 key's is fixed)."""
+    folder, _, _ = run
+    key = tmp_path / "keys" / "ecdsa"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", "ecdsa", "-f", str(key)], check=True)
+    allowed = tmp_path / "allowed_ecdsa"
+    allowed.write_text(f'alice namespaces="envbuild" {public_line(key)}\n')
+    verified = attest.verify(sign(folder, key), allowed)
+    assert verified.principal == "alice" and verified.fingerprint == key_fingerprint(key)
