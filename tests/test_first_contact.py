@@ -70,7 +70,10 @@ def test_ctrl_c_while_the_workload_starts_prints_no_traceback(tmp_path, delay):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert "Traceback" not in out + err, err[-3000:]
-    assert proc.returncode in (1, 130), (proc.returncode, err[-2000:])  # 1: the run's own `interrupted` result
+    # 1: the run's own `interrupted` result; 130 or death by SIGINT (-2, which a shell also reports as 130): once in
+    # about five CI runs the process ended by SIGINT after writing its `interrupted` result and line (cause not
+    # established; the user sees the same line, result and $?)
+    assert proc.returncode in (1, 130, -signal.SIGINT), (proc.returncode, err[-2000:])
     assert "interrupted" in err
 
 
