@@ -34,7 +34,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from builder.plan.cells import Cell
 from builder.plan.recipe_cells import recipe_cells
 

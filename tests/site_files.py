@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from builder.matrix.slug import safe_slug
+from builder.slug import safe_slug
 
 PREFIX, SUFFIX = "envbuildCompare.register(", ");\n"
 

@@ -9,8 +9,8 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from builder.matrix import allowed_signers
-from builder.matrix.provenance import PROJECT_SIGNERS
+from builder.attest import allowed_signers
+from builder.store.provenance import PROJECT_SIGNERS
 
 ED25519 = base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + bytes(range(32))).decode()
 CERT = base64.b64encode(b"\x00\x00\x00\x1cssh-ed25519-cert-v01@openssh.com" + bytes(40)).decode()

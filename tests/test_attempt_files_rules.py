@@ -1,4 +1,4 @@
-"""Which attempt files a report publishes and a merge copies (builder/matrix/attempt_files.py): only regular files
+"""Which attempt files a report publishes and a merge copies (builder/store/attempt_files.py): only regular files
 of known names, in an attempt folder directly under the matrix file's own `envbuild-attempts/`, never a link and
 never a path that data names. Real folders, files and links in tmp dirs; the merge goes through
 `envbuild matrix import` with real SQLite files."""
@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix import attempt_files
-from builder.matrix.attempt_files import adopt_attempt, attempt_log, attempt_root, read_tail
-from builder.matrix.store import MatrixStore
+from builder.store import attempt_files
+from builder.store.attempt_files import adopt_attempt, attempt_log, attempt_root, read_tail
+from builder.store.store import MatrixStore
 from matrix_fixtures import cpu_result
 
 NAME = "20261202T130041Z-run-abc"

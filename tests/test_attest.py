@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.matrix import attest, provenance
+from builder.attest import signing as attest
+from builder.store import provenance
 from builder.paths import file_sha256
 from repo import REPO_ROOT
 

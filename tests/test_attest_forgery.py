@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix import attest
-from builder.matrix.provenance import CI_PRINCIPAL, H200_PRINCIPAL, PROJECT_SIGNERS
-from builder.matrix.store import MatrixStore
+from builder.attest import signing as attest
+from builder.store.provenance import CI_PRINCIPAL, H200_PRINCIPAL, PROJECT_SIGNERS
+from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 
 CPU_RUN = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke"
@@ -108,7 +108,7 @@ def test_a_contributor_line_can_never_take_a_reserved_principal(tmp_path, reserv
 def test_the_reserved_principals_are_bound_to_the_committed_keys():
     """PROJECT_SIGNERS names exactly the fingerprints of the envbuild-ci and envbuild-h200 lines committed in
     results/allowed_signers (a rotation changes both in one commit)."""
-    from builder.matrix import allowed_signers
+    from builder.attest import allowed_signers
 
     committed: dict[str, set[str]] = {}
     for s in allowed_signers.load(attest.ALLOWED_SIGNERS):  # a rotated key keeps its old line beside the new one

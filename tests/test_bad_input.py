@@ -165,7 +165,7 @@ def _matrix_rows(db) -> dict[str, list]:
 @pytest.mark.parametrize("device", ["cpu0", "autoxyz", "cpu --x"])
 def test_a_device_typo_is_bad_input_before_the_run_and_the_matrix_is_unchanged(tmp_path, device):
     """`cpu0` once started the run, failed inside torch and was recorded as a failure of the cpu cell."""
-    from builder.matrix.store import MatrixStore
+    from builder.store.store import MatrixStore
     from matrix_fixtures import cpu_result
 
     db, out = tmp_path / "m.db", tmp_path / "out"

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.engine.build import MANIFEST_LABEL
-from builder.matrix.store import MatrixStore, validate_result
+from builder.store.store import MatrixStore, validate_result
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 CA = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.cli.render import render_command, request_from_options
-from builder.matrix.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
+from builder.plan.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
 from repo import REPO_ROOT
 from builder.plan.cells import Cell
 from builder.plan.recipe_cells import RecipeCellsError, Selection, recipe_cells
@@ -122,8 +122,8 @@ def test_cell_job_signs_its_result_with_the_key_from_the_secret(rendered, tmp_pa
     """The generated sign step, run by bash with a real key in the secret's variable: the attestation verifies as
     this project's CI (the test key bound to CI_PRINCIPAL in PROJECT_SIGNERS for the test), names the commands
     the job ran, and the key file is gone afterwards."""
-    from builder.matrix import attest
-    from builder.matrix.provenance import CI_PRINCIPAL, PROJECT_SIGNERS
+    from builder.attest import signing as attest
+    from builder.store.provenance import CI_PRINCIPAL, PROJECT_SIGNERS
 
     workflow = yaml.safe_load((rendered / WORKFLOW_NAME).read_text())
     steps = workflow["jobs"]["cell"]["steps"]

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from paths_fixtures import read_only_dir  # noqa: F401 - fixture
 
 # command -> (arguments with OUT for the output path, whether OUT is a file)

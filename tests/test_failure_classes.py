@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.matrix import verdict_rules
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import summarize
+from builder.store import verdict_rules
+from builder.store.store import MatrixStore
+from builder.store.summary import summarize
 from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result
 from test_store import _store_of_commit
@@ -93,7 +93,7 @@ def test_every_attempt_class_of_the_rules_has_its_written_verdict_here():
 
 
 def test_the_migration_and_the_writes_share_the_class_sets():
-    from builder.matrix.store_schema import MIGRATIONS
+    from builder.store.store_schema import MIGRATIONS
 
     upgrade = MIGRATIONS[1]
     assert verdict_rules.sql_list(verdict_rules.RUN_ATTEMPT_CLASSES) in upgrade

@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.slug import safe_slug
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import FLAKY_WINDOW, summarize
+from builder.slug import safe_slug
+from builder.store.store import MatrixStore
+from builder.store.summary import FLAKY_WINDOW, summarize
 from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result
 from test_verify_image import _failed, _host_expect

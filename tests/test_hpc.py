@@ -28,7 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 HPC_BIN = Path(os.environ.get("ENVBUILD_HPC_BIN", "/run/envbuild-hpc/bin"))

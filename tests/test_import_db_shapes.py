@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.matrix.store import MatrixStore
-from builder.matrix.store_schema import ReadBudget
+from builder.store.store import MatrixStore
+from builder.store.store_schema import ReadBudget
 from matrix_fixtures import make_result
 
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]

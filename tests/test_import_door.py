@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from builder.plan.cells import Cell
 from builder.cli import main
-from builder.matrix.store import InvalidResultError, MatrixStore
+from builder.store.store import InvalidResultError, MatrixStore
 from matrix_fixtures import cpu_result, make_result
 from site_files import compare_scripts, strict_json
 

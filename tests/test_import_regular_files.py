@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.matrix import strict_json
+from builder import strict_json
 from matrix_fixtures import make_result
 
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]

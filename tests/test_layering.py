@@ -1,5 +1,6 @@
 """The import contracts in pyproject.toml ([tool.importlinter]), checked with import-linter: builder's layers
-(cli -> engine -> matrix -> plan, arrows only down), no import circles between builder's modules, workload
+(cli -> engine|report|attest -> store -> plan, arrows only down), its neutral modules (paths, slug,
+strict_json) importing none of its packages, no import circles between builder's modules, workload
 never importing builder, workload's layers (cli -> runner -> training/model/data/probes -> binaries), probes and
 training independent, no circles between workload's modules, and workload.binaries free of torch. The repo
 keeps them; a copy with one bad import breaks the one it should."""
@@ -15,14 +16,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = "builder layers: cli -> engine -> matrix -> plan, arrows only point down"
+LAYERS = "builder layers: cli -> engine|report|attest -> store -> plan"
+NEUTRAL = "builder's neutral modules (paths, slug, strict_json) import no package"
 ACYCLIC = "no import circles between builder's modules (function-level imports count too)"
 WORKLOAD = "workload never imports builder"
 W_LAYERS = "workload layers: cli -> runner -> training|model|data|probes -> binaries"
 W_INDEPENDENT = "workload.probes and workload.training never import each other"
 W_ACYCLIC = "no import circles between workload's modules (function-level imports count too)"
 W_STDLIB = "workload.binaries imports none of torch, numpy, transformers, peft"
-ALL_KEPT = {name: "KEPT" for name in (LAYERS, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)}
+ALL_KEPT = {name: "KEPT" for name in (LAYERS, NEUTRAL, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -87,6 +89,14 @@ def test_workload_importing_builder_breaks_its_contract(repo_copy):
     assert done.returncode == 1, done.stdout + done.stderr
     assert contract_lines(done.stdout)[WORKLOAD] == "BROKEN", done.stdout
     assert "workload.binaries.code_object_reader -> builder.paths" in done.stdout
+
+
+def test_a_neutral_module_importing_a_package_breaks_the_neutral_contract(repo_copy):
+    add_import(repo_copy / "builder" / "slug.py", "import builder.plan.cells")
+    done = lint_imports(repo_copy)
+    assert done.returncode != 0
+    assert contract_lines(done.stdout) == {**ALL_KEPT, NEUTRAL: "BROKEN"}, done.stdout
+    assert "builder.slug -> builder.plan.cells" in done.stdout
 
 
 def test_a_room_importing_the_runner_breaks_the_workload_layers(repo_copy):

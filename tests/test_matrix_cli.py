@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import summarize
+from builder.store.store import MatrixStore
+from builder.store.summary import summarize
 from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result, with_probe_failure
 

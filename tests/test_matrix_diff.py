@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.slug import safe_slug
+from builder.slug import safe_slug
 from repo import REPO_ROOT
 from report_browser import inspect_page, require_chromium
 from site_files import compare_scripts

@@ -8,7 +8,7 @@ import sqlite3
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.store import InvalidResultError, MatrixStore, RunConflictError
+from builder.store.store import InvalidResultError, MatrixStore, RunConflictError
 from matrix_fixtures import cpu_result, make_result
 
 import pytest

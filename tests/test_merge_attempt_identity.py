@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from matrix_fixtures import cpu_result
 
 NAME = "envbuild-attempts/20261202T220110Z-run-r1"

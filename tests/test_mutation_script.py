@@ -189,5 +189,5 @@ def test_lines_with_no_mutant_on_them_stop_after_the_baseline_and_write_nothing(
     """The whole path of `--lines` through a real run: line 1 of provenance.py is its docstring."""
     result = _run("--lines", "1", "provenance", out=tmp_path / "out", timeout=600)  # a baseline run of its tests
     assert result.returncode == 1, result.stderr
-    assert "[provenance] no mutant starts on line(s) 1 of builder/matrix/provenance.py" in result.stderr
+    assert "[provenance] no mutant starts on line(s) 1 of builder/store/provenance.py" in result.stderr
     assert "baseline" in result.stdout and not (tmp_path / "out").exists()

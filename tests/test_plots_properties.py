@@ -10,8 +10,9 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from builder.matrix import plots, result_schema
-from builder.matrix.store import InvalidResultError, validate_result
+from builder.report import plots
+from builder.store import result_schema
+from builder.store.store import InvalidResultError, validate_result
 from matrix_fixtures import make_result
 
 NUMBERS = st.one_of(st.floats(min_value=-result_schema.MAX_NUMBER, max_value=result_schema.MAX_NUMBER,

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix import attest
-from builder.matrix.provenance import CI_PRINCIPAL, PROJECT_SIGNERS, Provenance
-from builder.matrix.store import MatrixStore
+from builder.attest import signing as attest
+from builder.store.provenance import CI_PRINCIPAL, PROJECT_SIGNERS, Provenance
+from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 
 RESULTS = REPO_ROOT / "results"
@@ -208,8 +208,8 @@ def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
     real browser shows each kind alone."""
     from report_browser import inspect_page, require_chromium
 
-    from builder.matrix.report import build_report
-    from builder.matrix.summary import summarize
+    from builder.report.site import build_report
+    from builder.store.summary import summarize
     from builder.plan.cells import Cell
     from matrix_fixtures import make_result
 
@@ -290,7 +290,7 @@ def test_a_ci_run_in_the_published_report_is_measured_by_this_projects_ci(tmp_pa
 
 def test_labels_of_runs_read_back_from_the_store(tmp_path):
     """What the report and the CLI show for each kind, from the kinds and signers as the store gives them back."""
-    from builder.matrix import provenance
+    from builder.store import provenance
     from matrix_fixtures import make_result
 
     stored = {"ci": Provenance.signed(CI_PRINCIPAL, min(PROJECT_SIGNERS[CI_PRINCIPAL]), "{}"),
@@ -316,7 +316,7 @@ def test_labels_of_runs_read_back_from_the_store(tmp_path):
 @pytest.mark.parametrize("kind", ["bogus", "ci-bob", "CI", "pending", "revoked-later", ""])
 def test_a_kind_this_code_does_not_know_is_labelled_unsigned(kind):
     """Never "measured by this project's CI", "verified" or "revoked" for a kind that is not one of KINDS."""
-    from builder.matrix.provenance import label
+    from builder.store.provenance import label
 
     assert label(kind, "mallory (SHA256:ma)") == "unsigned, imported locally"
 

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.report import build_report
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import summarize
+from builder.report.site import build_report
+from builder.store.store import MatrixStore
+from builder.store.summary import summarize
 from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result, speed_result, with_probe_failure
 from report_browser import inspect_page, require_chromium

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.report import build_report, ReportError
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import summarize
+from builder.report.site import build_report, ReportError
+from builder.store.store import MatrixStore
+from builder.store.summary import summarize
 from matrix_fixtures import make_result
 from site_files import compare_scripts
 
@@ -124,7 +124,7 @@ def test_a_failed_report_leaves_the_previous_site_whole(hostile_site, tmp_path, 
         def broken(*_):
             raise RuntimeError("disk full")
 
-        monkeypatch.setattr("builder.matrix.plots.throughput_history", broken)
+        monkeypatch.setattr("builder.report.plots.throughput_history", broken)
         with pytest.raises(RuntimeError, match="disk full"):
             build_report(store, summaries, out, generated_at="2026-12-03T14:00:00Z")
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.plan.cells import Cell
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from matrix_fixtures import make_result
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Each cell's ladder (builder/matrix/ladder.py) in the report's grid, cells table and cell page: from the real
+"""Each cell's ladder (builder/report/ladder.py) in the report's grid, cells table and cell page: from the real
 recipes and a real SQLite matrix file."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from builder.matrix.report import build_report
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import summarize
+from builder.report.site import build_report
+from builder.store.store import MatrixStore
+from builder.store.summary import summarize
 from builder.plan.cells import Cell
 from builder.plan.recipe_cells import recipe_cells
 from matrix_fixtures import make_result, speed_result

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.matrix.result_schema import MAX_TEXT, ResultSchemaError, clean_text, rules_markdown, validate
+from builder.store.result_schema import MAX_TEXT, ResultSchemaError, clean_text, rules_markdown, validate
 from matrix_fixtures import cpu_result, failed_result, make_result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def test_fixture_results_pass_unchanged(result):
 def test_docs_table_is_generated_from_the_model():
     docs = (REPO / "docs" / "result-schema.md").read_text()
     table = docs.split("<!-- result-schema-rules:start -->\n")[1].split("<!-- result-schema-rules:end -->")[0]
-    assert table == rules_markdown(), "regenerate the table: python -m builder.matrix.result_schema"
+    assert table == rules_markdown(), "regenerate the table: python -m builder.store.result_schema"
 
 
 def test_every_documented_block_key_is_a_model_field():

@@ -1,4 +1,4 @@
-"""The result schema's bounds, each at its edge (builder/matrix/result_schema.py, docs/result-schema.md): the last
+"""The result schema's bounds, each at its edge (builder/store/result_schema.py, docs/result-schema.md): the last
 value allowed passes unchanged, the first one past it is refused naming the field and the rule; and the import door
 (`envbuild matrix import`, a real SQLite file) exits 2 with that message and stores nothing."""
 
@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix import result_schema
-from builder.matrix.result_schema import ResultSchemaError, validate, validate_build
+from builder.store import result_schema
+from builder.store.result_schema import ResultSchemaError, validate, validate_build
 from matrix_fixtures import make_result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -273,10 +273,10 @@ def test_a_merged_build_row_passes_cleaned_and_keeps_its_other_columns():
 
 # ---- the table in docs/result-schema.md ---------------------------------------------------------------------------
 def test_the_documented_command_prints_the_rules_table():
-    table = subprocess.run([sys.executable, "-m", "builder.matrix.result_schema"], capture_output=True, text=True,
+    table = subprocess.run([sys.executable, "-m", "builder.store.result_schema"], capture_output=True, text=True,
                            check=True, cwd=REPO).stdout
     assert table == result_schema.rules_markdown()
-    imported = subprocess.run([sys.executable, "-c", "import builder.matrix.result_schema"], capture_output=True,
+    imported = subprocess.run([sys.executable, "-c", "import builder.store.result_schema"], capture_output=True,
                               text=True, check=True, cwd=REPO)
     assert imported.stdout == ""  # only the command prints it, not every import (each envbuild command's)
     rows = {line.split(" | ")[0].strip("| `"): line for line in table.splitlines()[2:]}

@@ -12,7 +12,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 
 CPU_RUN = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke"

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from builder.engine.container import RunError, device_options
 from builder.engine.doctor import HostView
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from tests.run_fixtures import build_fake_workload_image, fake_mode
 from tests.test_doctor import fake_gpu_host
 

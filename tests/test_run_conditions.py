@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from builder.engine import conditions
-from builder.matrix.result_schema import ResultSchemaError, validate
-from builder.matrix.store import MatrixStore
+from builder.store.result_schema import ResultSchemaError, validate
+from builder.store.store import MatrixStore
 from matrix_fixtures import cpu_result
 
 REPO = Path(__file__).resolve().parent.parent

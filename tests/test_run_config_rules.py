@@ -1,4 +1,4 @@
-"""The run configuration rule (builder/matrix/run_config.py, docs/matrix.md "Verdict runs and measurements"), edge
+"""The run configuration rule (builder/store/run_config.py, docs/matrix.md "Verdict runs and measurements"), edge
 by edge: which runs decide a cell and what a measurement's label says, the same from a result.json as from the
 columns SQLite extracts out of a stored row (what `matrix list` and the report read). Fast: no CLI, no training."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.matrix import run_config
+from builder.store import run_config
 from matrix_fixtures import cpu_result
 
 SMOKE = {"preset": "smoke", "model": "tiny-gemma", "overrides": {}, "probes": True,

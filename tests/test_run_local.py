@@ -11,7 +11,7 @@ import time
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
 SHORT = ["--", "--max-steps", "8", "--min-accuracy", "0", "--no-probes"]  # the pipeline, not the learning

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.engine.slurm import plan, Site
-from builder.matrix.attempts import new_attempt
-from builder.matrix.store import MatrixStore
+from builder.store.attempts import new_attempt
+from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 from test_slurm_injection import make_sif
 

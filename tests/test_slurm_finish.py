@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.engine.slurm import MISMATCH_CLASS, Site, SlurmError, end_class, finish_task, parse_sacct, plan
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 from test_slurm_injection import make_sif
 from test_slurm_script import argv_of, stand_ins
@@ -230,7 +230,7 @@ def test_long_values_of_a_refused_result_are_shown_cut(tmp_path):
 def test_collect_refuses_a_damaged_submission_record(tmp_path, field, value):
     sub = one_task(tmp_path)
     db = tmp_path / "m.db"
-    from builder.matrix.attempts import new_attempt
+    from builder.store.attempts import new_attempt
     record = json.loads(sub.model_dump_json())
     record["tasks"][0][field] = value
     (new_attempt(db, "slurm", sub.id) / "submission.json").write_text(json.dumps(record))
@@ -241,7 +241,7 @@ def test_collect_refuses_a_damaged_submission_record(tmp_path, field, value):
 def test_collect_refuses_a_submission_whose_results_dir_is_no_safe_path(tmp_path):
     sub = one_task(tmp_path)
     db = tmp_path / "m.db"
-    from builder.matrix.attempts import new_attempt
+    from builder.store.attempts import new_attempt
     record = json.loads(sub.model_dump_json())
     record["results_dir"] = "/tmp/a:/root"
     (new_attempt(db, "slurm", sub.id) / "submission.json").write_text(json.dumps(record))
@@ -275,7 +275,7 @@ def test_a_result_of_an_earlier_task_number_is_refused(tmp_path):
 
 
 def test_a_result_the_schema_refuses_is_refused_with_the_reason_cut_at_300_characters(tmp_path):
-    from builder.matrix.store import InvalidResultError, validate_result
+    from builder.store.store import InvalidResultError, validate_result
 
     sub = one_task(tmp_path)
     task = sub.tasks[0]

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.engine.slurm import TaskState, end_class, parse_sacct
-from builder.matrix.store import MatrixStore
-from builder.matrix.verdict_rules import counts
+from builder.store.store import MatrixStore
+from builder.store.verdict_rules import counts
 from builder.plan.cells import Cell
 
 # `sacct -j 1 -X -n -P --format=JobID,State,ExitCode,Start,End,NodeList` on .ci/hpc_cluster.sh's cluster,

@@ -14,7 +14,7 @@ import pytest
 
 from builder.engine.slurm import (STATE_CLASSES, Site, SlurmError, Task, checked_path, load_site, parse_configs,
                                   parse_sacct, plan, render_script, sacct, sbatch, site_file)
-from builder.matrix.verdict_rules import counts
+from builder.store.verdict_rules import counts
 from builder.plan.cells import Cell
 from test_slurm_injection import make_sif
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.matrix.store import SCHEMA_VERSION, InvalidResultError, MatrixStore, StoreError, default_db_path
+from builder.store.store import SCHEMA_VERSION, InvalidResultError, MatrixStore, StoreError, default_db_path
 from builder.plan.cells import Cell
 from matrix_fixtures import cpu_result, failed_result, make_result
 
@@ -156,7 +156,7 @@ def test_reopening_an_existing_database_keeps_its_rows(tmp_path):
 
 
 def test_an_older_schema_is_migrated_in_place_keeping_its_rows(tmp_path, monkeypatch):
-    from builder.matrix import store_schema as store_module  # the migrations live there
+    from builder.store import store_schema as store_module  # the migrations live there
 
     db = tmp_path / "m.db"
     with MatrixStore.open(db) as store:
@@ -180,7 +180,7 @@ def _store_of_commit(commit: str, tmp_path):
     if shown.returncode != 0:
         pytest.skip(f"no git history with {commit} here: {shown.stderr.strip()}")
     source = (shown.stdout.replace("from builder.cells import", "from builder.plan.cells import")
-              .replace("from builder import verdict_rules", "from builder.matrix import verdict_rules"))
+              .replace("from builder import verdict_rules", "from builder.store import verdict_rules"))
     path = tmp_path / f"store_{commit}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -191,7 +191,7 @@ def _store_of_commit(commit: str, tmp_path):
 
 
 def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts(tmp_path):
-    from builder.matrix.summary import summarize
+    from builder.store.summary import summarize
     from builder.plan.cells import Cell
 
     old = _store_of_commit("3865b08", tmp_path)  # the last schema-1 envbuild

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from builder.plan.cells import Cell
 from builder.cli import main
-from builder.matrix.store import MatrixStore
+from builder.store.store import MatrixStore
 from matrix_fixtures import cpu_result, failed_result
 
 ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"

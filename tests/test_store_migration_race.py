@@ -56,8 +56,8 @@ def test_a_reader_sees_a_creators_first_commit_whole(tmp_path, monkeypatch):
     deterministic: the creator commits the first migration between two statements of a reader checking the
     file. The reader must see the file before that commit (no tables, "being created") or after it, never
     version 0 from before with the tables from after."""
-    from builder.matrix import store_schema
-    from builder.matrix.store import MatrixStore
+    from builder.store import store_schema
+    from builder.store.store import MatrixStore
 
     db = tmp_path / "new.db"
     creator = sqlite3.connect(db, isolation_level=None)
@@ -88,7 +88,7 @@ def test_a_run_started_while_an_import_creates_the_file_records_into_it(tmp_path
     """`envbuild run`'s check before its work meets the file another process has just created (SQLite header
     and WAL switch written, first migration not yet committed): the check passes, and opening the file for
     the record afterwards makes it a matrix. A file with someone else's tables is still refused."""
-    from builder.matrix.store import MatrixStore, StoreError
+    from builder.store.store import MatrixStore, StoreError
 
     db = tmp_path / "new.db"
     creating = sqlite3.connect(db)

@@ -10,8 +10,8 @@ import sqlite3
 
 import pytest
 
-from builder.matrix.provenance import CONTRIBUTED, UNSIGNED, Provenance
-from builder.matrix.store import InvalidResultError, MatrixStore, RunConflictError
+from builder.store.provenance import CONTRIBUTED, UNSIGNED, Provenance
+from builder.store.store import InvalidResultError, MatrixStore, RunConflictError
 from builder.plan.cells import Cell
 from matrix_fixtures import make_result
 
@@ -91,7 +91,7 @@ def test_a_signed_reimport_upgrades_an_unsigned_run_but_never_changes_its_signer
 
 def test_what_record_run_returns_cannot_be_changed():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        from builder.matrix.store import RecordedRun
+        from builder.store.store import RecordedRun
 
         RecordedRun(1, "r", CELL.key, "new").outcome = "identical"
 
@@ -178,7 +178,7 @@ def test_a_cells_coordinates_stored_under_another_key_are_never_joined(tmp_path)
 
 
 def test_a_published_copy_leaves_out_unsigned_runs_and_those_revoked_since(tmp_path):
-    from builder.matrix.provenance import REVOKED
+    from builder.store.provenance import REVOKED
 
     signed, other, unsigned = make_result(), make_result(), make_result()
     with MatrixStore.open(tmp_path / "m.db") as store:

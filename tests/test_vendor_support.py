@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from builder.matrix import vendor_support
+from builder.report import vendor_support
 from builder.plan.cells import Cell
 
 

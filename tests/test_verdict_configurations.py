@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix import run_config
-from builder.matrix.report import percent
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import summarize
+from builder.store import run_config
+from builder.report.site import percent
+from builder.store.store import MatrixStore
+from builder.store.summary import summarize
 from matrix_fixtures import cpu_result, failed_result
 
 KEY = "cpu-torch2.13-py3.11"

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.matrix.summary import run_verdict
+from builder.store.summary import run_verdict
 
 RESULTS = Path(__file__).parent / "data" / "results"
 KEY = "cpu-torch2.13-py3.11"

@@ -1,7 +1,7 @@
 """`envbuild matrix sign RESULT_JSON --key KEY` and `envbuild matrix verify [PATH...]`: signed results.
 
 The options naming who may sign (`--allowed-signers`, `--revoked`) are shared with `matrix import` and
-`report --check`; the work is in builder.matrix.attest.
+`report --check`; the work is in builder.attest.signing.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import click
 
 from builder import __version__
 from builder.cli.store_options import plain
-from builder.matrix import attest
-from builder.matrix.provenance import Provenance
+from builder.attest import signing as attest
+from builder.store.provenance import Provenance
 
 
 def signer_options(command):

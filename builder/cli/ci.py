@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from builder.cli.paths import writable_output
-from builder.matrix.ci_render import GENERATED_DIR, render_ci
+from builder.plan.ci_render import GENERATED_DIR, render_ci
 from builder.plan.recipe_cells import RecipeCellsError
 
 

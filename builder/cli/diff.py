@@ -11,7 +11,7 @@ from rich.text import Text
 
 from builder.cli.output import stdout_console
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
-from builder.matrix import diff
+from builder.report import diff
 
 
 def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
@@ -62,7 +62,7 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
         result_a, result_b = diff.pick_runs(runs[cell_a], runs[cell_b], preset)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--preset") from exc
-    from builder.matrix import gpu_prices  # reads recipes/ (pydantic): only when the command runs
+    from builder.report import gpu_prices  # reads recipes/ (pydantic): only when the command runs
 
     prices = [gpu_prices.price_for(r) for r in (result_a, result_b)]
     a, b = (diff.profile(r, p.usd_per_gpu_hour if p else None) for r, p in zip((result_a, result_b), prices))

@@ -21,7 +21,7 @@ from builder.engine.build_record import BuildAttempt
 from builder.engine.docker import EngineUnavailable
 from builder.engine.interrupt import EXIT_INTERRUPTED, describe, sigterm_as_interrupt
 from builder.engine.repro import check_reproducible
-from builder.matrix.store import StoreError, default_db_path
+from builder.store.store import StoreError, default_db_path
 from builder.plan.render import RenderError, render
 
 

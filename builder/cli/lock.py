@@ -8,7 +8,7 @@ import time
 
 import click
 
-from builder.matrix.slug import terminal_safe
+from builder.slug import terminal_safe
 from builder.plan.lock import keys, parse, read, resolve_lock, write_lock
 from builder.plan.lock_names import LOCKS_DIR, LockError, lock_path
 from builder.plan.recipes import RecipeError, load

@@ -18,12 +18,13 @@ from builder.cli.output import stdout_console
 from builder.cli.paths import writable_output
 from builder.cli.publish import publish
 from builder.cli.store_options import DatabaseError, db_option, open_store, plain, warn_damaged
-from builder.matrix import attest, strict_json
-from builder.matrix.provenance import Provenance
-from builder.matrix.run_config import VERDICT_LABEL
-from builder.matrix.store import (MatrixStore, StoreError, canonical_json, default_db_path, read_mergeable,
+from builder.attest import signing as attest
+from builder import strict_json
+from builder.store.provenance import Provenance
+from builder.store.run_config import VERDICT_LABEL
+from builder.store.store import (MatrixStore, StoreError, canonical_json, default_db_path, read_mergeable,
                                   validate_result)
-from builder.matrix.summary import (CellSummary, configuration_line, environment_line, summarize, summary_line,
+from builder.store.summary import (CellSummary, configuration_line, environment_line, summarize, summary_line,
                                     summary_record)
 from builder.plan.cells import Cell
 

@@ -5,7 +5,7 @@ to render docs/compatibility.md. A local result.json may hold more about its hos
 should (docs/result-schema.md): the host name and the kernel command line are dropped here, the rest is
 kept as measured. Files land in `results/<cell key>/<name>/` (the key and name checked as path parts),
 with the run's container.log next to it when there is one, and with `--sign KEY` its attestation
-(result.json.intoto.jsonl, builder.matrix.attest).
+(result.json.intoto.jsonl, builder.attest.signing).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def publish(result_json: Path, name: str, out: Path, key: Path | None, commands:
     --command) goes beside it. Exit code 0, or 2 for an invalid result, a bad name, an existing entry or a key
     that cannot sign (nothing is left behind)."""
     from builder.cli.paths import writable_output
-    from builder.matrix.store import StoreError, validate_result
+    from builder.store.store import StoreError, validate_result
     from builder.plan.cells import Cell
 
     if not _NAME.fullmatch(name):

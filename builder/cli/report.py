@@ -12,10 +12,10 @@ from rich.console import Console
 from builder.cli.attest import check_result, result_files, revoked_or_default, signer_options
 from builder.cli.paths import writable_output
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
-from builder.matrix import attest
-from builder.matrix.provenance_now import current_provenance
-from builder.matrix.report import PAGE_RUNS, ReportError, build_report, summary_markdown
-from builder.matrix.summary import VERDICTS, summarize
+from builder.attest import signing as attest
+from builder.attest.provenance_now import current_provenance
+from builder.report.site import PAGE_RUNS, ReportError, build_report, summary_markdown
+from builder.store.summary import VERDICTS, summarize
 from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
 
 

@@ -21,7 +21,7 @@ from builder.cli.store_options import db_option, note_new_folder
 from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
 from builder.engine import conditions
 from builder.engine.run_result import RESULT_NAME, keep_run, write_json_atomic
-from builder.matrix.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
+from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
 
 
 class BadInput(click.ClickException):

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from builder.cli.store_options import db_option, note_new_folder, plain
-from builder.matrix.store import StoreError, default_db_path
+from builder.store.store import StoreError, default_db_path
 
 
 class BadInput(click.ClickException):
@@ -55,7 +55,7 @@ def submit(sifs: tuple[Path, ...], configs: tuple[str, ...], partition, account,
     The readable sbatch script and submission.json go into an attempt directory beside the matrix file;
     the job id is printed. Exit code 0 when submitted; 2 for bad input (a SIF without its record, a
     site setting that is not a plain Slurm value, no results directory, sbatch refusing the job)."""
-    from builder.matrix.attempts import new_attempt
+    from builder.store.attempts import new_attempt
     from builder.engine.slurm import (SCRIPT_NAME, SlurmError, load_site, parse_configs, plan, render_script, sbatch,
                                site_file as default_site_file)
 
@@ -106,8 +106,8 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     unknown job id, a damaged submission.json)."""
     from builder.engine.run_result import keep_run
     from builder.engine.slurm import SCRIPT_NAME, UNFINISHED, SlurmError, finish_task, sacct, sbatch
-    from builder.matrix.store import MatrixStore
-    from builder.matrix.verdict_rules import counts
+    from builder.store.store import MatrixStore
+    from builder.store.verdict_rules import counts
 
     console = Console(stderr=True, soft_wrap=True)
     db_path = Path(db or default_db_path())
@@ -176,7 +176,7 @@ def _write_submission(attempt: Path, sub) -> None:
 
 def _find_submission(db: Path, job_id: str):
     """The attempt directory and submission that submitted `job_id` (beside the matrix file `db`)."""
-    from builder.matrix.attempts import ATTEMPTS_DIR
+    from builder.store.attempts import ATTEMPTS_DIR
     from builder.engine.slurm import SUBMISSION_NAME, Submission
 
     if not job_id.isdigit():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from builder.matrix.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
+from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
 
 db_option = click.option(
     "--db", "db", type=click.Path(dir_okay=False, path_type=Path), envvar=DB_ENV_VAR, default=None,

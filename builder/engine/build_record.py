@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from builder.engine.build import BuildOutcome, base_digest
-from builder.matrix.attempts import keep_context, keep_file, new_attempt, relative_to_db, write_record
-from builder.matrix.store import MatrixStore, utc_now
+from builder.store.attempts import keep_context, keep_file, new_attempt, relative_to_db, write_record
+from builder.store.store import MatrixStore, utc_now
 from builder.plan.cells import Cell
 
 LOG_NAME = "build.log"

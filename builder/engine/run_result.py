@@ -13,9 +13,9 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from builder.matrix.attempts import keep_file, new_attempt, relative_to_db, write_record
-from builder.matrix import strict_json
-from builder.matrix.store import validate_result
+from builder.store.attempts import keep_file, new_attempt, relative_to_db, write_record
+from builder import strict_json
+from builder.store.store import validate_result
 from builder.paths import file_sha256, write_text_atomic
 
 RESULT_NAME = "result.json"

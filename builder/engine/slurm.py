@@ -31,9 +31,9 @@ from builder.engine.apptainer import (APPTAINER_FAILED, LOG_NAME, OUT_BIND, exec
                                       runtime_of)
 from builder.engine.container import RunError, flavor_of, input_error_line
 from builder.engine.run_result import RESULT_NAME, finalize, write_json_atomic
-from builder.matrix import strict_json
-from builder.matrix.slug import safe_slug
-from builder.matrix.store import InvalidResultError, validate_result
+from builder import strict_json
+from builder.slug import safe_slug
+from builder.store.store import InvalidResultError, validate_result
 from builder.plan.cells import Cell
 
 SITE_FILE = Path("envbuild") / "site.toml"

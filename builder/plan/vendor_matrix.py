@@ -2,7 +2,7 @@
 
 Two files: `compatibility-matrix-historical-6.0.csv`, AMD's own CSV (one column per point release, 6.0.0 -
 6.3.3), and `rocm-current.csv`, the rows of AMD's newer csv-tables (6.4.x - 7.2.x) in long form. Both give,
-per point release, the Ubuntu versions, GPU targets and PyTorch lines AMD lists. Imported by builder.matrix
+per point release, the Ubuntu versions, GPU targets and PyTorch lines AMD lists. Imported by builder.report
 (vendor support in the report) and the resolver's callers; it imports nothing of envbuild but paths.
 """
 

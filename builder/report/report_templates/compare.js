@@ -1,4 +1,4 @@
-// envbuild report: compare two cells, one configuration each (profiles written by builder/matrix/compare.py).
+// envbuild report: compare two cells, one configuration each (profiles written by builder/report/compare.py).
 // Each cell's profiles are in its own script, compare/<slug>.js, added to the page when the cell is picked
 // (a <script src> works from file://, fetch does not); it calls envbuildCompare.register.
 // Every value is written with textContent: data never becomes markup.
@@ -42,7 +42,7 @@
     if (typeof value === "number" && !Number.isInteger(value)) { return Number(value.toPrecision(4)).toString(); }
     return String(value);
   }
-  // a value as it reads in its unit (the same as builder/matrix/diff.py value_text)
+  // a value as it reads in its unit (the same as builder/report/diff.py value_text)
   function show(name, value) {
     var kind = metrics[name] ? metrics[name][1] : "";
     if (value === null || value === undefined) { return "-"; }

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from builder.matrix import run_config, verdict_rules
-from builder.matrix.store import MatrixStore
+from builder.store import run_config, verdict_rules
+from builder.store.store import MatrixStore
 from builder.plan.cells import Cell
 
 VERDICTS = ("pass", "partial", "fail", "untested")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from builder.matrix import provenance, vendor_support
-from builder.matrix.run_config import SPEED_PRESET
+from builder.store import provenance
+from builder.report import vendor_support
+from builder.store.run_config import SPEED_PRESET
 from builder.plan.cells import Cell
 
 NAMES = ("vendor claims", "renders and locks", "image built", "verify passed in the image", "verdict on hardware",
@@ -38,7 +39,7 @@ class Step:
     state: str
     detail: str
     evidence: tuple[Evidence, ...] = ()
-    signer: str | None = None  # a measured step: who vouches for it (builder.matrix.provenance.label)
+    signer: str | None = None  # a measured step: who vouches for it (builder.store.provenance.label)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def ladder(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | No
 
 
 def _vendor(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | None) -> Step:
-    """AMD's claim (builder.matrix.vendor_support) and PyTorch's: the recipes take torch from its official wheel."""
+    """AMD's claim (builder.report.vendor_support) and PyTorch's: the recipes take torch from its official wheel."""
     wheel = bool(recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url)
     claims = [vendor.detail] if vendor.status != "n/a" else []
     evidence = [Evidence("AMD docs", url) for url in vendor.sources]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from builder.matrix import run_config
+from builder.store import run_config
 
 SECTIONS = ("versions", "learning", "speed", "memory", "probes")
 SECTION_TITLES = {"versions": "Versions and hardware", "learning": "Learning: eval accuracy",

@@ -16,8 +16,8 @@ import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
-from builder.matrix.attempt_files import ATTEMPTS_DIR
-from builder.matrix.store import DB_ENV_VAR, StoreError
+from builder.store.attempt_files import ATTEMPTS_DIR
+from builder.store.store import DB_ENV_VAR, StoreError
 
 RECORD_NAME = "attempt.json"
 

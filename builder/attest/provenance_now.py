@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.matrix import attest
-from builder.matrix.provenance import PUBLISHED, REVOKED, Provenance
+from builder.attest import signing as attest
+from builder.store.provenance import PUBLISHED, REVOKED, Provenance
 
 
 def current_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:

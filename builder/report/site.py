@@ -1,9 +1,9 @@
 """`envbuild report`: the matrix as a static, offline site (HTML + summary.md + JSON data + SVG plots).
 
-Python computes every value here; the templates in `builder/matrix/report_templates/` only format them
+Python computes every value here; the templates in `builder/report/report_templates/` only format them
 (HTML autoescaped; Markdown escaped by the environment's `finalize`, so no value reaches either raw).
 The site is built in a temporary folder next to the target and swapped in at the end: a failure
-leaves the previous site whole. Every file name comes from `builder.matrix.slug.safe_slug`.
+leaves the previous site whole. Every file name comes from `builder.slug.safe_slug`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
-from builder.matrix import (attempt_files, compare as report_compare, diff, gpu_prices, ladder as cell_ladder,
-                            plots as report_plots, provenance, run_config, site_folders, vendor_support)
-from builder.matrix.slug import safe_slug
-from builder.matrix.store import MatrixStore, utc_now
-from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
+from builder.store import attempt_files, provenance, run_config
+from builder.report import compare as report_compare, diff, gpu_prices, ladder as cell_ladder, plots as report_plots, site_folders, vendor_support
+from builder.slug import safe_slug
+from builder.store.store import MatrixStore, utc_now
+from builder.store.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
                                     summary_record)
 
 TEMPLATES_DIR = Path(__file__).with_name("report_templates")
@@ -71,7 +71,7 @@ class IndexEntry:
     flips: int
     runs: int
     vendor: vendor_support.VendorSupport
-    provenance: str  # the latest run's kind (builder.matrix.provenance.KINDS), "none" without a run
+    provenance: str  # the latest run's kind (builder.store.provenance.KINDS), "none" without a run
     provenance_label: str
     ladder: cell_ladder.Ladder
     provenance_short: str = ""  # the label without the key's fingerprint (the index's narrow column)

@@ -12,7 +12,7 @@ narrowed to what this project needs, so that identity never depends on OpenSSH's
 - one key on two lines must name one principal.
 
 Anything else raises `AllowedSignersError` naming the line (bad input: exit 2). Imports nothing from builder
-but builder.matrix.provenance.
+but builder.store.provenance.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from builder.matrix import provenance
+from builder.store import provenance
 
 NAMESPACE = "envbuild"
 _PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
@@ -154,7 +154,7 @@ def parse_line(line: str, number: int, source: str = "allowed_signers") -> Signe
     bound = provenance.PROJECT_SIGNERS.get(principal) if reserved.get(principal.lower()) == principal else None
     if principal.lower() in reserved and (bound is None or signer.fingerprint not in bound):
         raise AllowedSignersError(f"{where}: principal {principal} is reserved for this project's own keys "
-                                  f"(builder/matrix/provenance.py PROJECT_SIGNERS); {signer.fingerprint} is not one")
+                                  f"(builder/store/provenance.py PROJECT_SIGNERS); {signer.fingerprint} is not one")
     return signer
 
 

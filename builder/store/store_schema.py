@@ -1,6 +1,6 @@
 """The matrix file itself: its SQL schema and migrations, opening and checking the file (header, integrity,
 schema version, WAL, busy timeout), the write transaction, and which result.json documents the store
-accepts (`validate_result`, docs/result-schema.md). `builder.matrix.store.MatrixStore` is assembled from
+accepts (`validate_result`, docs/result-schema.md). `builder.store.store.MatrixStore` is assembled from
 `StoreConnection` (here), the writes (store_writes) and the reads (store_reads)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Iterator, TypeVar
 
 from pydantic import ValidationError
 
-from builder.matrix import result_schema, verdict_rules
+from builder.store import result_schema, verdict_rules
 from builder.plan.cells import Cell
 
 #: Environment variable naming the matrix database (the `--db` option reads it too).
@@ -90,7 +90,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_row, name)
     );
     """,
-    # 2: attempts vs verdicts (builder/matrix/verdict_rules.py), each attempt's own directory, the environment
+    # 2: attempts vs verdicts (builder/store/verdict_rules.py), each attempt's own directory, the environment
     # (base image and digest, content hash). The attempt classes are verdict_rules' own sets, the ones every
     # write uses: an upgraded file and a new one classify alike.
     f"""
@@ -113,7 +113,7 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE runs SET counts = 0 WHERE status != 'pass' AND error_class IN
         {verdict_rules.sql_list(verdict_rules.RUN_ATTEMPT_CLASSES)}
     """,
-    # 3: who measured each run (builder/matrix/provenance.py): 'ci', 'contributed' (a verified signed
+    # 3: who measured each run (builder/store/provenance.py): 'ci', 'contributed' (a verified signed
     # attestation: its signer and envelope) or 'unsigned'. Runs recorded before had no attestation.
     """
     ALTER TABLE runs ADD COLUMN provenance TEXT NOT NULL DEFAULT 'unsigned';

@@ -7,14 +7,14 @@ encoding (PAE) of the payload, the way git signs commits; the DSSE `sig` field c
 blob (OpenSSH PROTOCOL.sshsig) and `keyid` the key's SHA256 fingerprint (a hint, never trusted).
 
 Identity comes from our own records, never from the signature: results/allowed_signers is read by our
-strict parser (builder.matrix.allowed_signers), the signing key is looked up there byte for byte, and the
+strict parser (builder.attest.allowed_signers), the signing key is looked up there byte for byte, and the
 principal is the one that line names. `ssh-keygen -Y verify` then checks only the signature, against a
 one-line allowed_signers file written from that line, and the optional revocation list (`-r`: public keys
 or a KRL). The key's window (`valid-after`/`valid-before`) is checked at the statement's `signed_at`, as git
 checks a commit's time; `signed_at` must not lie before the run finished nor after now (CLOCK_SKEW_S
-allowance). Every JSON document is read by builder.matrix.strict_json (no BOM, no duplicate keys). Each
+allowance). Every JSON document is read by builder.strict_json (no BOM, no duplicate keys). Each
 failed check raises its own `VerificationFailure` subclass; input that cannot be read or parsed raises
-`AttestationInputError`. Imports nothing from builder but builder.paths and builder.matrix.
+`AttestationInputError`. Imports nothing from builder but builder.paths, builder.strict_json and builder.store.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from builder.matrix import allowed_signers as signers_file
-from builder.matrix import provenance, strict_json
+from builder.attest import allowed_signers as signers_file
+from builder.store import provenance
+from builder import strict_json
 from builder.paths import RESULTS_DIR, file_sha256, write_text_atomic
 
 if TYPE_CHECKING:  # securesystemslib loads in ~0.1 s: only the commands that sign or verify pay for it

@@ -1,8 +1,8 @@
 """The report's compare page: any two cells side by side (versions, throughput and memory, probes, loss curves).
 
-Python flattens each cell's newest run per preset with `builder.matrix.diff.profile` (the same facts
+Python flattens each cell's newest run per preset with `builder.report.diff.profile` (the same facts
 `envbuild matrix diff` compares) and writes each cell's profiles to its own script, compare/<slug>.js:
-`envbuildCompare.register({"key": ..., "profiles": [...]});`, the slug from `builder.matrix.slug`.
+`envbuildCompare.register({"key": ..., "profiles": [...]});`, the slug from `builder.slug`.
 compare.html holds only the cell keys and those file names. compare.js adds a cell's script to the page
 when the cell is picked (a <script src>, not fetch: the site works from file:// too), then joins the two
 chosen profiles, so no page carries every cell's runs. The JSON is escaped for a script (no `<`, `>` or `&`
@@ -17,10 +17,11 @@ from pathlib import Path
 from jinja2 import Environment
 from markupsafe import Markup
 
-from builder.matrix import diff, gpu_prices, run_config
-from builder.matrix.slug import safe_slug
-from builder.matrix.store import MatrixStore
-from builder.matrix.summary import CellSummary
+from builder.report import diff, gpu_prices
+from builder.store import run_config
+from builder.slug import safe_slug
+from builder.store.store import MatrixStore
+from builder.store.summary import CellSummary
 
 
 #: Points of each loss curve embedded per profile (evenly spaced, first and last kept): the page stays small.

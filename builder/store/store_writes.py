@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from builder.matrix import attempt_files, verdict_rules
-from builder.matrix.provenance import PUBLISHED, UNSIGNED, Provenance
-from builder.matrix.store_schema import (BUILD_STATUSES, InvalidResultError, RunConflictError, StoreConnection,
+from builder.store import attempt_files, verdict_rules
+from builder.store.provenance import PUBLISHED, UNSIGNED, Provenance
+from builder.store.store_schema import (BUILD_STATUSES, InvalidResultError, RunConflictError, StoreConnection,
                                          StoreError, canonical_json, validate_result)
 from builder.plan.cells import Cell
 

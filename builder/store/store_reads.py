@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from builder.matrix import result_schema, run_config
-from builder.matrix.provenance import KINDS, PUBLISHED, REVOKED, UNSIGNED
-from builder.matrix.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, ReadBudget, StoreConnection,
+from builder.store import result_schema, run_config
+from builder.store.provenance import KINDS, PUBLISHED, REVOKED, UNSIGNED
+from builder.store.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, ReadBudget, StoreConnection,
                                          StoreError, _first_error, _is_result, _quoted, _short, validate_result)
 from builder.plan.cells import Cell
 
@@ -38,7 +38,7 @@ class StoreReads(StoreConnection):
 
     def runs(self, cell_key: str | None = None, *, last: int | None = None) -> list[dict]:
         """Recorded runs (oldest first): the stored result.json plus `cell_key`, `row_id`, `build_id`, `counts`,
-        `provenance` (a kind of builder.matrix.provenance), `signer` and `attestation` (the DSSE envelope text).
+        `provenance` (a kind of builder.store.provenance), `signer` and `attestation` (the DSSE envelope text).
 
         `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
         """

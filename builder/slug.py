@@ -1,4 +1,5 @@
-"""One way from any text (a cell key, a build id) to a safe file name."""
+"""One way from any text (a cell key, a build id) to a safe file name (`safe_slug`), and to a line safe to
+print on a terminal (`terminal_safe`). A neutral module: it imports nothing of builder; any package may use it."""
 
 from __future__ import annotations
 
