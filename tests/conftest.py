@@ -75,10 +75,11 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends git pyt
 def tools_image(local_base, tmp_path_factory) -> str:
     """The local base plus git, python3 and pip (~20 s cold, cached by BuildKit afterwards)."""
     from builder.engine.build import BuildOptions, build_image
+    from builder.plan.render import read_manifest
 
     ctx = tmp_path_factory.mktemp("tools") / "ctx"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(TOOLS_DOCKERFILE.format(base=local_base))
     tag = "envbuild-test/tools:1"
-    build_image(ctx, tag, BuildOptions(network="host", force=True))
+    build_image(ctx, tag, BuildOptions(network="host", force=True), manifest=read_manifest(ctx))
     return tag

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from builder.engine.build import BuildOptions, build_image
+from builder.plan.render import read_manifest
 
 FAKE_WORKLOAD = r'''
 import json, os, signal, sys, time, uuid
@@ -81,5 +82,5 @@ def build_fake_workload_image(tools_image: str, workdir: Path) -> str:
     (ctx / "manifest.json").write_text(json.dumps(MANIFEST))
     (ctx / "Dockerfile").write_text(f"FROM {tools_image}\nCOPY workload /opt/fake/workload\n"
                                     "ENV PYTHONPATH=/opt/fake\n")
-    build_image(ctx, MANIFEST["image_tag"], BuildOptions(network="host", force=True))
+    build_image(ctx, MANIFEST["image_tag"], BuildOptions(network="host", force=True), manifest=read_manifest(ctx))
     return MANIFEST["image_tag"]

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.engine.build import BuildError, BuildOptions, build_command, build_image
+from builder.plan.render import read_manifest
 from builder.engine.build_log import PlainLog, diagnose
 from builder.engine.docker import BuildTool
 from sleeper_fixtures import sleeper_dockerfile, step_started
@@ -91,7 +92,7 @@ def test_ca_secret_reaches_run_but_no_layer(tmp_path, local_base, docker_engine)
                             "RUN --mount=type=secret,id=envbuild_ca sha256sum /run/secrets/envbuild_ca "
                             "| cut -d' ' -f1 > /ca.sha256\n")
     tag = "envbuild-test/ca-secret:1"
-    outcome = build_image(ctx, tag, BuildOptions(ca_cert=CA, network="host", force=True))
+    outcome = build_image(ctx, tag, BuildOptions(ca_cert=CA, network="host", force=True), manifest=read_manifest(ctx))
     assert not outcome.skipped and outcome.log_path.is_file()
     try:
         seen = docker_engine.containers.run(
@@ -111,7 +112,7 @@ def test_proxies_pass_through_without_appearing_in_the_log(tmp_path, local_base,
     monkeypatch.setenv("no_proxy", "localhost,.internal")
     ctx = context(tmp_path, f"FROM {local_base}\nRUN echo \"$HTTPS_PROXY|$no_proxy\" > /proxies\n")
     tag = "envbuild-test/proxies:1"
-    outcome = build_image(ctx, tag, BuildOptions(network="host", force=True))
+    outcome = build_image(ctx, tag, BuildOptions(network="host", force=True), manifest=read_manifest(ctx))
     try:
         seen = docker_engine.containers.run(tag, ["cat", "/proxies"], remove=True).decode().strip()
         assert seen == f"{proxy}|localhost,.internal"
@@ -155,7 +156,7 @@ def test_a_wheel_added_after_rendering_is_refused_before_building(tmp_path, dock
     ctx = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx").out_dir
     (ctx / "wheelhouse" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"PK")
     with pytest.raises(BuildError, match=r"is not what its manifest.json hashed \(added: wheelhouse/torch-2.13.0"):
-        build_image(ctx, "envbuild-test/wheelhouse-mismatch:1", BuildOptions(force=True))
+        build_image(ctx, "envbuild-test/wheelhouse-mismatch:1", BuildOptions(force=True), manifest=read_manifest(ctx))
     result = build_cli(ctx, "envbuild-test/wheelhouse-mismatch:1", "--force")
     assert result.exit_code == 2 and "Re-render the context" in result.output
 
@@ -241,10 +242,10 @@ def test_inline_cache_export_and_import(tmp_path, local_base, docker_engine):
     ctx = context(tmp_path, f"FROM {local_base}\nRUN echo cache-me > /c\n")
     try:
         first = build_image(ctx, "envbuild-test/cache:1", BuildOptions(network="host", force=True,
-                                                                     cache_to=("type=inline",)))
+                                                                     cache_to=("type=inline",)), manifest=read_manifest(ctx))
         assert "exporting cache" in first.log_path.read_text()
         second = build_image(ctx, "envbuild-test/cache:2", BuildOptions(network="host", force=True,
-                                                                      cache_from=("envbuild-test/cache:1",)))
+                                                                      cache_from=("envbuild-test/cache:1",)), manifest=read_manifest(ctx))
         assert "importing cache manifest from envbuild-test/cache:1" in second.log_path.read_text()
     finally:
         for tag in ("envbuild-test/cache:1", "envbuild-test/cache:2"):

@@ -135,6 +135,7 @@ def test_an_image_that_does_not_match_its_manifest_fails_its_build(cpu_cell, tmp
     import shutil
 
     from builder.engine.build import BuildError, BuildOptions, build_image
+    from builder.plan.render import read_manifest
 
     _, _, _, work = cpu_cell
     ctx = tmp_path / "ctx"
@@ -145,7 +146,7 @@ def test_an_image_that_does_not_match_its_manifest_fails_its_build(cpu_cell, tmp
     options = BuildOptions(network="host", ca_cert=CA if CA.is_file() else None, force=True,
                            wheelhouse=work / "wheels" if (work / "wheels").is_dir() else None)
     with pytest.raises(BuildError) as raised:
-        build_image(ctx, "envbuild-test/verify-mismatch:1", options, log_path=tmp_path / "build.log")
+        build_image(ctx, "envbuild-test/verify-mismatch:1", options, log_path=tmp_path / "build.log", manifest=read_manifest(ctx))
     failure = raised.value.failure
     assert failure is not None and failure.failure_class == "image_verify_failed", failure
     assert any("peft: pinned 0.0.1, installed 0.21.2" in line for line in failure.evidence + failure.tail)

@@ -1,5 +1,6 @@
 """The import contracts in pyproject.toml ([tool.importlinter]), checked with import-linter: builder's layers
-(cli -> engine|report|attest -> store -> plan, arrows only down), its neutral modules (paths, slug,
+(cli -> workflows -> engine|report|attest -> store -> plan, arrows only down), the engine never importing
+the store, its neutral modules (paths, slug,
 strict_json) importing none of its packages, no import circles between builder's modules, workload
 never importing builder, workload's layers (cli -> runner -> training/model/data/probes -> binaries), probes and
 training independent, no circles between workload's modules, and workload.binaries free of torch. The repo
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = "builder layers: cli -> engine|report|attest -> store -> plan"
+LAYERS = "builder layers: cli -> workflows -> engine|report|attest -> store -> plan"
+NO_STORE = "builder.engine never imports the store"
 NEUTRAL = "builder's neutral modules (paths, slug, strict_json) import no package"
 ACYCLIC = "no import circles between builder's modules (function-level imports count too)"
 WORKLOAD = "workload never imports builder"
@@ -24,7 +26,7 @@ W_LAYERS = "workload layers: cli -> runner -> training|model|data|probes -> bina
 W_INDEPENDENT = "workload.probes and workload.training never import each other"
 W_ACYCLIC = "no import circles between workload's modules (function-level imports count too)"
 W_STDLIB = "workload.binaries imports none of torch, numpy, transformers, peft"
-ALL_KEPT = {name: "KEPT" for name in (LAYERS, NEUTRAL, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)}
+ALL_KEPT = {name: "KEPT" for name in (LAYERS, NO_STORE, NEUTRAL, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -89,6 +91,14 @@ def test_workload_importing_builder_breaks_its_contract(repo_copy):
     assert done.returncode == 1, done.stdout + done.stderr
     assert contract_lines(done.stdout)[WORKLOAD] == "BROKEN", done.stdout
     assert "workload.binaries.code_object_reader -> builder.paths" in done.stdout
+
+
+def test_the_engine_importing_the_store_breaks_its_contract(repo_copy):
+    add_import(repo_copy / "builder" / "engine" / "local_run.py", "import builder.store.store")
+    done = lint_imports(repo_copy)
+    assert done.returncode != 0
+    assert contract_lines(done.stdout) == {**ALL_KEPT, NO_STORE: "BROKEN"}, done.stdout
+    assert "builder.engine.local_run -> builder.store.store" in done.stdout
 
 
 def test_a_neutral_module_importing_a_package_breaks_the_neutral_contract(repo_copy):

@@ -255,6 +255,7 @@ def rocm_image(lib, tools_image, tmp_path_factory) -> str:
     rocRAND), and in /opt/rocm/lib Debian's hipRAND, rocRAND, HIP runtime, rocFFT (loaded by nothing) and
     hipBLASLt's gfx908 kernel files (a real subset of its kernel dir, which lacks gfx1030 whole)."""
     from builder.engine.build import BuildOptions, build_image
+    from builder.plan.render import read_manifest
 
     ctx = tmp_path_factory.mktemp("rocm-image")
     shutil.copytree(REPO / "workload", ctx / "workload", ignore=shutil.ignore_patterns("__pycache__"))
@@ -270,7 +271,7 @@ def rocm_image(lib, tools_image, tmp_path_factory) -> str:
     (torch_lib.parent / "__init__.py").write_text("")
     (ctx / "Dockerfile").write_text(IMAGE_DOCKERFILE.format(base=tools_image))
     tag = "envbuild-test/issue22-rocm-inspect:1"
-    build_image(ctx, tag, BuildOptions(network="host", force=True))
+    build_image(ctx, tag, BuildOptions(network="host", force=True), manifest=read_manifest(ctx))
     return tag
 
 

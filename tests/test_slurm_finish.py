@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.engine.slurm import MISMATCH_CLASS, Site, SlurmError, end_class, finish_task, parse_sacct, plan
+from builder.engine.slurm import Site, SlurmError, end_class, parse_sacct, plan
+from builder.workflows.slurm_collect import MISMATCH_CLASS, finish_task
 from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 from test_slurm_injection import make_sif

@@ -15,21 +15,20 @@ from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.paths import writable_output
 from builder.cli.render import plan_from_options, plan_table, request_options
 from builder.cli.store_options import DatabaseError, db_option, preflight_store
-from builder.engine.build import (BuildError, BuildInterrupted, BuildOptions, PushError, build_image, default_log_path,
-                                  push_image, read_manifest, read_verify)
-from builder.engine.build_record import BuildAttempt
+from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, PushError, default_log_path, push_image
 from builder.engine.docker import EngineUnavailable
 from builder.engine.interrupt import EXIT_INTERRUPTED, describe, sigterm_as_interrupt
-from builder.engine.repro import check_reproducible
+from builder.plan.render import RenderError
 from builder.store.store import StoreError, default_db_path
-from builder.plan.render import RenderError, render
+from builder.workflows import build as workflow
+from builder.workflows.build_record import BuildAttempt
 
 
-def _tag_of(context_dir: Path, manifest: dict | None, tag: str | None, registry: str | None) -> str:
-    tag = tag or (manifest or {}).get("image_tag")
+def _tag_of(context: workflow.BuildContext, tag: str | None, registry: str | None) -> str:
+    tag = context.tag(tag, registry)
     if not tag:
-        raise click.UsageError(f"{context_dir}/manifest.json has no image_tag: pass --tag")
-    return f"{registry.rstrip('/')}/{tag}" if registry else tag
+        raise click.UsageError(f"{context.directory}/manifest.json has no image_tag: pass --tag")
+    return tag
 
 
 @click.command("image")
@@ -98,14 +97,13 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         plan = plan_from_options(**request)
         if dry_run and out is None:  # the tag is the content hash: render to a scratch dir, keep nothing
             with tempfile.TemporaryDirectory(prefix="envbuild-dry-run-") as scratch:
-                context_dir = _render(plan, Path(scratch) / plan.cell.key)
-                manifest = read_manifest(context_dir)
-                _print_dry_run(None, manifest, _tag_of(context_dir, manifest, tag, registry), plan)
+                context = _render(plan, Path(scratch) / plan.cell.key)
+                _print_dry_run(None, context.manifest, _tag_of(context, tag, registry), plan)
             return
         context_dir = out or Path("envbuild-contexts") / plan.cell.key
         if out is None:
             writable_output(context_dir, "'-o' / '--out'")
-        context_dir = _render(plan, context_dir, wheelhouse)
+        context = _render(plan, context_dir, wheelhouse)
     elif request["torch"] is not None or request["rocm"] is not None or request["cuda"] is not None:
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
     elif wheelhouse is not None:
@@ -113,23 +111,25 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
                                "to change them, re-render: `envbuild render ... --wheelhouse WHEELS -o DIR`")
     elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
-    manifest = read_manifest(context_dir)
-    tag = _tag_of(context_dir, manifest, tag, registry)
+    else:
+        context = workflow.existing(context_dir)
+    context_dir = context.directory
+    tag = _tag_of(context, tag, registry)
     if dry_run:
-        _print_dry_run(context_dir, manifest, tag, plan)
+        _print_dry_run(context_dir, context.manifest, tag, plan)
         return
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
                            reuse_remote=reuse_remote,
                            no_cache=no_cache)
     if check_reproducible:
-        _check_reproducible(context_dir, tag, options, console, log_path or default_log_path(context_dir))
+        _check_reproducible(context, tag, options, console, log_path or default_log_path(context_dir))
         return
     attempt = None
     if not no_record:
         preflight_store(db)
         try:
-            attempt = BuildAttempt.start(db or default_db_path(), context_dir, manifest, tag, log_path)
+            attempt = workflow.start_attempt(db or default_db_path(), context, tag, log_path)
         except StoreError as exc:
             raise DatabaseError(str(exc)) from exc
         if attempt is None:
@@ -138,7 +138,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
             log_path = attempt.log_path
     with sigterm_as_interrupt() as stop:
         try:
-            outcome = build_image(context_dir, tag, options, console, log_path)
+            outcome = workflow.build(context, tag, options, console, log_path)
         except (BuildInterrupted, KeyboardInterrupt) as exc:
             how = describe(exc.__cause__ or exc)
             console.print(f"[yellow]build interrupted ({how}); nothing was tagged[/]; partial log: "
@@ -160,17 +160,13 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
             if attempt:
                 attempt.discard()
             raise MissingPrerequisite(str(exc)) from exc
-    verify = None if outcome.skipped else read_verify(tag)
+    verify = workflow.verify_record(outcome)
     if verify is not None:
         coverage = verify.get("arch_coverage") or {}
         arch = f"; {coverage['arch']} code objects: {coverage['verdict']}" if coverage.get("arch") else ""
         console.print(f"verify: {len(verify.get('checks', []))} checks passed in the image{escape(arch)}")
-    if attempt and outcome.skipped:
-        attempt.discard()
-    elif attempt:
-        if verify is not None and manifest is not None:
-            attempt.manifest = {**manifest, "verify": verify}
-        _finish(attempt, "pass", None, None, outcome, console)
+    if attempt:
+        _recorded(attempt, lambda: workflow.record_pass(attempt, context, outcome, verify, console))
     if push:
         try:
             push_image(tag, console)
@@ -181,18 +177,19 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     click.echo(tag)
 
 
-def _render(plan, context_dir: Path, wheelhouse: Path | None = None) -> Path:
+def _render(plan, context_dir: Path, wheelhouse: Path | None = None) -> workflow.BuildContext:
     try:
-        return render(plan, context_dir, wheelhouse=wheelhouse).dockerfile.parent
+        return workflow.rendered(plan, context_dir, wheelhouse)
     except RenderError as exc:
         raise click.UsageError(str(exc)) from exc
 
 
-def _check_reproducible(context_dir: Path, tag: str, options: BuildOptions, console: Console,
+def _check_reproducible(context: workflow.BuildContext, tag: str, options: BuildOptions, console: Console,
                         log_path: Path) -> None:
     """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
+    context_dir = context.directory
     try:
-        report = check_reproducible(context_dir, tag, options, console, log_path)
+        report = workflow.reproducible(context, tag, options, console, log_path)
     except BuildInterrupted as exc:
         console.print(f"[yellow]{exc}[/]; partial log: {exc.log_path}")
         sys.exit(EXIT_INTERRUPTED)
@@ -259,8 +256,13 @@ def _print_failure(exc: BuildError, console: Console) -> None:
 
 def _finish(attempt: BuildAttempt, status: str, failure_class: str | None, error: str | None, outcome,
             console: Console) -> None:
+    _recorded(attempt, lambda: attempt.finish(status, failure_class, error, outcome, console))
+
+
+def _recorded(attempt: BuildAttempt, record) -> None:
+    """`record()` files the attempt; a store that refuses it is an error that names the attempt's record."""
     try:
-        attempt.finish(status, failure_class, error, outcome, console)
+        record()
     except StoreError as exc:
         raise click.ClickException(f"the build finished but could not be recorded: {exc}"
                                    f" (its attempt record: {attempt.directory})") from exc

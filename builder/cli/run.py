@@ -20,7 +20,7 @@ from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.store_options import db_option, note_new_folder
 from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
 from builder.engine import conditions
-from builder.engine.run_result import RESULT_NAME, keep_run, write_json_atomic
+from builder.engine.run_result import RESULT_NAME, write_json_atomic
 from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
 
 
@@ -131,18 +131,12 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
 def _run(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
          console: Console) -> dict:
     """The run in the image, the SIF or here; refusals of the input become BadInput (exit code 2)."""
-    from builder.engine.container import ContainerRun, RunError, RunRequest, run_in_container
+    from builder.engine.container import RunError
     from builder.engine.docker import EngineUnavailable
-    from builder.engine.local_run import run_local
+    from builder.workflows.run import run_workload
 
     try:
-        if sif:
-            from builder.engine.apptainer import SifRun, run_in_sif
-            return run_in_sif(SifRun(**request, sif=sif), console)
-        if image:
-            return run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
-                                    console)
-        return run_local(RunRequest(**request), console)
+        return run_workload(request, image, sif, shm_size, network, console)
     except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
         raise BadInput(str(exc)) from exc
     except EngineUnavailable as exc:
@@ -196,9 +190,10 @@ def _record(db: Path, result: dict, result_path: Path, console: Console):
     except (StoreError, OSError, sqlite3.Error) as exc:
         raise click.ClickException(f"{exc} (the result stays in {result_path}; "
                                    f"`envbuild matrix import {result_path}` retries)") from exc
+    from builder.workflows.run import record_run
+
     try:
-        attempt = keep_run(store.path, result_path.parent, result)
-        recorded = store.record_run(result, source=str(result_path), attempt_dir=attempt)
+        recorded = record_run(store, result, result_path)
     except StoreError as exc:
         raise click.ClickException(f"{exc} (the result stays in {result_path}; "
                                    f"`envbuild matrix import {result_path}` retries)") from exc

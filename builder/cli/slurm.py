@@ -104,15 +104,14 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     Tasks still pending or running are listed and left for a later collect; collecting twice records
     nothing new. Exit code 0 when every finished task passed; 1 when one did not; 2 for bad input (an
     unknown job id, a damaged submission.json)."""
-    from builder.engine.run_result import keep_run
-    from builder.engine.slurm import SCRIPT_NAME, UNFINISHED, SlurmError, finish_task, sacct, sbatch
+    from builder.engine.slurm import SCRIPT_NAME, SlurmError, sacct, sbatch
     from builder.store.store import MatrixStore
     from builder.store.verdict_rules import counts
+    from builder.workflows.slurm_collect import collect_job
 
     console = Console(stderr=True, soft_wrap=True)
     db_path = Path(db or default_db_path())
     attempt, sub = _find_submission(db_path, job_id)
-    job = next(j for j in sub.jobs if j["job_id"] == job_id)
     try:
         states = sacct(job_id)
     except SlurmError as exc:
@@ -126,29 +125,25 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     except (StoreError, OSError, sqlite3.Error) as exc:
         raise BadInput(f"cannot use the matrix database {db_path}: {exc}") from exc
     try:
-        for task in (t for t in sub.tasks if t.index in job["tasks"]):
-            state = states.get(task.index)
-            if state is None or state.state in UNFINISHED:
-                pending += 1
-                table.add_row(str(task.index), Text(task.cell), Text(task.config),
-                              Text(state.state if state else "PENDING"), "not finished", "")
-                continue
-            try:
-                result = finish_task(sub, task, state, job_id)
-            except SlurmError as exc:
-                raise BadInput(str(exc)) from exc
-            verdict = counts("run", result["status"], result.get("error_class"))
-            if store.classify_run(result) != "identical":
-                kept = keep_run(store.path, task.out_dir, result)
-                store.record_run(result, source=str(task.out_dir / "result.json"), attempt_dir=kept)
-            outcome = f"{'verdict' if verdict else 'attempt'}: {result['status']}"
-            table.add_row(str(task.index), Text(task.cell), Text(task.config), Text(state.state), Text(outcome),
-                          Text(plain(result.get("error_class") or "")))
-            failed += result["status"] != "pass"
-            if not verdict and result.get("error_class") != "usage_error":
-                lost.append(task.index)
+        collected = collect_job(store, sub, job_id, states)
+    except SlurmError as exc:
+        raise BadInput(str(exc)) from exc
     finally:
         store.close()
+    for done in collected:
+        task, state, result = done.task, done.state, done.result
+        if result is None:
+            pending += 1
+            table.add_row(str(task.index), Text(task.cell), Text(task.config),
+                          Text(state.state if state else "PENDING"), "not finished", "")
+            continue
+        verdict = counts("run", result["status"], result.get("error_class"))
+        outcome = f"{'verdict' if verdict else 'attempt'}: {result['status']}"
+        table.add_row(str(task.index), Text(task.cell), Text(task.config), Text(state.state), Text(outcome),
+                      Text(plain(result.get("error_class") or "")))
+        failed += result["status"] != "pass"
+        if not verdict and result.get("error_class") != "usage_error":
+            lost.append(task.index)
     console.print(table)
     console.print(escape(f"recorded in {db_path}; {pending} task(s) not finished"))
     if lost and resubmit:

@@ -26,7 +26,7 @@ from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunE
                                input_error_line, resolve_model, workload_args)
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import describe
-from builder.engine.run_result import check_out_dir, finalize
+from builder.engine.run_result import RunEnd, check_out_dir
 from builder.paths import file_sha256, write_text_atomic
 
 OUT_BIND, DATA_BIND, MODEL_BIND = "/out", "/data", "/model"
@@ -221,8 +221,8 @@ def bind_source(path: Path, option: str) -> Path:
     return Path(path)
 
 
-def run_in_sif(run: SifRun, console: Console) -> dict:
-    """Run the workload in `run.sif` with Apptainer; collect and complete result.json like `--image` does."""
+def run_in_sif(run: SifRun, console: Console) -> RunEnd:
+    """Run the workload in `run.sif` with Apptainer; how it ended (the workflow completes the result)."""
     host = HostView()
     sif = Path(run.sif).resolve()
     record = read_sidecar(sif)
@@ -257,8 +257,8 @@ def run_in_sif(run: SifRun, console: Console) -> dict:
         failure_class, failure = "container_error", str(exc)
         (out_dir / LOG_NAME).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
         console.print(f"[red]{escape(str(exc))}[/]")
-        return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                        finished=time.time(), versions=versions, host=host_record(host), image=image)
+        return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
+                      finished=time.time(), versions=versions, host=host_record(host), image=image)
     image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and its version
     argv = exec_argv(apptainer, sif, flavor, run.gpus, binds,
                      ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)])
@@ -283,8 +283,8 @@ def run_in_sif(run: SifRun, console: Console) -> dict:
         raise BadWorkloadInput(bad_input)
     if code not in (None, 0):
         failure_class, failure = exit_failure(code, (out_dir / LOG_NAME).read_text(errors="replace"))
-    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
-                    versions=versions, host=host_record(host), image=image)
+    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
+                  versions=versions, host=host_record(host), image=image)
 
 
 def exit_failure(code: int, log: str) -> tuple[str, str]:

@@ -77,11 +77,6 @@ def default_log_path(context_dir: Path) -> Path:
     return context_dir.parent / f"{context_dir.name}.build.log"
 
 
-def read_manifest(context_dir: Path) -> dict | None:
-    path = Path(context_dir) / "manifest.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def build_command(tool: BuildTool, context_dir: Path, tag: str, options: BuildOptions,
                   labels: dict[str, str]) -> list[str]:
     """The BuildKit command line (secrets and proxy values are referenced, never spelled out)."""
@@ -168,14 +163,13 @@ def image_exists(tag: str) -> str | None:
 
 
 def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOptions(),
-                console: Console | None = None, log_path: Path | None = None) -> BuildOutcome:
-    """Build `context_dir` as `tag` unless that tag already exists locally."""
+                console: Console | None = None, log_path: Path | None = None,
+                manifest: dict | None = None) -> BuildOutcome:
+    """Build the rendered context `context_dir` (its Dockerfile there, any --ca-cert a file: the caller checked)
+    as `tag` unless that tag already exists locally. `manifest` (the plan's, as rendered; None for a context
+    without one) goes into the image's labels and says which wheels the context's wheelhouse must hold."""
     console = console or Console(stderr=True, soft_wrap=True)
     context_dir = Path(context_dir)
-    if not (context_dir / "Dockerfile").is_file():
-        raise BuildError(f"{context_dir}: no Dockerfile (render the context first: `envbuild render`)")
-    if options.ca_cert and not Path(options.ca_cert).is_file():
-        raise BuildError(f"--ca-cert {options.ca_cert}: no such file")
     client = docker_client()
     tool = detect_build_tool()
     started = time.monotonic()
@@ -191,7 +185,6 @@ def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOption
         outcome = BuildOutcome(tag, True, time.monotonic() - started, None, tool.describe, existing)
     else:
         labels = {}
-        manifest = read_manifest(context_dir)
         if manifest is not None:
             try:
                 check_wheelhouse(context_dir, manifest)

@@ -24,7 +24,7 @@ from builder.engine.build import MANIFEST_LABEL
 from builder.engine.docker import docker_client
 from builder.engine.doctor import HostView, host_record, kfd_gpus
 from builder.engine.interrupt import describe
-from builder.engine.run_result import check_out_dir, envbuild_invocation, finalize
+from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
 WORKLOAD_ENTRYPOINT = ["python3", "-m", "workload"]
@@ -168,8 +168,8 @@ def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
     return {}
 
 
-def run_in_container(run: ContainerRun, console: Console | None = None, host: HostView | None = None) -> dict:
-    """Run the workload in `run.image`, stream its output, collect and complete result.json."""
+def run_in_container(run: ContainerRun, console: Console | None = None, host: HostView | None = None) -> RunEnd:
+    """Run the workload in `run.image` and stream its output; how it ended (the workflow completes the result)."""
     console = console or Console(stderr=True, soft_wrap=True)
     host = host or HostView()
     client = docker_client()
@@ -254,9 +254,9 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
                 console.print(f"[yellow]could not remove container {name}; remove it with `docker rm -f {name}`")
     cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
     versions = {k: cell.get(k) for k in ("python", "torch")}
-    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                    finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image),
-                    invocation=envbuild_invocation(run, run.image))
+    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
+                  finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image),
+                  invocation=envbuild_invocation(run, run.image))
 
 
 def _stop(container) -> None:

@@ -17,7 +17,7 @@ from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunE
                                       input_error_line, resolve_model, workload_args)
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import Terminated, describe
-from builder.engine.run_result import check_out_dir, envbuild_invocation, finalize
+from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 LOG_NAME = "workload.log"
 _DISTRIBUTIONS = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
@@ -50,8 +50,9 @@ def check_workload_packages() -> None:
             "in a built image: --image TAG")
 
 
-def run_local(request: RunRequest, console: Console | None = None, host: HostView | None = None) -> dict:
-    """`python -m workload train ...` as a subprocess of this interpreter; collect and complete its result."""
+def run_local(request: RunRequest, console: Console | None = None, host: HostView | None = None) -> RunEnd:
+    """`python -m workload train ...` as a subprocess of this interpreter; how it ended (the workflow completes
+    its result)."""
     console = console or Console(stderr=True, soft_wrap=True)
     check_workload_packages()
     if request.gpus:
@@ -83,9 +84,9 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
         (out_dir / LOG_NAME).unlink(missing_ok=True)
         raise BadWorkloadInput(bad_input)
-    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                    finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
-                    invocation=envbuild_invocation(request, None))
+    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
+                  finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
+                  invocation=envbuild_invocation(request, None))
 
 
 def _exit_failure(code: int) -> tuple[str, str]:

@@ -154,7 +154,7 @@ class ReproReport:
 
 
 def check_reproducible(context_dir: Path, tag: str, options: BuildOptions, console: Console,
-                       log_path: Path) -> ReproReport:
+                       log_path: Path, manifest: dict | None) -> ReproReport:
     """Build `context_dir` twice with no cache under two temporary tags, compare, remove both images."""
     suffix = secrets.token_hex(3)
     tags = (f"{tag}-repro-{suffix}-1", f"{tag}-repro-{suffix}-2")
@@ -163,7 +163,7 @@ def check_reproducible(context_dir: Path, tag: str, options: BuildOptions, conso
     try:
         for n, build_tag in enumerate(tags, 1):
             outcome = build_image(context_dir, build_tag, options, console,
-                                  log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}"))
+                                  log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}"), manifest)
             seconds.append(outcome.seconds)
         for build_tag in tags:
             console.print(f"reading the filesystem of {build_tag}")

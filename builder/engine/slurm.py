@@ -3,14 +3,13 @@
 `submission(...)` plans the tasks (one per SIF x configuration) and renders a readable sbatch script: a
 `case` on SLURM_ARRAY_TASK_ID naming each task's cell, SIF, output directory and workload arguments, so
 that the script alone says what runs. Compute nodes need Apptainer only: the workload lives in the SIF,
-and envbuild completes each task's result.json when it collects (`finish_task`). End states map onto
-error classes by the table STATE_CLASSES (docs/matrix.md "Slurm end states").
+and envbuild completes each task's result.json when it collects (builder.workflows.slurm_collect). End states
+map onto error classes by the table STATE_CLASSES (docs/matrix.md "Slurm end states").
 
 Every value that reaches the script is checked where it enters: site values against `_TOKEN`, paths against
 `_PATH` (no spaces, quotes, newlines, commas or colons: they also become Apptainer binds), cell keys by
 `Cell.from_key` (and against the SIF record's own coordinates), configuration names against `_CONFIG_NAME`;
 and every word of a task's command line is `shlex.quote`d, but for the one bind envbuild writes itself.
-`collect` joins each task's result to the task it submitted (`check_task_result`) before recording it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import os
 import re
 import shlex
 import subprocess
-import time
 import tomllib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,14 +25,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from builder.engine.apptainer import (APPTAINER_FAILED, LOG_NAME, OUT_BIND, exec_argv, exit_failure, read_sidecar,
-                                      runtime_of)
-from builder.engine.container import RunError, flavor_of, input_error_line
-from builder.engine.run_result import RESULT_NAME, finalize, write_json_atomic
-from builder import strict_json
-from builder.slug import safe_slug
-from builder.store.store import InvalidResultError, validate_result
+from builder.engine.apptainer import APPTAINER_FAILED, OUT_BIND, exec_argv, exit_failure, read_sidecar
+from builder.engine.container import RunError, input_error_line
 from builder.plan.cells import Cell
+from builder.slug import safe_slug
 
 SITE_FILE = Path("envbuild") / "site.toml"
 SCRIPT_NAME, SUBMISSION_NAME = "job.sbatch", "submission.json"
@@ -384,93 +378,7 @@ def _call(argv: list[str], stdin: str | None = None) -> str:
     return proc.stdout
 
 
-def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> dict:
-    """The task's final result.json: the workload's own result completed with the `host` and `image` blocks,
-    or an error result with the class its end state maps to. Written once: a task already finished is read
-    back as it is (collecting twice records nothing new)."""
-    path = task.out_dir / RESULT_NAME
-    refused = None
-    if path.is_file() or path.is_symlink():
-        try:
-            done = strict_json.loads(strict_json.read_regular(path, strict_json.MAX_RESULT_BYTES))
-        except (OSError, ValueError):
-            done = None
-        if isinstance(done, dict) and isinstance(done.get("host"), dict) and "slurm" in done["host"]:
-            refused = task_result_problem(sub, task, done, state, job_id)
-            if refused is None:
-                return validate_result(done)
-            path.replace(path.with_name("result.refused.json"))  # the bytes kept for inspection, never recorded
-    try:
-        task.out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SlurmError(f"cannot write the task directory {task.out_dir} ({exc.strerror})") from None
-    log = task.out_dir / LOG_NAME
-    try:
-        log_text = strict_json.read_regular(log, strict_json.MAX_RESULT_BYTES).decode("utf-8", "replace")
-    except (OSError, ValueError):  # none, or not a plain file of a sane size: the end state alone decides
-        log_text = ""
-    failure_class, failure = end_class(state, log_text)
-    if refused is not None:
-        failure_class, failure = MISMATCH_CLASS, f"the task's result.json was refused: {refused}"
-    image = dict(sub.images[task.sif_sha256], environment="apptainer",
-                 sif={"path": str(task.sif), "sha256": task.sif_sha256})
-    said = [line[len(RUNTIME_LINE):].strip() for line in log_text.splitlines()[:20] if line.startswith(RUNTIME_LINE)]
-    if said:  # the job script's line: which runtime the node ran the task with
-        image["runtime"] = runtime_of(said[0][:200], None)
-    cell = image["manifest"].get("cell") or {}
-    started = _epoch(state.start) or time.time()
-    finished = _epoch(state.end) or started
-    host = {"hostname": state.node, "slurm": {"job_id": job_id, "task": task.index, "state": state.state,
-                                              "exit_code": state.exit_code, "config": task.config}}
-    result = finalize(task.out_dir, failure_class=failure_class, failure=failure, started=started,
-                      finished=finished, versions={k: cell.get(k) for k in ("python", "torch")}, host=host, image=image)
-    if state.state in STATE_CLASSES and result.get("error_class") == "interrupted":
-        # the workload wrote `interrupted` on the SIGTERM Slurm sent it: the end state says why it came
-        result.update(error_class=failure_class, error=f"{failure}; the workload reported: {result.get('error')}")
-        write_json_atomic(task.out_dir / RESULT_NAME, result)
-    return result
-
-
 #: What the job script writes into a task's container.log: the node's runtime and its `--version` line, or why
 #: there is none (an attempt: `container_error`).
 RUNTIME_LINE = "# envbuild: runtime: "
 NO_RUNTIME = "envbuild: no apptainer or singularity on this node's PATH (the site file's modules load one)"
-
-#: A task whose result.json does not belong to it (another cell, SIF, task or job): an attempt, never a verdict.
-MISMATCH_CLASS = "slurm_result_mismatch"
-
-
-def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskState, job_id: str) -> str | None:
-    """Why a completed result.json in the task's directory is not this task's (None: it is). It is joined to
-    the submission record: its job and array index, the SIF (by sha256) and so the cell that task ran, and the
-    end state Slurm reports; and it must pass the result schema."""
-    try:
-        clean = validate_result(result)
-    except InvalidResultError as exc:
-        return str(exc)[:300]
-    slurm = clean["host"].get("slurm") if isinstance(clean.get("host"), dict) else None
-    jobs = {j.get("job_id") for j in sub.jobs if task.index in (j.get("tasks") or [])}
-    if (not isinstance(slurm, dict) or slurm.get("job_id") not in jobs
-            or type(slurm.get("task")) is not int or slurm["task"] != task.index):  # not true/0.0 for task 1/0
-        return f"it names job {_short(slurm, 'job_id')} task {_short(slurm, 'task')}, not a job of task {task.index}"
-    sif = ((clean.get("image") or {}).get("sif") or {}).get("sha256")
-    if sif != task.sif_sha256:
-        return f"its SIF sha256 {str(sif)[:64]} is not the one task {task.index} ran ({task.sif_sha256})"
-    cell = Cell.from_result(clean).key
-    if cell != task.cell:
-        return f"it names cell {cell}, but task {task.index} ran {task.cell}"
-    if slurm.get("job_id") == job_id and (slurm.get("state") != state.state
-                                          or (state.state != "COMPLETED" and clean["status"] == "pass")):
-        return f"it says {_short(slurm, 'state')} / {clean['status']}, but Slurm ended the task as {state.state}"
-    return None
-
-
-def _short(block, key: str) -> str:
-    value = block.get(key) if isinstance(block, dict) else None
-    return repr(value)[:40]
-
-
-def _epoch(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()

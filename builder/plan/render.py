@@ -47,6 +47,12 @@ class Rendered:
     image_tag: str
 
 
+def read_manifest(context_dir: Path) -> dict | None:
+    """The manifest.json of a rendered context (None: the directory has none)."""
+    path = Path(context_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 @lru_cache(maxsize=1)
 def _templates() -> jinja2.Environment:
     env = jinja2.Environment(

@@ -1,0 +1,35 @@
+"""A workload run: in a built image, in a SIF or on this host (`run_workload`), its result completed, and
+filed in the matrix with its attempt directory (`record_run`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from builder.store.store import MatrixStore, RecordedRun
+from builder.workflows.run_result import finalize, keep_run
+
+
+def run_workload(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
+                 console: Console) -> dict:
+    """Run the workload (`request`: RunRequest's fields) in `image`, in `sif` or here, and return its final
+    result.json. The engine's RunError (bad input), EngineUnavailable and interrupts pass through."""
+    from builder.engine.container import ContainerRun, RunRequest, run_in_container
+    from builder.engine.local_run import run_local
+
+    if sif:
+        from builder.engine.apptainer import SifRun, run_in_sif
+        end = run_in_sif(SifRun(**request, sif=sif), console)
+    elif image:
+        end = run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network), console)
+    else:
+        end = run_local(RunRequest(**request), console)
+    return finalize(end)
+
+
+def record_run(store: MatrixStore, result: dict, result_path: Path) -> RecordedRun:
+    """File the run whose result lies at `result_path` into `store`: its attempt directory, then its row
+    (StoreError when the store refuses it)."""
+    attempt = keep_run(store.path, result_path.parent, result)
+    return store.record_run(result, source=str(result_path), attempt_dir=attempt)
