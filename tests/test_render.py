@@ -487,3 +487,12 @@ def test_expect_json_names_no_cuda_package(name):
     package = expect["compile_package"]
     assert package is None or (package["name"], package["import"]) == ("pytorch-triton-rocm", "triton")
     assert "triton" in manifest["lock"]["left_out_cuda_requirements"]
+
+
+def test_an_images_content_hash_is_read_by_its_one_label_name_and_by_the_legacy_one():
+    from builder.plan.context import CONTEXT_HASH_LABEL, LEGACY_CONTEXT_HASH_LABEL, context_hash_of
+
+    assert CONTEXT_HASH_LABEL == "io.envbuild.context-hash"
+    assert context_hash_of({CONTEXT_HASH_LABEL: "a" * 64, LEGACY_CONTEXT_HASH_LABEL: "b" * 64}) == "a" * 64
+    assert context_hash_of({LEGACY_CONTEXT_HASH_LABEL: "b" * 64}) == "b" * 64
+    assert context_hash_of({"io.envbuild.recipe-hash": "c" * 64}) is None and context_hash_of(None) is None

@@ -211,6 +211,24 @@ def test_a_sif_whose_verify_step_fails_is_kept_with_the_failure(engine, apptaine
     assert record["verify"]["ok"] is False and record["verify"]["exit_code"] == 1 and out.is_file()
 
 
+def test_an_image_built_when_the_hash_label_had_its_legacy_name_still_names_its_hash(engine, apptainer, tmp_path):
+    """An image whose labels name the content hash only by the legacy name (org.envbuild.context-hash), and whose
+    manifest label does not carry it: the SIF record still names it."""
+    _, images = engine
+    labels = dict(INSPECT["Config"]["Labels"])
+    assert labels.pop("io.envbuild.context-hash") == labels["org.envbuild.context-hash"]
+    manifest = json.loads(labels["org.envbuild.manifest"])
+    del manifest["context_hash"]
+    labels["org.envbuild.manifest"] = json.dumps(manifest)
+    images["envbuild/cpu:legacy"] = dict(INSPECT, Config=dict(INSPECT["Config"], Labels=labels),
+                                         RepoTags=["envbuild/cpu:legacy"])
+    out = tmp_path / "legacy.sif"
+    made = _sif(out, image="envbuild/cpu:legacy")
+    assert made.exit_code == 0, made.output
+    record = json.loads(out.with_name("legacy.sif.json").read_text())
+    assert record["context_hash"] == labels["org.envbuild.context-hash"]
+
+
 def test_an_unknown_image_or_one_without_a_manifest_is_bad_input(engine, apptainer, tmp_path):
     _, images = engine
     unknown = _sif(tmp_path / "a.sif", image="envbuild/cpu:nothing")

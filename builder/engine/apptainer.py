@@ -107,6 +107,7 @@ def build_sif(image_tag: str, out: Path, console: Console, *, compression: str |
     image's verify step inside the SIF. Returns the sidecar record (also written beside the SIF)."""
     from builder.engine.container import image_block
     from builder.engine.docker import docker_client
+    from builder.plan.context import context_hash_of
 
     apptainer = apptainer_binary()
     client = docker_client()
@@ -145,7 +146,8 @@ def build_sif(image_tag: str, out: Path, console: Console, *, compression: str |
         runtime = runtime_record(apptainer)
         record = {"schema_version": 1, "sif": out.name, "sha256": file_sha256(tmp_sif),
                   "size_bytes": tmp_sif.stat().st_size, "route": "docker-archive",
-                  "context_hash": (block.get("manifest") or {}).get("context_hash"), "image": block,
+                  "context_hash": (block.get("manifest") or {}).get("context_hash") or context_hash_of(image.labels),
+                  "image": block,
                   "runtime": runtime, "apptainer": runtime["version_line"], "verify": verify, "timings": timings}
         os.replace(tmp_sif, out)
         write_text_atomic(sidecar_path(out), json.dumps(record, indent=2) + "\n")

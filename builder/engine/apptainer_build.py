@@ -28,8 +28,10 @@ from builder.engine.apptainer import (ApptainerError, apptainer_binary, runtime_
 from builder.engine.build import MANIFEST_LABEL
 from builder.engine.container import RunError
 from builder.paths import file_sha256, write_text_atomic
+from builder.plan.context import CONTEXT_HASH_LABEL
+from builder.plan.render import DEFINITION, MANIFEST
+from builder.plan.wheelhouse import WHEELHOUSE
 
-DEFINITION, MANIFEST, WHEELHOUSE = "cell.def", "manifest.json", "wheelhouse"
 CA_TARGET = "/run/secrets/envbuild_ca"
 IMAGE_MANIFEST = "/opt/envbuild/manifest.json"  # where cell.def puts the context's manifest
 BUILD_LOG_SUFFIX = ".build.log"
@@ -42,7 +44,7 @@ _PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+@%=-]{0,4000}$")
 #: `docker://` references as Apptainer takes them: [registry/]name[:tag][@sha256:digest].
 _DOCKER_REF = re.compile(r"^docker://(?P<name>[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?)"
                          r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
-_LABEL_HASH = re.compile(r"^\s*io\.envbuild\.context-hash\s+([0-9a-f]{64})\s*$", re.M)
+_LABEL_HASH = re.compile(rf"^\s*{re.escape(CONTEXT_HASH_LABEL)}\s+([0-9a-f]{{64}})\s*$", re.M)
 
 
 class SifBuildFailed(ApptainerError):

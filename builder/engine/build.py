@@ -24,11 +24,11 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from builder.engine.build_log import BuildFailure, PlainLog, Vertex, diagnose
 from builder.engine.docker import BuildTool, detect_build_tool, docker_client
 from builder.engine.interrupt import describe
+from builder.plan.context import CONTEXT_HASH_LABEL
 from builder.plan.wheelhouse import WheelhouseError, check as check_wheelhouse
 
 #: Label holding the context's manifest.json (compact JSON); run and the matrix read it back.
 MANIFEST_LABEL = "org.envbuild.manifest"
-CONTEXT_HASH_LABEL = "org.envbuild.context-hash"
 CA_SECRET_ID = "envbuild_ca"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 

@@ -10,6 +10,17 @@ from builder.plan.lock import Lock
 from builder.plan.resolve import Plan
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
+#: The label that names a context's content hash: in the Dockerfile's and cell.def's labels, and set again by the
+#: build (`envbuild image`), so an image from a hand-made context carries it too.
+CONTEXT_HASH_LABEL = "io.envbuild.context-hash"
+#: The second name builds once set beside it; images built then carry both, and are still read by it.
+LEGACY_CONTEXT_HASH_LABEL = "org.envbuild.context-hash"
+
+
+def context_hash_of(labels: dict | None) -> str | None:
+    """The content hash an image's labels name: CONTEXT_HASH_LABEL, else the legacy name; None when neither."""
+    labels = labels or {}
+    return labels.get(CONTEXT_HASH_LABEL) or labels.get(LEGACY_CONTEXT_HASH_LABEL) or None
 
 #: The build steps that may use the network, and what each fetches (listed in the manifest). Every other
 #: step -- the torch compile (build_torch.sh, with every proxy variable pointing at a closed port) and the
@@ -100,7 +111,7 @@ def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
         "io.envbuild.lock": f"{lock.key}@sha256:{lock.sha256}",
         "io.envbuild.patches": ",".join(f"{p.ref}={p.sha256 or p.url}" for p in plan.patches),
         "io.envbuild.recipe-hash": plan.recipe_hash,
-        "io.envbuild.context-hash": context_hash,
+        CONTEXT_HASH_LABEL: context_hash,
     }
     if plan.amdgpu_install:
         values["io.envbuild.amdgpu-install"] = plan.amdgpu_install
