@@ -67,12 +67,12 @@ def _recipe(**changes):
                                         "graph_steps": False, **changes})
 
 
-def _run(recipe, family="gemma", data=None, device=CPU, dtype=torch.float64):
+def _run(recipe, family="gemma", data=None, device=CPU, dtype=torch.float64, compile_backend=None):
     """4 steps of `train` and an eval. float64 by default (dtype="fp32" below only means no autocast): the
     levers compared with `_assert_same` change summation order, and float64 keeps that below any real bug."""
     data = data or _data()
     model = _model(family).to(device, dtype)
-    stats = train(model, data, recipe, device=device, dtype="fp32", pad_id=PAD)
+    stats = train(model, data, recipe, device=device, dtype="fp32", pad_id=PAD, compile_backend=compile_backend)
     ev = evaluate(model, data.eval_ids, data.eval_labels, device=device, dtype="fp32", pad_id=PAD, recipe=recipe,
                   num_labels=7)
     return [loss for _, loss in stats.train_loss], ev, stats
@@ -241,8 +241,7 @@ def test_compiled_layers_reproduce_eager_losses(monkeypatch):
     budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
     eager = _run(_recipe(**budget))
     assert not counters["stats"]["unique_graphs"]
-    monkeypatch.setenv("WORKLOAD_COMPILE_BACKEND", "aot_eager")
-    compiled = _run(_recipe(**budget, compile=True))
+    compiled = _run(_recipe(**budget, compile=True), compile_backend="aot_eager")  # the CPU path, quickly
     assert counters["stats"]["unique_graphs"] >= 1  # the layers really ran as captured graphs
     _assert_same(eager, compiled)
     assert compiled[2].warmup_seconds > 0 and eager[2].warmup_seconds == 0
@@ -259,10 +258,9 @@ def test_a_failing_compiler_falls_back_to_eager_and_is_recorded(monkeypatch):
 
     real = train_module.compile_layers
     monkeypatch.setattr(train_module, "compile_layers", lambda model, backend: real(model, backend=broken_backend))
-    monkeypatch.setenv("WORKLOAD_COMPILE_BACKEND", "broken")
     torch._dynamo.reset()
     budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
-    fallback = _run(_recipe(**budget, compile=True))
+    fallback = _run(_recipe(**budget, compile=True), compile_backend="broken")
     torch._dynamo.reset()
     _assert_same(_run(_recipe(**budget)), fallback)
     assert "no compiler for this GPU" in fallback[2].compile_error
@@ -364,10 +362,9 @@ def test_an_image_without_a_compiler_trains_eager_and_says_why(monkeypatch):
 
     torch._dynamo.reset()
     counters.clear()
-    monkeypatch.setenv("WORKLOAD_COMPILE_BACKEND", "aot_eager")
     monkeypatch.setenv(COMPILE_UNAVAILABLE_ENV, "no pytorch-triton-rocm in this image")
     budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
-    skipped = _run(_recipe(**budget, compile=True))
+    skipped = _run(_recipe(**budget, compile=True), compile_backend="aot_eager")
     assert not counters["stats"]["unique_graphs"]  # nothing was compiled
     assert skipped[2].compiled_layers == 0 and skipped[2].warmup_seconds == 0
     assert skipped[2].compile_error == "unavailable in this image: no pytorch-triton-rocm in this image"

@@ -12,17 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.attest import signing as attest
-from builder.store.provenance import PUBLISHED, REVOKED, Provenance
+from builder.store.provenance import REVOKED, Provenance
 
 
 def current_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:
     """{row id: the provenance the current signer files give} for every run stored as ci or contributed.
     AttestationInputError when allowed_signers or the revocation list cannot be read (bad input)."""
-    marks = ", ".join("?" for _ in PUBLISHED)
-    rows = store._rows(f"SELECT id, run_id, signer, attestation_json FROM runs WHERE provenance IN ({marks})",
-                       PUBLISHED)
     out: dict[int, Provenance] = {}
-    for row_id, run_id, signer, envelope in rows:
+    for row_id, run_id, signer, envelope in store.signed_runs():
         outcome = attest.reverify_stored(envelope, run_id, allowed_signers, revoked)
         if isinstance(outcome, attest.Verified):
             out[row_id] = Provenance.signed(outcome.principal, outcome.fingerprint, envelope)

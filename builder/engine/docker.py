@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -108,14 +107,6 @@ def detect_build_tool() -> BuildTool:
         f"no docker client can build with BuildKit (tried: {tried}). Install the buildx plugin "
         "(docker-buildx-plugin or docker-buildx), or point ENVBUILD_DOCKER at a client that has it."
     )
-
-
-def docker_cli() -> str:
-    """A docker client binary for plain engine commands (push)."""
-    found = shutil.which("docker") or next((c for c in _FALLBACK_CLIENTS if Path(c).is_file()), None)
-    if not found:
-        raise EngineUnavailable("no `docker` client on PATH; install docker.io or docker-ce-cli")
-    return os.environ.get("ENVBUILD_DOCKER", found)
 
 
 def _short(exc: Exception) -> str:

@@ -218,6 +218,12 @@ class StoreReads(StoreConnection):
             return None
         return str((self.path.resolve().parent / attempt_dir))
 
+    def signed_runs(self) -> list[tuple[int, str, str | None, str | None]]:
+        """(row id, run_id, signer, attestation envelope) of every run stored as signed (ci or contributed)."""
+        marks = ", ".join("?" for _ in PUBLISHED)
+        return list(self._rows(f"SELECT id, run_id, signer, attestation_json FROM runs WHERE provenance IN ({marks})",
+                               PUBLISHED))
+
     def probe_rows(self, run_row: int) -> list[dict]:
         cur = self._rows(
             "SELECT name, status, message, CAST(values_json AS BLOB) FROM probes WHERE run_row = ? ORDER BY name",

@@ -185,10 +185,6 @@ class CellSummary:
                 return result
         return None
 
-    @property
-    def latest_build(self) -> dict | None:
-        return self.builds[-1] if self.builds else None
-
 
 def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = (), *,
               with_runs: bool = True, runs_per_cell: int | None = None, cell_key: str | None = None,

@@ -33,9 +33,6 @@ class Dataset:
     train: tuple[Example, ...]
     eval: tuple[Example, ...]
 
-    def label_id(self, name: str) -> int:
-        return self.labels.index(name)
-
     @property
     def truncated(self) -> int:
         """How many texts were cut to the character limit when read."""

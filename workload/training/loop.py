@@ -329,11 +329,14 @@ def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params,
 
 
 def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype: str, pad_id: int,
-          on_step=None, ddp_rank: int = 0, ddp_world: int = 1, reduce_sum=None) -> TrainStats:
+          on_step=None, ddp_rank: int = 0, ddp_world: int = 1, reduce_sum=None,
+          compile_backend: str | None = None) -> TrainStats:
     """Train `model` (its trainable parameters) for the recipe's epochs (or max_steps).
 
     Steps come from `plan_epoch`; each runs as one or more micro-batches (`micro_batches`). Under data
-    parallelism each of `ddp_world` ranks takes its slice of every micro-batch of the global step."""
+    parallelism each of `ddp_world` ranks takes its slice of every micro-batch of the global step.
+    `compile_backend`: the torch.compile backend for the recipe's compiled layers; None compiles with inductor
+    on GPUs only (its CPU compile costs more than it saves on short runs)."""
     if recipe.pack and ddp_world > 1 and reduce_sum is None:
         raise ValueError("packed batches with several processes need reduce_sum (a sum over the ranks)")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -361,9 +364,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     manual_sync = recipe.pack and ddp_world > 1
     forward_model = model.module if manual_sync and hasattr(model, "module") else model
     model.train()
-    # Compiled layers on GPUs only (inductor's CPU compile costs more than it saves on short runs), unless
-    # WORKLOAD_COMPILE_BACKEND names a backend (tests: "aot_eager" exercises the same path on the CPU quickly).
-    backend = os.environ.get("WORKLOAD_COMPILE_BACKEND")
+    backend = compile_backend
     # An image whose torch cannot compile says so (envbuild sets this on source-built ROCm torch without Triton):
     # the run goes eager from the start and records why, instead of failing into the fallback below.
     unavailable = os.environ.get(COMPILE_UNAVAILABLE_ENV)
