@@ -328,6 +328,91 @@ def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params,
     return graphs
 
 
+def _schedule(recipe: Recipe, lengths: list[int]) -> tuple[Recipe, list]:
+    """The recipe as this torch can run it (packing falls back to padded batches where unsupported) and its
+    steps: every epoch's plan, repeated or cut to max_steps."""
+    if recipe.pack and not packing_supported():  # the same steps, laid out as padded batches
+        recipe = dataclasses.replace(recipe, pack=False, varlen_attention=False)
+    schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
+    if recipe.max_steps:
+        schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[:recipe.max_steps]
+    return recipe, schedule
+
+
+def _compile(model, recipe: Recipe, device: torch.device, backend: str | None, stats: TrainStats) -> int:
+    """How many layers were compiled (0: eager; why, in `stats.compile_error`). Compiled layers run on GPUs only
+    unless a `backend` is named."""
+    if not recipe.compile or (device.type != "cuda" and not backend):
+        return 0
+    # An image whose torch cannot compile says so (envbuild sets this on source-built ROCm torch without Triton):
+    # the run goes eager from the start and records why, instead of failing into the fallback below.
+    if unavailable := os.environ.get(COMPILE_UNAVAILABLE_ENV):
+        stats.compile_error = f"unavailable in this image: {unavailable}"
+        return 0
+    try:
+        return compile_layers(model, backend=backend or "inductor")
+    except Exception as e:  # noqa: BLE001 - an environment without a working compiler trains eager
+        stats.compile_error = _first_line(e)
+        uncompile_layers(model)
+        return 0
+
+
+def _varlen(recipe: Recipe, device: torch.device, dtype: str, stats: TrainStats) -> bool:
+    """Whether packed rows run through the varlen attention kernels (why not, in `stats.varlen_error`)."""
+    if not (recipe.pack and recipe.varlen_attention):
+        return False
+    # the kernels are GPU-only; elsewhere packed rows use masks
+    stats.varlen_error = ("no varlen attention kernel on the CPU" if device.type != "cuda"
+                          else f"the varlen kernels take bf16/fp16, not {dtype}" if dtype not in ("bf16", "fp16")
+                          else varlen_available())
+    return stats.varlen_error is None
+
+
+def _warm_up_compiled(model, schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank, ddp_world, params,
+                      varlen, stats: TrainStats, compiled: int) -> int:
+    """Compile every step shape before the timed loop (`stats.warmup_seconds`); the compiled layer count, or 0
+    when compiling failed and the same loop runs eager (recorded)."""
+    _sync(device)
+    begin = time.perf_counter()
+    # Warm-up through the unwrapped module: DDP would sync (and ranks may see different shapes).
+    try:
+        _warm_up(getattr(model, "module", model), schedule, data, recipe, device, dtype, pad_id, pin,
+                 ddp_rank, ddp_world, params, varlen)
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - compilation failed: the same loop runs eager (recorded)
+        stats.compile_error = _first_line(e)
+        uncompile_layers(model)
+        compiled = 0
+        for p in params:
+            p.grad = None
+    stats.warmup_seconds = time.perf_counter() - begin
+    return compiled
+
+
+def _update(params, optimizer, scheduler, scaler, max_grad_norm: float) -> torch.Tensor:
+    """One optimizer step after the step's backward passes: unscale, clip (the norm is returned), step."""
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+def _log(stats: TrainStats, step_no: int, steps: int, recipe: Recipe, dtype: str, reduce_sum, on_step,
+         pending_loss: list, pending_norm: list) -> tuple[list, list]:
+    """Every `log_every` steps and at the last: check the pending losses and norms (one sync) and report the
+    step; returns the lists still pending."""
+    if step_no % recipe.log_every != 0 and step_no != steps:
+        return pending_loss, pending_norm
+    _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype, reduce_sum)
+    if on_step:
+        on_step(step_no, steps, stats.train_loss[-1][1])
+    return [], []
+
+
 def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype: str, pad_id: int,
           on_step=None, ddp_rank: int = 0, ddp_world: int = 1, reduce_sum=None,
           compile_backend: str | None = None) -> TrainStats:
@@ -341,11 +426,7 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
         raise ValueError("packed batches with several processes need reduce_sum (a sum over the ranks)")
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(x) for x in data.train_ids]
-    if recipe.pack and not packing_supported():  # the same steps, laid out as padded batches
-        recipe = dataclasses.replace(recipe, pack=False, varlen_attention=False)
-    schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
-    if recipe.max_steps:
-        schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[:recipe.max_steps]
+    recipe, schedule = _schedule(recipe, lengths)
     learning_rate, warmup_steps = scaled_schedule(recipe, schedule)
     stats, pending_loss, pending_norm = TrainStats(), [], []
     use_graphs = False
@@ -364,31 +445,13 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     manual_sync = recipe.pack and ddp_world > 1
     forward_model = model.module if manual_sync and hasattr(model, "module") else model
     model.train()
-    backend = compile_backend
-    # An image whose torch cannot compile says so (envbuild sets this on source-built ROCm torch without Triton):
-    # the run goes eager from the start and records why, instead of failing into the fallback below.
-    unavailable = os.environ.get(COMPILE_UNAVAILABLE_ENV)
-    compiled = 0
-    if recipe.compile and (device.type == "cuda" or backend) and unavailable:
-        stats.compile_error = f"unavailable in this image: {unavailable}"
-    elif recipe.compile and (device.type == "cuda" or backend):
-        try:
-            compiled = compile_layers(model, backend=backend or "inductor")
-        except Exception as e:  # noqa: BLE001 - an environment without a working compiler trains eager
-            stats.compile_error = _first_line(e)
-            uncompile_layers(model)
+    compiled = _compile(model, recipe, device, compile_backend, stats)
     # No KV cache in training: transformers would otherwise build one per forward (and compiled layers would
     # recompile per layer on its state).
     configs = [m.config for m in model.modules() if getattr(getattr(m, "config", None), "use_cache", False)]
     for config in configs:
         config.use_cache = False
-    varlen = False
-    if recipe.pack and recipe.varlen_attention:  # the kernels are GPU-only; elsewhere packed rows use masks
-        stats.varlen_error = ("no varlen attention kernel on the CPU" if device.type != "cuda"
-                              else f"the varlen kernels take bf16/fp16, not {dtype}" if dtype not in ("bf16", "fp16")
-                              else varlen_available())
-        varlen = stats.varlen_error is None
-    stats.varlen_attention = varlen
+    varlen = stats.varlen_attention = _varlen(recipe, device, dtype, stats)
     attention = contextlib.ExitStack()
     try:
         if varlen:
@@ -396,21 +459,8 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
         if recipe.merged_qkv:
             stats.merged_qkv_blocks = attention.enter_context(merged_qkv_on(model))
         if compiled:
-            _sync(device)
-            begin = time.perf_counter()
-            # Warm-up through the unwrapped module: DDP would sync (and ranks may see different shapes).
-            try:
-                _warm_up(getattr(model, "module", model), schedule, data, recipe, device, dtype, pad_id, pin,
-                         ddp_rank, ddp_world, params, varlen)
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as e:  # noqa: BLE001 - compilation failed: the same loop runs eager (recorded)
-                stats.compile_error = _first_line(e)
-                uncompile_layers(model)
-                compiled = 0
-                for p in params:
-                    p.grad = None
-            stats.warmup_seconds = time.perf_counter() - begin
+            compiled = _warm_up_compiled(model, schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank,
+                                         ddp_world, params, varlen, stats, compiled)
         stats.compiled_layers = compiled
         graphs = None
         if use_graphs:
@@ -441,12 +491,8 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                 _record_step(stats, step_no, step, lengths, trained_lengths)
                 pending_loss.append(step_loss)
                 pending_norm.append(norm)
-                if step_no % recipe.log_every == 0 or step_no == len(schedule):
-                    _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype,
-                                  reduce_sum)
-                    pending_loss, pending_norm = [], []
-                    if on_step:
-                        on_step(step_no, len(schedule), stats.train_loss[-1][1])
+                pending_loss, pending_norm = _log(stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step,
+                                                  pending_loss, pending_norm)
                 continue
             step_loss = torch.zeros((), device=device)
             for k, micro in enumerate(micros):
@@ -461,20 +507,12 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                 stats.padded_tokens += batch[0].numel()
             if manual_sync:
                 _average_gradients(params, reduce_sum, ddp_world)
-            scaler.unscale_(optimizer)
-            norm = torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            norm = _update(params, optimizer, scheduler, scaler, recipe.max_grad_norm)
             pending_loss.append(step_loss)
             pending_norm.append(norm.detach().float())
             _record_step(stats, step_no, step, lengths, trained_lengths)
-            if step_no % recipe.log_every == 0 or step_no == len(schedule):
-                _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype, reduce_sum)
-                pending_loss, pending_norm = [], []
-                if on_step:
-                    on_step(step_no, len(schedule), stats.train_loss[-1][1])
+            pending_loss, pending_norm = _log(stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step,
+                                              pending_loss, pending_norm)
         _sync(device)
         stats.seconds = time.perf_counter() - start
         stats.samples, stats.tokens = stats.samples - untimed[0], stats.tokens - untimed[1]
