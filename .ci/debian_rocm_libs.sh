@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch real ROCm 6.4 userspace libraries from Debian sid and unpack them (no install, no GPU needed), for the
-# code-object tests (tests/test_rocm_libs_debian.py). The host's apt sources are left alone: apt reads a sources
+# code-object tests (tests/integration/test_rocm_libs_debian.py). The host's apt sources are left alone: apt reads a sources
 # list, package lists and an archive cache of its own under the cache dir. A cache dir that already holds the
 # unpacked root is reused as is (delete it to refetch).
 #

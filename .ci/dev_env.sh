@@ -21,5 +21,5 @@ pip=("$VENV/bin/python" -m pip install -q)
 "${pip[@]}" "torch==$TORCH"   # its dependencies are in the lock already: pip adds none
 "${pip[@]}" --no-deps --no-build-isolation -e .   # setuptools comes from the lock, not the newest release
 "$VENV/bin/python" -m pip check
-sha256sum requirements-dev.lock | cut -d' ' -f1 >"$VENV/envbuild-dev-lock.sha256"   # tests/test_dev_lock.py reads it
+sha256sum requirements-dev.lock | cut -d' ' -f1 >"$VENV/envbuild-dev-lock.sha256"   # tests/project/test_dev_lock.py reads it
 echo "dev_env: $VENV ready ($("$VENV/bin/python" -m pip list --format=freeze | wc -l) distributions); activate: . $VENV/bin/activate"

@@ -7,7 +7,7 @@ with the failure's first `E` lines. It needs only Python, pytest and `patch`, no
 
     python3 .ci/mutation_gpu_retest.py SUMMARY.txt LINES -- PYTEST_ARGS...
     python3 .ci/mutation_gpu_retest.py .mutation/varlen.txt 59,70,80,87 -- --noconftest -x -q \\
-        tests/test_workload_varlen.py -k "varlen_packed or training_with"
+        tests/workload/test_workload_varlen.py -k "varlen_packed or training_with"
 
 LINES (comma-separated, or `all`) picks the survivors by the line they start on. PARALLEL (default 6) sets how
 many run at a time."""

@@ -1,5 +1,5 @@
-"""verify_image.py run as the image runs it, on a stand-in ROCm torch (tests/test_verify_image.py,
-tests/test_rocm_libs_debian.py)."""
+"""verify_image.py run as the image runs it, on a stand-in ROCm torch (tests/integration/test_verify_image.py,
+tests/integration/test_rocm_libs_debian.py)."""
 
 from __future__ import annotations
 

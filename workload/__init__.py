@@ -2,7 +2,7 @@
 
 The top level wires the rooms: `cli` -> `runner` (with `launch`, `settings`, `errors`, `result`) -> `training`,
 `model`, `data`, `probes` -> `binaries`. Lower rooms never import the runner or the CLI, and `probes` and
-`training` never import each other (pyproject.toml [tool.importlinter], tests/test_layering.py).
+`training` never import each other (pyproject.toml [tool.importlinter], tests/project/test_layering.py).
 """
 
 __version__ = "0.1.0"

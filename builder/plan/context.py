@@ -24,7 +24,7 @@ def context_hash_of(labels: dict | None) -> str | None:
 
 #: The build steps that may use the network, and what each fetches (listed in the manifest). Every other
 #: step -- the torch compile (build_torch.sh, with every proxy variable pointing at a closed port) and the
-#: verify step -- works offline; tests/test_render.py greps every RUN of the rendered contexts for network
+#: verify step -- works offline; tests/plan/test_render.py greps every RUN of the rendered contexts for network
 #: tools outside these.
 FETCH_STEPS = {
     "refresh_apt_key.sh": "the ROCm apt signing key (fingerprint-checked)",

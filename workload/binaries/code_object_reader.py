@@ -8,7 +8,7 @@ and no ROCm tools (standard library only, so `envbuild inspect` can use it on th
   `.hip_fatbin` section: the magic `__CLANG_OFFLOAD_BUNDLE__`, a little-endian uint64 entry count, then per
   entry uint64 offset, uint64 size, uint64 triple length and the triple, e.g.
   `hipv4-amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-` (format: clang's ClangOffloadBundler documentation;
-  checked against `clang-offload-bundler --list` of llvm-15 on hipcc 5.2.3 output in tests/test_codeobjects.py).
+  checked against `clang-offload-bundler --list` of llvm-15 on hipcc 5.2.3 output in tests/engine/test_codeobjects.py).
 - Newer clang may compress bundles (magic `CCOB`); those are counted and reported as not decoded.
 - rocBLAS and hipBLASLt keep per-arch kernel files (`.../rocblas/library/*gfx90a*`, or a versioned
   `rocblas/4.4.1/library` as Debian ships it): counted by arch name.

@@ -3,7 +3,7 @@
 Standard library only (the arch probe and `envbuild inspect` use it where no binutils are installed). Reads
 64-bit little-endian ELF files through their section headers: the SHT_DYNAMIC section's DT_NEEDED values
 are offsets into the string table its sh_link names (field layout: the System V gABI, "Dynamic Section";
-checked against `readelf -d` on Debian's ROCm libraries in tests/test_rocm_libs_debian.py).
+checked against `readelf -d` on Debian's ROCm libraries in tests/integration/test_rocm_libs_debian.py).
 """
 
 from __future__ import annotations

@@ -4,5 +4,5 @@
 
 Imports `workload.errors`, `workload.training` (predict: autocast, batching), `workload.data` (predict: the
 length limit) and `workload.probes.environment` (predict: device and dtype). Imported by the runner, the CLI
-and bench/; never imports the runner or the CLI (pyproject.toml [tool.importlinter], tests/test_layering.py).
+and bench/; never imports the runner or the CLI (pyproject.toml [tool.importlinter], tests/project/test_layering.py).
 """

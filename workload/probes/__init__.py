@@ -12,7 +12,7 @@ Beside the probes live what they read from the environment: `environment` (devic
 versions, GPU identity, peak FLOP/s) and `probe_table` (the records as a text table). Imports `workload.binaries`
 (the arch probe's code-object reader) and `workload.__version__`; never `workload.training`, the runner or the
 CLI. Imported by the runner, `workload.launch` (device counts), the CLI (the table), `workload.model.predict`
-(device and dtype) and bench/ (pyproject.toml [tool.importlinter], tests/test_layering.py).
+(device and dtype) and bench/ (pyproject.toml [tool.importlinter], tests/project/test_layering.py).
 """
 
 from __future__ import annotations

@@ -4,5 +4,5 @@ whole-step graphs, packing/compile (`speed`), data parallelism, the recipes (`pr
 
 Imports only itself and `workload.errors`. Imported by the runner, the CLI, `workload.settings`,
 `workload.model.predict` (autocast, batching) and bench/; never imports the runner, the CLI or `workload.probes`
-(pyproject.toml [tool.importlinter], tests/test_layering.py).
+(pyproject.toml [tool.importlinter], tests/project/test_layering.py).
 """

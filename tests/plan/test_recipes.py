@@ -1,0 +1,301 @@
+"""recipes/ data rules, series parsing, and the resolver's choices."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from builder.paths import RECIPES_DIR
+from builder.plan.recipes import RecipeError, load, version_key
+from builder.plan.resolve import Request, ResolveError, UnprovenSourceError, all_plans, resolve
+
+
+def test_every_release_and_torch_line_cites_a_source():
+    recipes = load()
+    for flavor, releases in recipes.releases.items():
+        assert releases, flavor
+        for release in releases.values():
+            assert release.source and release.base_image
+    for line in recipes.torch.values():
+        assert line.source and line.version.startswith(line.line + ".")
+
+
+def test_rocm_releases_match_the_verified_facts():
+    rocm = load().releases["rocm"]
+    assert set(rocm) >= {"6.1.2", "6.2"}
+    assert rocm["6.1.2"].amdgpu_install == "6.1.60102" and rocm["6.2"].amdgpu_install == "6.2.60200"
+    assert rocm["6.2"].base_image == "rocm/dev-ubuntu-22.04:6.2" and rocm["6.2"].codename == "jammy"
+    for version in ("6.1.2", "6.2"):
+        assert set(rocm[version].archs) == {"gfx942", "gfx90a", "gfx908", "gfx1100", "gfx1030"}
+
+
+def test_later_releases_take_os_and_archs_from_amds_tables():
+    """6.2.4 and later: the archs and the Ubuntu line are AMD's machine-readable tables' (recipes/vendor/), for the
+    first point release of the line, and the release's source names the table it came from."""
+    from builder.plan import vendor_matrix
+
+    points = vendor_matrix.load()
+    later = {v: r for v, r in load().releases["rocm"].items() if version_key(v) > (6, 2)}
+    assert set(later) >= {"6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2"}
+    for version, release in later.items():
+        first = vendor_matrix.for_release(version, points)[0]
+        assert set(release.archs) == set(first.archs), version
+        assert any(u.startswith(release.ubuntu) for u in first.ubuntu), version
+        assert release.default_arch in release.archs and "compatibility-matrix" in release.source, version
+        assert not release.source_build and not release.source_build_packages, version  # none verified there
+    assert "gfx950" in later["7.0"].archs and "gfx950" not in later["6.4"].archs
+    assert {"gfx1101", "gfx1200", "gfx1201"} <= set(later["7.2"].archs)
+
+
+def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
+    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (transformers 5.x on PyPI: Requires-Python >=3.11, torch>=2.6): check every cell's pins."""
+    for plan in all_plans(unproven=True):
+        major = int(plan.stack["transformers"].split(".")[0])
+        if major >= 5:
+            assert version_key(plan.torch.line) >= (2, 6), plan.cell.key
+            assert version_key(plan.cell.python) >= (3, 11), plan.cell.key
+        if plan.stack["accelerate"].startswith("0.33"):  # accelerate 0.33 requires numpy < 2
+            assert plan.stack["numpy"].startswith("1."), plan.cell.key
+
+
+def test_auto_route_per_official_wheel_table():
+    cases = {
+        ("6.2", "2.5"): ("wheel", "torch==2.5.1+rocm6.2"),
+        ("6.1.2", "2.4"): ("wheel", "torch==2.4.1+rocm6.1"),
+        ("6.1.2", "2.5"): ("wheel", "torch==2.5.1+rocm6.1"),
+        ("6.2", "2.4"): ("source", "torch==2.4.1+rocm6.2"),  # a source build stamps its local label
+        ("6.1.2", "2.3"): ("source", "torch==2.3.1+rocm6.1.2"),
+        ("6.2", "2.6"): ("source", "torch==2.6.0+rocm6.2"),  # 2.6.0's wheel is rocm6.2.4, not 6.2
+    }
+    for (rocm, torch), (route, requirement) in cases.items():
+        plan = resolve(Request(accel_version=rocm, torch=torch, unproven=True))
+        assert (plan.torch_source, plan.torch_requirement) == (route, requirement), (rocm, torch)
+        assert ("auto chose a source build" in plan.torch_source_reason) == (route == "source")
+        assert plan.unproven == (route == "source")  # recipes/source-builds.toml lists no peer build yet
+        if route == "source":  # without --unproven the resolver refuses, naming a cell whose torch was built
+            with pytest.raises(UnprovenSourceError, match=r"nearest proven: --rocm [\d.]+ --torch [\d.]+ \(official wheel\)"):
+                resolve(Request(accel_version=rocm, torch=torch))
+
+
+def test_defaults_and_exact_release_request():
+    plan = resolve(Request(accel_version="6.2", torch="2.4.1", unproven=True))
+    assert plan.cell.key == "rocm6.2-torch2.4-gfx90a-py3.10"
+    assert plan.base_image == "rocm/dev-ubuntu-22.04:6.2" and plan.amdgpu_install == ""
+
+
+def test_forced_source_build_where_a_wheel_exists():
+    with pytest.raises(UnprovenSourceError, match="has an official wheel but no peer build of its source"):
+        resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
+    plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source", unproven=True))
+    assert plan.torch_source == "source" and plan.torch_stage == "torch-compile"
+    assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "torch-compile",
+                           "sentencepiece", "runtime")
+    assert plan.torch_version == "2.5.1+rocm6.2"  # the local label a source build stamps, as the wheel has
+    assert plan.os_packages and "rocm-libs" in plan.os_packages
+    # v2.5.1's Triton: what the official 2.5.1+rocm6.2 wheel requires (recipes/torch.toml)
+    assert plan.compile_requirement == "pytorch-triton-rocm==3.1.0" and not plan.compile_unavailable
+    assert plan.wheel_index_url == "https://download.pytorch.org/whl/rocm6.2"
+
+
+def test_install_rocm_starts_from_ubuntu_with_the_exact_amdgpu_install():
+    plan = resolve(Request(accel_version="6.1.2", torch="2.3", install_accel=True, unproven=True))
+    assert plan.base_image == "ubuntu:22.04" and plan.amdgpu_install == "6.1.60102"
+    with pytest.raises(ResolveError, match="no installer route"):
+        resolve(Request(flavor="cpu", torch="2.13", install_accel=True))
+
+
+def test_every_known_cell_resolves_back_to_itself():
+    proven = all_plans()
+    plans = all_plans(unproven=True)
+    assert {p.cell.key for p in proven} == {p.cell.key for p in plans if not p.unproven} < {p.cell.key for p in plans}
+    keys = [p.cell.key for p in plans]
+    assert len(keys) == len(set(keys))
+    for plan in plans:
+        cell = plan.cell
+        again = resolve(Request(flavor=cell.flavor, accel_version=cell.accel_version, torch=cell.torch,
+                                arch=cell.arch, python=cell.python, unproven=plan.unproven))
+        assert again == plan
+
+
+PATCH = """From: envbuild
+Subject: example
+
+Why: shows the header a patch needs.
+Upstream: https://github.com/pytorch/pytorch/pull/1
+
+diff --git a/a.txt b/a.txt
+"""
+
+
+def test_series_with_patches_and_commits_is_parsed_with_hashes(recipes_copy):
+    series_dir = recipes_copy / "patches" / "torch-2.4"
+    (series_dir / "0001-example.patch").write_text(PATCH)
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    (series_dir / "series").write_text(
+        f"# comment\npatch 0001-example.patch\ncommit {sha} https://github.com/pytorch/pytorch/pull/2#x  # why\n"
+    )
+    entries = load(recipes_copy).patch_series("2.4")
+    assert [(e.kind, e.ref) for e in entries] == [("patch", "0001-example.patch"), ("commit", sha)]
+    assert len(entries[0].sha256) == 64 and entries[1].url == "https://github.com/pytorch/pytorch/pull/2#x"
+
+
+@pytest.mark.parametrize(
+    "series, patch, message",
+    [
+        ("patch 0001-missing.patch\n", None, "does not exist"),
+        ("patch 0001-example.patch\n", "diff --git a/a b/a\n", "needs 'Why:' and 'Upstream:'"),
+        ("commit abc123 https://x\n", None, "series:1: expected"),
+        ("cherry-pick 0001-example.patch\n", PATCH, "series:1: expected"),
+    ],
+)
+def test_bad_series_is_rejected_with_file_and_line(recipes_copy, series, patch, message):
+    series_dir = recipes_copy / "patches" / "torch-2.4"
+    if patch is not None:
+        (series_dir / "0001-example.patch").write_text(patch)
+    (series_dir / "series").write_text(series)
+    with pytest.raises(RecipeError, match=message):
+        load(recipes_copy)
+
+
+def test_hf_stack_missing_for_a_torch_line_is_a_recipe_error(recipes_copy):
+    text = (recipes_copy / "hf-stack.toml").read_text()
+    (recipes_copy / "hf-stack.toml").write_text(text.replace('[stack."2.6"]', '[stack."2.6-gone"]'))
+    with pytest.raises(RecipeError, match='no \\[stack."2.6"\\]'):
+        load(recipes_copy)
+
+
+CUDA_FLAVOR = """
+[flavor.cuda]
+description = "test-only flavor added as data"
+releases_file = "cuda.toml"
+label = "CUDA"
+versioned = true
+torch_sources = ["wheel", "source"]
+wheel_index = "https://download.pytorch.org/whl/{suffix}"
+local_version = "{suffix}"
+arch_env = "TORCH_CUDA_ARCH_LIST"
+build_env = { USE_CUDA = "1", USE_ROCM = "0" }
+source_prepare = ""
+compile_job_mem_mb = 4608
+"""
+CUDA_RELEASES = """
+[release."12.4"]
+base_image = "example.invalid/cuda-devel:12.4-ubuntu22.04"
+codename = "jammy"
+archs = ["sm_80", "sm_90"]
+default_arch = "sm_90"
+wheel_suffixes = ["cu124"]
+system_python = "3.10"
+pythons = ["3.10"]
+source = "test data, not a verified fact"
+"""
+
+
+def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
+    """Adding a flavor touches recipes/ only: it resolves, renders and lints without Python changes."""
+    from builder.plan.render import context_files
+
+    shutil.rmtree(recipes_copy / "flavors.d")  # the real cuda flavor; this test adds its own, test-only one
+    (recipes_copy / "flavors.toml").write_text((recipes_copy / "flavors.toml").read_text() + CUDA_FLAVOR)
+    (recipes_copy / "cuda.toml").write_text(CUDA_RELEASES)
+    torch = (recipes_copy / "torch.toml").read_text()
+    (recipes_copy / "torch.toml").write_text(
+        torch.replace('[torch."2.5"]\nflavors = ["rocm"]', '[torch."2.5"]\nflavors = ["rocm", "cuda"]')
+        .replace('wheel_suffixes = ["rocm6.1", "rocm6.2"]', 'wheel_suffixes = ["rocm6.1", "rocm6.2", "cu124"]')
+    )
+    recipes = load(recipes_copy)
+    wheel = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5"), recipes)
+    assert wheel.cell.key == "cuda12.4-torch2.5-sm_90-py3.10"
+    assert wheel.torch_requirement == "torch==2.5.1+cu124" and wheel.torch_source == "wheel"
+    source = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source", unproven=True), recipes)
+    dockerfile = context_files(wheel)[0]["Dockerfile"].decode()
+    assert "install_rocm" not in dockerfile and "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124" in dockerfile
+    path = tmp_path / "Dockerfile"
+    path.write_bytes(context_files(source)[0]["Dockerfile"])
+    assert "ARG TORCH_CUDA_ARCH_LIST=sm_90" in path.read_text() and "USE_CUDA=1" in path.read_text()
+    import subprocess
+
+    from builder.paths import IMAGES_DIR
+
+    lint = subprocess.run(["hadolint", "--config", str(IMAGES_DIR / "hadolint.yaml"), str(path)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout
+    with pytest.raises(ResolveError, match="arch 'gfx90a' is not supported by CUDA 12.4"):
+        resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", arch="gfx90a"), recipes)
+
+
+#: test data only (a placeholder, not a real pytorch commit): the shape of a peer-proven fork build
+FORK_BUILD = """
+[[build]]
+flavor = "rocm"
+release = "6.2"
+torch = "2.4"
+repo = "https://github.com/ROCm/pytorch.git"
+ref = "release/2.4"
+commit = "0123456789abcdef0123456789abcdef01234567"
+version = "2.4.1"
+peer = "https://example.org/peer-build-log"
+checked = "test data"
+"""
+
+
+def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(recipes_copy):
+    """A source cell listed in source-builds.toml builds that repository at that commit,
+    with no --unproven, and says fork/upstream and the peer in the manifest and the labels."""
+    from builder.plan.render import context_files
+
+    path = recipes_copy / "source-builds.toml"
+    path.write_text(path.read_text().replace("build = []\n", FORK_BUILD))
+    recipes = load(recipes_copy)
+    plan = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
+    assert not plan.unproven and plan.source_build.fork
+    assert plan.git_source == {"repo": "https://github.com/ROCm/pytorch.git", "ref": "release/2.4",
+                               "commit": "0123456789abcdef0123456789abcdef01234567", "fork": True,
+                               "proof": "peer-built", "peer": "https://example.org/peer-build-log"}
+    files, manifest = context_files(plan)
+    dockerfile = files["Dockerfile"].decode()
+    assert "ARG TORCH_GIT_URL=https://github.com/ROCm/pytorch.git\n" in dockerfile
+    assert "ARG TORCH_GIT_COMMIT=0123456789abcdef0123456789abcdef01234567\n" in dockerfile
+    assert manifest["labels"]["io.envbuild.torch-git-origin"] == "fork"
+    assert manifest["labels"]["io.envbuild.torch-proof"] == "https://example.org/peer-build-log"
+    assert manifest["torch_origin"]["proof"] == "peer-built"
+    # the same cell in the committed recipes: refused without --unproven
+    with pytest.raises(UnprovenSourceError):
+        resolve(Request(accel_version="6.2", torch="2.4"))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (('commit = "0123456789abcdef0123456789abcdef01234567"', 'commit = "01234567"'), "full 40-hex sha"),
+    (('version = "2.4.1"', 'version = "2.4.0"'), "torch.toml pins 2.4.1"),
+    (('peer = "https://example.org/peer-build-log"', 'peer = "file:///etc/passwd"'), "https://"),
+])
+def test_a_source_build_entry_without_a_full_commit_peer_link_or_the_lines_version_is_refused(recipes_copy, bad,
+                                                                                              message):
+    path = recipes_copy / "source-builds.toml"
+    path.write_text(path.read_text().replace("build = []\n", FORK_BUILD.replace(*bad)))
+    with pytest.raises(RecipeError, match=message):
+        load(recipes_copy)
+
+
+def test_a_compile_pin_without_its_index_or_peer_record_is_refused(recipes_copy):
+    """A Triton pin in torch.toml carries where it comes from: a version alone is not accepted."""
+    text = (recipes_copy / "torch.toml").read_text()
+    checked = next(line for line in text.splitlines() if line.startswith("compile_checked =") and "3.0.0" in line)
+    (recipes_copy / "torch.toml").write_text(text.replace(checked + "\n", ""))
+    with pytest.raises(RecipeError, match="torch line 2.4: compile_version needs compile_index and compile_checked"):
+        load(recipes_copy)
+
+
+def test_the_headline_source_cell_stays_unproven_and_both_plan_and_refusal_give_the_build_estimate():
+    """No public record names the commit of AMD's fork that its ROCm 6.2 CI passed (recipes/source-builds.toml says
+    what was searched), so --rocm 6.2 --torch 2.4 needs --unproven; the refusal names the nearest proven cells and,
+    like the plan of a source build, roughly how long and how large such a build is, labelled as an estimate."""
+    with pytest.raises(UnprovenSourceError) as refused:
+        resolve(Request(accel_version="6.2", torch="2.4", arch="gfx90a"))
+    message = str(refused.value)
+    assert "--rocm 6.2 --torch 2.5 (official wheel)" in message and "--rocm 6.1.2 --torch 2.4 (official wheel)" in message
+    assert "how long and how large a source build is: estimate" in message and "pytorch/builder#1286" in message
+    rows = dict(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)).describe())
+    assert rows["build size"].startswith("estimate") and "4.5 GB RAM per compile job" in rows["build size"]
+    assert "build size" not in dict(resolve(Request(accel_version="6.2", torch="2.5")).describe())
+    assert load().source_build("rocm", "6.2", "2.4") is None

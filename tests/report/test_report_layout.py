@@ -1,0 +1,63 @@
+"""The report's layout in headless Chromium at 1400 and 800 px: no horizontal scroll on the index or a cell page,
+and the compare page's loss axis has round, readable ticks clear of its label. On the committed results/ plus the
+recipe cells (what the published site shows)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import main
+from report_browser import inspect_page, require_chromium
+
+REPO = Path(__file__).resolve().parents[2]
+CPU, GPU = "cpu-torch2.13-py3.11", "cuda13.0-torch2.11-sm_90-py3.12"
+ROCM = "rocm6.2-torch2.5-gfx90a-py3.10"
+OVERFLOW = "[document.documentElement.scrollWidth, window.innerWidth]"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("layout")
+    runner = CliRunner()
+    assert runner.invoke(main, ["matrix", "import", "--db", str(tmp / "m.db"), str(REPO / "results")]).exit_code == 0
+    made = runner.invoke(main, ["report", "--db", str(tmp / "m.db"), "-o", str(tmp / "site")])
+    assert made.exit_code == 0, made.output
+    return tmp / "site"
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+@pytest.mark.parametrize("page", ["index.html", f"cells/{ROCM}.html", f"cells/{GPU}.html"])
+def test_no_horizontal_scroll(site, tmp_path, page, width):
+    require_chromium()
+    report = inspect_page((site / page).as_uri(), tmp_path / "shot.png", OVERFLOW, width=width)
+    assert report.errors == []
+    scroll_width, inner = report.value
+    assert inner == width and scroll_width <= width, f"{page} is {scroll_width} px wide at {width} px"
+
+
+def test_compare_ticks_are_round_and_clear_of_the_axis_label(site, tmp_path):
+    require_chromium()
+    expression = f"""(function () {{
+      var f = document.getElementById('pick'); f.a.value = '{CPU}'; f.b.value = '{GPU}';
+      f.dispatchEvent(new Event('change'));
+      var ticks = Array.from(document.querySelectorAll('#curves text.ytick'));
+      var label = Array.from(document.querySelectorAll('#curves text')).find(
+        function (t) {{ return t.textContent.indexOf('training loss') === 0; }}).getBoundingClientRect();
+      return {{ticks: ticks.map(function (t) {{ return t.textContent; }}),
+               overlaps: ticks.filter(function (t) {{ return t.getBoundingClientRect().left < label.right; }}).length}};
+    }})()"""
+    report = inspect_page((site / "compare.html").as_uri(), tmp_path / "compare.png", expression, width=1400)
+    assert report.errors == []
+    ticks = report.value["ticks"]
+    values = [float(t) for t in ticks]
+    assert len(ticks) == 5 and values[0] == 0
+    step = values[1]
+    assert all(abs(v - i * step) < 1e-9 for i, v in enumerate(values))  # four equal steps
+    mantissa = step / 10 ** __import__("math").floor(__import__("math").log10(step))
+    assert round(mantissa, 6) in (1, 2, 2.5, 5)  # a round step: no 2.378 / 1.784 / 0.5945
+    assert all(len(re.sub(r"[^0-9]", "", t).lstrip("0")) <= 3 for t in ticks), ticks
+    assert report.value["overlaps"] == 0
