@@ -176,7 +176,6 @@ class Plan(BaseModel):
         """(field, value) rows for printing a plan."""
         rows = [
             ("cell", self.cell.key),
-            ("evidence", self.evidence_step),
             *([("arch", f"{self.cell.arch} (--arch {self.arch_name}: recipes/gpu-names.toml)")]
               if self.arch_name else []),
             ("base image", self.base_image),
@@ -186,6 +185,7 @@ class Plan(BaseModel):
         rows += [
             ("python", self.cell.python),
             ("torch", f"{self.torch_requirement} ({self.torch_source}: {self.torch_source_reason})"),
+            ("evidence", self.evidence_step),
         ]
         if self.wheel_index_url:
             rows.append(("torch index", self.wheel_index_url))
