@@ -34,7 +34,7 @@ def test_the_plan_of_a_wheel_cell_asked_by_its_marketing_name():
         ("cell", "rocm7.2-torch2.11-gfx942-py3.12"), ("arch", "gfx942 (--arch MI300X: recipes/gpu-names.toml)"),
         ("base image", "rocm/dev-ubuntu-24.04:7.2"), ("python", "3.12"),
         ("torch", "torch==2.11.0+rocm7.2 (wheel: official wheel from the rocm7.2 index (auto: a wheel exists))"),
-        ("evidence", "official wheel: PyTorch's own build of this torch for this ROCm release"),
+        ("evidence", "official wheel: PyTorch's own build of this torch, from its index"),
         ("torch index", "https://download.pytorch.org/whl/rocm7.2"),
         ("stages", "base -> torch-wheel -> sentencepiece -> runtime"), ("recipe hash", plan.recipe_hash[:12])]
     assert len(plan.recipe_hash) == 64
@@ -47,7 +47,7 @@ def test_the_plan_of_a_wheel_cell_installed_on_ubuntu_names_the_installer_and_th
         ("cell", "rocm6.2-torch2.5-gfx90a-py3.10"), ("base image", "ubuntu:22.04"),
         ("ROCm install", "amdgpu-install 6.2.60200 --usecase=rocm --no-dkms"), ("python", "3.10"),
         ("torch", "torch==2.5.1+rocm6.2 (wheel: official wheel from the rocm6.2 index)"),
-        ("evidence", "official wheel: PyTorch's own build of this torch for this ROCm release"),
+        ("evidence", "official wheel: PyTorch's own build of this torch, from its index"),
         ("torch index", "https://download.pytorch.org/whl/rocm6.2"),
         ("triton", "pytorch-triton-rocm==3.1.0 (pulled by the wheel from its index)")]
     assert plan.pinned()["torch"]["git"] is None and plan.patches == () and plan.patch_dir is None

@@ -78,7 +78,7 @@ def test_proven_only_takes_a_wheel_cell(tmp_path):
     assert "builds from source" not in result.stderr
     manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
     assert manifest["torch"]["wheel_hashes"] == "unhashed" and manifest["base_image_pin"] == "tag only"
-    assert manifest["evidence"] == {"step": "official wheel: PyTorch's own build of this torch for this ROCm release",
+    assert manifest["evidence"] == {"step": "official wheel: PyTorch's own build of this torch, from its index",
                                     "record": []}
 
 
