@@ -186,7 +186,10 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
                    "repeatable.")
 @click.option("--releases", "releases", default=None, metavar="FILE|URL",
               help="A list of ROCm release tags (rocm-7.2.4, therock-7.14.0), e.g. saved `git ls-remote --tags` output.")
-def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
+@click.option("--record", is_flag=True,
+              help="Write the sha256 the indexes list for the torch wheels the recipes pin into recipes/"
+                   "wheel-hashes.toml (the manifest names them; \"unhashed\" until recorded).")
+def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool) -> None:
     """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
 
     Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read."""
@@ -198,22 +201,45 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
     try:
         recipes = load()
         total = Findings()
+        hashes: dict[str, str] = {}
         for index in indexes:
             found = check_index(index, recipes)
             total.wheels += found.wheels
             total.archs += found.archs
+            if record:
+                hashes |= _index_hashes(index, recipes)
         if releases:
             total.releases = check_releases(read_text(releases), recipes)
     except UpstreamError as exc:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
         raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+    if record:
+        from builder.paths import RECIPES_DIR
+        from builder.plan import wheel_hashes
+        from builder.plan.recipe_overlay import current
+
+        overlay = current(RECIPES_DIR)  # a site's folder keeps its own record; else the packaged recipes/
+        path = wheel_hashes.record(overlay.source if overlay else RECIPES_DIR, hashes)
+        click.echo(f"recorded the sha256 of {len(hashes)} pinned torch wheels in {path}")
     for kind, items in (("wheel", total.wheels), ("arch", total.archs), ("release", total.releases)):
         for item in dict.fromkeys(items):
             click.echo(f"missing {kind}: {item}")
     if total.empty:
         click.echo("recipes cover everything these sources list")
     raise SystemExit(0 if total.empty else 1)
+
+
+def _index_hashes(index: str, recipes) -> dict[str, str]:
+    """{wheel file: sha256} of the pinned torch wheels `index`'s torch page links with a #sha256= fragment."""
+    from builder.plan.upstream import UpstreamError, project_url, read_text
+    from builder.plan.wheel_hashes import pinned_hashes
+
+    try:
+        page = read_text(project_url(index, "torch"))
+    except UpstreamError:  # an index without a torch project (AMD's per-arch indexes) has no torch wheel to hash
+        return {}
+    return pinned_hashes(page, recipes)
 
 
 def _print_cells(rows: list[dict]) -> None:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.plan import gpu_names
+from builder.plan import gpu_names, wheel_hashes
 from builder.plan.cells import Cell
 from builder.plan.lock_names import lock_path
 from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Record, Release, SourceBuild, SourcePin,
@@ -78,6 +78,7 @@ class Plan(BaseModel):
     evidence: tuple[Record, ...] = ()  # what the public record says about this cell (source-builds.toml [[evidence]])
     evidence_step: str = ""  # how far this cell's torch is proven (source-builds.toml [step])
     notes: tuple[str, ...] = ()  # what the resolver chose for the user (--rocm 6.1 -> 6.1.2); not part of the hash
+    wheel_hashes: dict[str, str] = {}  # official wheels of torch_version for this Python: file -> sha256 (recorded)
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
     lock_path: Path  # recipes/locks/torch<line>-py<python>.txt: what pip installs, with hashes (builder.plan.lock)
@@ -151,7 +152,7 @@ class Plan(BaseModel):
                             "checked": self.torch.compile_checked if self.compile_requirement else None},
                 "wheel_pulls": self.wheel_triton,
                 "wheel_index_url": self.wheel_index_url or None,
-                "wheel_hashes": "unhashed" if self.torch_source == "wheel" else None,
+                "wheel_hashes": (self.wheel_hashes or "unhashed") if self.torch_source == "wheel" else None,
                 "git": self.git_source,
                 "build_env": dict(sorted(self.flavor.build_env.items())) if self.torch_source == "source" else {},
             },
@@ -270,6 +271,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         evidence_step=(recipes.steps.unproven if unproven else recipes.steps.peer if source == "source"
                        else recipes.steps.wheel),
         notes=tuple(notes),
+        wheel_hashes=_wheel_hashes(recipes, requirement, python) if source == "wheel" else {},
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         lock_path=lock_path(recipes, torch.line, python),
@@ -281,6 +283,17 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     if plan.unproven and request.proven_only:
         raise UnprovenSourceError(plan)
     return plan
+
+
+def _wheel_hashes(recipes: Recipes, requirement: str, python: str) -> dict[str, str]:
+    """The recorded sha256 of the official wheels of `requirement` for `python` (recipes/wheel-hashes.toml)."""
+    from builder.plan.recipes import RecipeError
+
+    try:
+        recorded = wheel_hashes.recorded(recipes.root, recipes.digest)
+    except (OSError, ValueError) as exc:
+        raise RecipeError(str(exc)) from exc
+    return wheel_hashes.for_requirement(recorded, requirement.removeprefix("torch=="), python)
 
 
 def _nearest(value: str, choices: list[str], n: int = 3) -> list[str]:
