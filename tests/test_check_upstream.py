@@ -103,7 +103,9 @@ def test_record_writes_the_listed_sha256_of_pinned_wheels_and_the_manifest_names
     not; a plan of that wheel then names the hash instead of "unhashed"."""
     links = [(PINNED, f"{PINNED}#sha256={DIGEST}"),
              ("torch-2.5.1+rocm6.2-cp311-cp311-linux_x86_64.whl", "x.whl#sha256=nothex"),  # malformed digest
-             ("torch-2.12.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl", f"y.whl#sha256={'cd' * 32}")]  # no pin
+             ("torch-2.12.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl", f"y.whl#sha256={'cd' * 32}"),  # no line
+             ("torch-2.5.0+rocm6.2-cp310-cp310-linux_x86_64.whl", f"z.whl#sha256={'ef' * 32}"),  # not the pin
+             ("torch-2.5.1+rocm6.0-cp310-cp310-linux_x86_64.whl", f"w.whl#sha256={'01' * 32}")]  # suffix not listed
     (index_dir / "torch" / "index.html").write_text(
         "<html><body>" + "".join(f'<a href="{h}">{n}</a>' for n, h in links) + "</body></html>")
     site = tmp_path / "site"

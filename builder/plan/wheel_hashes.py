@@ -56,7 +56,8 @@ def pinned_hashes(page: str, recipes: Recipes, flavor: str = "rocm") -> dict[str
         if not match or not _SHA256.match(digest):
             continue
         line = recipes.torch.get(".".join(match["version"].split(".")[:2]))
-        if line and flavor in line.flavors and match["version"] == line.version and match["local"] in line.wheel_suffixes:
+        pinned = line and flavor in line.flavors and match["version"] == line.version
+        if pinned and match["local"] in line.wheel_suffixes:
             found[name] = digest
     return found
 
