@@ -271,6 +271,11 @@ def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(re
     assert manifest["torch_origin"]["proof"] == "peer-built"
     assert manifest["evidence"]["step"] == manifest["labels"]["io.envbuild.evidence"] == recipes.steps.peer
     resolve(Request(accel_version="6.2", torch="2.4", proven_only=True), recipes)  # proven: --proven-only takes it
+    from builder.plan.notice import source_notice
+
+    notice = source_notice(plan, recipes)
+    assert notice[0].endswith("ROCm/pytorch release/2.4 @ 0123456789abcdef0123456789abcdef01234567")
+    assert notice[-1] == f"Evidence: {recipes.steps.peer} (manifest.json `evidence`)"  # no --proven-only warning
     # the same cell in the committed recipes: not proven, so --proven-only refuses it
     with pytest.raises(UnprovenSourceError):
         resolve(Request(accel_version="6.2", torch="2.4", proven_only=True))

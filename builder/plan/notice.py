@@ -32,7 +32,8 @@ def source_notice(plan: Plan, recipes: Recipes | None = None) -> list[str]:
         items.append(f"Cost: {plan.flavor.source_build_estimate}")
     near = nearest_proven(plan.flavor, plan.release, plan.torch, recipes)
     items.append(f"Nearest proven: {'; '.join(near) or 'none'}")
-    items.append(f"Evidence: {plan.evidence_step} (manifest.json `evidence`); --proven-only refuses such cells")
+    refused = "; --proven-only refuses such cells" if plan.unproven else ""
+    items.append(f"Evidence: {plan.evidence_step} (manifest.json `evidence`){refused}")
     lines = []
     for item in items:
         indent = " " * (len(item) - len(item.lstrip(" -")) or 2)
