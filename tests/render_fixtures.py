@@ -14,8 +14,8 @@ GOLDEN_FILES = ("Dockerfile", "cell.def", "requirements.lock", "manifest.json")
 
 #: The cells the issue asks golden files for: name -> request.
 GOLDEN_CELLS = {
-    "rocm6.1.2-torch2.3-source": Request(accel_version="6.1.2", torch="2.3", unproven=True),
-    "rocm6.2-torch2.4-source": Request(accel_version="6.2", torch="2.4", unproven=True),
+    "rocm6.1.2-torch2.3-source": Request(accel_version="6.1.2", torch="2.3"),
+    "rocm6.2-torch2.4-source": Request(accel_version="6.2", torch="2.4"),
     "rocm6.2-torch2.5-wheel": Request(accel_version="6.2", torch="2.5"),
     "rocm6.4-torch2.8-wheel": Request(accel_version="6.4", torch="2.8"),  # Ubuntu 22.04 base, pytorch-triton-rocm pin
     "rocm7.2-torch2.11-gfx942-wheel": Request(accel_version="7.2", torch="2.11", arch="gfx942"),  # Ubuntu 24.04 base

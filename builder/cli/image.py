@@ -92,7 +92,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         raise click.UsageError("--check-reproducible tags nothing, so there is nothing to --push; run them separately")
     plan = None
     if context_dir is None:
-        if request["torch"] is None:
+        if all(request[k] is None for k in ("torch", "rocm", "cuda", "flavor")):
             raise click.UsageError("give a request (e.g. --rocm 7.2 --torch 2.11) or --context DIR")
         plan = plan_from_options(**request)
         if dry_run and out is None:  # the tag is the content hash: render to a scratch dir, keep nothing
@@ -267,6 +267,3 @@ def _recorded(attempt: BuildAttempt, record) -> None:
         raise click.ClickException(f"the build finished but could not be recorded: {exc}"
                                    f" (its attempt record: {attempt.directory})") from exc
 
-
-# --torch is required for a request but not with --context (checked in the command instead).
-next(p for p in image.params if p.name == "torch").required = False

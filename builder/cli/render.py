@@ -23,9 +23,12 @@ def request_options(command):
     options = [
         click.option("--flavor", default=None, help="rocm (implied by --rocm), cuda (implied by --cuda) or cpu; "
                      "see recipes/flavors.toml and recipes/flavors.d/."),
-        click.option("--rocm", "rocm", default=None, metavar="VERSION", help="ROCm release, e.g. 6.2 or 6.1.2."),
+        click.option("--rocm", "rocm", default=None, metavar="VERSION",
+                     help="ROCm release, e.g. 6.2 or 6.1.2 (6.1: the newest 6.1 release, echoed)."),
         click.option("--cuda", "cuda", default=None, metavar="VERSION", help="CUDA release, e.g. 13.0."),
-        click.option("--torch", "torch", required=True, metavar="LINE", help="torch line (2.4) or release (2.4.1)."),
+        click.option("--torch", "torch", default=None, metavar="LINE",
+                     help="torch line (2.4) or release (2.4.1) [default: the newest line with an official wheel for "
+                          "the release, echoed]."),
         click.option("--arch", default=None, metavar="GFX", help="GPU target, e.g. gfx90a (default: the recipe's)."),
         click.option("--python", default=None, metavar="X.Y", help="Python version (default: the base OS's)."),
         click.option(
@@ -43,11 +46,12 @@ def request_options(command):
             help="Start from the plain Ubuntu image and install ROCm with amdgpu-install.",
         ),
         click.option(
-            "--unproven",
+            "--proven-only",
             is_flag=True,
-            help="Allow a torch source build no peer has shown to compile (recipes/source-builds.toml); "
-                 "the manifest, the image labels and the report record it as unproven.",
+            help="Refuse a torch source build no peer has shown to compile (exit 2, with the cell's public record).",
         ),
+        click.option("--unproven", is_flag=True, expose_value=False,
+                     help="Accepted and ignored: source cells build by default (docs/render.md)."),
     ]
     return functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
 
@@ -66,13 +70,13 @@ def request_from_options(
     flavor: str | None,
     rocm: str | None,
     cuda: str | None,
-    torch: str,
+    torch: str | None,
     arch: str | None,
     python: str | None,
     torch_source: str,
     base_image: str | None,
     install_rocm: bool,
-    unproven: bool = False,
+    proven_only: bool = False,
 ) -> Request:
     """A Request from `request_options` values; raises click.UsageError (exit code 2) on conflicts."""
     from builder.plan.resolve import Request
@@ -93,21 +97,32 @@ def request_from_options(
         torch_source=torch_source,
         base_image=base_image,
         install_accel=install_rocm,
-        unproven=unproven,
+        proven_only=proven_only,
     )
 
 
 def plan_from_options(**options) -> Plan:
-    """Resolve the request the options describe; bad requests become click.UsageError (exit code 2)."""
+    """Resolve the request the options describe and print, on stderr, what the resolver chose and the notice of a
+    source cell; bad requests become click.UsageError (exit code 2), a source cell under --proven-only exits 2
+    after its notice."""
+    from builder.plan.notice import source_notice
     from builder.plan.recipes import RecipeError
-    from builder.plan.resolve import ResolveError, resolve
+    from builder.plan.resolve import ResolveError, UnprovenSourceError, resolve
 
     try:
-        return resolve(request_from_options(**options))
+        plan = resolve(request_from_options(**options))
+    except UnprovenSourceError as exc:
+        for line in source_notice(exc.plan):
+            click.echo(line, err=True)
+        click.echo(f"envbuild: {exc}", err=True)
+        raise SystemExit(2) from exc
     except ResolveError as exc:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
         raise BadRecipeData(exc) from exc
+    for line in (*plan.notes, *source_notice(plan)):
+        click.echo(line, err=True)
+    return plan
 
 
 def plan_table(plan: Plan, title: str) -> Table:
@@ -125,8 +140,9 @@ def recipes_group() -> None:
 @recipes_group.command("list")
 @click.option("--flavor", default=None, help="Only this flavor.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON rows instead of a table.")
-@click.option("--unproven", is_flag=True, help="Also list source builds no peer has shown to compile.")
-def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
+@click.option("--proven-only", is_flag=True, help="Leave out source builds no peer has shown to compile.")
+@click.option("--unproven", is_flag=True, expose_value=False, help="Accepted and ignored: every cell is listed.")
+def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
     """List the known cells (flavor x release x torch x arch x Python) and where torch comes from."""
     from builder.plan.recipes import RecipeError, load
     from builder.plan.resolve import all_plans
@@ -139,7 +155,7 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
         overlay = current(RECIPES_DIR)
         if flavor is not None and flavor not in recipes.flavors:
             raise click.UsageError(f"unknown flavor {flavor!r}; choose one of {', '.join(sorted(recipes.flavors))}")
-        plans = all_plans(recipes, flavor, unproven=unproven)
+        plans = all_plans(recipes, flavor, proven_only=proven_only)
     except RecipeError as exc:
         raise BadRecipeData(exc) from exc
     rows = [
@@ -148,7 +164,7 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
             **p.cell.model_dump(),
             "torch_version": p.torch.version,
             "torch_source": p.torch_source,
-            "reason": ("UNPROVEN (no peer build of this source): " if p.unproven else "") + p.torch_source_reason,
+            "reason": (f"{p.evidence_step}: " if p.unproven else "") + p.torch_source_reason,
             "proof": "unproven" if p.unproven else ("peer-built" if p.source_build else "official wheel"),
             "fact_source": p.torch.source,
             "origin": (f"site ({overlay.source})" if origin(overlay, p.cell.flavor,
@@ -170,7 +186,10 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
                    "repeatable.")
 @click.option("--releases", "releases", default=None, metavar="FILE|URL",
               help="A list of ROCm release tags (rocm-7.2.4, therock-7.14.0), e.g. saved `git ls-remote --tags` output.")
-def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
+@click.option("--record", is_flag=True,
+              help="Write the sha256 the indexes list for the torch wheels the recipes pin into recipes/"
+                   "wheel-hashes.toml (the manifest names them; \"unhashed\" until recorded).")
+def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool) -> None:
     """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
 
     Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read."""
@@ -182,22 +201,45 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
     try:
         recipes = load()
         total = Findings()
+        hashes: dict[str, str] = {}
         for index in indexes:
             found = check_index(index, recipes)
             total.wheels += found.wheels
             total.archs += found.archs
+            if record:
+                hashes |= _index_hashes(index, recipes)
         if releases:
             total.releases = check_releases(read_text(releases), recipes)
     except UpstreamError as exc:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
         raise click.ClickException(f"recipe data is invalid: {exc}") from exc
+    if record:
+        from builder.paths import RECIPES_DIR
+        from builder.plan import wheel_hashes
+        from builder.plan.recipe_overlay import current
+
+        overlay = current(RECIPES_DIR)  # a site's folder keeps its own record; else the packaged recipes/
+        path = wheel_hashes.record(overlay.source if overlay else RECIPES_DIR, hashes)
+        click.echo(f"recorded the sha256 of {len(hashes)} pinned torch wheels in {path}")
     for kind, items in (("wheel", total.wheels), ("arch", total.archs), ("release", total.releases)):
         for item in dict.fromkeys(items):
             click.echo(f"missing {kind}: {item}")
     if total.empty:
         click.echo("recipes cover everything these sources list")
     raise SystemExit(0 if total.empty else 1)
+
+
+def _index_hashes(index: str, recipes) -> dict[str, str]:
+    """{wheel file: sha256} of the pinned torch wheels `index`'s torch page links with a #sha256= fragment."""
+    from builder.plan.upstream import UpstreamError, project_url, read_text
+    from builder.plan.wheel_hashes import pinned_hashes
+
+    try:
+        page = read_text(project_url(index, "torch"))
+    except UpstreamError:  # an index without a torch project (AMD's per-arch indexes) has no torch wheel to hash
+        return {}
+    return pinned_hashes(page, recipes)
 
 
 def _print_cells(rows: list[dict]) -> None:

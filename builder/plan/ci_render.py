@@ -68,6 +68,16 @@ def render_args(cell: Cell) -> list[str]:
     return args + ["--python", cell.python]
 
 
+def upstream_indexes(flavor: str = "rocm") -> list[str]:
+    """The PyTorch wheel indexes the recipes take `flavor`'s torch from (the weekly check-upstream job reads them)."""
+    from builder.plan.recipes import load
+
+    recipes = load()
+    index = recipes.flavors[flavor].wheel_index
+    suffixes = {s for r in recipes.releases[flavor].values() for s in r.wheel_suffixes}
+    return sorted(index.format(suffix=s) for s in suffixes)
+
+
 def render_ci(out_dir: Path = GENERATED_DIR, cells: list[Cell] | None = None,
               policy_path: Path = CI_POLICY) -> list[Path]:
     """Write the workflow and the bake file into `out_dir`; returns their paths."""
@@ -84,6 +94,7 @@ def render_ci(out_dir: Path = GENERATED_DIR, cells: list[Cell] | None = None,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["q"] = json.dumps  # a JSON string is a valid YAML and HCL double-quoted string
     values = {"cells": jobs, "workflow": policy.get("workflow", {}), "contexts_dir": CONTEXTS_DIR,
+              "upstream_indexes": upstream_indexes(),
               "policy": policy_path.name,
               "registry": registry.replace("{owner}", "${{ github.repository_owner }}")}
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -107,6 +107,7 @@ def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
         "io.envbuild.python": cell.python,
         "io.envbuild.torch": plan.torch_version,
         "io.envbuild.torch-source": plan.torch_source,
+        "io.envbuild.evidence": plan.evidence_step,
         "io.envbuild.stack": ",".join(f"{k}=={v}" for k, v in sorted(plan.stack.items())),
         "io.envbuild.lock": f"{lock.key}@sha256:{lock.sha256}",
         "io.envbuild.patches": ",".join(f"{p.ref}={p.sha256 or p.url}" for p in plan.patches),

@@ -119,7 +119,7 @@ def _recipe_inputs(recipes: Recipes, line: str, python: str) -> tuple:
 
 def keys(recipes: Recipes) -> list[tuple[str, str]]:
     """(torch line, Python) of every known cell, i.e. every lock the recipes need."""
-    found = {(p.torch.line, p.cell.python) for p in all_plans(recipes, unproven=True)}  # --unproven cells need one too
+    found = {(p.torch.line, p.cell.python) for p in all_plans(recipes)}
     return sorted(found, key=lambda k: (version_key(k[0]), version_key(k[1])))
 
 

@@ -26,11 +26,13 @@ class RecipeCellsError(Exception):
 
 @dataclass(frozen=True)
 class Selection:
-    """Which cells to take: flavors, GPU archs ([] = each release's default), Pythons ([] = default)."""
+    """Which cells to take: flavors, GPU archs ([] = each release's default), Pythons ([] = default), and the
+    source cells no peer has shown to compile, named by key prefix (e.g. "rocm6.2-torch2.4"; [] = none)."""
 
     flavors: tuple[str, ...] = ()
     archs: tuple[str, ...] = ()
     pythons: tuple[str, ...] = ()
+    source_cells: tuple[str, ...] = ()
 
 
 def load_policy(path: Path = CI_POLICY) -> dict:
@@ -43,7 +45,7 @@ def load_policy(path: Path = CI_POLICY) -> dict:
 
 def load_selection(path: Path = CI_POLICY) -> Selection:
     select = load_policy(path).get("select", {})
-    return Selection(**{k: tuple(select.get(k, ())) for k in ("flavors", "archs", "pythons")})
+    return Selection(**{k: tuple(select.get(k, ())) for k in ("flavors", "archs", "pythons", "source_cells")})
 
 
 def recipe_cells(selection: Selection | None = None, recipes: Recipes | None = None) -> list[Cell]:
@@ -60,6 +62,8 @@ def recipe_cells(selection: Selection | None = None, recipes: Recipes | None = N
 def _selected(plan: Plan, selection: Selection, recipes: Recipes) -> bool:
     cell = plan.cell
     if selection.flavors and cell.flavor not in selection.flavors:
+        return False
+    if plan.unproven and not any(cell.key == name or cell.key.startswith(f"{name}-") for name in selection.source_cells):
         return False
     if cell.arch is not None and cell.arch not in (selection.archs or (plan.release.default_arch,)):
         return False

@@ -190,6 +190,50 @@ class SourceBuild(_Frozen):
         return self.repo.rstrip("/").removesuffix(".git") != "https://github.com/pytorch/pytorch"
 
 
+class SourcePin(_Frozen):
+    """The exact source a torch line's source cells check out when no peer build is listed (source-builds.toml)."""
+
+    torch: str
+    repo: str
+    ref: str
+    commit: str  # 40 hex: the commit PyTorch's own wheels of `version` were built from
+    version: str
+    checked: str  # how the commit was read
+
+    @field_validator("commit")
+    @classmethod
+    def _full_sha(cls, value: str) -> str:
+        if not _SHA.match(value):
+            raise ValueError(f"commit must be a full 40-hex sha read from the release's own wheel, got {value!r}")
+        return value
+
+
+class Record(_Frozen):
+    """One public statement about a cell, with where it is said."""
+
+    says: str
+    source: str
+
+
+class CellRecord(_Frozen):
+    """What the public record says about one cell ([[evidence]]), or a record of its real failure ([[failure]])."""
+
+    flavor: str
+    release: str
+    torch: str
+    record: tuple[Record, ...] = ()
+    says: str = ""  # [[failure]]: what failed
+    source: str = ""  # [[failure]]: the issue or file that records it
+
+
+class EvidenceSteps(_Frozen):
+    """The evidence step a plan records, per way of getting torch ([step] of source-builds.toml)."""
+
+    wheel: str
+    peer: str
+    unproven: str
+
+
 class Recipes(_Frozen):
     """Everything in recipes/, validated."""
 
@@ -200,11 +244,24 @@ class Recipes(_Frozen):
     stacks: dict[str, dict[str, str]] = Field(description="torch line -> package -> version")
     build_tools: BuildTools
     source_builds: tuple[SourceBuild, ...] = ()  # peer-proven source builds (recipes/source-builds.toml)
+    source_pins: tuple[SourcePin, ...] = ()  # the commit each line's unproven source cells build
+    evidence: tuple[CellRecord, ...] = ()  # the public record per source cell
+    failures: tuple[CellRecord, ...] = ()  # public records of real failures: refused by default
+    steps: EvidenceSteps
     digest: str  # sha256 over every recipe file: changes when any data changes
 
     def source_build(self, flavor: str, release: str, line: str) -> SourceBuild | None:
         """The peer-proven source build of torch `line` on `flavor` `release`, or None."""
         return next((b for b in self.source_builds if (b.flavor, b.release, b.torch) == (flavor, release, line)), None)
+
+    def source_pin(self, line: str) -> SourcePin | None:
+        """The pinned source of torch `line` for cells no peer build covers, or None."""
+        return next((s for s in self.source_pins if s.torch == line), None)
+
+    def cell_record(self, table: str, flavor: str, release: str, line: str) -> CellRecord | None:
+        """The [[evidence]] or [[failure]] entry (`table`) of one cell, or None."""
+        entries = self.evidence if table == "evidence" else self.failures
+        return next((e for e in entries if (e.flavor, e.release, e.torch) == (flavor, release, line)), None)
 
     def torch_lines(self, flavor: str) -> list[str]:
         return sorted((k for k, t in self.torch.items() if flavor in t.flavors), key=version_key)
@@ -311,10 +368,14 @@ def _load(root: Path) -> Recipes:
         torch = {line: TorchLine(line=line, **d) for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
         stacks = {line: dict(d) for line, d in _merged(root, "hf-stack.toml", "stack", dropins).items()}
         build_tools = BuildTools(**_toml(root / "build-tools.toml"))
-        source_builds = tuple(SourceBuild(**b) for b in _toml(root / "source-builds.toml")["build"])
+        sources = _toml(root / "source-builds.toml")
         recipes = Recipes(
             root=root, flavors=flavors, releases=releases, torch=torch, stacks=stacks, build_tools=build_tools,
-            source_builds=source_builds, digest=_digest(root),
+            source_builds=tuple(SourceBuild(**b) for b in sources["build"]),
+            source_pins=tuple(SourcePin(**s) for s in sources.get("source", [])),
+            evidence=tuple(CellRecord(**e) for e in sources.get("evidence", [])),
+            failures=tuple(CellRecord(**f) for f in sources.get("failure", [])),
+            steps=EvidenceSteps(**sources["step"]), digest=_digest(root),
         )
     except (ValidationError, KeyError) as exc:
         raise RecipeError(f"invalid recipe data under {root}: {exc}") from exc
@@ -332,6 +393,11 @@ def _load(root: Path) -> Recipes:
                     and not (recipes.patches_dir(line) / "series").exists()):
                 raise RecipeError(f"torch line {line} can be built from source but has no patches/torch-{line}/series")
         recipes.patch_series(line)  # validates the series now, not at the first render
+    for pin in recipes.source_pins:
+        if pin.torch not in torch or pin.version != torch[pin.torch].version:
+            raise RecipeError(f"source-builds.toml [[source]] torch {pin.torch}: builds {pin.version}, but torch.toml "
+                              f"pins {torch[pin.torch].version if pin.torch in torch else 'no such line'}")
+    source_builds = recipes.source_builds
     for build in source_builds:
         where = f"source-builds.toml [{build.flavor} {build.release} torch {build.torch}]"
         if build.flavor not in flavors or build.release not in releases[build.flavor] or build.torch not in torch:

@@ -10,11 +10,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.plan import gpu_names
+from builder.plan import gpu_names, wheel_hashes
 from builder.plan.cells import Cell
 from builder.plan.lock_names import lock_path
-from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Release, SourceBuild, TorchLine, load,
-                                  version_key)
+from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Record, Release, SourceBuild, SourcePin,
+                                  TorchLine, load, version_key)
 
 
 class ResolveError(Exception):
@@ -26,7 +26,15 @@ class NoSuchCellError(ResolveError):
 
 
 class UnprovenSourceError(ResolveError):
-    """A source build no peer has shown to compile (recipes/source-builds.toml), requested without --unproven."""
+    """A source build no peer has shown to compile, requested with --proven-only; `plan` is the refused plan."""
+
+    def __init__(self, plan: "Plan") -> None:
+        super().__init__(f"{plan.cell.key}: {plan.evidence_step} (--proven-only refuses it)")
+        self.plan = plan
+
+
+class KnownFailureError(NoSuchCellError):
+    """A cell with a public record of a real failure (recipes/source-builds.toml [[failure]]), refused by default."""
 
 
 class Request(BaseModel):
@@ -36,13 +44,13 @@ class Request(BaseModel):
 
     flavor: str = "rocm"
     accel_version: str | None = None  # the ROCm release for flavor rocm; None for cpu
-    torch: str
+    torch: str | None = None  # None: the newest line with an official wheel for the release (echoed in Plan.notes)
     arch: str | None = None
     python: str | None = None
     torch_source: Literal["auto", "wheel", "source"] = "auto"
     base_image: str | None = None
     install_accel: bool = False  # start from the plain OS image and install ROCm with amdgpu-install
-    unproven: bool = False  # allow a source build that no peer has shown to compile (recorded as unproven)
+    proven_only: bool = False  # refuse a source build that no peer has shown to compile (UnprovenSourceError)
 
 
 class Plan(BaseModel):
@@ -66,6 +74,11 @@ class Plan(BaseModel):
     compile_unavailable: str  # why torch.compile cannot work in this image ("" = it can)
     compile_requirement: str = ""  # "pytorch-triton-rocm==3.0.0": installed after a source build's torch ("" = none)
     source_build: SourceBuild | None = None  # the peer-proven source build (source route), None when unproven
+    source_pin: SourcePin | None = None  # the commit an unproven source build checks out (source-builds.toml)
+    evidence: tuple[Record, ...] = ()  # what the public record says about this cell (source-builds.toml [[evidence]])
+    evidence_step: str = ""  # how far this cell's torch is proven (source-builds.toml [step])
+    notes: tuple[str, ...] = ()  # what the resolver chose for the user (--rocm 6.1 -> 6.1.2); not part of the hash
+    wheel_hashes: dict[str, str] = {}  # official wheels of torch_version for this Python: file -> sha256 (recorded)
     patches: tuple[PatchEntry, ...]
     patch_dir: Path | None  # recipes/patches/torch-<line> (source route), copied into the context
     lock_path: Path  # recipes/locks/torch<line>-py<python>.txt: what pip installs, with hashes (builder.plan.lock)
@@ -79,7 +92,7 @@ class Plan(BaseModel):
 
     @property
     def unproven(self) -> bool:
-        """A source build that no peer has shown to compile (rendered only on request: --unproven)."""
+        """A source build that no peer has shown to compile (--proven-only refuses it)."""
         return self.torch_source == "source" and self.source_build is None
 
     @property
@@ -88,12 +101,15 @@ class Plan(BaseModel):
         and the peer build that proves it (None = unproven); None for the wheel route."""
         if self.torch_source != "source":
             return None
-        build = self.source_build
-        if build is None:
+        build, pin = self.source_build, self.source_pin
+        if build is None and pin is None:
             return {"repo": self.torch.git_url, "ref": self.torch.git_tag, "commit": "", "fork": False,
-                    "proof": "unproven", "peer": None}
+                    "proof": "unproven", "peer": None, "checked": None}
+        if build is None:
+            return {"repo": pin.repo, "ref": pin.ref, "commit": pin.commit, "fork": False,
+                    "proof": "unproven", "peer": None, "checked": pin.checked}
         return {"repo": build.repo, "ref": build.ref, "commit": build.commit, "fork": build.fork,
-                "proof": "peer-built", "peer": build.peer}
+                "proof": "peer-built", "peer": build.peer, "checked": build.checked}
 
     @property
     def wheel_triton(self) -> dict | None:
@@ -118,6 +134,7 @@ class Plan(BaseModel):
             "flavor": self.flavor.name,
             "accel_version": self.release.version if self.flavor.versioned else None,
             "base_image": self.base_image,
+            "base_image_pin": "digest" if "@sha256:" in self.base_image else "tag only",
             "amdgpu_install": self.amdgpu_install or None,
             "os_codename": self.release.codename,
             "python": self.cell.python,
@@ -135,6 +152,7 @@ class Plan(BaseModel):
                             "checked": self.torch.compile_checked if self.compile_requirement else None},
                 "wheel_pulls": self.wheel_triton,
                 "wheel_index_url": self.wheel_index_url or None,
+                "wheel_hashes": (self.wheel_hashes or "unhashed") if self.torch_source == "wheel" else None,
                 "git": self.git_source,
                 "build_env": dict(sorted(self.flavor.build_env.items())) if self.torch_source == "source" else {},
             },
@@ -146,6 +164,7 @@ class Plan(BaseModel):
                             "source_date_epoch": self.build_tools.source_date_epoch},
             "patches": [p.model_dump() for p in self.patches],
             "stages": list(self.stages),
+            "evidence": {"step": self.evidence_step, "record": [r.model_dump() for r in self.evidence]},
             "sources": {"release": self.release.source, "torch": self.torch.source},
         }
 
@@ -167,6 +186,7 @@ class Plan(BaseModel):
         rows += [
             ("python", self.cell.python),
             ("torch", f"{self.torch_requirement} ({self.torch_source}: {self.torch_source_reason})"),
+            ("evidence", self.evidence_step),
         ]
         if self.wheel_index_url:
             rows.append(("torch index", self.wheel_index_url))
@@ -176,7 +196,7 @@ class Plan(BaseModel):
             origin = "fork" if git["fork"] else "upstream"
             rows.append(("torch source", f"{git['repo']} {git['ref']}{' @ ' + git['commit'] if git['commit'] else ''}"
                                          f" ({origin})"))
-            rows.append(("peer build", git["peer"] or "UNPROVEN: no peer build of this source on this release"))
+            rows.append(("peer build", git["peer"] or "none: the first passing build is the proof"))
             rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
             if self.flavor.source_build_estimate:
                 rows.append(("build size", self.flavor.source_build_estimate))
@@ -195,14 +215,20 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     """Pin every input of `request`, or raise ResolveError saying what is wrong and what would work."""
     recipes = recipes or load()
     flavor = _pick("flavor", request.flavor, recipes.flavors)
-    release = _release(request, flavor, recipes.releases[flavor.name])
-    torch = _torch(request.torch, flavor, recipes)
+    notes: list[str] = []
+    release = _release(request, flavor, recipes.releases[flavor.name], notes)
+    torch = (_torch(request.torch, flavor, recipes) if request.torch is not None
+             else _default_torch(flavor, release, recipes, notes))
     arch = _arch(request.arch, flavor, release)
     python = _python(request.python, release, torch, flavor)
     source, reason, suffix = _torch_source(request.torch_source, flavor, release, torch, recipes)
     source_build = recipes.source_build(flavor.name, release.version, torch.line) if source == "source" else None
-    if source == "source" and source_build is None and not request.unproven:
-        raise UnprovenSourceError(_unproven_message(flavor, release, torch, recipes))
+    unproven = source == "source" and source_build is None
+    failure = recipes.cell_record("failure", flavor.name, release.version, torch.line)
+    if failure and request.torch_source != "source":
+        raise KnownFailureError(f"torch {torch.line} on {flavor.label} {release.version} is refused: {failure.says} "
+                                f"({failure.source}); --torch-source source builds it anyway")
+    evidence = recipes.cell_record("evidence", flavor.name, release.version, torch.line)
     base_image, amdgpu_install = _base(request, flavor, release)
     if source == "wheel":
         local = flavor.local_version.format(suffix=suffix)
@@ -217,7 +243,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         index = flavor.wheel_index.format(suffix=torch.compile_index)
     elif source == "source":
         compile_unavailable = flavor.source_compile
-    return Plan(
+    plan = Plan(
         cell=Cell(
             flavor=flavor.name,
             accel_version=release.version if flavor.versioned else None,
@@ -240,6 +266,12 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         compile_unavailable=compile_unavailable,
         compile_requirement=compile_requirement,
         source_build=source_build,
+        source_pin=recipes.source_pin(torch.line) if unproven else None,
+        evidence=evidence.record if evidence and source == "source" else (),
+        evidence_step=(recipes.steps.unproven if unproven else recipes.steps.peer if source == "source"
+                       else recipes.steps.wheel),
+        notes=tuple(notes),
+        wheel_hashes=_wheel_hashes(recipes, requirement, python) if source == "wheel" else {},
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         lock_path=lock_path(recipes, torch.line, python),
@@ -248,6 +280,20 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
                 *(("torch-compile",) if compile_requirement else ()), "sentencepiece", "runtime")
         if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
     )
+    if plan.unproven and request.proven_only:
+        raise UnprovenSourceError(plan)
+    return plan
+
+
+def _wheel_hashes(recipes: Recipes, requirement: str, python: str) -> dict[str, str]:
+    """The recorded sha256 of the official wheels of `requirement` for `python` (recipes/wheel-hashes.toml)."""
+    from builder.plan.recipes import RecipeError
+
+    try:
+        recorded = wheel_hashes.recorded(recipes.root, recipes.digest)
+    except (OSError, ValueError) as exc:
+        raise RecipeError(str(exc)) from exc
+    return wheel_hashes.for_requirement(recorded, requirement.removeprefix("torch=="), python)
 
 
 def _nearest(value: str, choices: list[str], n: int = 3) -> list[str]:
@@ -278,7 +324,7 @@ def _pick(what: str, value: str, table: dict):
     return table[value]
 
 
-def _release(request: Request, flavor: Flavor, releases: dict[str, Release]) -> Release:
+def _release(request: Request, flavor: Flavor, releases: dict[str, Release], notes: list[str]) -> Release:
     known = sorted(releases, key=version_key)
     if not flavor.versioned:
         if request.accel_version is not None:
@@ -286,6 +332,11 @@ def _release(request: Request, flavor: Flavor, releases: dict[str, Release]) -> 
         return releases[known[0]]
     if request.accel_version is None:
         raise ResolveError(f"--{flavor.name} VERSION is required for the {flavor.name} flavor; choose one of {', '.join(known)}")
+    patches = [v for v in known if v.startswith(f"{request.accel_version}.")]
+    if request.accel_version not in releases and patches:  # --rocm 6.1: the newest 6.1.x envbuild knows
+        notes.append(f"--{flavor.name} {request.accel_version} means {flavor.label} {patches[-1]}, the newest "
+                     f"{request.accel_version} release envbuild knows")
+        return releases[patches[-1]]
     if request.accel_version not in releases:
         raise ResolveError(
             f"unknown {flavor.label} release {request.accel_version!r}; {_choices(request.accel_version, known)}"
@@ -306,6 +357,21 @@ def _torch(value: str, flavor: Flavor, recipes: Recipes) -> TorchLine:
             f"unknown torch {value!r} for the {flavor.name} flavor (known lines: {', '.join(lines)}); "
             f"{_choices(value, lines)}"
         )
+    return recipes.torch[line]
+
+
+def _default_torch(flavor: Flavor, release: Release, recipes: Recipes, notes: list[str]) -> TorchLine:
+    """The newest torch line with an official wheel for `release` (else the newest it can build), noted."""
+    lines = recipes.torch_lines(flavor.name)
+    wheel = [line for line in lines if set(recipes.torch[line].wheel_suffixes) & set(release.wheel_suffixes)]
+    source = [line for line in lines if not recipes.torch[line].wheel_only
+              and "source" in flavor.torch_sources and release.source_build]
+    where = f"{flavor.label} {release.version}" if flavor.versioned else f"the {flavor.name} flavor"
+    if not (wheel or source):
+        raise NoSuchCellError(f"no torch line is known for {where}; give --torch")
+    line = (wheel or source)[-1]
+    how = "with an official wheel" if wheel else "that builds from source"
+    notes.append(f"--torch not given: torch {line}, the newest line {how} for {where}")
     return recipes.torch[line]
 
 
@@ -391,10 +457,12 @@ def _proven(flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes
     return None
 
 
-def _unproven_message(flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes) -> str:
-    """Why a source cell is refused, and the nearest cells whose torch someone has built."""
+def nearest_proven(flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes) -> list[str]:
+    """The request flags of the nearest cells whose torch someone has built, each with how."""
     releases = recipes.releases[flavor.name]
     near = []
+    if _proven(flavor, release, torch, recipes) == "official wheel":
+        near.append(f"--{flavor.name} {release.version} --torch {torch.line} --torch-source auto (official wheel)")
     for version in _nearest(release.version, [v for v in releases if v != release.version]):
         if how := _proven(flavor, releases[version], torch, recipes):
             near.append(f"--{flavor.name} {version} --torch {torch.line} ({how})")
@@ -402,18 +470,7 @@ def _unproven_message(flavor: Flavor, release: Release, torch: TorchLine, recipe
     for line in _nearest(torch.line, lines):
         if how := _proven(flavor, release, recipes.torch[line], recipes):
             near.append(f"--{flavor.name} {release.version} --torch {line} ({how})")
-    where = f"{flavor.label} {release.version}"
-    if _proven(flavor, release, torch, recipes) == "official wheel":
-        near.insert(0, f"--{flavor.name} {release.version} --torch {torch.line} --torch-source auto (official wheel)")
-        what = "has an official wheel but no peer build of its source"
-    else:
-        what = "has no official wheel and no peer build of its source"
-    return (f"torch {torch.line} on {where} {what} "
-            f"(recipes/source-builds.toml): nothing shows that {torch.git_tag} compiles against {where}; "
-            f"nearest proven: {'; '.join(near) or 'none'}; or pass --unproven to build {torch.git_tag} anyway "
-            f"(the manifest, the image labels and the report then say unproven)"
-            + (f"; how long and how large a source build is: {flavor.source_build_estimate}"
-               if flavor.source_build_estimate else ""))
+    return near
 
 
 def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]:
@@ -427,9 +484,9 @@ def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]
     return release.base_image + digest, ""
 
 
-def all_plans(recipes: Recipes | None = None, flavor: str | None = None, unproven: bool = False) -> list[Plan]:
-    """The known cells: every valid (flavor, release, torch line, arch, Python), torch source `auto`; source
-    builds no peer has shown to compile only with `unproven` (they are left out otherwise)."""
+def all_plans(recipes: Recipes | None = None, flavor: str | None = None, proven_only: bool = False) -> list[Plan]:
+    """The known cells: every valid (flavor, release, torch line, arch, Python), torch source `auto`; with
+    `proven_only`, source builds no peer has shown to compile are left out."""
     recipes = recipes or load()
     plans = []
     for name in sorted(recipes.flavors) if flavor is None else [flavor]:
@@ -442,7 +499,7 @@ def all_plans(recipes: Recipes | None = None, flavor: str | None = None, unprove
                             continue
                         request = Request(
                             flavor=name, accel_version=version if fl.versioned else None,
-                            torch=line, arch=arch, python=python, unproven=unproven,
+                            torch=line, arch=arch, python=python, proven_only=proven_only,
                         )
                         try:
                             plans.append(resolve(request, recipes))

@@ -77,7 +77,7 @@ class IndexEntry:
     provenance_short: str = ""  # the label without the key's fingerprint (the index's narrow column)
     vendor_claim: str = "none"  # step 1 in short: "AMD docs + official wheel", "official wheel", "AMD docs", "none"
     speed_contended: bool = False  # the speed numbers were measured under contention (conditions.contended)
-    unproven: bool = False  # torch built from a source no peer has shown to compile (render --unproven)
+    unproven: bool = False  # torch built from a source no peer has shown to compile (manifest evidence step "source build, not yet proven")
 
 
 @dataclass(frozen=True)

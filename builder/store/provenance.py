@@ -14,13 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CI_PRINCIPAL = "envbuild-ci"
-H200_PRINCIPAL = "envbuild-h200"
+H200_PRINCIPAL = "envbuild-h200"  # retired: its lines end on 2026-12-05 (valid-before); its old runs still verify
+GPU_PRINCIPAL = "envbuild-gpu"  # the GPU machines lent to this project (H100 or H200: each result names its card)
 #: The principals reserved for this project's own keys, and the SHA256 fingerprints of those keys (the public
-#: halves are the envbuild-ci and envbuild-h200 lines of results/allowed_signers; a rotation adds one here).
+#: halves are the envbuild-ci, envbuild-h200 and envbuild-gpu lines of results/allowed_signers; a rotation adds
+#: one here, and a retired key stays, its window closed there, so that what it signed keeps its meaning).
 PROJECT_SIGNERS: dict[str, frozenset[str]] = {
     CI_PRINCIPAL: frozenset({"SHA256:FECsrWa6jC7PHB9Hd4yXStYqqX3WwMA7VxBMhEcL/qo"}),
     H200_PRINCIPAL: frozenset({"SHA256:Xp/Rf5tpNNNHyc0BVEJ3t1IfdEXqwWiL04tgPUMCvSo",
-                               "SHA256:QpybVeOHF9kRFzZ3CQ4Wa0aqgl5mDgLQIGRZxMnnXFs"}),  # issue 35's, from 2026-12-04
+                               "SHA256:QpybVeOHF9kRFzZ3CQ4Wa0aqgl5mDgLQIGRZxMnnXFs"}),
+    GPU_PRINCIPAL: frozenset({"SHA256:KJJQ91t2yvVRZgIfEuTCMB8D0QGJoPhmY7cl3rRzS1Q"}),
 }
 CI, CONTRIBUTED, UNSIGNED, REVOKED = "ci", "contributed", "unsigned", "revoked"
 KINDS = (CI, CONTRIBUTED, UNSIGNED, REVOKED)

@@ -124,7 +124,7 @@ class CellSummary:
     @property
     def unproven(self) -> bool:
         """A build or run of this cell had a torch built from a source no peer has shown to compile
-        (`envbuild render --unproven`: the manifest's torch.git.proof is "unproven")."""
+        (the manifest's torch.git.proof is "unproven", its evidence step "source build, not yet proven")."""
         proofs = [b["torch_proof"] if "torch_proof" in b else _torch_proof(b.get("manifest")) for b in self.builds]
         for row in self.runs:
             result = row.get("result") if isinstance(row.get("result"), dict) else row

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.attest import signing as attest
-from builder.store.provenance import CI_PRINCIPAL, H200_PRINCIPAL, PROJECT_SIGNERS
+from builder.store.provenance import CI_PRINCIPAL, GPU_PRINCIPAL, H200_PRINCIPAL, PROJECT_SIGNERS
 from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 
@@ -106,14 +106,32 @@ def test_a_contributor_line_can_never_take_a_reserved_principal(tmp_path, reserv
 
 
 def test_the_reserved_principals_are_bound_to_the_committed_keys():
-    """PROJECT_SIGNERS names exactly the fingerprints of the envbuild-ci and envbuild-h200 lines committed in
+    """PROJECT_SIGNERS names exactly the fingerprints of the project principals' lines committed in
     results/allowed_signers (a rotation changes both in one commit)."""
     from builder.attest import allowed_signers
 
     committed: dict[str, set[str]] = {}
     for s in allowed_signers.load(attest.ALLOWED_SIGNERS):  # a rotated key keeps its old line beside the new one
         committed.setdefault(s.principal, set()).add(s.fingerprint)
-    assert {p: frozenset(committed[p]) for p in (CI_PRINCIPAL, H200_PRINCIPAL)} == PROJECT_SIGNERS
+    assert {p: frozenset(committed[p]) for p in PROJECT_SIGNERS} == PROJECT_SIGNERS
+
+
+def test_a_retired_project_key_signs_nothing_new_and_what_it_signed_keeps_verifying():
+    """The envbuild-h200 keys are retired (their private halves are gone): each committed line's window ends, so
+    a signature made with one from that day on is refused, while the runs it signed before still verify."""
+    from builder.attest import allowed_signers
+
+    lines = [s for s in allowed_signers.load(attest.ALLOWED_SIGNERS) if s.principal == H200_PRINCIPAL]
+    assert lines and all(s.valid_before is not None for s in lines)
+    end = min(s.valid_before for s in lines)
+    signed = sorted(REPO_ROOT.glob("results/*/*/result.json.intoto.jsonl"))
+    h200_runs = [p for p in signed if "envbuild-h200" in invoke("matrix", "verify", p.parent).output]
+    assert h200_runs, "no committed run signed by the retired key"
+    for envelope in h200_runs:
+        statement = json.loads(__import__("base64").b64decode(json.loads(envelope.read_text())["payload"]))
+        assert statement["predicate"]["signed_at"] < end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    current = [s for s in allowed_signers.load(attest.ALLOWED_SIGNERS) if s.principal == GPU_PRINCIPAL]
+    assert [s.valid_before for s in current] == [None]
 
 
 @pytest.mark.parametrize("options", ['namespaces="envbuild",no-touch-required', 'namespaces="envbuild",verify-required',
@@ -243,6 +261,7 @@ def test_the_committed_results_still_verify():
     verified = invoke("matrix", "verify")
     assert verified.exit_code == 0, verified.output
     assert "measured by this project's CI" in verified.output and "signed by envbuild-h200" in verified.output
+    assert "signed by envbuild-gpu" in verified.output
 
 
 def test_an_unsigned_payload_forging_run_id_or_status_is_refused(tmp_path):

@@ -35,10 +35,6 @@ BAD_REQUESTS = {
     ),
     "unknown-flavor": (["--flavor", "tpu", "--torch", "2.4"], ["unknown flavor 'tpu'", "cpu, cuda, rocm"]),
     "rocm-missing": (["--torch", "2.4"], ["--rocm VERSION is required", "6.1.2, 6.2"]),
-    # no peer build of v2.4.1 on ROCm 6.2 -> refused, naming the nearest proven cells
-    "unproven-source": (["--rocm", "6.2", "--torch", "2.4"],
-                        ["no peer build of its source", "--rocm 6.1.2 --torch 2.4 (official wheel)",
-                         "--rocm 6.2 --torch 2.5 (official wheel)", "--unproven"]),
     "cpu-with-rocm": (["--flavor", "cpu", "--rocm", "6.2", "--torch", "2.13"], ["conflicts with --flavor cpu"]),
     "cpu-with-arch": (["--flavor", "cpu", "--torch", "2.13", "--arch", "gfx90a"], ["has no GPU arch"]),
     "cpu-source-build": (["--flavor", "cpu", "--torch", "2.13", "--torch-source", "source"], ["no torch source build"]),
@@ -59,16 +55,18 @@ def test_bad_request_exits_2_names_the_problem_and_writes_nothing(case, tmp_path
 
 
 def test_render_writes_a_context_and_says_how_torch_is_obtained(tmp_path):
-    result = invoke("render", "--rocm", "6.2", "--torch", "2.4", "--unproven", "-o", str(tmp_path / "ctx"))
+    result = invoke("render", "--rocm", "6.2", "--torch", "2.4", "-o", str(tmp_path / "ctx"))
     assert result.exit_code == 0, result.output
-    said = " ".join(result.output.split())
+    said = " ".join(result.stdout.split())
     assert "torch: source (no official torch 2.4 wheel for ROCm 6.2" in said
-    assert "UNPROVEN: no peer build of this source on this release" in said
+    assert "none: the first passing build is the proof" in said
     manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
-    assert manifest["image_tag"] in result.output
+    assert manifest["image_tag"] in result.stdout
     git = manifest["torch"]["git"]
-    assert git == {"repo": "https://github.com/pytorch/pytorch.git", "ref": "v2.4.1", "commit": "", "fork": False,
-                   "proof": "unproven", "peer": None}
+    assert {k: v for k, v in git.items() if k != "checked"} == {
+        "repo": "https://github.com/pytorch/pytorch.git", "ref": "v2.4.1",
+        "commit": "38b96d3399a695e704ed39b60dac733c3fbf20e2", "fork": False, "proof": "unproven", "peer": None}
+    assert "torch-2.4.1-cp310-none-macosx_11_0_arm64.whl" in git["checked"]
     assert manifest["labels"]["io.envbuild.torch-proof"] == "unproven"
     assert manifest["labels"]["io.envbuild.torch-git-origin"] == "upstream"
     assert (tmp_path / "ctx" / "Dockerfile").is_file()
@@ -102,15 +100,16 @@ def test_render_refuses_a_foreign_directory_with_exit_2(tmp_path):
 
 
 def test_recipes_list_shows_cells_routes_and_sources():
-    proven = {row["cell"]: row for row in json.loads(invoke("recipes", "list", "--json").output)}
+    proven = {row["cell"]: row for row in json.loads(invoke("recipes", "list", "--json", "--proven-only").output)}
     assert "rocm6.2-torch2.5-gfx90a-py3.10" in proven and "rocm6.2-torch2.4-gfx90a-py3.10" not in proven
     assert {row["proof"] for row in proven.values()} == {"official wheel"}
-    result = invoke("recipes", "list", "--json", "--unproven")
+    result = invoke("recipes", "list", "--json")
     assert result.exit_code == 0, result.output
     rows = {row["cell"]: row for row in json.loads(result.output)}
+    assert json.loads(invoke("recipes", "list", "--json", "--unproven").output) == list(rows.values())  # a no-op
     assert rows["rocm6.2-torch2.4-gfx90a-py3.10"]["torch_source"] == "source"
     assert rows["rocm6.2-torch2.4-gfx90a-py3.10"]["proof"] == "unproven"
-    assert rows["rocm6.2-torch2.4-gfx90a-py3.10"]["reason"].startswith("UNPROVEN")
+    assert rows["rocm6.2-torch2.4-gfx90a-py3.10"]["reason"].startswith("source build, not yet proven")
     assert rows["rocm6.2-torch2.5-gfx90a-py3.10"]["torch_source"] == "wheel"
     assert rows["rocm6.1.2-torch2.3-gfx90a-py3.10"]["torch_source"] == "source"
     assert rows["cpu-torch2.13-py3.11"]["torch_source"] == "wheel"

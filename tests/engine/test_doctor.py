@@ -146,7 +146,8 @@ def test_doctor_maps_the_host_gpus_to_the_cells_it_can_run(tmp_path):
     cells = record["runnable_cells"]
     assert set(cells) == {"gfx942", "gfx1201"}
     by_release = {c["rocm"]: c for c in cells["gfx942"]}
-    assert by_release["7.2"]["torch"] == ["2.11"] and by_release["6.2"]["torch"] == ["2.5"]
+    assert by_release["7.2"]["torch"] == ["2.11"]
+    assert by_release["6.2"]["torch"] == ["2.3", "2.4", "2.5", "2.6"]  # 2.5 a wheel; 2.3, 2.4, 2.6 source builds
     assert by_release["7.1"]["kernel_validated"] is True and by_release["6.1.2"]["kernel_validated"] is False
     assert by_release["7.2"]["kernel_validated"] is None  # 7.2's kernels were not read (recipes/rocm.toml)
     assert [c["rocm"] for c in cells["gfx1201"]] == ["7.0", "7.1", "7.2"]

@@ -33,7 +33,7 @@ UNREACHABLE_HERE = ["OS_PACKAGES="]  # the ROCm apt repository of rocm/dev-ubunt
 
 @pytest.fixture(scope="module")
 def rocm_cell(tmp_path_factory, local_base):
-    plan = resolve(Request(accel_version="6.2", torch="2.4", python="3.11", base_image=local_base, unproven=True))
+    plan = resolve(Request(accel_version="6.2", torch="2.4", python="3.11", base_image=local_base))
     assert plan.torch_source == "source" and plan.stack["sentencepiece"] == "0.2.0"  # the ROCm cells' pin
     return render(plan, tmp_path_factory.mktemp("rocm-route") / "ctx")
 
@@ -100,7 +100,7 @@ def _git(repo: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def torch_remote(tmp_path_factory):
     """A git daemon on loopback serving `pytorch.git`: tag v2.4.1, plus a fix commit that is not on the tag
-    (as an upstream fix is) and a commit that conflicts with the tag. Yields (url, fix sha, conflict sha)."""
+    (as an upstream fix is) and a commit that conflicts with the tag. Yields (url, fix sha, conflict sha, tag sha)."""
     root = tmp_path_factory.mktemp("git")
     repo = root / "pytorch.git"
     repo.mkdir()
@@ -110,6 +110,7 @@ def torch_remote(tmp_path_factory):
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "release")
     _git(repo, "tag", "v2.4.1")
+    release = _git(repo, "rev-parse", "HEAD")
     (repo / "fix.txt").write_text("fixed upstream\n")
     _git(repo, "add", "fix.txt")
     _git(repo, "commit", "-q", "-m", "upstream fix")
@@ -132,7 +133,7 @@ def torch_remote(tmp_path_factory):
                               capture_output=True).returncode == 0:
                 break
             time.sleep(0.1)
-        yield f"git://127.0.0.1:{port}/pytorch.git", fix, conflict
+        yield f"git://127.0.0.1:{port}/pytorch.git", fix, conflict, release
     finally:
         daemon.terminate()
         daemon.wait(timeout=10)
@@ -143,18 +144,18 @@ def _series(ctx: Path, *shas: str) -> None:
     (ctx / "patches" / "series").write_text("\n".join(lines) + "\n")
 
 
-def test_torch_source_stage_fetches_the_tag_and_applies_the_patch_series(rocm_cell, torch_remote, tmp_path):
-    url, fix, conflict = torch_remote
+def test_torch_source_stage_fetches_the_pinned_commit_and_applies_the_patch_series(rocm_cell, torch_remote, tmp_path):
+    url, fix, conflict, release = torch_remote
     ctx = tmp_path / "ctx"
     subprocess.run(["cp", "-a", str(rocm_cell.out_dir), str(ctx)], check=True)
     _series(ctx, fix)
-    proc, tag = _build(ctx, "torch-src", f"TORCH_GIT_URL={url}")
+    proc, tag = _build(ctx, "torch-src", f"TORCH_GIT_URL={url}", f"TORCH_GIT_COMMIT={release}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"applied commit {fix}" in proc.stderr and "patch series: 1 applied" in proc.stderr
-    out = _run(tag, "cd /src/pytorch && git describe --tags && cat fix.txt && cat version.txt")
-    assert out.split("\n")[:3] == ["v2.4.1", "fixed upstream", "2.4.1"]
+    out = _run(tag, "cd /src/pytorch && git rev-parse HEAD && cat fix.txt && cat version.txt")
+    assert out.split("\n")[:3] == [release, "fixed upstream", "2.4.1"]
 
     _series(ctx, conflict)  # a commit that does not apply stops the build and says which and why
-    proc, _ = _build(ctx, "torch-src", f"TORCH_GIT_URL={url}")
+    proc, _ = _build(ctx, "torch-src", f"TORCH_GIT_URL={url}", f"TORCH_GIT_COMMIT={release}")
     assert proc.returncode != 0
     assert f"envbuild: commit {conflict} does not apply to the source at" in proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import http.server
 import threading
 from pathlib import Path
@@ -90,3 +91,40 @@ def test_a_directory_index_reads_the_same_and_a_covered_index_exits_0(index_dir)
 def test_bad_sources_exit_2_with_the_reason(args, message):
     result = invoke(*args)
     assert result.exit_code == 2 and message in result.output
+
+
+PINNED = "torch-2.5.1+rocm6.2-cp310-cp310-linux_x86_64.whl"  # recipes/torch.toml pins 2.5.1 with rocm6.2
+DIGEST = "ab" * 32  # test data: the value the served page lists, not the real wheel's
+
+
+def test_record_writes_the_listed_sha256_of_pinned_wheels_and_the_manifest_names_them(index_dir, tmp_path,
+                                                                                     monkeypatch):
+    """A PEP 503 link's #sha256= of a wheel a recipe pins is recorded; unpinned wheels and malformed digests are
+    not; a plan of that wheel then names the hash instead of "unhashed"."""
+    links = [(PINNED, f"{PINNED}#sha256={DIGEST}"),
+             ("torch-2.5.1+rocm6.2-cp311-cp311-linux_x86_64.whl", "x.whl#sha256=nothex"),  # malformed digest
+             ("torch-2.12.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl", f"y.whl#sha256={'cd' * 32}"),  # no line
+             ("torch-2.5.0+rocm6.2-cp310-cp310-linux_x86_64.whl", f"z.whl#sha256={'ef' * 32}"),  # not the pin
+             ("torch-2.5.1+rocm6.0-cp310-cp310-linux_x86_64.whl", f"w.whl#sha256={'01' * 32}")]  # suffix not listed
+    (index_dir / "torch" / "index.html").write_text(
+        "<html><body>" + "".join(f'<a href="{h}">{n}</a>' for n, h in links) + "</body></html>")
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("ENVBUILD_RECIPES", str(site))
+    result = invoke("--index", str(index_dir), "--record")
+    assert "recorded the sha256 of 1 pinned torch wheels" in result.output, result.output
+    assert f'"{PINNED}" = "{DIGEST}"' in (site / "wheel-hashes.toml").read_text()
+    assert "2.12.0" not in (site / "wheel-hashes.toml").read_text()
+
+    from builder.paths import RECIPES_DIR
+    from builder.plan.recipes import load
+    from builder.plan.resolve import Request, resolve
+
+    copy = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, copy)
+    shutil.copy(site / "wheel-hashes.toml", copy / "wheel-hashes.toml")
+    recipes = load(copy)
+    assert resolve(Request(accel_version="6.2", torch="2.5"), recipes).pinned()["torch"]["wheel_hashes"] == {PINNED: DIGEST}
+    assert resolve(Request(accel_version="6.2", torch="2.5", python="3.11"), recipes).pinned()["torch"]["wheel_hashes"] \
+        == "unhashed"  # recorded for cp310 only
+    assert resolve(Request(accel_version="6.2", torch="2.5")).pinned()["torch"]["wheel_hashes"] == "unhashed"

@@ -70,6 +70,30 @@ def test_selection_narrows_and_the_resolver_filters():
     assert {(c.arch, c.python, c.flavor) for c in py312} == {("gfx90a", "3.12", "rocm")}
 
 
+def test_a_source_cell_takes_a_ci_job_only_when_the_policy_names_it():
+    """Source cells build by default on the command line, but each is hours of compiling: CI takes proven cells
+    unless ci/matrix.toml [select] source_cells names one (by key prefix)."""
+    named = recipe_cells(Selection(flavors=("rocm",), archs=("gfx90a",), source_cells=("rocm6.2-torch2.4",)))
+    keys = {c.key for c in named}
+    assert "rocm6.2-torch2.4-gfx90a-py3.10" in keys and "rocm6.2-torch2.5-gfx90a-py3.10" in keys
+    assert not any(k.startswith(("rocm6.2-torch2.3-", "rocm6.1.2-torch2.3-", "rocm6.2-torch2.6-")) for k in keys)
+    plain = {c.key for c in recipe_cells(Selection(flavors=("rocm",), archs=("gfx90a",)))}
+    assert keys - plain == {"rocm6.2-torch2.4-gfx90a-py3.10"}
+    assert not {c.key for c in recipe_cells(Selection(flavors=("rocm",), source_cells=("rocm6.2-torch2",)))} - {
+        c.key for c in recipe_cells(Selection(flavors=("rocm",)))}  # a prefix names whole cells, not a key's start
+
+
+def test_a_weekly_job_checks_the_upstream_indexes_the_recipes_take_torch_from(rendered):
+    workflow = yaml.safe_load((rendered / WORKFLOW_NAME).read_text())
+    job = workflow["jobs"]["check-upstream"]
+    assert "schedule" in job["if"] and workflow[True]["schedule"] == [{"cron": "17 3 * * 1"}]  # YAML 1.1: on = True
+    run = next(s["run"] for s in job["steps"] if s.get("name") == "Check the upstream indexes")
+    assert run.startswith("envbuild recipes check-upstream")
+    indexes = [part.split()[0].strip('"') for part in run.split("--index ")[1:]]
+    assert "https://download.pytorch.org/whl/rocm6.2" in indexes and "https://download.pytorch.org/whl/rocm7.2" in indexes
+    assert job["permissions"] == {"contents": "read"}
+
+
 def test_each_cells_render_flags_request_exactly_that_cell(rendered):
     """The `envbuild render` flags written into the workflow and bake file resolve back to their cell."""
     for cell in CELLS:

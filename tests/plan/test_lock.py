@@ -85,13 +85,13 @@ def test_a_changed_pin_makes_the_lock_stale_and_render_says_what_to_run(tmp_path
     home = _copy(tmp_path)
     _pin(home, 'transformers = "4.44.2"', 'transformers = "4.44.1"')
     recipes = load(home / "recipes")
-    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True), recipes)
+    plan = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
     with pytest.raises(RenderError, match=r"torch2\.4-py3\.10\.txt is stale.*`envbuild lock --torch 2\.4 --python 3\.10`"):
         context_files(plan)
     check = _envbuild(home, "lock", "--check", "--torch", "2.4")
     assert check.returncode == 1
     assert len(re.findall(r"^stale ", check.stdout, re.M)) == 4  # Python 3.9-3.12 of the 2.4 line
-    render = _envbuild(home, "render", "--rocm", "6.2", "--torch", "2.4", "--unproven", "-o", str(tmp_path / "ctx"))
+    render = _envbuild(home, "render", "--rocm", "6.2", "--torch", "2.4", "-o", str(tmp_path / "ctx"))
     assert render.returncode == 2 and "envbuild lock --torch 2.4 --python 3.10" in render.stderr
     assert not (tmp_path / "ctx").exists()
 

@@ -88,7 +88,7 @@ def test_a_bad_site_folder_is_refused_before_anything_is_rendered(tmp_path):
 
 def test_a_peer_source_build_proves_only_its_own_release(tmp_path):
     """A site lists a peer build of torch 2.3 on ROCm 6.2: that cell renders as peer-built; the same torch on
-    ROCm 6.1.2 stays refused (exit 2), since the proof is for the exact release."""
+    ROCm 6.1.2 stays unproven (--proven-only refuses it, exit 2), since the proof is for the exact release."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "source-builds.toml").write_text(
@@ -101,8 +101,10 @@ def test_a_peer_source_build_proves_only_its_own_release(tmp_path):
     assert proven.returncode == 0, proven.stderr
     manifest = json.loads((tmp_path / "ok" / "manifest.json").read_text())
     assert '"peer-built"' in json.dumps(manifest) and "https://example.org/a-peer-build" in json.dumps(manifest)
-    other = _envbuild("--recipes", str(site), "render", "--rocm", "6.1.2", *args, "-o", str(tmp_path / "no"),
-                      cwd=tmp_path)
+    assert _envbuild("--recipes", str(site), "render", "--rocm", "6.2", *args, "--proven-only", "-o",
+                     str(tmp_path / "ok2"), cwd=tmp_path).returncode == 0
+    other = _envbuild("--recipes", str(site), "render", "--rocm", "6.1.2", *args, "--proven-only", "-o",
+                      str(tmp_path / "no"), cwd=tmp_path)
     assert other.returncode == 2, other.stdout + other.stderr
-    assert "no peer build" in " ".join(other.stderr.split()), other.stderr
+    assert "not yet proven" in " ".join(other.stderr.split()), other.stderr
     assert not (tmp_path / "no").exists()

@@ -151,9 +151,9 @@ def test_a_flavor_without_kernel_databases_installs_none_in_a_source_build(recip
     shutil.rmtree(recipes_copy / "flavors.d")
     _edit(recipes_copy, "torch.toml", '[torch."2.5"]\nflavors = ["rocm"]', '[torch."2.5"]\nflavors = ["rocm", "cuda"]')
     recipes = load(recipes_copy)
-    cuda = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source", unproven=True),
+    cuda = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source"),
                    recipes)
-    rocm = resolve(Request(accel_version="6.2", torch="2.4", unproven=True), recipes)
+    rocm = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
     assert cuda.os_packages and "MIOPEN_KDB_ARCH" not in context_files(cuda)[0]["Dockerfile"].decode()
     assert "ARG MIOPEN_KDB_ARCH=gfx90a" in context_files(rocm)[0]["Dockerfile"].decode()
 

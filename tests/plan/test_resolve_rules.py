@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from builder.plan.recipes import load
 from builder.plan.resolve import (NoSuchCellError, Request, ResolveError, UnprovenSourceError, _nearest, all_plans,
-                                  resolve)
+                                  nearest_proven, resolve)
 from tests.plan.test_recipes import CUDA_FLAVOR, CUDA_RELEASES, FORK_BUILD, PATCH
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -34,6 +34,7 @@ def test_the_plan_of_a_wheel_cell_asked_by_its_marketing_name():
         ("cell", "rocm7.2-torch2.11-gfx942-py3.12"), ("arch", "gfx942 (--arch MI300X: recipes/gpu-names.toml)"),
         ("base image", "rocm/dev-ubuntu-24.04:7.2"), ("python", "3.12"),
         ("torch", "torch==2.11.0+rocm7.2 (wheel: official wheel from the rocm7.2 index (auto: a wheel exists))"),
+        ("evidence", "official wheel: PyTorch's own build of this torch, from its index"),
         ("torch index", "https://download.pytorch.org/whl/rocm7.2"),
         ("stages", "base -> torch-wheel -> sentencepiece -> runtime"), ("recipe hash", plan.recipe_hash[:12])]
     assert len(plan.recipe_hash) == 64
@@ -42,21 +43,24 @@ def test_the_plan_of_a_wheel_cell_asked_by_its_marketing_name():
 
 def test_the_plan_of_a_wheel_cell_installed_on_ubuntu_names_the_installer_and_the_wheels_triton():
     plan = resolve(Request(accel_version="6.2", torch="2.5", install_accel=True, torch_source="".join(["wh", "eel"])))
-    assert _rows(plan)[:7] == [
+    assert _rows(plan)[:8] == [
         ("cell", "rocm6.2-torch2.5-gfx90a-py3.10"), ("base image", "ubuntu:22.04"),
         ("ROCm install", "amdgpu-install 6.2.60200 --usecase=rocm --no-dkms"), ("python", "3.10"),
         ("torch", "torch==2.5.1+rocm6.2 (wheel: official wheel from the rocm6.2 index)"),
+        ("evidence", "official wheel: PyTorch's own build of this torch, from its index"),
         ("torch index", "https://download.pytorch.org/whl/rocm6.2"),
         ("triton", "pytorch-triton-rocm==3.1.0 (pulled by the wheel from its index)")]
     assert plan.pinned()["torch"]["git"] is None and plan.patches == () and plan.patch_dir is None
 
 
 def test_the_plan_of_an_unproven_source_cell_says_so_and_what_it_builds():
-    plan = resolve(Request(accel_version="6.2", torch="2.4", unproven=True, torch_source="".join(["sou", "rce"])))
+    plan = resolve(Request(accel_version="6.2", torch="2.4", torch_source="".join(["sou", "rce"])))
     rows = dict(_rows(plan))
     assert plan.unproven and plan.torch_source == "source"
-    assert rows["torch source"] == "https://github.com/pytorch/pytorch.git v2.4.1 (upstream)"
-    assert rows["peer build"] == "UNPROVEN: no peer build of this source on this release"
+    assert rows["torch source"] == ("https://github.com/pytorch/pytorch.git v2.4.1 @ "
+                                    "38b96d3399a695e704ed39b60dac733c3fbf20e2 (upstream)")
+    assert rows["peer build"] == "none: the first passing build is the proof"
+    assert rows["evidence"] == "source build, not yet proven: the first passing build is the proof"
     assert rows["patches"] == "(none)" and rows["build size"] == ESTIMATE
     assert rows["OS packages"].startswith("rocm-dev rocm-utils rocm-libs rccl")
     assert rows["torch.compile"] == ("pytorch-triton-rocm==3.0.0 from https://download.pytorch.org/whl/rocm6.1 "
@@ -175,23 +179,25 @@ def test_asking_for_the_wheel_gets_the_wheel(request_):
 
 @pytest.mark.parametrize("request_, nearest", [
     (Request(accel_version="6.2", torch="2.6", torch_source="source"),  # releases both sides, a lower line
-     "nearest proven: --rocm 6.1.2 --torch 2.6 (official wheel); --rocm 6.2.4 --torch 2.6 (official wheel); "
-     "--rocm 6.2 --torch 2.5 (official wheel); or pass --unproven"),
+     ["--rocm 6.1.2 --torch 2.6 (official wheel)", "--rocm 6.2.4 --torch 2.6 (official wheel)",
+      "--rocm 6.2 --torch 2.5 (official wheel)"]),
     (Request(accel_version="6.1.2", torch="2.5", torch_source="source"),  # the cell's own wheel first
-     "nearest proven: --rocm 6.1.2 --torch 2.5 --torch-source auto (official wheel); --rocm 6.2 --torch 2.5 "
-     "(official wheel); --rocm 6.1.2 --torch 2.4 (official wheel); --rocm 6.1.2 --torch 2.6 (official wheel); "
-     "or pass --unproven"),
+     ["--rocm 6.1.2 --torch 2.5 --torch-source auto (official wheel)", "--rocm 6.2 --torch 2.5 (official wheel)",
+      "--rocm 6.1.2 --torch 2.4 (official wheel)", "--rocm 6.1.2 --torch 2.6 (official wheel)"]),
 ])
-def test_an_unproven_source_cell_is_refused_naming_the_nearest_cells_with_a_torch(request_, nearest):
-    message = _refusal(request_)
-    assert nearest in message and message.endswith(f"how long and how large a source build is: {ESTIMATE}")
+def test_an_unproven_source_cell_names_the_nearest_cells_with_a_torch_and_proven_only_refuses_it(request_, nearest):
+    plan = resolve(request_)
+    assert plan.unproven and nearest_proven(plan.flavor, plan.release, plan.torch, load()) == nearest
+    refused = _refusal(request_.model_copy(update={"proven_only": True}), error=UnprovenSourceError)
+    assert refused.endswith("source build, not yet proven: the first passing build is the proof (--proven-only refuses it)")
 
 
 def test_a_peer_built_source_is_a_proven_neighbour(recipes_copy):
     (recipes_copy / "source-builds.toml").write_text(
         (recipes_copy / "source-builds.toml").read_text().replace("build = []\n", FORK_BUILD))
-    message = _refusal(Request(accel_version="6.1.2", torch="2.4", torch_source="source"), load(recipes_copy))
-    assert "--rocm 6.2 --torch 2.4 (peer-built source)" in message
+    recipes = load(recipes_copy)
+    plan = resolve(Request(accel_version="6.1.2", torch="2.4", torch_source="source"), recipes)
+    assert "--rocm 6.2 --torch 2.4 (peer-built source)" in nearest_proven(plan.flavor, plan.release, plan.torch, recipes)
 
 
 def test_without_the_system_python_a_cell_takes_the_newest_python_its_torch_supports(recipes_copy):
@@ -200,7 +206,7 @@ def test_without_the_system_python_a_cell_takes_the_newest_python_its_torch_supp
     end = text.index("[release.", start + 1)
     block = re.sub(r'system_python = "3.10"', 'system_python = "3.12"', text[start:end])
     (recipes_copy / "rocm.toml").write_text(text[:start] + block + text[end:])
-    plan = resolve(Request(accel_version="6.2", torch="2.3", unproven=True), load(recipes_copy))
+    plan = resolve(Request(accel_version="6.2", torch="2.3"), load(recipes_copy))
     assert plan.cell.python == "3.11"  # torch 2.3 takes 3.8-3.11; ROCm 6.2 offers 3.9-3.12
 
 

@@ -1,7 +1,8 @@
 """`envbuild matrix diff`, the report's compare page and docs/compatibility.md, on the measured results/.
 
 results/ holds real runs (docs in results/README.md): the cpu cell from a container build here and the
-H200 cell from `envbuild run workload --local` on the device machine.
+sm_90 cell from `envbuild run workload --local` on the device machine (an H200 run, then an H100 run: the newest
+smoke run, the H100's, is the one a diff and the compare page show).
 """
 
 from __future__ import annotations
@@ -48,26 +49,27 @@ def test_diff_puts_versions_throughput_and_probes_side_by_side(db):
     torch = rows[("versions", "torch")]
     assert torch["a"] == "2.13.0+cpu" and torch["b"] == "2.11.0+cu130" and torch["differs"]
     speed = rows[("speed", "samples_per_s")]
-    assert speed["label"] == "training throughput (samples/s)" and speed["b_text"] == "1,162"
+    assert speed["label"] == "training throughput (samples/s)" and speed["b_text"] == "722.2"
     assert rows[("learning", "eval_after_accuracy")]["label"] == "eval accuracy after training (fraction correct)"
     memory = rows[("memory", "peak_memory_allocated_bytes")]
     assert memory["a"] is None and memory["b_text"] == "0.08 GiB" and memory["label"].endswith("(GiB)")
-    assert rows[("speed", "mfu")]["b_text"] == "0.0023%"
+    assert rows[("speed", "mfu")]["b_text"] == "0.0015%"
     assert speed["ratio"] == pytest.approx(speed["b"] / speed["a"]) and speed["ratio"] > 10
-    assert rows[("versions", "gpu")]["a"] == "CPU only" and rows[("versions", "gpu")]["b"] == "NVIDIA H200 x 1"
+    assert rows[("versions", "gpu")]["a"] == "CPU only" and rows[("versions", "gpu")]["b"] == "NVIDIA H100 80GB HBM3 x 1"
     versions = [r for r in data["rows"] if r["section"] == "versions"]
     assert [r["differs"] for r in versions] == sorted((r["differs"] for r in versions), reverse=True)
     cost = rows[("speed", "cost_per_1k_samples")]
-    assert cost["a"] is None and cost["b"] == pytest.approx(1000 * 4.54 / (speed["b"] * 3600), rel=1e-3)
+    assert cost["a"] is None and cost["b"] == pytest.approx(1000 * 2.69 / (speed["b"] * 3600), rel=1e-3)
     assert data["train_loss"]["a"] and data["train_loss"]["b"]
 
 
 def test_diff_names_the_side_outside_a_probe_limit(db, tmp_path):
-    gpu_run = next((RESULTS / GPU).glob("local-smoke-*/result.json"))
-    result = json.loads(gpu_run.read_text())
+    smoke = [json.loads(p.read_text()) for p in (RESULTS / GPU).glob("*/result.json")]
+    result = max((r for r in smoke if r["config"]["preset"] == "smoke"), key=lambda r: r["finished_at"])
     probe = next(p for p in result["probes"] if p["name"] == "sdpa_vs_math")
     probe["status"], probe["message"] = "fail", "bf16 error above its limit"
-    result["run_id"], result["finished_at"] = "f" * 32, "2026-12-02T23:59:59Z"
+    result["run_id"] = "f" * 32
+    result["finished_at"] = result["finished_at"][:-3] + "59Z"  # the same minute, after it: the newest smoke run
     copy = tmp_path / "matrix.db"
     shutil.copy(db, copy)
     (tmp_path / "r").mkdir()
@@ -92,9 +94,9 @@ def test_committed_compatibility_summary_is_up_to_date(db, tmp_path):
     assert check.exit_code == 0, check.output + "\nregenerate: envbuild matrix import --db /tmp/r.db results/ && " \
                                               "envbuild report --db /tmp/r.db --markdown docs/compatibility.md"
     text = doc.read_text()
-    assert f"| {GPU.replace('_', chr(92) + '_')} |" in text and f"| {CPU} |" in text and "NVIDIA H200 × 1" in text
+    assert f"| {GPU.replace('_', chr(92) + '_')} |" in text and f"| {CPU} |" in text and "NVIDIA H100 80GB HBM3 × 1" in text
     stale = tmp_path / "compatibility.md"
-    stale.write_text(text.replace("NVIDIA H200", "NVIDIA H100"))
+    stale.write_text(text.replace("NVIDIA H100", "NVIDIA H200"))
     assert invoke("report", "--db", str(db), "--markdown", str(stale), "--check").exit_code == 1
 
 
@@ -105,7 +107,7 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     profiles = compare_scripts(site)  # each cell's own compare/<slug>.js, strict JSON; none in compare.html
     assert sorted(profiles) == sorted([CPU, GPU]) and '"run_id"' not in (site / "compare.html").read_text()
     gpu_speed = next(p for p in profiles[GPU] if p["configuration"] == "smoke · tiny-gemma")["speed"]["samples_per_s"]
-    assert f"{gpu_speed:,.0f}" == "1,162"
+    assert f"{gpu_speed:,.1f}" == "722.2"
     expression = f"""(function () {{
       var f = document.getElementById('pick'); f.a.value = '{CPU}'; f.b.value = '{GPU}';
       f.dispatchEvent(new Event('change'));
@@ -134,9 +136,9 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     labels = {row[0]: row[1:] for section in ("learning", "speed", "memory") for row in v[section]}
     assert [row[0] for row in v["learning"]] == ["eval accuracy after training (fraction correct)",
                                                  "eval accuracy before training (fraction correct)"]
-    assert labels["model FLOPs utilization (% of peak)"] == ["-", "0.0023%"]
+    assert labels["model FLOPs utilization (% of peak)"] == ["-", "0.0015%"]
     assert labels["peak GPU memory allocated (GiB)"] == ["-", "0.08 GiB"]
-    assert labels["training throughput (samples/s)"][1] == "1,162"
+    assert labels["training throughput (samples/s)"][1] == "722.2"
     assert labels["cost per 1,000 samples (USD, public GPU-hour price)"][1].startswith("$0.00")
     assert not any(name.startswith(("mfu", "peak_memory", "eval_")) for name in labels)  # no raw field names
     assert v["yTicks"] >= 5  # the loss axis has ticks, not one label at the top
@@ -170,3 +172,20 @@ def test_compare_page_names_a_cell_script_that_did_not_load(db, tmp_path):
     v = page.value
     assert v["first"] == gone and v["again"] == gone
     assert v["drawn"]["runs"].startswith("A: run ") and v["drawn"]["rows"] > 10 and v["drawn"]["curves"] > 10
+
+
+def test_the_gpu_cell_page_shows_its_signed_standard_speed_measurement(db, tmp_path):
+    """The committed speed-preset run of the sm_90 cell is the cell's standard speed: its page shows the run's
+    samples/s, MFU, GPU-hour and cost figures with the conditions and the card that measured it."""
+    speed = next(json.loads(p.read_text()) for p in (RESULTS / GPU).glob("*/result.json")
+                 if json.loads(p.read_text())["config"]["preset"] == "speed")
+    site = tmp_path / "site"
+    assert invoke("report", "--db", str(db), "-o", str(site), "--published").exit_code == 0
+    page = (site / "cells" / f"{safe_slug(GPU)}.html").read_text()
+    section = page[page.index("Standard speed measurement"):page.index("Reproduce")]
+    metrics = speed["metrics"]
+    assert f"{metrics['samples_per_s']:,.1f}" in section and f"{metrics['mfu']:.1%}" in section
+    assert f"{metrics['samples_per_s'] * 3600:,.0f}" in section and "(price of 2026-05-22)" in section
+    assert "uncontended" in section and speed["run_id"] in section
+    assert speed["hardware"]["gpu_name"] == "NVIDIA H100 80GB HBM3" and "NVIDIA H100 80GB HBM3" in page
+    assert "signed by envbuild-gpu" in section

@@ -35,7 +35,7 @@ def _transformers4_stacks() -> dict[str, dict[str, str]]:
 def _rocm_lock(transformers: str) -> bytes:
     """The requirements.lock rendered for the first ROCm cell whose stack pins this transformers, for this Python."""
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    plan = next(p for p in all_plans(flavor="rocm", unproven=True) if p.stack["transformers"] == transformers and p.cell.python == python)
+    plan = next(p for p in all_plans(flavor="rocm") if p.stack["transformers"] == transformers and p.cell.python == python)
     return context_files(plan)[0]["requirements.lock"]
 
 
