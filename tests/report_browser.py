@@ -174,6 +174,7 @@ def _collect(events: list[dict], report: PageReport) -> None:
             report.console.append({"level": entry.get("level"), "text": f"{entry.get('text')} {entry.get('url', '')}"})
         elif method == "Runtime.exceptionThrown":
             details = params["exceptionDetails"]
-            report.exceptions.append(f"{details.get('text', 'exception')} {(details.get('exception') or {}).get('description', '')}")
+            description = (details.get("exception") or {}).get("description", "")
+            report.exceptions.append(f"{details.get('text', 'exception')} {description}")
         elif method == "Network.loadingFailed":
             report.failed_requests.append(f"load failed: {params.get('errorText')} ({params.get('type')})")

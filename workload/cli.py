@@ -97,7 +97,8 @@ def _recipe(args):
         model=args.model, dtype=args.dtype, attn_implementation=args.attn_implementation, seed=args.seed,
         epochs=args.epochs, max_steps=args.max_steps, untimed_steps=args.untimed_steps, batch_size=args.batch_size,
         learning_rate=args.learning_rate, max_length=args.max_length, warmup_steps=args.warmup_steps,
-        lora_r=args.lora_r, lora_dropout=args.lora_dropout, pad_multiple=args.pad_multiple, gradient_checkpointing=args.gradient_checkpointing,
+        lora_r=args.lora_r, lora_dropout=args.lora_dropout, pad_multiple=args.pad_multiple,
+        gradient_checkpointing=args.gradient_checkpointing,
         min_accuracy=args.min_accuracy)
     if args.labels == "auto":
         return dataclasses.replace(recipe, labels=None)

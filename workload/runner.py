@@ -17,7 +17,7 @@ from .errors import RECEIVED_SIGNALS, DidNotLearn, DidNotTrain, InputError, Prob
 from .probes import environment as env
 from .result import finish, new_result, write_result
 from .training.noise import third_party_to
-from .training.presets import PRESETS, Recipe, preset_for
+from .training.presets import Recipe, preset_for
 
 
 EXIT_BAD_INPUT = 2

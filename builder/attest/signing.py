@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder.attest import allowed_signers as signers_file
-from builder.store import provenance
 from builder import strict_json
 from builder.paths import RESULTS_DIR, file_sha256, write_text_atomic
 

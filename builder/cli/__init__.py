@@ -1,7 +1,7 @@
 """The `envbuild` command line: one Click group (`main`, here) and one module per verb group (image, run,
 render, lock, matrix, report, inspect, doctor, ci; diff, publish and attest (sign, verify) are `matrix`
-sub-commands), each only parsing options, calling the engine, matrix or plan, and printing; store_options and paths hold the options
-and output checks several verbs share. A sub-command's module is imported only when it runs (`envbuild
+sub-commands), each only parsing options, calling one workflow (or a room below it), and printing; store_options
+and paths hold the options and output checks several verbs share. A sub-command's module is imported only when it runs (`envbuild
 --help` imports none of them: no docker SDK, matplotlib or pydantic). It may import every other builder
 package; nothing in builder imports it."""
 

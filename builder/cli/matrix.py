@@ -26,7 +26,6 @@ from builder.store.store import (MatrixStore, StoreError, canonical_json, defaul
                                   validate_result)
 from builder.store.summary import (CellSummary, configuration_line, environment_line, summarize, summary_line,
                                     summary_record)
-from builder.plan.cells import Cell
 
 _STYLE = {"pass": "green", "partial": "yellow", "fail": "red", "untested": "dim"}
 

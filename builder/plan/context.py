@@ -50,7 +50,7 @@ def _quote(value: str) -> str:
 
 def build_args(plan: Plan) -> dict[str, str]:
     """Top-level ARGs (name -> default) in Dockerfile order; every pin of the plan is one."""
-    release, torch = plan.release, plan.torch
+    release = plan.release
     args = {"BASE_IMAGE": plan.base_image, "SOURCE_DATE_EPOCH": str(plan.build_tools.source_date_epoch)}
     if release.apt_key_fingerprint:
         args |= {"ROCM_KEY_URL": release.apt_key_url, "ROCM_KEY_FINGERPRINT": release.apt_key_fingerprint}

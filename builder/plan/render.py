@@ -158,7 +158,8 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
         "labels": labels(plan, context_hash, lock),
         "lock": {"file": f"recipes/locks/{lock.key}.txt", "sha256": lock.sha256,
                  "exclude_newer": lock.header.get("exclude-newer"), "packages": lock.versions("stack"),
-                 "venv": lock.versions("venv"), # what PyPI's torch (a CUDA build) requires on Linux and the lock therefore leaves out (nvidia-*,
+                 "venv": lock.versions("venv"),
+                 # what PyPI's torch (a CUDA build) requires on Linux and the lock therefore leaves out (nvidia-*,
                  # triton): never installed in a ROCm or CPU image, whose torch index supplies its own (e.g.
                  # pytorch-triton-rocm; the image lists it in /opt/envbuild/from-torch-index.txt)
                  "left_out_cuda_requirements": list(lock.from_torch_index)},

@@ -351,7 +351,8 @@ def _torch(value: str, flavor: Flavor, recipes: Recipes) -> TorchLine:
     release_line = ".".join(value.split(".")[:2])
     if line not in lines and release_line in lines:
         pinned = recipes.torch[release_line].version
-        raise ResolveError(f"torch {value} is not the release envbuild pins for line {release_line} ({pinned}); use --torch {release_line}")
+        raise ResolveError(f"torch {value} is not the release envbuild pins for line {release_line} ({pinned}); "
+                           f"use --torch {release_line}")
     if line not in lines:
         raise ResolveError(
             f"unknown torch {value!r} for the {flavor.name} flavor (known lines: {', '.join(lines)}); "

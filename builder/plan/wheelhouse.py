@@ -76,7 +76,8 @@ def origin_text(origin: dict) -> str:
     if origin["from"] == "index":
         return f"{origin['requirement']} from {origin['index_url']}"
     commit = f" @ {origin['commit']}" if origin.get("commit") else ""
-    return f"source build of {origin.get('repo', '')} {origin.get('ref', origin.get('git_tag', ''))}{commit} ({origin.get('proof', '?')})"
+    ref = origin.get("ref", origin.get("git_tag", ""))
+    return f"source build of {origin.get('repo', '')} {ref}{commit} ({origin.get('proof', '?')})"
 
 
 def check(context_dir: Path, manifest: dict) -> None:

@@ -20,7 +20,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from builder import __version__
 from builder.store import attempt_files, provenance, run_config
-from builder.report import compare as report_compare, diff, gpu_prices, ladder as cell_ladder, plots as report_plots, site_folders, vendor_support
+from builder.report import compare as report_compare, diff, gpu_prices, ladder as cell_ladder, plots as report_plots
+from builder.report import site_folders, vendor_support
 from builder.slug import safe_slug
 from builder.store.store import MatrixStore, utc_now
 from builder.store.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
@@ -77,7 +78,8 @@ class IndexEntry:
     provenance_short: str = ""  # the label without the key's fingerprint (the index's narrow column)
     vendor_claim: str = "none"  # step 1 in short: "AMD docs + official wheel", "official wheel", "AMD docs", "none"
     speed_contended: bool = False  # the speed numbers were measured under contention (conditions.contended)
-    unproven: bool = False  # torch built from a source no peer has shown to compile (manifest evidence step "source build, not yet proven")
+    # torch built from a source no peer has shown to compile (manifest evidence step "source build, not yet proven")
+    unproven: bool = False
 
 
 @dataclass(frozen=True)

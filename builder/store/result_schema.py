@@ -19,7 +19,6 @@ older envbuild stored, is recognised as the same run. This module imports nothin
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
@@ -418,8 +417,8 @@ def _rule(option: dict) -> str:
         parts.append(f"≤ {option['maxLength']} characters")
     low, high = option.get("minimum", option.get("ge")), option.get("maximum", option.get("le"))
     if low is not None or high is not None:
-        parts.append(f"{low if low is not None else '-∞'} … {high if high is not None else '∞'}".replace("1000000000000000.0", "1e15")
-                     .replace("9223372036854775807", "2^63-1"))
+        parts.append(f"{low if low is not None else '-∞'} … {high if high is not None else '∞'}"
+                     .replace("1000000000000000.0", "1e15").replace("9223372036854775807", "2^63-1"))
     if option.get("type") == "array" and option.get("maxItems"):
         parts.append(f"≤ {option['maxItems']} items")
     if option.get("description"):

@@ -78,7 +78,7 @@ class StoreReads(StoreConnection):
         column = "runs.result_json"
         args: list = []
         if host_keys is not None:
-            pairs = ", ".join(f"?, runs.result_json -> ?" for _ in host_keys)
+            pairs = ", ".join("?, runs.result_json -> ?" for _ in host_keys)
             column = (f"CASE WHEN json_type(runs.result_json, '$.host') = 'object' THEN json_set(runs.result_json,"
                       f" '$.host', json_object({pairs}, 'gpu_count',"
                       " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END")

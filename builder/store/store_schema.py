@@ -274,7 +274,7 @@ class StoreConnection:
         return db
 
     @classmethod
-    def peek(cls, path: str | os.PathLike) -> "MatrixStore | None":
+    def peek(cls, path: str | os.PathLike) -> StoreConnection | None:  # cls: a MatrixStore
         """Read-only, for the checks an import makes before it writes: an older schema is fine (the import
         upgrades it); a file that another importer is creating this instant (no tables yet) gives None."""
         db = Path(path)

@@ -50,7 +50,8 @@ def run(tmp_path, monkeypatch):
     keys = tmp_path / "keys"
     keys.mkdir()
     key = make_key(keys, "ci")
-    monkeypatch.setitem(provenance.PROJECT_SIGNERS, "envbuild-ci", provenance.PROJECT_SIGNERS["envbuild-ci"] | {key_fingerprint(key)})
+    monkeypatch.setitem(provenance.PROJECT_SIGNERS, "envbuild-ci",
+                        provenance.PROJECT_SIGNERS["envbuild-ci"] | {key_fingerprint(key)})
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f'envbuild-ci namespaces="envbuild" {public_line(key)}\n')
     return folder, key, allowed

@@ -79,7 +79,8 @@ def test_an_invalid_file_imports_nothing_unless_skipped(tmp_path):
     with MatrixStore.open(db) as store:
         assert store.runs() == []
     skipped = _invoke("matrix", "import", "--skip-invalid", str(good), str(bad), db=db)
-    assert skipped.exit_code == 0 and "imported 1 new run(s), 0 already recorded, 0 replaced, 0 new build(s), 1 skipped" in skipped.output
+    assert skipped.exit_code == 0
+    assert "imported 1 new run(s), 0 already recorded, 0 replaced, 0 new build(s), 1 skipped" in skipped.output
 
 
 def test_list_show_and_export_report_the_verdicts(tmp_path):

@@ -21,9 +21,11 @@ BAD_REQUESTS = {
                                                               "releases whose index carries it: 6.4"]),
     "no-source-on-7x": (["--rocm", "7.2", "--torch", "2.6", "--torch-source", "source"],
                         ["no torch source build on ROCm 7.2", "source_build = false"]),
-    "unpinned-torch-release": (["--rocm", "6.2", "--torch", "2.4.0"], ["not the release envbuild pins for line 2.4 (2.4.1)", "--torch 2.4"]),
+    "unpinned-torch-release": (["--rocm", "6.2", "--torch", "2.4.0"],
+                               ["not the release envbuild pins for line 2.4 (2.4.1)", "--torch 2.4"]),
     "unknown-arch": (["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90"], ["'gfx90' is not supported by ROCm 6.2", "gfx90a"]),
-    "arch-not-in-release": (["--rocm", "6.1.2", "--torch", "2.3", "--arch", "gfx1201"], ["not supported by ROCm 6.1.2", "gfx1100"]),
+    "arch-not-in-release": (["--rocm", "6.1.2", "--torch", "2.3", "--arch", "gfx1201"],
+                            ["not supported by ROCm 6.1.2", "gfx1100"]),
     "unknown-python": (["--rocm", "6.2", "--torch", "2.4", "--python", "3.7"], ["Python 3.7 is not available", "3.9"]),
     "python-outside-torch-range": (
         ["--rocm", "6.1.2", "--torch", "2.3", "--python", "3.12"],

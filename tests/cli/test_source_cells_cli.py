@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-WIDTH, MAX_LINES = 160, 12  # what the notice may take: the request, not the module constant
 from builder.plan.resolve import all_plans
+
+WIDTH, MAX_LINES = 160, 12  # what the notice may take: the request, not the module constant
 
 HEADLINE = ["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90a"]
 STEP = "source build, not yet proven: the first passing build is the proof"
@@ -48,7 +49,8 @@ def test_the_headline_cell_renders_with_no_flag_and_says_its_record_cost_and_nei
     assert re.fullmatch(r"[0-9a-f]{40}", manifest["torch"]["git"]["commit"])
     assert manifest["torch"]["git"]["commit"] == "38b96d3399a695e704ed39b60dac733c3fbf20e2"
     assert manifest["evidence"]["step"] == manifest["labels"]["io.envbuild.evidence"] == STEP
-    assert [r["source"] for r in manifest["evidence"]["record"]][:1] == ["ROCm/ROCm@e396b48 compatibility-matrix-historical-6.0.csv"]
+    sources = [r["source"] for r in manifest["evidence"]["record"]]
+    assert sources[:1] == ["ROCm/ROCm@e396b48 compatibility-matrix-historical-6.0.csv"]
     assert manifest["base_image_pin"] == "tag only" and manifest["torch"]["wheel_hashes"] is None
     assert "ARG TORCH_GIT_COMMIT=38b96d3399a695e704ed39b60dac733c3fbf20e2\n" in (tmp_path / "ctx" / "Dockerfile").read_text()
 
@@ -97,7 +99,7 @@ def test_every_source_cell_notice_fits_and_cites_a_source_for_each_statement(roc
     assert result.exit_code == 0, result.output
     notice = _notice(result.stderr)
     assert len(notice) <= MAX_LINES and max(map(len, notice)) <= WIDTH
-    records = " ".join(l for l in notice if l.startswith(("  - ", "    "))).split("  - ")[1:]  # rejoined
+    records = " ".join(line for line in notice if line.startswith(("  - ", "    "))).split("  - ")[1:]  # rejoined
     assert records and all(r.rstrip().endswith(")") for r in records), records  # each ends with its source
 
 

@@ -87,7 +87,7 @@ def test_a_run_passes_with_a_clean_contained_apptainer_exec(tmp_path, monkeypatc
     assert argv(apptainer) == ["exec", "--cleanenv", "--containall", "--pwd", "/tmp", "--env", "PYTHONUNBUFFERED=1",
                                "--env", "HOME=/tmp", "--bind", f"{out}:/out", str(sif), "python3", "-m", "workload",
                                "train", "--preset", "smoke", "--out", "/out", "--max-steps", "4"]
-    assert f"running cell.sif (cpu) with apptainer: exec --cleanenv" in ran.output
+    assert "running cell.sif (cpu) with apptainer: exec --cleanenv" in ran.output
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "pass" and result["image"]["environment"] == "apptainer"
     record = json.loads((tmp_path / "sif" / "cell.sif.json").read_text())

@@ -245,7 +245,8 @@ def test_inline_cache_export_and_import(tmp_path, local_base, docker_engine):
                                                                      cache_to=("type=inline",)), manifest=read_manifest(ctx))
         assert "exporting cache" in first.log_path.read_text()
         second = build_image(ctx, "envbuild-test/cache:2", BuildOptions(network="host", force=True,
-                                                                      cache_from=("envbuild-test/cache:1",)), manifest=read_manifest(ctx))
+                                                                      cache_from=("envbuild-test/cache:1",)),
+                             manifest=read_manifest(ctx))
         assert "importing cache manifest from envbuild-test/cache:1" in second.log_path.read_text()
     finally:
         for tag in ("envbuild-test/cache:1", "envbuild-test/cache:2"):

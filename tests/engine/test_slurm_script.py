@@ -6,7 +6,6 @@ answer in the format .ci/hpc_cluster.sh's Slurm prints), so what is asserted is 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 

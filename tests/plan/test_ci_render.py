@@ -179,7 +179,8 @@ def test_cell_job_signs_its_result_with_the_key_from_the_secret(rendered, tmp_pa
     assert verified.principal == CI_PRINCIPAL
     commands = verified.statement["predicate"]["commands"]
     assert commands[0] == "envbuild render --flavor cpu --torch 2.13 --python 3.11 --out ci/contexts/cpu-torch2.13-py3.11"
-    assert commands[-1] == "envbuild run workload --image ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3 --out out/run"
+    assert commands[-1] == ("envbuild run workload --image ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3"
+                            " --out out/run")
 
 
 def _actionlint(path: Path) -> subprocess.CompletedProcess:

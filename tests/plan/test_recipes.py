@@ -6,7 +6,6 @@ import shutil
 
 import pytest
 
-from builder.paths import RECIPES_DIR
 from builder.plan.recipes import RecipeError, load, version_key
 from builder.plan.resolve import KnownFailureError, Request, ResolveError, UnprovenSourceError, all_plans, resolve
 
@@ -49,7 +48,8 @@ def test_later_releases_take_os_and_archs_from_amds_tables():
 
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():
-    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (transformers 5.x on PyPI: Requires-Python >=3.11, torch>=2.6): check every cell's pins."""
+    """transformers 5.x needs torch >= 2.6 and Python >= 3.11 (transformers 5.x on PyPI: Requires-Python >=3.11,
+    torch>=2.6): check every cell's pins."""
     for plan in all_plans():
         major = int(plan.stack["transformers"].split(".")[0])
         if major >= 5:

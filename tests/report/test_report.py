@@ -86,7 +86,7 @@ def test_site_has_pages_plots_summary_and_data(site):
             " AMD Instinct MI250X × 1 | - | – | - | - | 1 | unsigned, imported locally |"
             " oom: HIP out of memory &lt;tried 2 GiB&gt; |") in summary
     # samples per GPU-hour from the speed run's samples/s x 3600 / GPUs; no cost: gpu-prices.toml has no MI250X price
-    assert f" | 612.5 | 40.7% | 2,205,000 | - | 3 | unsigned, imported locally | - |" in summary
+    assert " | 612.5 | 40.7% | 2,205,000 | - | 3 | unsigned, imported locally | - |" in summary
 
 
 def test_grid_shows_every_cell_with_status_class_and_note(site):
@@ -216,7 +216,8 @@ def test_a_cell_built_from_an_unproven_source_says_so_everywhere(site):
     assert '<span class="unproven"' in rows[ROCM_KEY] and "unproven" not in rows[CPU_KEY]
     assert '<span class="unproven"' in (out / "cells" / f"{ROCM_KEY}.html").read_text()
     assert '<span class="unproven"' not in (out / "cells" / f"{CPU_KEY}.html").read_text()
-    assert re.search(r"rocm6\.2-torch2\.4-gfx90a-py3\.10\.html\) \| pass[^|]* \(unproven source\) \|", (out / "summary.md").read_text())
+    assert re.search(r"rocm6\.2-torch2\.4-gfx90a-py3\.10\.html\) \| pass[^|]* \(unproven source\) \|",
+                     (out / "summary.md").read_text())
     flags = {c["key"]: c["unproven"] for c in json.loads((out / "data.json").read_text())["cells"]}
     assert flags[ROCM_KEY] is True and not any(v for k, v in flags.items() if k != ROCM_KEY)
 

@@ -30,7 +30,7 @@ CRAFTS = {
     "a column named a b": ['ALTER TABLE runs ADD COLUMN "a b" TEXT'],
     "no probes table": ["DROP TABLE probes"],
     "a trigger": ["CREATE TRIGGER t AFTER INSERT ON cells BEGIN SELECT 1; END"],
-    "a generated column": [f"ALTER TABLE cells ADD COLUMN g INTEGER GENERATED ALWAYS AS (length(key)) VIRTUAL"],
+    "a generated column": ["ALTER TABLE cells ADD COLUMN g INTEGER GENERATED ALWAYS AS (length(key)) VIRTUAL"],
     "another table": ["CREATE TABLE extra (x)"],
 }
 

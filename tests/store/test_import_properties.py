@@ -5,7 +5,6 @@ file that a browser's JSON.parse would refuse. EXAMPLES examples per CI run (abo
 from __future__ import annotations
 
 import json
-import math
 import re
 import tempfile
 from pathlib import Path
@@ -96,7 +95,8 @@ def test_any_mutated_result_works_or_is_refused_cleanly_in_every_command(mutatio
         assert _run("matrix", "import", tmp / "other.json", "--db", db).exit_code == 0
         imported = _run("matrix", "import", src, "--db", db)
         _ok(imported, 0, 2)
-        event(f"import exit {imported.exit_code}" + (" " + imported.output.split("docs/result-schema.md: ")[-1][:50] if imported.exit_code else ""))
+        why = " " + imported.output.split("docs/result-schema.md: ")[-1][:50] if imported.exit_code else ""
+        event(f"import exit {imported.exit_code}" + why)
         listed = _run("matrix", "list", "--json", "--db", db)
         _ok(listed, 0)
         keys = [c["key"] for c in strict_json(listed.stdout)]

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_script_compares_both_loops(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--tiny", "--steps", "4",
-                           "--warmup", "0", "--variants", "", "--throughput-steps", "3", "--eval-samples", "16", "--out", str(out)],
+                           "--warmup", "0", "--variants", "", "--throughput-steps", "3", "--eval-samples", "16",
+                           "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ratio (workload / baseline) samples/s" in proc.stdout

@@ -85,10 +85,12 @@ def test_the_edges_past_each_range_are_refused_with_the_range(tmp_path, option):
 # The lowest and highest value of every setting at once: all allowed, so the first refusal is the device.
 EDGES = {
     "lowest": ["--batch-size", "1", "--epochs", "1", "--max-steps", "1", "--max-length", "8", "--warmup-steps",
-               "0", "--untimed-steps", "0", "--lora-r", "1", "--pad-multiple", "1", "--seed", "0", "--lr", "1e-12", "--lora-dropout", "0",
+               "0", "--untimed-steps", "0", "--lora-r", "1", "--pad-multiple", "1", "--seed", "0", "--lr", "1e-12",
+               "--lora-dropout", "0",
                "--min-accuracy", "0", "--attn", "auto"],
     "highest": ["--batch-size", "65536", "--epochs", "10000", "--max-steps", "10000000", "--max-length", "131072",
-                "--warmup-steps", "10000000", "--untimed-steps", "10000000", "--lora-r", "4096", "--pad-multiple", "4096", "--seed",
+                "--warmup-steps", "10000000", "--untimed-steps", "10000000", "--lora-r", "4096", "--pad-multiple", "4096",
+                "--seed",
                 "4294967295", "--lr", "10", "--lora-dropout", "0.999", "--min-accuracy", "1",
                 "--attn", "flex_attention"],
 }

@@ -45,7 +45,7 @@ def test_a_batch_that_fills_its_bucket_exactly_fits_and_one_more_sequence_does_n
     assert count == SEQUENCE_BUCKET
     cu = cu_seqlens(pos, count)
     assert cu.numel() == SEQUENCE_BUCKET + 1 and cu[-3:].tolist() == [62, 100, 200]  # no empty sequence left
-    with pytest.raises(ValueError, match=f"64 sequences in the batch, more than the 63 planned"):
+    with pytest.raises(ValueError, match="64 sequences in the batch, more than the 63 planned"):
         cu_seqlens(pos, 63)
 
 

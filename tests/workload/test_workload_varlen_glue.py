@@ -8,7 +8,6 @@ is compared with an independent float64 attention computed from the position ids
 one, a wrong layout, a lost head repeat) shows here; the kernels' own numbers are the GPU tests' business
 (tests/workload/test_workload_varlen.py, on the H200)."""
 
-import contextlib
 import importlib
 import sys
 

@@ -125,5 +125,6 @@ def tokenizer_integrity(ctx: ProbeContext, texts: list[str] = SAMPLES) -> dict:
             problems.append(f"{mode}: {len(mismatches)} text(s) tokenized differently, e.g. {mismatches[0]!r}")
     message = "; ".join(problems)
     if mode == "none":
-        message = "; ".join(filter(None, [message, "no slow tokenizer or tokenizer.model to compare with: agreement not checked"]))
+        unchecked = "no slow tokenizer or tokenizer.model to compare with: agreement not checked"
+        message = "; ".join(filter(None, [message, unchecked]))
     return result("tokenizer_integrity", FAIL if problems else PASS, values, message)
