@@ -13,5 +13,4 @@ for requirement in "${wanted[@]}"; do
   esac
 done
 python -m pip install --no-compile --find-links /wheelhouse --index-url "$TORCH_INDEX_URL" "${wanted[@]}"
-python -m pip freeze --all | grep -iE '^(rocm|amd-)' >/opt/envbuild/accel-wheels.txt || true
-cat /opt/envbuild/accel-wheels.txt
+python -m pip freeze --all | grep -iE '^(rocm|amd-)' || true
