@@ -344,6 +344,11 @@ def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
         return None
     arch, name = gpu_names.canonical(value) if value and flavor.name == "rocm" else (value, "")
     arch = arch or release.default_arch
+    if arch not in release.archs and not name and flavor.name == "rocm" and gpu_names.looks_like_a_name(arch):
+        near = gpu_names.suggestions(arch, list(release.archs))  # a GPU name gets GPU names, not gfx targets
+        raise ResolveError(f"unknown GPU {arch!r} (recipes/gpu-names.toml); nearest known GPU names on "
+                           f"{flavor.label} {release.version}: {', '.join(near) or 'none'}; or give a gfx target: "
+                           f"{', '.join(sorted(release.archs))}")
     if arch not in release.archs:
         given = f"{name} ({arch})" if name else repr(arch)
         raise ResolveError(
