@@ -166,3 +166,27 @@ def test_an_unknown_gpu_name_gets_gpu_names_not_gfx_targets():
     assert "gfx1" not in near  # no Radeon target offered for an Instinct-like name
     unknown = invoke("render", "--rocm", "6.4", "--torch", "2.8", "--arch", "gfx999", "-o", "/nonexistent/ctx")
     assert unknown.exit_code == 2 and "arch 'gfx999' is not supported by ROCm 6.4; nearest valid:" in unknown.output
+
+
+def test_recipes_list_has_torch_through_2_14_and_the_pip_rocm_releases(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    result = invoke("recipes", "list")
+    assert result.exit_code == 0, result.output
+    keys = {line.split()[0] for line in result.output.splitlines() if line.strip().startswith("rocm")}
+    assert {"rocm7.1-torch2.12-gfx942-py3.12", "rocm7.2-torch2.13-gfx942-py3.12", "rocm7.2-torch2.14-gfx942-py3.12",
+            "rocm7.14-torch2.14-gfx942-py3.12", "rocm7.14-torch2.14-gfx1151-py3.12",
+            "rocm10.0-torch2.13-gfx950-py3.12"} <= keys
+
+
+def test_render_of_the_pip_rocm_route_writes_one_archs_wheels_in_both_recipes(tmp_path):
+    """`envbuild render --rocm 7.14 --torch 2.14 --arch gfx942 -o DIR`: exit 0, the plan names the SDK wheels of
+    gfx942, and DIR's Dockerfile and cell.def install them (and no other arch's) before torch 2.14.0+rocm7.14."""
+    out = tmp_path / "ctx"
+    result = invoke("render", "--rocm", "7.14", "--torch", "2.14", "--arch", "gfx942", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "rocm[libraries,device-gfx942]==7.14.0" in " ".join(result.output.split())
+    for name in ("Dockerfile", "cell.def"):
+        text = (out / name).read_text()
+        assert "rocm[libraries,device-gfx942]==7.14.0" in text and "2.14.0+rocm7.14" in text, name
+        assert "device-all" not in text and "device-gfx950" not in text, name
+    assert (out / "common" / "install_accel_wheels.sh").is_file()
