@@ -20,6 +20,9 @@ GOLDEN_CELLS = {
     "rocm6.4-torch2.8-wheel": Request(accel_version="6.4", torch="2.8"),  # Ubuntu 22.04 base, pytorch-triton-rocm pin
     "rocm7.2-torch2.11-gfx942-wheel": Request(accel_version="7.2", torch="2.11", arch="gfx942"),  # Ubuntu 24.04 base
     "cpu-torch2.13": Request(flavor="cpu", torch="2.13"),
+    # pip-ROCm route: plain Ubuntu, one arch's ROCm SDK wheels from PyTorch's index / AMD's index (split torch)
+    "rocm7.14-torch2.14-gfx942-pip": Request(accel_version="7.14", torch="2.14", arch="gfx942"),
+    "rocm10.0-torch2.13-gfx1151-pip": Request(accel_version="10.0", torch="2.13", arch="gfx1151"),
 }
 
 

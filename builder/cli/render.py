@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from builder.cli.paths import writable_output
@@ -128,7 +129,7 @@ def plan_from_options(**options) -> Plan:
 def plan_table(plan: Plan, title: str) -> Table:
     table = Table(title=title, show_header=False, title_justify="left")
     for field, value in plan.describe():
-        table.add_row(field, value)
+        table.add_row(escape(field), escape(value))  # data, never markup: rocm[libraries,...]
     return table
 
 

@@ -31,6 +31,7 @@ FETCH_STEPS = {
     "install_base.sh": "ca-certificates (apt)",
     "install_rocm.sh": "amdgpu-install and ROCm (apt; installer route only)",
     "install_os_packages.sh": "ROCm libraries a source build links (apt)",
+    "install_accel_wheels.sh": "the ROCm SDK wheels of the cell's arch (pip-ROCm route), from the torch index only",
     "install_python.sh": "Python (apt, deadsnakes) and the venv's pip/setuptools/wheel (hash-locked)",
     "install_build_tools.sh": "compilers and git (apt)",
     "fetch_torch_source.sh": "the torch source and its submodules (git)",
@@ -71,6 +72,8 @@ def build_args(plan: Plan) -> dict[str, str]:
         "TORCH_VERSION": plan.torch_version,
         "TORCH_INDEX_URL": plan.wheel_index_url,
     }
+    if accel := plan.accel_wheels:
+        args["ACCEL_REQUIREMENTS"] = " ".join(accel["requirements"])
     if plan.compile_requirement:
         args["TORCH_COMPILE_PACKAGE"] = plan.compile_requirement
     if plan.torch_source == "source":
@@ -122,6 +125,8 @@ def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
         values["io.envbuild.torch-proof"] = git["peer"] or "unproven"
     if plan.compile_unavailable:
         values["io.envbuild.torch-compile"] = f"unavailable: {plan.compile_unavailable}"
+    if accel := plan.accel_wheels:
+        values["io.envbuild.accel-wheels"] = " ".join(accel["requirements"])
     return dict(sorted(values.items()))
 
 
@@ -143,6 +148,8 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
     runtime_env = {"PYTHONPATH": "/opt/envbuild"}
     if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
         runtime_env["ENVBUILD_TORCH_COMPILE_UNAVAILABLE"] = plan.compile_unavailable
+    if plan.compile_needs_gpu:  # ... and this on a host with no GPU only (a known regression of the wheel)
+        runtime_env["ENVBUILD_TORCH_COMPILE_NEEDS_GPU"] = plan.compile_needs_gpu
     label_values = labels(plan, context_hash, lock)
     return {
         "cell_key": plan.cell.key,
@@ -158,6 +165,7 @@ def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
         "tool_path": plan.flavor.tool_path,
         "library_path": plan.flavor.library_path,
         "accel_install_step": bool(plan.release.amdgpu_install),
+        "accel_wheels_step": plan.accel_wheels is not None,
         "os_packages_step": bool(plan.os_packages),
         "torch_build_args": ["TORCH_BUILD_PINS"],
         "runtime_env": [f"{k}={_quote(v)}" for k, v in runtime_env.items()],
@@ -196,12 +204,18 @@ def lock_files(plan: Plan, lock: Lock) -> dict[str, str]:
 
 def expectations(plan: Plan, lock: Lock) -> dict:
     """expect.json: what images/common/verify_image.py checks at the end of the build."""
-    release = plan.release
+    release, accel = plan.release, plan.accel_wheels
+    backend_version = release.version if plan.flavor.backend and plan.flavor.versioned else None
+    if accel is not None:  # the wheels' HIP version is their own, not the release's (None: not verified)
+        backend_version = accel["hip_version"]
     return {
         "cell": plan.cell.key,
         "flavor": plan.flavor.name,
         "backend": plan.flavor.backend,
-        "backend_version": release.version if plan.flavor.backend and plan.flavor.versioned else None,
+        "backend_version": backend_version,
+        "accel_wheels": None if accel is None else {k: accel[k] for k in ("packages", "device_packages",
+                                                                           "device_prefixes")},
+        "compile_needs_gpu": plan.compile_needs_gpu or None,
         "arch": plan.cell.arch,
         "torch": {"version": plan.torch_version, "by_path": plan.torch_source == "source"},
         "sentencepiece": plan.stack["sentencepiece"],

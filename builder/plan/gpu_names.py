@@ -35,6 +35,20 @@ def canonical(value: str) -> tuple[str, str]:
     return found if found else (value, "")
 
 
+def looks_like_a_name(value: str) -> bool:
+    """True for an --arch value that is no LLVM target (gfx...): a marketing name, known or not ("MI400")."""
+    return not value.lower().startswith("gfx")
+
+
+def suggestions(value: str, targets: list[str], n: int = 3) -> list[str]:
+    """The known marketing names nearest to `value` whose target is in `targets`, as "MI300X (gfx942)"."""
+    import difflib
+
+    table = {normal: (gfx, name) for normal, (gfx, name) in names().items() if gfx in targets}
+    near = difflib.get_close_matches(_normal(value), list(table), n=n, cutoff=0)
+    return [f"{table[normal][1]} ({table[normal][0]})" for normal in near]
+
+
 def marketing_names(target: str) -> list[str]:
     """The marketing names of a gfx target, as AMD writes them."""
     return sorted(name for gfx, name in names().values() if gfx == target)

@@ -67,6 +67,31 @@ class Flavor(_Frozen):
         return value
 
 
+class PipAccel(_Frozen):
+    """The pip route of an accelerator release: its userspace comes as Python wheels from the torch index, for the
+    cell's arch only ("{arch}" and "{torch}" are filled in per cell)."""
+
+    requirements: tuple[str, ...]  # what the torch stage installs before torch, e.g. rocm[libraries,device-{arch}]==7.14.0
+    packages: tuple[str, ...]  # the distributions those requirements bring (the verify step checks each is installed)
+    device_packages: tuple[str, ...]  # per-arch packages: only the cell's arch's may be installed, never another's
+    hip_version: str = ""  # major.minor torch.version.hip reports ("" = not verified: only "set" is checked)
+    source: str
+
+    @field_validator("requirements")
+    @classmethod
+    def _one_arch(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or any("device-all" in r for r in value):
+            raise ValueError(f"requirements must be non-empty and name the cell's arch, never device-all: {value}")
+        return value
+
+    @field_validator("device_packages")
+    @classmethod
+    def _per_arch(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or any(not p.endswith("{arch}") for p in value):
+            raise ValueError(f"device_packages must end in {{arch}} (one package per GPU arch), got {value}")
+        return value
+
+
 class Release(_Frozen):
     """One accelerator release of a flavor (a ROCm version; the single cpu pseudo-release)."""
 
@@ -86,6 +111,8 @@ class Release(_Frozen):
     default_arch: str = ""
     source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
     source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
+    wheel_index: str = ""  # the torch index of this release when not the flavor's (AMD's own index)
+    pip_accel: PipAccel | None = None  # the userspace as wheels from the torch index (pip-ROCm route), None = in the base
     apt_key_url: str = ""  # the accelerator apt repository's signing key, fetched again in the base stage
     apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
     source: str
@@ -121,6 +148,9 @@ class TorchLine(_Frozen):
     compile_version: str = ""  # the compile package's version the official wheel requires ("" = not verified)
     compile_index: str = ""  # wheel index suffix that carries it
     compile_checked: str = ""  # where that requirement was read
+    # wheel index suffix -> why torch.compile fails on a host with no GPU with that index's wheel (a known
+    # regression, with its source); the image records it and the workload runs eager there
+    compile_needs_gpu: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _compile_pin_has_its_index_and_source(self) -> "TorchLine":
@@ -383,6 +413,11 @@ def _load(root: Path) -> Recipes:
         if not f.versioned and len(releases[name]) != 1:  # nothing on the command line could pick one of several
             raise RecipeError(f"{f.releases_file}: the {name} flavor takes no version, so it has exactly one "
                               f"[release.*] table, not {len(releases[name])}")
+    for name, by_version in releases.items():
+        for version, release in by_version.items():
+            if release.pip_accel is not None and (not release.archs or release.source_build):
+                raise RecipeError(f"{flavors[name].releases_file} [release.\"{version}\"]: a pip_accel release installs "
+                                  f"one arch's wheels (archs must be listed) and has no source build (source_build = false)")
     for line, t in torch.items():
         if line not in stacks:
             raise RecipeError(f"hf-stack.toml has no [stack.\"{line}\"] for torch line {line}")

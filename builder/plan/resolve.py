@@ -123,6 +123,27 @@ class Plan(BaseModel):
         return {"package": package, "version": line.compile_version, "checked": line.compile_checked}
 
     @property
+    def accel_wheels(self) -> dict | None:
+        """The accelerator userspace as wheels (pip-ROCm route): what the torch stage installs before torch, for the
+        cell's arch only, what that brings, and the per-arch packages of which only the cell's may be present."""
+        accel = self.release.pip_accel
+        if accel is None or self.torch_source != "wheel":
+            return None
+        fill = {"arch": self.cell.arch or "", "torch": self.torch_version}
+        return {"requirements": [r.format(**fill) for r in accel.requirements],
+                "packages": [p.format(**fill) for p in accel.packages],
+                "device_packages": [p.format(**fill) for p in accel.device_packages],
+                "device_prefixes": [p.removesuffix("{arch}") for p in accel.device_packages],
+                "hip_version": accel.hip_version or None, "source": accel.source}
+
+    @property
+    def compile_needs_gpu(self) -> str:
+        """Why torch.compile fails on a host with no GPU with this cell's wheel (a known regression), or ""."""
+        if self.torch_source != "wheel":
+            return ""
+        return self.torch.compile_needs_gpu.get(self.torch_version.partition("+")[2], "")
+
+    @property
     def torch_version(self) -> str:
         """The exact version the image's torch must report, local label included ("2.4.1+rocm6.2")."""
         return self.torch_requirement.removeprefix("torch==")
@@ -151,12 +172,14 @@ class Plan(BaseModel):
                             "requirement": self.compile_requirement or None,
                             "checked": self.torch.compile_checked if self.compile_requirement else None},
                 "wheel_pulls": self.wheel_triton,
+                "compile_needs_gpu": self.compile_needs_gpu or None,
                 "wheel_index_url": self.wheel_index_url or None,
                 "wheel_hashes": (self.wheel_hashes or "unhashed") if self.torch_source == "wheel" else None,
                 "git": self.git_source,
                 "build_env": dict(sorted(self.flavor.build_env.items())) if self.torch_source == "source" else {},
             },
             "stack": dict(sorted(self.stack.items())),
+            "accel_wheels": self.accel_wheels,
             "os_packages": list(self.os_packages),
             "build_tools": {"venv": dict(sorted(self.build_tools.venv.items())),
                             "torch_build": dict(sorted(self.build_tools.torch_build.items()))
@@ -190,6 +213,9 @@ class Plan(BaseModel):
         ]
         if self.wheel_index_url:
             rows.append(("torch index", self.wheel_index_url))
+        if accel := self.accel_wheels:
+            rows.append((f"{self.flavor.label} wheels", f"{' '.join(accel['requirements'])} (this arch's device "
+                                                         f"packages only: {', '.join(accel['device_packages'])})"))
         if triton := self.wheel_triton:
             rows.append(("triton", f"{triton['package']}=={triton['version']} (pulled by the wheel from its index)"))
         if (git := self.git_source) is not None:
@@ -204,6 +230,8 @@ class Plan(BaseModel):
             rows.append(("OS packages", " ".join(self.os_packages)))
         if self.compile_unavailable:
             rows.append(("torch.compile", f"unavailable: {self.compile_unavailable}"))
+        elif self.compile_needs_gpu:
+            rows.append(("torch.compile", f"needs a GPU: {self.compile_needs_gpu}"))
         elif self.compile_requirement:
             rows.append(("torch.compile", f"{self.compile_requirement} from {self.wheel_index_url} (--no-deps)"))
         rows += [(name, version) for name, version in sorted(self.stack.items())]
@@ -232,7 +260,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     base_image, amdgpu_install = _base(request, flavor, release)
     if source == "wheel":
         local = flavor.local_version.format(suffix=suffix)
-        index = flavor.wheel_index.format(suffix=suffix)
+        index = release.wheel_index or flavor.wheel_index.format(suffix=suffix)
     else:  # a source build stamps its own local label, as official wheels carry one ("2.4.1+rocm6.2")
         local, index = flavor.source_local_version.format(version=release.version), ""
     requirement = f"torch=={torch.version}" + (f"+{local}" if local else "")
@@ -383,6 +411,11 @@ def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
         return None
     arch, name = gpu_names.canonical(value) if value and flavor.name == "rocm" else (value, "")
     arch = arch or release.default_arch
+    if arch not in release.archs and not name and flavor.name == "rocm" and gpu_names.looks_like_a_name(arch):
+        near = gpu_names.suggestions(arch, list(release.archs))  # a GPU name gets GPU names, not gfx targets
+        raise ResolveError(f"unknown GPU {arch!r} (recipes/gpu-names.toml); nearest known GPU names on "
+                           f"{flavor.label} {release.version}: {', '.join(near) or 'none'}; or give a gfx target: "
+                           f"{', '.join(sorted(release.archs))}")
     if arch not in release.archs:
         given = f"{name} ({arch})" if name else repr(arch)
         raise ResolveError(

@@ -16,13 +16,18 @@ Checks, each a line of output; any failure fails the build with what was expecte
   gfx942/gfx950 only) is a note in OUT_JSON's "notes", not a failure;
 - torch.compile's backend (expect.json "compile_package", a source build whose line has a verified pin): the
   pinned version installed (pytorch-triton-rocm==3.0.0) and its module importable (triton);
+- the accelerator wheels (expect.json "accel_wheels", the pip-ROCm route): each package the requirements bring is
+  installed, and no per-arch device package of another arch (rocm-sdk-device-gfx950 in a gfx942 image; device-all
+  would install them all);
 - sentencepiece: installed from the wheel built in the image (a local `linux_*` wheel from a file), not a
   PyPI binary (`manylinux`);
 - every pin of the lock (requirements.lock, and venv.lock's pip/setuptools/wheel where the stack does not pin
   them) equals the installed version;
 - nothing else is installed (expect.json "complete"): every distribution is locked, is torch, is a
-  requirement of torch that its index supplied (e.g. pytorch-triton-rocm), or is the compile backend above;
-  those are listed as "unlocked".
+  requirement of torch that its index supplied (e.g. pytorch-triton-rocm), is the compile backend above, or is
+  one of the accelerator wheels above; those are listed as "unlocked".
+torch.compile is never run here: the build host has no GPU, and some wheels cannot compile without one
+(expect.json "compile_needs_gpu", e.g. torch 2.13.0+rocm7.2, pytorch/pytorch#189194); such a wheel is a note.
 OUT_JSON records every check, the unlocked distributions, the arch coverage (what torch loads, with
 "not_loaded" for the rest) and the notes.
 """
@@ -110,6 +115,33 @@ def check_compile_package(expect: dict, checks: list) -> None:
                    f"expected {name} {want}; found {got or 'nothing'}{imported}"))
 
 
+def check_accel_wheels(expect: dict, checks: list) -> None:
+    """The pip-ROCm route: the SDK wheels of the cell's arch are installed, and no other arch's device package."""
+    accel = expect.get("accel_wheels")
+    if not accel:
+        return
+    installed = _installed()
+    missing = [p for p in accel["packages"] if _name(p) not in installed]
+    checks.append((f"{len(accel['packages'])} accelerator wheels installed", not missing,
+                   f"missing: {', '.join(missing)}"))
+    mine = {_name(p) for p in accel["device_packages"]}
+    others = sorted(f"{n}=={v}" for n, v in installed.items()
+                    if n not in mine and any(n.startswith(_name(prefix)) for prefix in accel["device_prefixes"]))
+    checks.append((f"only {', '.join(sorted(mine))} of the per-arch device packages", not others,
+                   f"device code of other archs is installed (device-all?): {', '.join(others)}"))
+
+
+def compile_note(expect: dict, notes: list) -> None:
+    """A wheel whose torch.compile needs a GPU: say so when this host has none (the workload then runs eager)."""
+    reason = expect.get("compile_needs_gpu")
+    if not reason:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        notes.append(f"torch.compile not exercised on this host (no GPU): {reason}")
+
+
 def check_sentencepiece(expect: dict, checks: list) -> None:
     version, tags, url = md.version("sentencepiece"), _wheel_tags("sentencepiece"), _direct_url("sentencepiece")
     built_here = url.startswith("file://") and bool(tags) and not any("manylinux" in t for t in tags)
@@ -144,6 +176,7 @@ def check_complete(expect: dict, checks: list) -> list[str] | None:
         return None
     locked = _locked(expect)
     torch_needs = {_name(expect["compile_package"]["name"])} if expect.get("compile_package") else set()
+    torch_needs |= {_name(p) for p in (expect.get("accel_wheels") or {}).get("packages", [])}
     for requirement in md.requires("torch") or []:
         if "extra ==" not in requirement:
             torch_needs.add(_name(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]))
@@ -178,11 +211,13 @@ def main(expect_path: str, out_path: str) -> int:
     checks: list[tuple[str, bool, str]] = []
     check_torch(expect, checks)
     check_compile_package(expect, checks)
+    check_accel_wheels(expect, checks)
     check_sentencepiece(expect, checks)
     check_lock(expect, checks)
     unlocked = check_complete(expect, checks)
     notes: list[str] = []
     coverage = arch_coverage(expect, checks, notes)
+    compile_note(expect, notes)
     for name, ok, detail in checks:
         print(f"verify: {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
     for note in notes:

@@ -134,7 +134,9 @@ def test_recipes_list_fits_the_terminal(width, monkeypatch):
 
 @pytest.mark.parametrize("given, target, name", [("MI250X", "gfx90a", "MI250X"), ("instinct mi-300x", "gfx942", "MI300X"),
                                                  ("AMD Instinct MI355X", "gfx950", "MI355X"),
-                                                 ("RX 9070 XT", "gfx1201", "RX 9070 XT")])
+                                                 ("RX 9070 XT", "gfx1201", "RX 9070 XT"),
+                                                 ("MI325X", "gfx942", "MI325X"), ("mi350x", "gfx950", "MI350X"),
+                                                 ("Radeon RX 7900 XTX", "gfx1100", "RX 7900 XTX")])
 def test_marketing_names_are_aliases_and_are_echoed_back(given, target, name, tmp_path):
     """--arch takes AMD's marketing names (recipes/gpu-names.toml): the cell is the gfx target's, byte for byte, and
     the plan says which name was given."""
@@ -151,5 +153,41 @@ def test_marketing_names_are_aliases_and_are_echoed_back(given, target, name, tm
 def test_a_marketing_name_on_a_release_without_its_arch_names_both():
     result = invoke("render", "--rocm", "6.4", "--torch", "2.8", "--arch", "MI355X", "-o", "/nonexistent/ctx")
     assert result.exit_code == 2 and "arch MI355X (gfx950) is not supported by ROCm 6.4" in result.output
-    unknown = invoke("render", "--rocm", "6.4", "--torch", "2.8", "--arch", "MI999", "-o", "/nonexistent/ctx")
-    assert unknown.exit_code == 2 and "arch 'MI999' is not supported by ROCm 6.4" in unknown.output
+
+
+def test_an_unknown_gpu_name_gets_gpu_names_not_gfx_targets():
+    """--arch MI400 (no such name in recipes/gpu-names.toml): the refusal suggests the nearest GPU names the release
+    supports, with their targets, not the nearest gfx strings (which for "MI400" were Radeon targets)."""
+    result = invoke("render", "--rocm", "7.14", "--torch", "2.14", "--arch", "MI400", "-o", "/nonexistent/ctx")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    message = " ".join(result.output.split())
+    assert "unknown GPU 'MI400' (recipes/gpu-names.toml); nearest known GPU names on ROCm 7.14: MI100 (gfx908), " \
+           "MI300X (gfx942), MI300A (gfx942); or give a gfx target:" in message
+    near = message.split("nearest known GPU names on ROCm 7.14: ")[1].split("; or give")[0]
+    assert "gfx1" not in near  # no Radeon target offered for an Instinct-like name
+    unknown = invoke("render", "--rocm", "6.4", "--torch", "2.8", "--arch", "gfx999", "-o", "/nonexistent/ctx")
+    assert unknown.exit_code == 2 and "arch 'gfx999' is not supported by ROCm 6.4; nearest valid:" in unknown.output
+
+
+def test_recipes_list_has_torch_through_2_14_and_the_pip_rocm_releases(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    result = invoke("recipes", "list")
+    assert result.exit_code == 0, result.output
+    keys = {line.split()[0] for line in result.output.splitlines() if line.strip().startswith("rocm")}
+    assert {"rocm7.1-torch2.12-gfx942-py3.12", "rocm7.2-torch2.13-gfx942-py3.12", "rocm7.2-torch2.14-gfx942-py3.12",
+            "rocm7.14-torch2.14-gfx942-py3.12", "rocm7.14-torch2.14-gfx1151-py3.12",
+            "rocm10.0-torch2.13-gfx950-py3.12"} <= keys
+
+
+def test_render_of_the_pip_rocm_route_writes_one_archs_wheels_in_both_recipes(tmp_path):
+    """`envbuild render --rocm 7.14 --torch 2.14 --arch gfx942 -o DIR`: exit 0, the plan names the SDK wheels of
+    gfx942, and DIR's Dockerfile and cell.def install them (and no other arch's) before torch 2.14.0+rocm7.14."""
+    out = tmp_path / "ctx"
+    result = invoke("render", "--rocm", "7.14", "--torch", "2.14", "--arch", "gfx942", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "rocm[libraries,device-gfx942]==7.14.0" in " ".join(result.output.split())
+    for name in ("Dockerfile", "cell.def"):
+        text = (out / name).read_text()
+        assert "rocm[libraries,device-gfx942]==7.14.0" in text and "2.14.0+rocm7.14" in text, name
+        assert "device-all" not in text and "device-gfx950" not in text, name
+    assert (out / "common" / "install_accel_wheels.sh").is_file()

@@ -146,11 +146,12 @@ def test_doctor_maps_the_host_gpus_to_the_cells_it_can_run(tmp_path):
     cells = record["runnable_cells"]
     assert set(cells) == {"gfx942", "gfx1201"}
     by_release = {c["rocm"]: c for c in cells["gfx942"]}
-    assert by_release["7.2"]["torch"] == ["2.11"]
+    assert by_release["7.2"]["torch"] == ["2.11", "2.12", "2.13", "2.14"]
     assert by_release["6.2"]["torch"] == ["2.3", "2.4", "2.5", "2.6"]  # 2.5 a wheel; 2.3, 2.4, 2.6 source builds
+    assert by_release["7.14"]["torch"] == ["2.14"] and by_release["10.0"]["torch"] == ["2.13"]  # pip-ROCm releases
     assert by_release["7.1"]["kernel_validated"] is True and by_release["6.1.2"]["kernel_validated"] is False
     assert by_release["7.2"]["kernel_validated"] is None  # 7.2's kernels were not read (recipes/rocm.toml)
-    assert [c["rocm"] for c in cells["gfx1201"]] == ["7.0", "7.1", "7.2"]
+    assert [c["rocm"] for c in cells["gfx1201"]] == ["7.0", "7.1", "7.2", "7.14", "10.0"]
     check = next(c for c in record["checks"] if c["name"] == "cells")
     assert check["status"] == "pass" and "gfx942 (MI300A, MI300X, MI325X): ROCm 6.1.2" in check["detail"]
     odd = host_record(HostView(root=fake_gpu_host(tmp_path / "b", gpus=(100100,)), uid=0, groups=(0,),

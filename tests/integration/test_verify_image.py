@@ -93,6 +93,53 @@ def test_anything_installed_outside_the_lock_fails_unless_torch_requires_it(tmp_
     assert record["unlocked"] == ["pytorch-triton-rocm==3.0.0"]
 
 
+SDK = (("rocm", "7.14.0"), ("rocm-sdk-core", "7.14.0"), ("rocm-sdk-libraries", "7.14.0"))
+
+
+def _pip_rocm(tmp_path: Path, devices: tuple[str, ...]) -> tuple[Path, dict]:
+    """A pip-ROCm image's site: torch asking for rocm[libraries,device-all] (as PyTorch's 7.14 wheels do), the SDK
+    wheels and the given device packages; expect.json as envbuild renders it for gfx942."""
+    site = stand_in_torch(tmp_path / "site", others=SDK + tuple((d, "7.14.0") for d in devices),
+                          torch_requires=("rocm[libraries,device-all]==7.14",))
+    expect = rocm_expect("gfx942") | {"backend_version": None, "complete": True, "accel_wheels": {
+        "packages": ["rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-device-gfx942"],
+        "device_packages": ["rocm-sdk-device-gfx942"], "device_prefixes": ["rocm-sdk-device-"]}}
+    return site, expect
+
+
+def test_pip_rocm_image_has_its_archs_sdk_wheels_and_no_other_archs_device_code(tmp_path):
+    """The pip-ROCm route: the SDK wheels of the cell's arch are installed and allowed beside the lock; another arch's
+    device package (what device-all would bring) fails the build, and so does a missing one."""
+    site, expect = _pip_rocm(tmp_path / "one", ("rocm-sdk-device-gfx942",))
+    code, out, record = run_verify(tmp_path / "one", expect, site, isolated=True)
+    assert code == 0, out
+    assert "verify: ok   only rocm-sdk-device-gfx942 of the per-arch device packages" in out
+    assert record["unlocked"] == ["rocm==7.14.0", "rocm-sdk-core==7.14.0", "rocm-sdk-device-gfx942==7.14.0",
+                                  "rocm-sdk-libraries==7.14.0"]
+
+    site, expect = _pip_rocm(tmp_path / "all", ("rocm-sdk-device-gfx942", "rocm-sdk-device-gfx950"))
+    code, out, record = run_verify(tmp_path / "all", expect, site, isolated=True)
+    assert code == 1 and _failed(record) == ["only rocm-sdk-device-gfx942 of the per-arch device packages",
+                                             "every installed distribution is locked"]
+    assert "device code of other archs is installed (device-all?): rocm-sdk-device-gfx950==7.14.0" in out
+
+    site, expect = _pip_rocm(tmp_path / "none", ())
+    code, out, record = run_verify(tmp_path / "none", expect, site, isolated=True)
+    assert code == 1 and _failed(record) == ["4 accelerator wheels installed"]
+    assert "missing: rocm-sdk-device-gfx942" in out
+
+
+def test_a_wheel_whose_compile_needs_a_gpu_is_a_note_on_a_host_without_one(tmp_path):
+    """torch 2.13.0+rocm7.2 (pytorch/pytorch#189194): the build host has no GPU, so the verify step records that
+    torch.compile is not exercised there and passes; nothing tries to compile."""
+    reason = "torch 2.13.0+rocm7.2: torch.compile on the CPU with no GPU raises (pytorch/pytorch#189194)"
+    site = stand_in_torch(tmp_path / "site")
+    code, out, record = run_verify(tmp_path, rocm_expect() | {"compile_needs_gpu": reason}, site)
+    assert code == 0, out
+    assert record["notes"] == [f"torch.compile not exercised on this host (no GPU): {reason}"]
+    assert f"verify: note torch.compile not exercised on this host (no GPU): {reason}" in out
+
+
 KERNEL = """#include <hip/hip_runtime.h>
 __global__ void axpy(float a, const float* x, float* y, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

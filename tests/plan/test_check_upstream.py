@@ -16,14 +16,14 @@ from builder.cli import main
 TORCH_FILES = [
     "torch-2.11.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl",   # in the recipes: nothing to report
     "torch-2.11.0%2Brocm7.2-cp313-cp313-manylinux_2_28_x86_64.whl",  # same wheel, another Python, URL-quoted
-    "torch-2.12.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl",   # a line the recipes lack
+    "torch-2.15.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl",   # a line the recipes lack
     "torch-2.9.2+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",    # newer than the 2.9 line's pin (2.9.1)
     "torch-2.8.0+rocm6.3-cp310-cp310-manylinux_2_28_x86_64.whl",    # pinned version, index suffix not listed
     "torch-2.9.0+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",    # older than the pin: not news
     "torch-2.13.0-cp311-none-macosx_11_0_arm64.whl",                # not a ROCm Linux wheel: ignored
     "<script>alert(1)</script>",                                    # hostile anchor text: ignored
 ]
-PROJECTS = ["torch", "amd-torch-device-gfx942", "amd-torch-device-gfx1151", "torchvision"]
+PROJECTS = ["torch", "amd-torch-device-gfx942", "amd-torch-device-gfx1153", "torchvision"]
 
 
 def _page(names: list[str]) -> str:
@@ -61,17 +61,17 @@ def invoke(*args):
 def test_a_served_index_shows_the_wheels_and_archs_the_recipes_lack(index_url, tmp_path):
     releases = tmp_path / "tags.txt"
     releases.write_text("abc123\trefs/tags/rocm-7.2.4\ndef456\trefs/tags/rocm-7.3.0\n"
-                        "0a1b2c\trefs/tags/therock-7.14.0\n1234ab\trefs/tags/rocm-6.1.2\n")
+                        "0a1b2c\trefs/tags/therock-10.1.0\n1234ab\trefs/tags/rocm-6.1.2\n")
     result = invoke("--index", index_url, "--releases", str(releases))
     assert result.exit_code == 1, result.output
     lines = result.output.splitlines()
     assert lines == [
-        "missing wheel: torch 2.12.0+rocm7.2: no torch line 2.12",
+        "missing wheel: torch 2.15.0+rocm7.2: no torch line 2.15",
         "missing wheel: torch 2.9.2+rocm6.4: newer than line 2.9's pin 2.9.1",
         "missing wheel: torch 2.8.0+rocm6.3: line 2.8 does not list rocm6.3",
-        "missing arch: gfx1151 (amd-torch-device-gfx1151)",
+        "missing arch: gfx1153 (amd-torch-device-gfx1153)",
         "missing release: 7.3.0",
-        "missing release: 7.14.0",
+        "missing release: 10.1.0",
     ]
 
 

@@ -66,7 +66,9 @@ def test_selection_narrows_and_the_resolver_filters():
     # wheels on Python 3.12 (the Ubuntu 24.04 base's), 6.2.4-6.4 on 3.10 only
     assert {(c.accel_version, c.torch) for c in py312} == {
         ("6.1.2", "2.4"), ("6.1.2", "2.5"), ("6.1.2", "2.6"), ("6.2", "2.5"),
-        ("7.0", "2.10"), ("7.1", "2.10"), ("7.1", "2.11"), ("7.2", "2.11")}
+        ("7.0", "2.10"), ("7.1", "2.10"), ("7.1", "2.11"), ("7.2", "2.11"),
+        ("7.1", "2.12"), ("7.1", "2.13"), ("7.2", "2.12"), ("7.2", "2.13"), ("7.2", "2.14"),  # PyTorch's rocm7.x wheels
+        ("7.14", "2.14"), ("10.0", "2.13")}  # the pip-ROCm releases
     assert {(c.arch, c.python, c.flavor) for c in py312} == {("gfx90a", "3.12", "rocm")}
 
 

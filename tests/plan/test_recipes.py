@@ -35,7 +35,7 @@ def test_later_releases_take_os_and_archs_from_amds_tables():
     from builder.plan import vendor_matrix
 
     points = vendor_matrix.load()
-    later = {v: r for v, r in load().releases["rocm"].items() if version_key(v) > (6, 2)}
+    later = {v: r for v, r in load().releases["rocm"].items() if version_key(v) > (6, 2) and r.pip_accel is None}
     assert set(later) >= {"6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2"}
     for version, release in later.items():
         first = vendor_matrix.for_release(version, points)[0]
@@ -45,6 +45,32 @@ def test_later_releases_take_os_and_archs_from_amds_tables():
         assert not release.source_build and not release.source_build_packages, version  # none verified there
     assert "gfx950" in later["7.0"].archs and "gfx950" not in later["6.4"].archs
     assert {"gfx1101", "gfx1200", "gfx1201"} <= set(later["7.2"].archs)
+
+
+def test_pip_rocm_releases_are_a_plain_ubuntu_with_one_archs_wheels():
+    """7.14 and 10.0: ROCm as Python wheels on ubuntu:24.04, archs from TheRock's device-extra table (gfx950, the
+    Strix gfx1150/gfx1151 and RDNA4 gfx1200/gfx1201 included), requirements that name {arch}, never device-all."""
+    rocm = load().releases["rocm"]
+    for version in ("7.14", "10.0"):
+        release = rocm[version]
+        assert release.base_image == "ubuntu:24.04" and release.system_python == "3.12", version
+        assert {"gfx942", "gfx950", "gfx1150", "gfx1151", "gfx1200", "gfx1201"} <= set(release.archs), version
+        assert "TheRock RELEASES.md@89553ce" in release.source and not release.source_build, version
+        accel = release.pip_accel
+        assert accel is not None and all("{arch}" in r for r in accel.requirements[:1]), version
+        assert "rocm-sdk-device-{arch}" in accel.device_packages and accel.hip_version == "", version
+    assert rocm["7.14"].wheel_index == "" and rocm["10.0"].wheel_index == "https://stable.repo.amd.com/rocm/whl-next/"
+
+
+def test_a_pip_rocm_release_that_asks_for_device_all_is_refused(tmp_path):
+    root = tmp_path / "recipes"
+    shutil.copytree(load().root, root)
+    text = (root / "rocm.toml").read_text()
+    (root / "rocm.toml").write_text(text.replace('requirements = ["rocm[libraries,device-{arch}]==7.14.0"]',
+                                                 'requirements = ["rocm[libraries,device-all]==7.14.0"]'))
+    load.cache_clear()
+    with pytest.raises(RecipeError, match="never device-all"):
+        load(root)
 
 
 def test_hf_stack_never_pairs_transformers_5_with_old_torch_or_python():

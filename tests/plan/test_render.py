@@ -44,10 +44,38 @@ def test_each_golden_cell_takes_the_torch_route_its_name_says():
         "rocm6.4-torch2.8-wheel": "wheel",
         "rocm7.2-torch2.11-gfx942-wheel": "wheel",
         "cpu-torch2.13": "wheel",
+        "rocm7.14-torch2.14-gfx942-pip": "wheel",
+        "rocm10.0-torch2.13-gfx1151-pip": "wheel",
     }
     bases = {name: resolve(req).base_image for name, req in GOLDEN_CELLS.items() if name.startswith("rocm")}
     assert bases["rocm6.4-torch2.8-wheel"].startswith("rocm/dev-ubuntu-22.04:")
     assert bases["rocm7.2-torch2.11-gfx942-wheel"].startswith("rocm/dev-ubuntu-24.04:")
+    assert bases["rocm7.14-torch2.14-gfx942-pip"] == bases["rocm10.0-torch2.13-gfx1151-pip"] == "ubuntu:24.04"
+
+
+def test_the_pip_rocm_route_installs_one_archs_device_package_in_both_formats():
+    """`render --rocm 7.14 --torch 2.14 --arch gfx942`: torch 2.14.0+rocm7.14 from PyTorch's rocm7.14 index, and
+    before it `rocm[libraries,device-gfx942]==7.14.0` from that index only, in the Dockerfile and in cell.def; no
+    other arch's device package and no device-all anywhere; expect.json has the verify step check exactly that."""
+    import json
+
+    files, manifest = context_files(resolve(GOLDEN_CELLS["rocm7.14-torch2.14-gfx942-pip"]), golden_static())
+    dockerfile, definition = files["Dockerfile"].decode(), files["cell.def"].decode()
+    assert 'ARG ACCEL_REQUIREMENTS="rocm[libraries,device-gfx942]==7.14.0"' in dockerfile
+    assert "ARG TORCH_VERSION=2.14.0+rocm7.14" in dockerfile and "FROM ${BASE_IMAGE} AS base" in dockerfile
+    assert ("ACCEL_REQUIREMENTS='rocm[libraries,device-gfx942]==7.14.0'"
+            " TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm7.14") in definition
+    for text in (dockerfile, definition):  # the SDK wheels come before torch, in the torch stage
+        assert text.index("install_accel_wheels.sh") < text.rindex("install_torch.sh")
+        assert "device-all" not in text and not re.search(r"device-gfx(?!942)", text)
+    expect = json.loads(files["expect.json"])
+    assert expect["accel_wheels"]["device_packages"] == ["rocm-sdk-device-gfx942"]
+    assert expect["backend_version"] is None  # the wheels' HIP version is not the release's (not verified)
+    assert manifest["accel_wheels"]["requirements"] == ["rocm[libraries,device-gfx942]==7.14.0"]
+    assert manifest["torch"]["wheel_index_url"] == "https://download.pytorch.org/whl/rocm7.14"
+    assert "install_accel_wheels.sh" in manifest["fetch_steps"]
+    amd = resolve(GOLDEN_CELLS["rocm10.0-torch2.13-gfx1151-pip"]).accel_wheels
+    assert amd["requirements"] == ["rocm[libraries,device-gfx1151]==10.0.0", "amd-torch-device-gfx1151==2.13.0+rocm10.0.0"]
 
 
 def test_the_manifest_names_the_triton_an_official_wheel_pulls():

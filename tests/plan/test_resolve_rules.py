@@ -107,9 +107,9 @@ def test_neither_the_request_nor_its_plan_can_be_changed_after_the_plan_was_hash
 
 @pytest.mark.parametrize("request_, message", [
     (Request(accel_version="6.2.5", torch="2.5"), "unknown ROCm release '6.2.5'; nearest valid: 6.1.2, 6.2, 6.2.4 "
-                                                  "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2)"),
+                                                  "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2, 7.14, 10.0)"),
     (Request(accel_version="7.1.5", torch="2.10"), "unknown ROCm release '7.1.5'; nearest valid: 7.0, 7.1, 7.2 "
-                                                   "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2)"),
+                                                   "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2, 7.14, 10.0)"),
     (Request(flavor="rocn", torch="2.4"), "unknown flavor 'rocn'; nearest valid: rocm, cpu, cuda"),
     (Request(accel_version="6.2", torch="2.4.0"), "torch 2.4.0 is not the release envbuild pins for line 2.4 "
                                                   "(2.4.1); use --torch 2.4"),

@@ -266,6 +266,29 @@ def test_a_failing_compiler_falls_back_to_eager_and_is_recorded(monkeypatch):
     assert "no compiler for this GPU" in fallback[2].compile_error
 
 
+def test_a_wheel_whose_compile_needs_a_gpu_trains_eager_on_a_host_without_one(monkeypatch):
+    """ENVBUILD_TORCH_COMPILE_NEEDS_GPU (set by envbuild for torch 2.13.0+rocm7.2, whose torch.compile raises
+    "Can't detect vectorized ISA for CPU" with no GPU, pytorch/pytorch#189194): on the CPU the run compiles nothing,
+    trains eager with the same losses and records why; without the variable the same request compiles."""
+    import torch._dynamo
+
+    from torch._dynamo.utils import counters
+
+    budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
+    monkeypatch.setenv("ENVBUILD_TORCH_COMPILE_NEEDS_GPU", "torch 2.13.0+rocm7.2: no CPU compile (pytorch/pytorch#189194)")
+    torch._dynamo.reset()
+    counters.clear()
+    eager = _run(_recipe(**budget, compile=True), compile_backend="aot_eager")
+    assert not counters["stats"]["unique_graphs"]
+    assert eager[2].compile_error == ("unavailable in this image: no GPU on this host: torch 2.13.0+rocm7.2: no CPU "
+                                      "compile (pytorch/pytorch#189194)")
+    _assert_same(_run(_recipe(**budget)), eager)
+    monkeypatch.delenv("ENVBUILD_TORCH_COMPILE_NEEDS_GPU")
+    compiled = _run(_recipe(**budget, compile=True), compile_backend="aot_eager")
+    assert counters["stats"]["unique_graphs"] >= 1 and compiled[2].compile_error is None
+    torch._dynamo.reset()
+
+
 def test_compile_layers_wraps_every_decoder_layer_and_undoes_it():
     model = _model()
     assert compile_layers(model, backend="eager") == 2 == len(decoder_layers(model))

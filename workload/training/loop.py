@@ -18,7 +18,8 @@ from .batching import (bucket_length, collate, collate_packed, eval_batches, pac
 from .merged_qkv import merged_qkv_on
 from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
-from .speed import COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits, packing_supported, uncompile_layers
+from .speed import (COMPILE_NEEDS_GPU_ENV, COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits,
+                    packing_supported, uncompile_layers)
 from .varlen import cu_seqlens, sequence_count, varlen_attention_on, varlen_available
 
 
@@ -346,7 +347,12 @@ def _compile(model, recipe: Recipe, device: torch.device, backend: str | None, s
         return 0
     # An image whose torch cannot compile says so (envbuild sets this on source-built ROCm torch without Triton):
     # the run goes eager from the start and records why, instead of failing into the fallback below.
-    if unavailable := os.environ.get(COMPILE_UNAVAILABLE_ENV):
+    unavailable = os.environ.get(COMPILE_UNAVAILABLE_ENV)
+    # A wheel whose torch.compile fails without a GPU (torch 2.13.0+rocm7.2, pytorch/pytorch#189194): a run on a
+    # host with no GPU goes eager from the start and records why.
+    if not unavailable and device.type != "cuda" and (needs_gpu := os.environ.get(COMPILE_NEEDS_GPU_ENV)):
+        unavailable = f"no GPU on this host: {needs_gpu}"
+    if unavailable:
         stats.compile_error = f"unavailable in this image: {unavailable}"
         return 0
     try:

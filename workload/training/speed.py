@@ -50,6 +50,8 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 #: Set in an image whose torch cannot compile (its value says why); the training loop then stays eager.
 COMPILE_UNAVAILABLE_ENV = "ENVBUILD_TORCH_COMPILE_UNAVAILABLE"
+#: Set by envbuild where the image's torch cannot compile on a host with no GPU (a known regression of the wheel).
+COMPILE_NEEDS_GPU_ENV = "ENVBUILD_TORCH_COMPILE_NEEDS_GPU"
 
 def compile_layers(model: nn.Module, *, backend: str = "inductor") -> int:
     """Regional compilation: `torch.compile` each decoder layer (static shapes, one graph per input shape,
