@@ -18,7 +18,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import bounded_read
+
 ENV_VAR = "ENVBUILD_RECIPES"
+#: What one overlay file may weigh: a TOML file (the packaged ones are a few KB), a patch or a lock.
+MAX_TOML_BYTES = 1 << 20
+MAX_FILE_BYTES = 16 << 20
 
 
 class OverlayError(Exception):
@@ -42,16 +47,28 @@ def _files(folder: Path) -> list[Path]:
     for path in sorted(folder.rglob("*")):
         if path.is_symlink():
             raise OverlayError(f"{path}: a symbolic link in the recipe overlay; copy the file in instead")
-        if path.is_file():
+        if not path.is_dir():  # a FIFO or device is refused where it is read
             found.append(path.relative_to(folder))
     return found
 
 
 def _read(path: Path) -> dict:
+    """A TOML file of the overlay, read by builder.bounded_read (size, nesting and key length capped)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise OverlayError(f"{path}: {exc}") from exc
+        text = bounded_read.read_file(path, MAX_TOML_BYTES).decode("utf-8")
+        bounded_read.check_toml(text)
+        return tomllib.loads(text)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError, TOMLDecodeError and BoundedReadError are ValueErrors
+        raise OverlayError(f"{path}: {exc}") from None
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Any other overlay file, read by builder.bounded_read (a regular file of at most MAX_FILE_BYTES)."""
+    try:
+        data = bounded_read.read_file(source, MAX_FILE_BYTES)
+    except (OSError, ValueError) as exc:
+        raise OverlayError(f"{source}: {exc}") from None
+    target.write_bytes(data)
 
 
 def _merge(base: dict, extra: dict, file: str, entries: set) -> dict:
@@ -132,7 +149,7 @@ def build(packaged: Path, site: Path) -> Overlay:
             if rel.suffix == ".toml":
                 _read(site / rel)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(site / rel, target)
+            _copy(site / rel, target)
             files.add(rel.as_posix())
     dropins = [_read(site / f) for f in files if f.startswith("flavors.d/") and f.endswith(".toml")]
     names = {name for data in dropins for table in ("flavor", "torch") for name in data.get(table, {})}
