@@ -170,10 +170,14 @@ def recipes_list(flavor: str | None, as_json: bool, unproven: bool) -> None:
                    "repeatable.")
 @click.option("--releases", "releases", default=None, metavar="FILE|URL",
               help="A list of ROCm release tags (rocm-7.2.4, therock-7.14.0), e.g. saved `git ls-remote --tags` output.")
-def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
+@click.option("--timeout", "seconds", type=click.FloatRange(min=1, max=3600), default=25, show_default=True,
+              help="Seconds for reading all of one index's pages (or the release list), however slowly a server sends.")
+def check_upstream(indexes: tuple[str, ...], releases: str | None, seconds: float) -> None:
     """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
 
-    Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read."""
+    Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read or parsed."""
+    import time
+
     from builder.plan.recipes import RecipeError, load
     from builder.plan.upstream import Findings, UpstreamError, check_index, check_releases, read_text
 
@@ -183,11 +187,11 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None) -> None:
         recipes = load()
         total = Findings()
         for index in indexes:
-            found = check_index(index, recipes)
+            found = check_index(index, recipes, seconds=seconds)
             total.wheels += found.wheels
             total.archs += found.archs
         if releases:
-            total.releases = check_releases(read_text(releases), recipes)
+            total.releases = check_releases(read_text(releases, time.monotonic() + seconds), recipes)
     except UpstreamError as exc:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
