@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 import tomllib
@@ -87,6 +88,9 @@ def _merge(base: dict, extra: dict, file: str, entries: set) -> dict:
     return merged
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # written as \uXXXX: TOML's basic strings hold none of them raw
+
+
 def _toml_text(data: dict) -> str:
     """TOML for the merged data (tables of scalars, arrays and nested tables: what recipes/ holds)."""
     lines: list[str] = []
@@ -97,7 +101,7 @@ def _toml_text(data: dict) -> str:
         if isinstance(v, (int, float)):
             return repr(v)
         if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+            return '"' + _CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", v.replace("\\", "\\\\").replace('"', '\\"')) + '"'
         if isinstance(v, list):
             return "[" + ", ".join(value(x) for x in v) + "]"
         if isinstance(v, dict):
@@ -144,7 +148,10 @@ def build(packaged: Path, site: Path) -> Overlay:
         if rel.suffix == ".toml" and len(rel.parts) == 1 and target.exists():
             merged = _merge(_read(target), _read(site / rel), rel.as_posix(), entries)
             target.write_text(_toml_text(merged), encoding="utf-8")
-            tomllib.loads(target.read_text())  # what was written reads back
+            try:
+                tomllib.loads(target.read_text())  # what was written reads back
+            except tomllib.TOMLDecodeError as exc:
+                raise OverlayError(f"{site / rel}: cannot be merged into the packaged {rel} ({exc})") from None
         else:
             if rel.suffix == ".toml":
                 _read(site / rel)
