@@ -1,8 +1,8 @@
 """The one way a file from outside is read: result.json, SIF sidecars, recipe overlays, .db files, index pages,
 attestations.
 
-`read_file(path, limit)` (and `copy_file`, for a file another library opens) opens without following a final symlink and without blocking on a FIFO, refuses
-anything but a regular file, and refuses a file larger than `limit` bytes before reading it. `check_json` and
+`read_file(path, limit)` (and `copy_file`, for a file another library opens) opens without following a final
+symlink and without blocking on a FIFO, refuses anything but a regular file, and refuses a file larger than `limit` bytes before reading it. `check_json` and
 `check_toml` scan the text before a parser sees it and refuse nesting deeper than `max_depth` and more than
 `max_values` values (JSON) or a key of more than MAX_KEY_PARTS dotted parts (TOML): the parsers recurse per
 level and allocate per value, so a small file could otherwise exhaust the stack or the memory. `read_url` reads

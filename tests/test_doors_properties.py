@@ -87,7 +87,8 @@ def test_any_text_in_a_release_field_renders_one_line_or_is_refused(baseline, fi
             assert "envbuild-pwned" not in text and "\u2028" not in text and "\x85" not in text
 
 
-_json = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8)),
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8))
+_json = st.recursive(_scalar,
                      lambda inner: st.one_of(st.lists(inner, max_size=3),
                                              st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=10)
 

@@ -123,6 +123,6 @@ def test_ctrl_c_in_the_installed_tool_records_an_interrupted_attempt(installed, 
     assert "before the workload started" not in output, seen + output
     record = json.loads((folder / "out" / "result.json").read_text())
     assert record["error_class"] == "interrupted", record.get("error")
-    exported = subprocess.run([str(exe), "matrix", "export", "--json"], cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=120)
+    exported = subprocess.run([str(exe), "matrix", "export", "--json"], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=120)
     assert exported.returncode == 0 and record["run_id"] in exported.stdout, exported.stdout + exported.stderr

@@ -101,7 +101,8 @@ def _toml_text(data: dict) -> str:
         if isinstance(v, (int, float)):
             return repr(v)
         if isinstance(v, str):
-            return '"' + _CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", v.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+            escaped = v.replace("\\", "\\\\").replace('"', '\\"')
+            return '"' + _CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", escaped) + '"'
         if isinstance(v, list):
             return "[" + ", ".join(value(x) for x in v) + "]"
         if isinstance(v, dict):

@@ -45,7 +45,8 @@ class Flavor(_Frozen):
     compile_job_mem_mb: int
     backend: str = ""  # torch.version attribute a torch of this flavor sets ("hip", "cuda"; "" for cpu)
     source_local_version: g.Line = ""  # local version label of a source-built wheel ("{version}" = the release)
-    compile_package: g.OptionalPackage = ""  # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
+    # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
+    compile_package: g.OptionalPackage = ""
     compile_import: g.OptionalPackage = ""  # the module the verify step imports from compile_package
     source_compile: g.Line = ""  # why torch.compile cannot work on a source-built torch without a verified pin
     source_build_estimate: g.Line = ""  # roughly how long and how large a torch source build is (labelled estimate)
@@ -118,7 +119,8 @@ class TorchLine(_Frozen):
     python: tuple[g.Dotted, g.Dotted]
     source: g.Line
     wheel_only: bool = False  # never built from source: no source build of this line was verified on any release
-    compile_package: g.OptionalPackage = ""  # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
+    # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
+    compile_package: g.OptionalPackage = ""
     compile_version: g.OptionalVersion = ""  # the compile package's version the official wheel requires ("" = not verified)
     compile_index: g.OptionalLabel = ""  # wheel index suffix that carries it
     compile_checked: g.Line = ""  # where that requirement was read
