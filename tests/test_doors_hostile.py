@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -23,22 +24,28 @@ SECONDS = 30
 PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
 
 
+#: Runs the command and prints its peak RSS last on stderr. A small process forks it: a child's ru_maxrss
+#: starts from its parent's RSS at fork, so forking from the test process would count the test's own memory.
+_MEASURE = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); _, status, usage = os.wait4(p.pid, 0);"
+            " sys.stderr.write(f'\\nPEAK_KB={usage.ru_maxrss}\\n'); sys.exit(os.waitstatus_to_exitcode(status))")
+
+
 def door(*args, cwd: Path, env: dict | None = None, seconds: float = SECONDS) -> tuple[int, str, float, float]:
     """(exit code, stderr, peak RSS in MB, seconds) of `envbuild ARGS` run in `cwd`."""
     environment = {k: v for k, v in os.environ.items() if k not in ("ENVBUILD_RECIPES", "ENVBUILD_DB")}
     environment.update({"PYTHONPATH": str(REPO_ROOT), **(env or {})})
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "builder", *map(str, args)], cwd=cwd, env=environment,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    timer = threading.Timer(seconds + 30, proc.kill)  # a hang fails the test instead of stopping the suite
-    timer.start()
+    proc = subprocess.Popen([sys.executable, "-c", _MEASURE, sys.executable, "-m", "builder", *map(str, args)],
+                            cwd=cwd, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        stderr = proc.stderr.read().decode("utf-8", "replace")
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
-        proc.returncode = 0  # reaped above
-    return os.waitstatus_to_exitcode(status), stderr, usage.ru_maxrss / 1024, time.monotonic() - started
+        _, raw = proc.communicate(timeout=seconds + 30)  # a hang fails the test instead of stopping the suite
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"envbuild {args} still running after {seconds + 30} s")
+    stderr, _, peak = raw.decode("utf-8", "replace").rpartition("\nPEAK_KB=")
+    return proc.returncode, stderr, int(peak) / 1024, time.monotonic() - started
 
 
 def tree(folder: Path) -> set[str]:
