@@ -119,9 +119,9 @@ def check_toml(text: str, *, max_depth: int = MAX_DEPTH) -> None:
 
 
 def read_url(url: str, limit: int, deadline: float) -> bytes:
-    """At most `limit` bytes of an http(s) or file:// URL, all read before `deadline` (time.monotonic()):
-    BoundedReadError when the page is larger or the deadline passes (however slowly the server sends), OSError
-    when it cannot be fetched."""
+    """At most `limit` bytes of an http(s) URL (a file:// one is a path: read_file), all read before `deadline`
+    (time.monotonic()): BoundedReadError when the page is larger or the deadline passes (however slowly the
+    server sends), OSError when it cannot be fetched."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise BoundedReadError("the time for this index ran out before this page was asked for")
@@ -135,7 +135,7 @@ def read_url(url: str, limit: int, deadline: float) -> bytes:
                 sock = _socket_of(response)
                 if sock is not None:
                     sock.settimeout(min(left, 30))
-                chunk = response.read1(_CHUNK) if hasattr(response, "read1") else response.read(_CHUNK)
+                chunk = response.read1(_CHUNK)
                 if not chunk:
                     break
                 data += chunk
@@ -147,7 +147,8 @@ def read_url(url: str, limit: int, deadline: float) -> bytes:
 
 
 def _socket_of(response) -> socket.socket | None:
-    """The socket under an http.client response (None for a file:// one)."""
+    """The socket under an http.client response, whose timeout is cut to the time left before each read (None
+    where the layout differs: then one read waits at most the time that was left when the page was asked for)."""
     fp = getattr(response, "fp", None)
     raw = getattr(fp, "raw", None)
     return getattr(raw, "_sock", None)

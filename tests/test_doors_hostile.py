@@ -266,6 +266,8 @@ FIFO_DOORS = {
                                        "index.html"),
     "check-upstream releases": lambda t: (["recipes", "check-upstream", "--releases", _fifo_at(t, "tags.txt")],
                                           "tags.txt"),
+    "check-upstream file:// releases": lambda t: (["recipes", "check-upstream", "--releases",
+                                                   _fifo_at(t, "tags.txt").as_uri()], "tags.txt"),
 }
 
 

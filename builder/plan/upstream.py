@@ -75,10 +75,10 @@ def read_text(location: str, deadline: float | None = None) -> str:
     scheme = urllib.parse.urlsplit(location).scheme
     deadline = time.monotonic() + INDEX_SECONDS if deadline is None else deadline
     try:
-        if scheme in ("http", "https", "file"):
+        if scheme in ("http", "https"):
             data = bounded_read.read_url(location, MAX_PAGE, deadline)
-        elif scheme == "":
-            data = bounded_read.read_file(location, MAX_PAGE)
+        elif scheme in ("", "file"):
+            data = bounded_read.read_file(_directory(location) or location, MAX_PAGE)
         else:
             raise UpstreamError(f"{location!r}: only http(s)://, file:// or a local path can be read")
     except (OSError, ValueError) as exc:  # BoundedReadError is a ValueError
