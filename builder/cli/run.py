@@ -18,7 +18,8 @@ from rich.markup import escape
 
 from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.store_options import db_option, note_new_folder
-from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
+from builder.engine.interrupt import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, later_ctrl_c_ignored,
+                                      sigterm_as_interrupt)
 from builder.engine import conditions
 from builder.engine.run_result import RESULT_NAME, keep_run, write_json_atomic
 from builder.matrix.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
@@ -115,7 +116,8 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
         console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site" if passed
                              else f"the full output: {Path(out_dir).resolve()}"))
     else:
-        recorded = _record(db_path, result, result_path, console)
+        with later_ctrl_c_ignored() if result.get("error_class") == "interrupted" else contextlib.nullcontext():
+            recorded = _record(db_path, result, result_path, console)  # a stopped run is recorded whatever comes
         db_flag = f" --db {db}" if db else ""
         console.print(escape(f"next: envbuild report -o site{db_flag}  (the compatibility report, with this run)"
                              if passed else f"details: envbuild matrix show {recorded.cell_key}{db_flag}"))

@@ -27,11 +27,14 @@ from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunE
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import describe
 from builder.engine.run_result import check_out_dir, finalize
+from builder.matrix import strict_json
 from builder.paths import file_sha256, write_text_atomic
 
 OUT_BIND, DATA_BIND, MODEL_BIND = "/out", "/data", "/model"
 VERIFY_SCRIPT, VERIFY_EXPECT = "/opt/envbuild/verify_image.py", "/opt/envbuild/expect.json"
 SIDECAR_SUFFIX = ".json"
+#: What a SIF record may weigh (one `envbuild sif` writes is a few KB: the image block and its manifest).
+MAX_SIDECAR_BYTES = 4 << 20
 LOG_NAME = "container.log"
 #: `apptainer` itself failed (could not start the container): its own exit code, not the workload's.
 APPTAINER_FAILED = 255
@@ -87,11 +90,11 @@ def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
         raise RunError(f"{sif}: no such SIF file (make one with `envbuild sif IMAGE -o {sif}`)")
     side = sidecar_path(sif)
     try:
-        record = json.loads(side.read_text(encoding="utf-8"))
+        record = strict_json.loads(strict_json.read_regular(side, MAX_SIDECAR_BYTES))
     except FileNotFoundError:
         raise RunError(f"{side} is missing: a SIF is used with the record `envbuild sif` wrote beside it") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunError(f"{side} is not a readable SIF record ({exc})") from None
+    except (OSError, ValueError) as exc:  # strict_json's errors are ValueErrors
+        raise RunError(f"{side} is not a readable SIF record ({exc}); make it again with `envbuild sif`") from None
     image = record.get("image") if isinstance(record, dict) else None
     if not (isinstance(image, dict) and isinstance(image.get("manifest"), dict)
             and isinstance(record.get("sha256"), str)):

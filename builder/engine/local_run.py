@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import platform
@@ -16,7 +17,7 @@ from rich.markup import escape
 from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data,
                                       input_error_line, resolve_model, workload_args)
 from builder.engine.doctor import HostView, host_record
-from builder.engine.interrupt import Terminated, describe
+from builder.engine.interrupt import Terminated, describe, later_ctrl_c_ignored
 from builder.engine.run_result import check_out_dir, envbuild_invocation, finalize
 
 LOG_NAME = "workload.log"
@@ -66,26 +67,28 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     started = time.time()
     failure_class, failure = None, ""
     code, bad_input = None, None
-    with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1)
-        try:
-            bad_input = _tee(proc, log)
-            code = proc.wait()
-            if code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
-                failure_class, failure = _exit_failure(code)
-        except KeyboardInterrupt as exc:
-            how = describe(exc)
-            failure_class, failure = "interrupted", f"the run was interrupted ({how})"
-            log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
-            _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
-            _tee(proc, log)
-    if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
-        (out_dir / LOG_NAME).unlink(missing_ok=True)
-        raise BadWorkloadInput(bad_input)
-    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
-                    finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
-                    invocation=envbuild_invocation(request, None))
+    with contextlib.ExitStack() as stopping:
+        with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", bufsize=1)
+            try:
+                bad_input = _tee(proc, log)
+                code = proc.wait()
+                if code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
+                    failure_class, failure = _exit_failure(code)
+            except KeyboardInterrupt as exc:
+                stopping.enter_context(later_ctrl_c_ignored())  # until the interrupted result is returned
+                how = describe(exc)
+                failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+                log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
+                _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
+                _tee(proc, log)
+        if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
+            (out_dir / LOG_NAME).unlink(missing_ok=True)
+            raise BadWorkloadInput(bad_input)
+        return finalize(out_dir, failure_class=failure_class, failure=failure, started=started,
+                        finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
+                        invocation=envbuild_invocation(request, None))
 
 
 def _exit_failure(code: int) -> tuple[str, str]:

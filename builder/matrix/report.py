@@ -21,6 +21,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from builder import __version__
 from builder.matrix import (attempt_files, compare as report_compare, diff, gpu_prices, ladder as cell_ladder,
                             plots as report_plots, provenance, run_config, site_folders, vendor_support)
+from builder.matrix import page_bounds
+from builder.matrix.curve_points import thin_run_json
 from builder.matrix.slug import safe_slug
 from builder.matrix.store import MatrixStore, utc_now
 from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
@@ -178,6 +180,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
             page=page, root="../", **common))
         record = summary_record(summary, with_runs=False)
         runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
+        runs = [thin_run_json(run) for run in runs]  # curves downsampled: the store keeps every point
         _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
         index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
                             "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
@@ -256,7 +259,7 @@ def _environments() -> tuple[Environment, Environment]:
     """(HTML environment, autoescaped; Markdown environment, every value escaped by `finalize`)."""
     options = dict(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
                    lstrip_blocks=True, keep_trailing_newline=True)
-    html = Environment(autoescape=select_autoescape(["html.j2"]), **options)
+    html = Environment(autoescape=select_autoescape(["html.j2"]), finalize=page_bounds.clip, **options)
     md = Environment(autoescape=False, finalize=markdown_text, **options)
     for env in (html, md):
         env.filters["num"] = _num
@@ -436,7 +439,7 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         "train": train,
         "metrics": _metrics((train or {}).get("metrics") or {}),
         "plots": {name: f"plots/{p.name}" if p else None for name, p in plots.items()},
-        "versions": sorted(((latest or {}).get("versions") or {}).items()),
+        "versions": page_bounds.rows(sorted(((latest or {}).get("versions") or {}).items())),
         "hardware": _hardware(latest),
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
@@ -445,9 +448,9 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         "configuration": run_config.VERDICT_LABEL,
         "measurements": [_measurement(summary, c) for c in reversed(summary.configurations)],
         "builds": list(reversed(builds)),
-        "host": (_rows(host) if host_details else _rows(public_host(host))) if host else None,
-        "probes": [{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
-                   for p in (latest or {}).get("probes") or []],
+        "host": page_bounds.rows(_rows(host) if host_details else _rows(public_host(host))) if host else None,
+        "probes": page_bounds.probes([{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
+                                      for p in (latest or {}).get("probes") or []]),
         "history": [(e, run_logs.get(e.ident) if e.kind == "run" else build_logs.get(e.ident))
                     for e in reversed(summary.events[-HISTORY_ROWS:])],
         "history_total": len(summary.events),
