@@ -41,10 +41,10 @@ def _toml_value(value) -> str:
     return json.dumps(value, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _render(site: Path, out: Path):
+def _render(site: Path, out: Path, *extra: str):
     try:
         return CliRunner().invoke(main, ["--recipes", str(site), "render", "--rocm", "6.2.9", "--torch", "2.5",
-                                         "--arch", "gfx90a", "-o", str(out)])
+                                         "--arch", "gfx90a", "-o", str(out), *extra])
     finally:
         os.environ.pop("ENVBUILD_RECIPES", None)  # the group sets it for the recipes loader
 
@@ -54,12 +54,17 @@ def _shape(out: Path) -> tuple[list[str], list[str]]:
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory) -> tuple[list[str], list[str]]:
+def baseline(tmp_path_factory) -> dict[str, tuple[list[str], list[str]]]:
+    """The shapes of the block's own renders: the wheel route, and the source route a changed field can lead to
+    (a cell with no official wheel builds from source)."""
     site = tmp_path_factory.mktemp("site")
     (site / "rocm.toml").write_text(BLOCK + "\n")
-    out = tmp_path_factory.mktemp("out") / "ctx"
-    assert _render(site, out).exit_code == 0
-    return _shape(out)
+    shapes = {}
+    for route in ("wheel", "source"):
+        out = tmp_path_factory.mktemp("out") / route
+        assert _render(site, out, "--torch-source", route).exit_code == 0
+        shapes[route] = _shape(out)
+    return shapes
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -79,10 +84,10 @@ def test_any_text_in_a_release_field_renders_one_line_or_is_refused(baseline, fi
             assert not out.exists()
             return
         sections, instructions = _shape(out)
-        assert sections == baseline[0] or set(sections) <= set(baseline[0]) and "setup" not in (
-            set(sections) - set(baseline[0]))
-        assert sections.count("setup") == baseline[0].count("setup")
-        assert set(instructions) <= set(baseline[1])
+        route = baseline[json.loads((out / "manifest.json").read_text())["torch"]["source"]]
+        assert sections == route[0] or set(sections) <= set(route[0]) and "setup" not in (set(sections) - set(route[0]))
+        assert sections.count("setup") == route[0].count("setup")
+        assert set(instructions) <= set(route[1])
         for text in ((out / "cell.def").read_text(), (out / "Dockerfile").read_text()):
             assert "envbuild-pwned" not in text and "\u2028" not in text and "\x85" not in text
 
