@@ -22,6 +22,7 @@ from builder import __version__
 from builder.matrix import (attempt_files, compare as report_compare, diff, gpu_prices, ladder as cell_ladder,
                             plots as report_plots, provenance, run_config, site_folders, vendor_support)
 from builder.matrix.slug import safe_slug
+from builder.plan import image_origin
 from builder.matrix.store import MatrixStore, utc_now
 from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
                                     summary_record)
@@ -440,7 +441,9 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         "hardware": _hardware(latest),
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
-        "reproduce": _reproduce(summary.cell, image.get("tag")),
+        "image_origin": image_origin_label(image),
+        "reproduce": _reproduce(summary.cell, image.get("tag"), entry.ladder.steps[1].state == cell_ladder.DONE,
+                                cell_ladder.foreign_image(image)),
         "recorded_command": _recorded_command(latest),
         "configuration": run_config.VERDICT_LABEL,
         "measurements": [_measurement(summary, c) for c in reversed(summary.configurations)],
@@ -528,16 +531,32 @@ def _recorded_command(result: dict | None) -> dict | None:
     return {"text": shlex.join(rebuilt), "recorded": False}
 
 
-def _reproduce(cell, tag: str | None) -> list[str]:
-    """Copy-paste commands that rebuild this cell's image and run the workload in it."""
+def image_origin_label(image: dict) -> str | None:
+    """Who made the image a run used, from its tag: "AMD image rocm/pytorch:…", "LUMI SIF …", "not built by
+    envbuild" (measured as it is) or "built by envbuild"; None without an image."""
+    if not isinstance(image, dict) or not (image.get("tag") or image.get("digest")):
+        return None
+    vendor = image_origin.vendor_label(image.get("tag"))
+    if vendor:
+        return vendor
+    return "not built by envbuild (measured as it is)" if image.get("origin") == "foreign" else "built by envbuild"
+
+
+def _reproduce(cell, tag: str | None, known: bool = True, foreign: tuple[str, str] | None = None) -> list[str]:
+    """Copy-paste commands that rebuild this cell's image and run the workload in it: for an image envbuild did not
+    build, the run in it again; without a recipe for the cell, no build command (it would exit 2)."""
+    if foreign:
+        return [shlex.join(["envbuild", "run", "workload", *foreign])]
+    gpus = ["--gpus", "all"] if cell.flavor != "cpu" else []
+    if not known:
+        return [shlex.join(["envbuild", "run", "workload", "--image", tag, *gpus])] if tag else []
     if cell.flavor in ("rocm", "cuda"):  # the release flag implies the flavor (and a cuda image needs it)
         image = ["envbuild", "image", f"--{cell.flavor}", cell.accel_version, "--torch", cell.torch]
         image += ["--arch", cell.arch] if cell.arch else []
     else:
         image = ["envbuild", "image", "--flavor", cell.flavor, "--torch", cell.torch]
     image += ["--python", cell.python]
-    run = ["envbuild", "run", "workload", "--image", tag or "TAG"]
-    run += ["--gpus", "all"] if cell.flavor != "cpu" else []
+    run = ["envbuild", "run", "workload", "--image", tag or "TAG", *gpus]
     commands = [shlex.join(image), shlex.join(run)]
     if not tag:
         commands[1] += "    # TAG: the tag `envbuild image` printed"
