@@ -164,6 +164,7 @@ def test_an_amd_host_is_shown_the_shortest_path_to_a_signed_result(tmp_path):
     gpu = runner.invoke(main, ["doctor", "--no-engine", "--root", str(fake_gpu_host(tmp_path / "gpu"))])
     assert "envbuild run workload --image rocm/pytorch:TAG --gpus all --out run-gfx90a" in gpu.output
     assert "--apptainer PYTORCH.sif" in gpu.output and "envbuild matrix publish run-gfx90a/result.json" in gpu.output
+    assert "--command '" in gpu.output  # publish refuses a result without the commands that made it
     (tmp_path / "cpu" / "proc").mkdir(parents=True)
     cpu = runner.invoke(main, ["doctor", "--no-engine", "--root", str(tmp_path / "cpu")])
     assert cpu.exit_code == 0 and "rocm/pytorch" not in cpu.output

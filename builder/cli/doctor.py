@@ -50,6 +50,7 @@ def measure_path(archs: list[str]) -> str:
         f"  envbuild run workload --image rocm/pytorch:TAG --gpus all --out run-{arch}    # a Docker image",
         f"  envbuild run workload --apptainer PYTORCH.sif --out run-{arch}                # or a SIF (LUMI's)",
         f"  envbuild run workload --local --out run-{arch}                                # or this venv's torch",
-        f"  envbuild matrix publish run-{arch}/result.json --name {arch}-smoke --sign ~/.ssh/id_ed25519",
+        f"  envbuild matrix publish run-{arch}/result.json --name {arch}-smoke --sign ~/.ssh/id_ed25519 \\",
+        "      --command 'THE RUN COMMAND ABOVE, AS YOU RAN IT'",
         "The workload and the packages an image lacks come in read-only; the probes name the cell.",
     ])
