@@ -143,17 +143,19 @@ def workload(image: str | None, sif: Path | None, local: bool, python: str, whee
 def _run(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
          console: Console, foreign: dict) -> dict:
     """The run in the image, the SIF or here; refusals of the input become BadInput (exit code 2)."""
-    from builder.engine.container import ContainerRun, RunError, RunRequest, run_in_container
+    from builder.engine.container import ContainerRun, RunError, RunRequest
     from builder.engine.docker import EngineUnavailable
     from builder.engine.local_run import run_local
 
     try:
         if sif:
-            from builder.engine.apptainer import SifRun, run_in_sif
-            return run_in_sif(SifRun(**request, sif=sif, network=network, **foreign), console)
+            from builder.engine.any_image import run_sif
+            from builder.engine.apptainer import SifRun
+            return run_sif(SifRun(**request, sif=sif, network=network, **foreign), console)
         if image:
-            return run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network,
-                                                 **foreign), console)
+            from builder.engine.any_image import run_image
+            return run_image(ContainerRun(**request, image=image, shm_size=shm_size, network=network, **foreign),
+                             console)
         return run_local(RunRequest(**request), console)
     except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
         raise BadInput(str(exc)) from exc

@@ -249,9 +249,6 @@ def run_in_sif(run: SifRun, console: Console) -> dict:
     """Run the workload in `run.sif` with Apptainer; collect and complete result.json like `--image` does."""
     host = HostView()
     sif = Path(run.sif).resolve()
-    if sif.is_file() and not sidecar_path(sif).exists():  # a SIF envbuild did not make: measured as it is
-        from builder.engine import foreign_sif
-        return foreign_sif.run(sif, run, console, host)
     record = read_sidecar(sif)
     image = dict(record["image"], environment="apptainer",
                  sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})

@@ -170,24 +170,26 @@ def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
     return {}
 
 
+def local_image(client, tag: str):
+    """The engine's image `tag`; RunError (bad input) when it is not here."""
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        raise RunError(f"image {tag} not found locally: build it with `envbuild image ...` "
+                       f"or `docker pull {tag}`") from None
+    except docker.errors.APIError as exc:
+        raise RunError(f"image {tag}: {exc.explanation or exc}") from None
+
+
 def run_in_container(run: ContainerRun, console: Console | None = None, host: HostView | None = None) -> dict:
     """Run the workload in `run.image`, stream its output, collect and complete result.json."""
     console = console or Console(stderr=True, soft_wrap=True)
     host = host or HostView()
     client = docker_client()
-    try:
-        image = client.images.get(run.image)
-    except docker.errors.ImageNotFound:
-        raise RunError(f"image {run.image} not found locally: build it with `envbuild image ...` "
-                       f"or `docker pull {run.image}`") from None
-    except docker.errors.APIError as exc:
-        raise RunError(f"image {run.image}: {exc.explanation or exc}") from None
+    image = local_image(client, run.image)
     manifest = image_labels_manifest(image)
     hub_id, model_dir = resolve_model(run.model)
     data = check_data(run.data)
-    if manifest is None:  # an image envbuild did not build: probed, completed read-only, measured as it is
-        from builder.engine import foreign_docker
-        return foreign_docker.run(client, image, run, console, host, hub_id, model_dir, data)
     flavor = flavor_of(manifest)
     devices = device_options(flavor, run.gpus, host)
     out_dir = check_out_dir(run.out_dir)
