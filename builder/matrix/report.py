@@ -89,13 +89,14 @@ class GridRow:
 
 def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path, *,
                  generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False,
-                 warn=None) -> Path:
+                 warn=None, attempts_db: Path | None = None) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
     `summaries`: from `summarize(store, ..., runs_per_cell=PAGE_RUNS)` (pages show the newest runs;
     the per-cell data files get every run straight from `store`). `host_details`: publish each run's
     full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
-    GPU count are. `warn(message)` hears about logs left out (see `attempt_files`).
+    GPU count are. `warn(message)` hears about logs left out (see `attempt_files`). `attempts_db`: the matrix file
+    whose attempt folders hold the logs, when `store` is a scratch copy of it (default: `store`'s own file).
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
@@ -107,7 +108,8 @@ def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path
     try:
         skipped: list[str] = []
         _write_site(store, summaries, build_dir, generated_at or utc_now(),
-                    vendor_support.load() if vendor is None else vendor, host_details, skipped)
+                    vendor_support.load() if vendor is None else vendor, host_details, skipped,
+                    Path(attempts_db or store.path))
         _swap(build_dir, out_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
@@ -154,7 +156,7 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
 
 
 def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
-                host_details: bool, skipped: list[str]) -> None:
+                host_details: bool, skipped: list[str], attempts_db: Path) -> None:
     html, md = _environments()
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
     common = {"generated_at": generated_at, "version": __version__, "counts": counts}
@@ -173,7 +175,7 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
-        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), store.path, skipped,
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), attempts_db, skipped,
                           speed.get(summary.key))
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
