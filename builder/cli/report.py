@@ -62,7 +62,7 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     if markdown is not None and not check:
         writable_output(markdown, "'--markdown'", is_file=True)
     try:
-        cells = recipe_cells() if with_recipes else []
+        cells = recipe_cells(every=True) if with_recipes else []
     except RecipeCellsError as exc:
         raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
     if check:

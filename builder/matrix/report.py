@@ -19,10 +19,10 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
-from builder.matrix import (attempt_files, compare as report_compare, diff, gpu_prices, ladder as cell_ladder,
+from builder.matrix import (attempt_files, gpu_answers, compare as report_compare, diff, gpu_prices, ladder as cell_ladder,
                             plots as report_plots, provenance, run_config, site_folders, vendor_support)
 from builder.matrix.slug import safe_slug
-from builder.plan import image_origin
+from builder.plan import gpu_names, image_origin
 from builder.matrix.store import MatrixStore, utc_now
 from builder.matrix.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
                                     summary_record)
@@ -79,6 +79,7 @@ class IndexEntry:
     vendor_claim: str = "none"  # step 1 in short: "AMD docs + official wheel", "official wheel", "AMD docs", "none"
     speed_contended: bool = False  # the speed numbers were measured under contention (conditions.contended)
     unproven: bool = False  # torch built from a source no peer has shown to compile (render --unproven)
+    gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
 
 
 @dataclass(frozen=True)
@@ -187,11 +188,19 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
     filters = {"arch": sorted({e.arch for e in ordered}), "release": _release_filter(ordered),
+               "torch": sorted({e.torch for e in ordered}, key=_version_key),
+               "python": sorted({e.python for e in ordered}, key=_version_key),
+               "gpu": sorted({g for e in ordered for g in e.gpus}),
                "status": list(VERDICTS),
                "provenance": [(kind, _PROVENANCE_FILTER[kind]) for kind in (*provenance.KINDS, "none")
                               if any(e.provenance == kind for e in ordered)]}
+    gpus = gpu_answers.answers(ordered)
+    (root / "gpus").mkdir()
+    for answer in gpus:
+        (root / "gpus" / f"{answer.slug}.html").write_text(html.get_template("gpu.html.j2").render(
+            a=answer, root="../", **common))
     (root / "index.html").write_text(html.get_template("index.html.j2").render(
-        torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, root="", **common))
+        torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, gpus=gpus, root="", **common))
     (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
         torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
     (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
@@ -352,7 +361,16 @@ def _index_entry(s: CellSummary, vendor: dict, recipe: cell_ladder.Recipe | None
         **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=support,
         ladder=_ladder(s, support, recipe, speed), speed_contended=cell_ladder.contended(train),
         vendor_claim=cell_ladder.vendor_claim(support, recipe),
-        unproven=s.unproven, **_cell_provenance(s))
+        unproven=s.unproven, gpus=_gpu_names(s), **_cell_provenance(s))
+
+
+def _gpu_names(s: CellSummary) -> tuple[str, ...]:
+    """The GPU names a cell answers for: its arch's marketing names, and the name its latest run's GPU reported."""
+    names = set(gpu_names.marketing_names(s.cell.arch)) if s.cell.arch else set()
+    measured = ((s.latest_run or {}).get("hardware") or {}).get("gpu_name")
+    if s.cell.arch and isinstance(measured, str) and measured:
+        names.add(measured)
+    return tuple(sorted(names))
 
 
 def _cell_provenance(s: CellSummary) -> dict:
@@ -400,6 +418,8 @@ def _row_label(cell) -> tuple[tuple, str]:
     label = f"{_FLAVOR_LABELS.get(cell.flavor, cell.flavor)} {cell.accel_version or ''}".strip()
     if cell.arch:
         label += f" · {cell.arch}"
+        names = gpu_names.marketing_names(cell.arch)
+        label += f" ({', '.join(names)})" if names else ""
     return (_FLAVOR_ORDER.get(cell.flavor, 1), cell.flavor, _version_key(cell.accel_version or "0"), cell.arch or ""), label
 
 
