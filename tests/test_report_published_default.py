@@ -29,6 +29,8 @@ def test_a_new_folder_without_a_matrix_shows_the_published_results(tmp_path, mon
     cells = _cells(tmp_path / "site")
     assert {k for k, c in cells.items() if c["status"] == "pass"} == PUBLISHED
     index = (tmp_path / "site" / "index.html").read_text()
+    # measured environments beside the recipe cells: the CI's envbuild image, a contributor's venv
+    assert "in an envbuild image" in index and "in a Python environment (--local)" in index
     for key in PUBLISHED:  # verified attestations (CI's or a contributor's), not just files
         assert re.search(rf'data-cell="{re.escape(key)}"[^>]*data-provenance="(ci|contributed)"', index), key
     assert not (tmp_path / "envbuild-matrix.db").exists()  # nothing created here

@@ -80,6 +80,7 @@ class IndexEntry:
     speed_contended: bool = False  # the speed numbers were measured under contention (conditions.contended)
     unproven: bool = False  # torch built from a source no peer has shown to compile (render --unproven)
     gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
+    measured_in: str = ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
 
 
 @dataclass(frozen=True)
@@ -361,7 +362,19 @@ def _index_entry(s: CellSummary, vendor: dict, recipe: cell_ladder.Recipe | None
         **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=support,
         ladder=_ladder(s, support, recipe, speed), speed_contended=cell_ladder.contended(train),
         vendor_claim=cell_ladder.vendor_claim(support, recipe),
-        unproven=s.unproven, gpus=_gpu_names(s), **_cell_provenance(s))
+        unproven=s.unproven, gpus=_gpu_names(s), measured_in=_measured_in(s.latest_run), **_cell_provenance(s))
+
+
+def _measured_in(result: dict | None) -> str:
+    """Where a run ran, for the index: the image's origin (a vendor's, envbuild's, another), or a Python
+    environment of its own (`--local`); "" without a run."""
+    if not result:
+        return ""
+    image = result.get("image") if isinstance(result.get("image"), dict) else {}
+    if not (image.get("tag") or image.get("digest")):
+        return "a Python environment (--local)"
+    vendor = image_origin.vendor_label(image.get("tag"))
+    return vendor or ("an image not built by envbuild" if image.get("origin") == "foreign" else "an envbuild image")
 
 
 def _gpu_names(s: CellSummary) -> tuple[str, ...]:
