@@ -42,12 +42,19 @@ def run() -> None:
     "`--dtype bf16`, `--no-probes`; `python -m workload train --help` lists them all. A run with any of them is a "
     "measurement of its own configuration, labelled with them (`smoke · tiny-gemma · max_steps=5`), never the "
     "cell's verdict (docs/matrix.md)."))
-@click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
+@click.option("--image", metavar="TAG", help="Run inside this image: one `envbuild image` built, or any other "
+              "with a Python and torch (AMD's rocm/pytorch, your own): its own torch is measured, the workload and "
+              "the packages it lacks are brought in read-only (docs/measure-any-image.md).")
 @click.option("--apptainer", "sif", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH.sif",
-              help="Run inside this SIF with Apptainer (see `envbuild sif`): --cleanenv --containall, "
-                   "explicit binds, --rocm/--nv by the image's flavor.")
-@click.option("--local", is_flag=True, help="Run in this Python environment on the CPU (the default "
-              "without --image): works without Docker or a GPU.")
+              help="Run inside this SIF with Apptainer: one `envbuild sif` made, or any other (a site's PyTorch SIF, "
+                   "LUMI's) measured as it is; --cleanenv --containall, explicit binds, --rocm/--nv by its torch.")
+@click.option("--local", is_flag=True, help="Run in this Python environment (the default without --image): its "
+              "torch on the device it finds (a GPU when this torch sees one, else the CPU); no Docker needed.")
+@click.option("--python", "python", default="python3", show_default=True, metavar="EXE",
+              help="The interpreter with torch inside an image or SIF envbuild did not build.")
+@click.option("--wheels", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
+              help="Take the packages such an image lacks from these wheels only (no index; default: pip's index "
+                   "here). Nothing is ever downloaded inside the container unless --network.")
 @click.option("--gpus", metavar="all|0,1", help="GPUs for the container (ROCm: only those render nodes).")
 @click.option("--model", metavar="ID|PATH", help="Hub model id or local model dir (mounted read-only).")
 @click.option("--data", type=click.Path(path_type=Path), help="Dataset file or dir (mounted read-only).")
@@ -55,11 +62,13 @@ def run() -> None:
               help="Output dir for result.json and artifacts [default: ./envbuild-runs/<time>-<id>].")
 @click.option("--preset", default="smoke", show_default=True, help="Workload training preset.")
 @click.option("--shm-size", default="16g", show_default=True, help="/dev/shm size of the container.")
-@click.option("--network", help="Container network (e.g. host) when the model must be downloaded.")
+@click.option("--network", help="Container network (e.g. host) when the model must be downloaded; without it an "
+              "image envbuild did not build runs with no network.")
 @db_option
 @click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- WORKLOAD ARGS]")
-def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None, model: str | None, data: Path | None,
+def workload(image: str | None, sif: Path | None, local: bool, python: str, wheels: Path | None, gpus: str | None,
+             model: str | None, data: Path | None,
              out_dir: Path | None, preset: str, shm_size: str, network: str | None, db: Path | None,
              no_record: bool, extra: tuple[str, ...]) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
@@ -71,6 +80,9 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
     """
     if sum(map(bool, (image, sif, local))) > 1:
         raise click.UsageError("--image, --apptainer and --local exclude each other: pick one")
+    if not (image or sif) and (wheels or python != "python3"):
+        raise click.UsageError("--python and --wheels are for an image or SIF (--image / --apptainer); --local "
+                               "runs in this Python")
     db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
     console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
@@ -83,7 +95,7 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
                       " this measurement will be marked contended (its speed is not comparable)")
     try:
         with sigterm_as_interrupt() as stop:
-            result = _run(request, image, sif, shm_size, network, console)
+            result = _run(request, image, sif, shm_size, network, console, dict(python=python, wheels=wheels))
     except BadInput:
         watch.discard()  # nothing was measured: no marker left
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
@@ -131,19 +143,21 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
 
 
 def _run(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
-         console: Console) -> dict:
+         console: Console, foreign: dict) -> dict:
     """The run in the image, the SIF or here; refusals of the input become BadInput (exit code 2)."""
-    from builder.engine.container import ContainerRun, RunError, RunRequest, run_in_container
+    from builder.engine.container import ContainerRun, RunError, RunRequest
     from builder.engine.docker import EngineUnavailable
     from builder.engine.local_run import run_local
 
     try:
         if sif:
-            from builder.engine.apptainer import SifRun, run_in_sif
-            return run_in_sif(SifRun(**request, sif=sif), console)
+            from builder.engine.any_image import run_sif
+            from builder.engine.apptainer import SifRun
+            return run_sif(SifRun(**request, sif=sif, network=network, **foreign), console)
         if image:
-            return run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network),
-                                    console)
+            from builder.engine.any_image import run_image
+            return run_image(ContainerRun(**request, image=image, shm_size=shm_size, network=network, **foreign),
+                             console)
         return run_local(RunRequest(**request), console)
     except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
         raise BadInput(str(exc)) from exc

@@ -47,6 +47,9 @@ class ApptainerError(RunError):
 @dataclass
 class SifRun(RunRequest):
     sif: Path = Path()
+    network: str | None = None  # a SIF envbuild did not build runs offline (HF_HUB_OFFLINE, PIP_NO_INDEX) without it
+    python: str = "python3"  # the interpreter of a SIF envbuild did not build
+    wheels: Path | None = None  # where the packages such a SIF lacks come from (None: pip's index here)
 
 
 #: The runtimes envbuild drives, in the order they are looked for on PATH: Apptainer, then SingularityCE (or an
@@ -199,11 +202,11 @@ def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
 
 
 def exec_argv(apptainer: str, sif: Path, flavor: str, gpus: str | None, binds: list[str],
-              command: list[str]) -> list[str]:
+              command: list[str], extra_env: tuple[str, ...] = ()) -> list[str]:
     """`apptainer exec` for the workload: clean environment, contained, explicit binds only."""
     options, env = gpu_flags(flavor, gpus)
     argv = [apptainer, "exec", "--cleanenv", "--containall", "--pwd", "/tmp", *options]
-    for assignment in ["PYTHONUNBUFFERED=1", "HOME=/tmp", *env]:
+    for assignment in dict.fromkeys(["PYTHONUNBUFFERED=1", "HOME=/tmp", *env, *extra_env]):
         argv += ["--env", assignment]
     for bind in binds:
         argv += ["--bind", bind]
@@ -224,18 +227,10 @@ def bind_source(path: Path, option: str) -> Path:
     return Path(path)
 
 
-def run_in_sif(run: SifRun, console: Console) -> dict:
-    """Run the workload in `run.sif` with Apptainer; collect and complete result.json like `--image` does."""
-    host = HostView()
-    sif = Path(run.sif).resolve()
-    record = read_sidecar(sif)
-    image = dict(record["image"], environment="apptainer",
-                 sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})
-    manifest = image["manifest"]
-    flavor = flavor_of(manifest)
+def input_binds(run: SifRun) -> tuple[Path, list[str], str | None, str | None]:
+    """(checked output dir, binds, model argument, data argument) of a run; bad paths are RunErrors."""
     hub_id, model_dir = resolve_model(run.model)
     data = check_data(run.data)
-    gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
     for path, option in ((run.out_dir, "--out"), (data, "--data"), (model_dir, "--model")):
         if path is not None:
             bind_source(path, option)
@@ -250,6 +245,20 @@ def run_in_sif(run: SifRun, console: Console) -> dict:
     if data:
         data_arg = DATA_BIND if data.is_dir() else f"{DATA_BIND}/{data.name}"
         binds.append(f"{data}:{data_arg}:ro")
+    return out_dir, binds, model_arg, data_arg
+
+
+def run_in_sif(run: SifRun, console: Console) -> dict:
+    """Run the workload in `run.sif` with Apptainer; collect and complete result.json like `--image` does."""
+    host = HostView()
+    sif = Path(run.sif).resolve()
+    record = read_sidecar(sif)
+    image = dict(record["image"], environment="apptainer",
+                 sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})
+    manifest = image["manifest"]
+    flavor = flavor_of(manifest)
+    gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
+    out_dir, binds, model_arg, data_arg = input_binds(run)
     cell = manifest.get("cell") or {}
     versions = {k: cell.get(k) for k in ("python", "torch")}
     started = time.time()
@@ -266,6 +275,15 @@ def run_in_sif(run: SifRun, console: Console) -> dict:
     argv = exec_argv(apptainer, sif, flavor, run.gpus, binds,
                      ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)])
     console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
+    failure_class, failure = stream_apptainer(argv, out_dir, console)
+    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
+                    versions=versions, host=host_record(host), image=image)
+
+
+def stream_apptainer(argv: list[str], out_dir: Path, console: Console) -> tuple[str | None, str]:
+    """Run `argv`, its output to container.log and here; (failure class, failure), None when it exited 0. The
+    workload refusing its input raises BadWorkloadInput."""
+    failure_class, failure = None, ""
     bad_input = None
     with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -286,8 +304,7 @@ def run_in_sif(run: SifRun, console: Console) -> dict:
         raise BadWorkloadInput(bad_input)
     if code not in (None, 0):
         failure_class, failure = exit_failure(code, (out_dir / LOG_NAME).read_text(errors="replace"))
-    return finalize(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
-                    versions=versions, host=host_record(host), image=image)
+    return failure_class, failure
 
 
 def exit_failure(code: int, log: str) -> tuple[str, str]:

@@ -1,4 +1,5 @@
-"""Run the workload in this Python environment (CPU, tiny model): the run that works without Docker or a GPU."""
+"""Run the workload in this Python environment: its torch, on the device it finds (a GPU when it sees one, else
+the CPU); the run that works without Docker."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     console = console or Console(stderr=True, soft_wrap=True)
     check_workload_packages()
     if request.gpus:
-        raise RunError("--gpus needs --image: a --local run uses this machine's CPU")
+        raise RunError("--gpus needs --image or --apptainer: a --local run uses the devices this Python's torch sees "
+                       "(restrict them with CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES)")
     hub_id, model_dir = resolve_model(request.model)
     data = check_data(request.data)
     out_dir = check_out_dir(request.out_dir)
