@@ -181,8 +181,8 @@ def _envbuild(args: list[str], source: Path = REPO):
     """Run `envbuild ARGS` (from the tree `source`) as a whole process, output discarded: (wall s, resource usage)."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *args],
-                            env={**os.environ, "PYTHONPATH": str(source)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env={**os.environ, "PYTHONPATH": str(source)}, cwd=source,  # `-c` puts the working
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # folder first on sys.path
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"envbuild {' '.join(args)} exited {os.waitstatus_to_exitcode(status)}")
@@ -224,8 +224,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="Write the matrix and the site here (kept).")
     parser.add_argument("--baseline", type=Path, help="Another envbuild source tree to time on the same matrix.")
     args = parser.parse_args()
+    args.baseline = args.baseline.resolve() if args.baseline else None
     load_start = os.getloadavg()[0]
-    work = args.keep or Path(tempfile.mkdtemp(prefix="envbuild-report-scale-"))
+    work = (args.keep or Path(tempfile.mkdtemp(prefix="envbuild-report-scale-"))).resolve()  # commands run elsewhere
     work.mkdir(parents=True, exist_ok=True)
     db, site = work / "matrix.db", work / "site"
     if not db.exists():

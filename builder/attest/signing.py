@@ -259,6 +259,29 @@ def load_envelope(path: Path) -> Envelope:
     return envelope_from_text(text, str(path))
 
 
+def _envelope_problem(data) -> str:
+    """What is wrong with a parsed DSSE envelope, naming the field and what it must hold ("" when nothing)."""
+    if not isinstance(data, dict):
+        return "the line is not a JSON object with payload, payloadType and signatures"
+    for field in ("payload", "payloadType"):
+        if not isinstance(data.get(field), str):
+            return f"'{field}' is missing or not a string"
+    try:
+        base64.b64decode(data["payload"], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        return f"'payload' is not standard base64 ({exc}): it holds the signed statement, base64-encoded"
+    signatures = data.get("signatures")
+    if not isinstance(signatures, list):
+        return "'signatures' is missing or not a list"
+    for number, signature in enumerate(signatures):
+        if not isinstance(signature, dict):
+            return f"'signatures[{number}]' is not an object with keyid and sig"
+        for field, what in (("keyid", "the signing key's SHA256 fingerprint"), ("sig", "the SSH signature")):
+            if not isinstance(signature.get(field), str):
+                return f"'signatures[{number}].{field}' is missing or not a string (it holds {what})"
+    return ""
+
+
 def envelope_from_text(text: str, where: str = "attestation") -> Envelope:
     """The DSSE envelope in `text` (one JSON line, exactly one signature); AttestationInputError if not."""
     from securesystemslib.dsse import Envelope
@@ -269,12 +292,12 @@ def envelope_from_text(text: str, where: str = "attestation") -> Envelope:
         raise AttestationInputError(f"{where}: expected one DSSE envelope (one JSON line), found {len(lines)} lines")
     try:
         data = strict_json.loads(lines[0])
-        if not isinstance(data, dict) or not isinstance(data.get("signatures"), list) \
-                or not isinstance(data.get("payload"), str) or not isinstance(data.get("payloadType"), str) \
-                or not all(isinstance(s, dict) and isinstance(s.get("sig"), str) and isinstance(s.get("keyid", ""), str)
-                           for s in data["signatures"]):
-            raise ValueError("not a DSSE envelope (payload, payloadType: strings; signatures: keyid and sig strings)")
+        if wrong := _envelope_problem(data):
+            raise AttestationInputError(f"{where}: not a DSSE envelope: {wrong}; sign the result again "
+                                        "(`envbuild matrix sign`) rather than editing the attestation")
         envelope = Envelope.from_dict({**data, "signatures": [dict(s) for s in data["signatures"]]})
+    except AttestationInputError:
+        raise
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, FormatError) as exc:
         raise AttestationInputError(f"{where}: not a DSSE envelope: {exc}") from exc
     if len(envelope.signatures) != 1:

@@ -13,6 +13,7 @@ import click
 from builder import __version__
 from builder.cli.store_options import plain
 from builder.attest import signing as attest
+from builder import strict_json
 from builder.store.provenance import Provenance
 
 
@@ -106,8 +107,13 @@ class Unsigned(attest.VerificationFailure):
 def check_result(result_json: Path, allowed_signers: Path, revoked: Path | None,
                  result_bytes: bytes | None = None) -> Provenance | attest.VerificationFailure | attest.AttestationInputError:
     """The provenance of a verified result, or why it did not verify (a failure, or bad input)."""
-    if result_bytes is None and not Path(result_json).is_file():
-        return attest.AttestationInputError("no such result file")
+    if result_bytes is None:
+        try:
+            result_bytes = strict_json.read_regular(Path(result_json), attest.MAX_RESULT_BYTES)
+        except FileNotFoundError:
+            return attest.AttestationInputError("no such result file")
+        except (OSError, ValueError) as exc:
+            return attest.AttestationInputError(f"the result file: {exc}")
     attestation = attest.attestation_beside(result_json)
     if attestation is None:
         return Unsigned(f"no {attest.ATTESTATION_NAME} beside it: sign it (`envbuild matrix sign`)")

@@ -37,4 +37,20 @@ def doctor(as_json: bool, root: Path, flavor: str, no_engine: bool) -> None:
             style = _STYLE[check["status"]]
             table.add_row(check["name"], f"[{style}]{check['status']}[/]", check["detail"], check["hint"])
         Console().print(table)
+        if record.get("gpu_archs"):
+            click.echo(measure_path(record["gpu_archs"]))  # never wrapped: lines to copy
     sys.exit(1 if record["status"] == FAIL else 0)
+
+
+def measure_path(archs: list[str]) -> str:
+    """The shortest path from the environment an AMD GPU owner already has to a signed result (CONTRIBUTING.md)."""
+    arch = archs[0]
+    return "\n".join([
+        f"Measure the environment you already have on this {arch} host (no build; CONTRIBUTING.md):",
+        f"  envbuild run workload --image rocm/pytorch:TAG --gpus all --out run-{arch}    # a Docker image",
+        f"  envbuild run workload --apptainer PYTORCH.sif --out run-{arch}                # or a SIF (LUMI's)",
+        f"  envbuild run workload --local --out run-{arch}                                # or this venv's torch",
+        f"  envbuild matrix publish run-{arch}/result.json --name {arch}-smoke --sign ~/.ssh/id_ed25519 \\",
+        "      --command 'THE RUN COMMAND ABOVE, AS YOU RAN IT'",
+        "The workload and the packages an image lacks come in read-only; the probes name the cell.",
+    ])

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from builder.cli.as_found import leaves_as_found, will_create
 from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.paths import writable_output
 from builder.cli.render import plan_from_options, plan_table, request_options
@@ -19,6 +20,7 @@ from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, Pus
 from builder.engine.docker import EngineUnavailable
 from builder.engine.interrupt import EXIT_INTERRUPTED, describe, sigterm_as_interrupt
 from builder.plan.render import RenderError
+from builder.store.attempt_files import ATTEMPTS_DIR
 from builder.store.store import StoreError, default_db_path
 from builder.workflows import build as workflow
 from builder.workflows.build_record import BuildAttempt
@@ -64,6 +66,7 @@ def _tag_of(context: workflow.BuildContext, tag: str | None, registry: str | Non
                    "records nothing.")
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
+@leaves_as_found
 def image(out: Path | None, context_dir: Path | None, tag: str | None, registry: str | None,
           ca_cert: Path | None, network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...],
           cache_to: tuple[str, ...], push: bool, reuse_remote: bool, force: bool, no_cache: bool,
@@ -103,6 +106,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         context_dir = out or Path("envbuild-contexts") / plan.cell.key
         if out is None:
             writable_output(context_dir, "'-o' / '--out'")
+        will_create(context_dir)
         context = _render(plan, context_dir, wheelhouse)
     elif request["torch"] is not None or request["rocm"] is not None or request["cuda"] is not None:
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
@@ -118,6 +122,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     if dry_run:
         _print_dry_run(context_dir, context.manifest, tag, plan)
         return
+    will_create(log_path or default_log_path(context_dir))
     options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
                            wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
                            reuse_remote=reuse_remote,
@@ -128,6 +133,7 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     attempt = None
     if not no_record:
         preflight_store(db)
+        will_create(Path(db or default_db_path()).resolve().parent / ATTEMPTS_DIR)
         try:
             attempt = workflow.start_attempt(db or default_db_path(), context, tag, log_path)
         except StoreError as exc:

@@ -180,6 +180,9 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
                    err=True)
         raise SystemExit(1)
     problems += unverified
+    if not results and not databases:  # --skip-invalid skipped every file: nothing to import, nothing written
+        raise click.BadParameter("nothing imported: every file is invalid:\n  " + "\n  ".join(problems),
+                                 param_hint="PATHS")
     twice, recorded = _conflicts(target, results, databases, check_recorded=not replace)
     if twice:
         raise click.BadParameter("not imported, the same run_id with different content in the import:\n  "

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import click
 
+from builder.cli.as_found import leaves_as_found, will_create
 from builder.cli.attest import sign_options, sign_result
+from builder import strict_json
 
 
 PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
@@ -41,6 +43,7 @@ def publishable(result: dict) -> dict:
               help="Sign it with this SSH key (private key, or public key with the private half in ssh-agent): "
                    "writes result.json.intoto.jsonl beside it.")
 @sign_options
+@leaves_as_found
 def publish(result_json: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...],
             sif: Path | None) -> None:
     """Copy a measured run into results/ for committing.
@@ -56,7 +59,7 @@ def publish(result_json: Path, name: str, out: Path, key: Path | None, commands:
     if not _NAME.fullmatch(name):
         raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' and '-' (up to 64)", param_hint="--name")
     try:
-        result = validate_result(json.loads(result_json.read_text(encoding="utf-8")))
+        result = validate_result(strict_json.loads(strict_json.read_regular(result_json, strict_json.MAX_RESULT_BYTES)))
         cell = Cell.from_result(result)
     except (OSError, ValueError, StoreError, RecursionError) as exc:
         raise click.BadParameter(f"{result_json}: {exc}", param_hint="RESULT_JSON") from exc
@@ -66,6 +69,7 @@ def publish(result_json: Path, name: str, out: Path, key: Path | None, commands:
     if target.exists():
         raise click.UsageError(f"{target} exists already: choose another --name")
     writable_output(target, "'-o' / '--out'")
+    will_create(target)
     target.mkdir(parents=True)
     try:
         (target / "result.json").write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")

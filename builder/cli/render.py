@@ -190,10 +190,14 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
 @click.option("--record", is_flag=True,
               help="Write the sha256 the indexes list for the torch wheels the recipes pin into recipes/"
                    "wheel-hashes.toml (the manifest names them; \"unhashed\" until recorded).")
-def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool) -> None:
+@click.option("--timeout", "seconds", type=click.FloatRange(min=1, max=3600), default=25, show_default=True,
+              help="Seconds for reading all of one index's pages (or the release list), however slowly a server sends.")
+def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool, seconds: float) -> None:
     """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
 
-    Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read."""
+    Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read or parsed."""
+    import time
+
     from builder.plan.recipes import RecipeError, load
     from builder.plan.upstream import Findings, UpstreamError, check_index, check_releases, read_text
 
@@ -204,13 +208,13 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool)
         total = Findings()
         hashes: dict[str, str] = {}
         for index in indexes:
-            found = check_index(index, recipes)
+            found = check_index(index, recipes, seconds=seconds)
             total.wheels += found.wheels
             total.archs += found.archs
             if record:
-                hashes |= _index_hashes(index, recipes)
+                hashes |= _index_hashes(index, recipes, time.monotonic() + seconds)
         if releases:
-            total.releases = check_releases(read_text(releases), recipes)
+            total.releases = check_releases(read_text(releases, time.monotonic() + seconds), recipes)
     except UpstreamError as exc:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
@@ -231,16 +235,18 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool)
     raise SystemExit(0 if total.empty else 1)
 
 
-def _index_hashes(index: str, recipes) -> dict[str, str]:
-    """{wheel file: sha256} of the pinned torch wheels `index`'s torch page links with a #sha256= fragment."""
+def _index_hashes(index: str, recipes, deadline: float) -> dict[str, str]:
+    """{wheel file: sha256} of the pinned torch wheels `index`'s torch page links with a #sha256= fragment, read
+    before `deadline` (time.monotonic())."""
     from builder.plan.upstream import UpstreamError, project_url, read_text
     from builder.plan.wheel_hashes import pinned_hashes
 
+    url = project_url(index, "torch")
     try:
-        page = read_text(project_url(index, "torch"))
+        page = read_text(url, deadline)
     except UpstreamError:  # an index without a torch project (AMD's per-arch indexes) has no torch wheel to hash
         return {}
-    return pinned_hashes(page, recipes)
+    return pinned_hashes(page, recipes, where=url)
 
 
 def _print_cells(rows: list[dict]) -> None:

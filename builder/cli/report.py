@@ -11,10 +11,12 @@ from rich.console import Console
 
 from builder.cli.attest import check_result, result_files, revoked_or_default, signer_options
 from builder.cli.paths import writable_output
+from builder.cli.report_results import with_results
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.attest import signing as attest
 from builder.attest.provenance_now import current_provenance
 from builder.report.site import PAGE_RUNS, ReportError, build_report, summary_markdown
+from builder.store.store import default_db_path
 from builder.store.summary import VERDICTS, summarize
 from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
 
@@ -34,13 +36,16 @@ from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
               help="Leave out unsigned runs: what this project publishes (CI's site, docs/compatibility.md).")
 @click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path),
               default=attest.RESULTS_DIR, show_default="results/",
-              help="With --check: the committed results, each of which must carry an attestation that verifies.")
+              help="The project's published results: shown with the local matrix (without one: alone); with --check, "
+                   "each must carry an attestation that verifies.")
+@click.option("--with-results/--no-results", "with_published", default=True, show_default=True,
+              help="Include the published results (--results) in the report; the local matrix is not changed.")
 @signer_options
 @click.option("--include-host-details", is_flag=True,
               help="Publish each run's full host record (hostname, kernel command line, ...); by default"
                    " only OS, kernel version, driver, GPU archs and count.")
 def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | None, with_recipes: bool,
-           published: bool, results_dir: Path, allowed_signers: Path, revoked: Path | None,
+           published: bool, results_dir: Path, with_published: bool, allowed_signers: Path, revoked: Path | None,
            include_host_details: bool) -> None:
     """Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell.
 
@@ -57,11 +62,16 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     if markdown is not None and not check:
         writable_output(markdown, "'--markdown'", is_file=True)
     try:
-        cells = recipe_cells() if with_recipes else []
+        cells = recipe_cells(every=True) if with_recipes else []
     except RecipeCellsError as exc:
         raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
     if check:
         _check_results(results_dir, allowed_signers, revoked_or_default(revoked))
+    merged, attempts_db = None, Path(db or default_db_path())
+    if with_published and not check and markdown is None:  # the committed summary stays the local matrix's
+        merged = tempfile.TemporaryDirectory(prefix="envbuild-report-")
+        db = with_results(db, results_dir, allowed_signers, revoked_or_default(revoked), Path(merged.name),
+                          lambda message: click.echo(f"warning: {plain(message)}", err=True))
     store = open_store(db, must_exist=True)
     try:  # who signed each run, derived again from the current signer files (revocation at read time)
         now = current_provenance(store, allowed_signers, revoked_or_default(revoked))
@@ -90,6 +100,7 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         if out_dir is not None and not check:
             with console.status("writing the site"):
                 index = build_report(store, summaries, out_dir, host_details=include_host_details,
+                                     attempts_db=attempts_db,
                                      warn=lambda message: click.echo(f"warning: {plain(message)}", err=True))
     except ReportError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -97,6 +108,8 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         store.close()
         if scratch is not None:
             scratch.cleanup()
+        if merged is not None:
+            merged.cleanup()
     warn_damaged(store)
     counts = ", ".join(f"{sum(s.status == v for s in summaries)} {v}" for v in VERDICTS)
     if index is not None:

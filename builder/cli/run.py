@@ -18,7 +18,8 @@ from rich.markup import escape
 
 from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.store_options import db_option, note_new_folder
-from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, sigterm_as_interrupt
+from builder.engine.interrupt import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, later_ctrl_c_ignored,
+                                      sigterm_as_interrupt)
 from builder.engine import conditions
 from builder.engine.run_result import RESULT_NAME, write_json_atomic
 from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
@@ -41,12 +42,19 @@ def run() -> None:
     "`--dtype bf16`, `--no-probes`; `python -m workload train --help` lists them all. A run with any of them is a "
     "measurement of its own configuration, labelled with them (`smoke · tiny-gemma · max_steps=5`), never the "
     "cell's verdict (docs/matrix.md)."))
-@click.option("--image", metavar="TAG", help="Run inside this built image (see `envbuild image`).")
+@click.option("--image", metavar="TAG", help="Run inside this image: one `envbuild image` built, or any other "
+              "with a Python and torch (AMD's rocm/pytorch, your own): its own torch is measured, the workload and "
+              "the packages it lacks are brought in read-only (docs/measure-any-image.md).")
 @click.option("--apptainer", "sif", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH.sif",
-              help="Run inside this SIF with Apptainer (see `envbuild sif`): --cleanenv --containall, "
-                   "explicit binds, --rocm/--nv by the image's flavor.")
-@click.option("--local", is_flag=True, help="Run in this Python environment on the CPU (the default "
-              "without --image): works without Docker or a GPU.")
+              help="Run inside this SIF with Apptainer: one `envbuild sif` made, or any other (a site's PyTorch SIF, "
+                   "LUMI's) measured as it is; --cleanenv --containall, explicit binds, --rocm/--nv by its torch.")
+@click.option("--local", is_flag=True, help="Run in this Python environment (the default without --image): its "
+              "torch on the device it finds (a GPU when this torch sees one, else the CPU); no Docker needed.")
+@click.option("--python", "python", default="python3", show_default=True, metavar="EXE",
+              help="The interpreter with torch inside an image or SIF envbuild did not build.")
+@click.option("--wheels", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
+              help="Take the packages such an image lacks from these wheels only (no index; default: pip's index "
+                   "here). Nothing is ever downloaded inside the container unless --network.")
 @click.option("--gpus", metavar="all|0,1", help="GPUs for the container (ROCm: only those render nodes).")
 @click.option("--model", metavar="ID|PATH", help="Hub model id or local model dir (mounted read-only).")
 @click.option("--data", type=click.Path(path_type=Path), help="Dataset file or dir (mounted read-only).")
@@ -54,11 +62,13 @@ def run() -> None:
               help="Output dir for result.json and artifacts [default: ./envbuild-runs/<time>-<id>].")
 @click.option("--preset", default="smoke", show_default=True, help="Workload training preset.")
 @click.option("--shm-size", default="16g", show_default=True, help="/dev/shm size of the container.")
-@click.option("--network", help="Container network (e.g. host) when the model must be downloaded.")
+@click.option("--network", help="Container network (e.g. host) when the model must be downloaded; without it an "
+              "image envbuild did not build runs with no network.")
 @db_option
 @click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- WORKLOAD ARGS]")
-def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None, model: str | None, data: Path | None,
+def workload(image: str | None, sif: Path | None, local: bool, python: str, wheels: Path | None, gpus: str | None,
+             model: str | None, data: Path | None,
              out_dir: Path | None, preset: str, shm_size: str, network: str | None, db: Path | None,
              no_record: bool, extra: tuple[str, ...]) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
@@ -70,6 +80,9 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
     """
     if sum(map(bool, (image, sif, local))) > 1:
         raise click.UsageError("--image, --apptainer and --local exclude each other: pick one")
+    if not (image or sif) and (wheels or python != "python3"):
+        raise click.UsageError("--python and --wheels are for an image or SIF (--image / --apptainer); --local "
+                               "runs in this Python")
     db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
     console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
@@ -82,7 +95,7 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
                       " this measurement will be marked contended (its speed is not comparable)")
     try:
         with sigterm_as_interrupt() as stop:
-            result = _run(request, image, sif, shm_size, network, console)
+            result = _run(request, image, sif, shm_size, network, console, dict(python=python, wheels=wheels))
     except BadInput:
         watch.discard()  # nothing was measured: no marker left
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
@@ -115,7 +128,8 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
         console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site" if passed
                              else f"the full output: {Path(out_dir).resolve()}"))
     else:
-        recorded = _record(db_path, result, result_path, console)
+        with later_ctrl_c_ignored() if result.get("error_class") == "interrupted" else contextlib.nullcontext():
+            recorded = _record(db_path, result, result_path, console)  # a stopped run is recorded whatever comes
         db_flag = f" --db {db}" if db else ""
         console.print(escape(f"next: envbuild report -o site{db_flag}  (the compatibility report, with this run)"
                              if passed else f"details: envbuild matrix show {recorded.cell_key}{db_flag}"))
@@ -129,14 +143,14 @@ def workload(image: str | None, sif: Path | None, local: bool, gpus: str | None,
 
 
 def _run(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
-         console: Console) -> dict:
+         console: Console, foreign: dict) -> dict:
     """The run in the image, the SIF or here; refusals of the input become BadInput (exit code 2)."""
     from builder.engine.container import RunError
     from builder.engine.docker import EngineUnavailable
     from builder.workflows.run import run_workload
 
     try:
-        return run_workload(request, image, sif, shm_size, network, console)
+        return run_workload(request, image, sif, shm_size, network, console, foreign)
     except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
         raise BadInput(str(exc)) from exc
     except EngineUnavailable as exc:

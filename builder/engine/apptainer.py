@@ -27,11 +27,14 @@ from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunE
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import describe
 from builder.engine.run_result import RunEnd, check_out_dir
+from builder import strict_json
 from builder.paths import file_sha256, write_text_atomic
 
 OUT_BIND, DATA_BIND, MODEL_BIND = "/out", "/data", "/model"
 VERIFY_SCRIPT, VERIFY_EXPECT = "/opt/envbuild/verify_image.py", "/opt/envbuild/expect.json"
 SIDECAR_SUFFIX = ".json"
+#: What a SIF record may weigh (one `envbuild sif` writes is a few KB: the image block and its manifest).
+MAX_SIDECAR_BYTES = 4 << 20
 LOG_NAME = "container.log"
 #: `apptainer` itself failed (could not start the container): its own exit code, not the workload's.
 APPTAINER_FAILED = 255
@@ -44,6 +47,9 @@ class ApptainerError(RunError):
 @dataclass
 class SifRun(RunRequest):
     sif: Path = Path()
+    network: str | None = None  # a SIF envbuild did not build runs offline (HF_HUB_OFFLINE, PIP_NO_INDEX) without it
+    python: str = "python3"  # the interpreter of a SIF envbuild did not build
+    wheels: Path | None = None  # where the packages such a SIF lacks come from (None: pip's index here)
 
 
 #: The runtimes envbuild drives, in the order they are looked for on PATH: Apptainer, then SingularityCE (or an
@@ -87,11 +93,11 @@ def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
         raise RunError(f"{sif}: no such SIF file (make one with `envbuild sif IMAGE -o {sif}`)")
     side = sidecar_path(sif)
     try:
-        record = json.loads(side.read_text(encoding="utf-8"))
+        record = strict_json.loads(strict_json.read_regular(side, MAX_SIDECAR_BYTES))
     except FileNotFoundError:
         raise RunError(f"{side} is missing: a SIF is used with the record `envbuild sif` wrote beside it") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunError(f"{side} is not a readable SIF record ({exc})") from None
+    except (OSError, ValueError) as exc:  # strict_json's errors are ValueErrors
+        raise RunError(f"{side} is not a readable SIF record ({exc}); make it again with `envbuild sif`") from None
     image = record.get("image") if isinstance(record, dict) else None
     if not (isinstance(image, dict) and isinstance(image.get("manifest"), dict)
             and isinstance(record.get("sha256"), str)):
@@ -198,11 +204,11 @@ def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
 
 
 def exec_argv(apptainer: str, sif: Path, flavor: str, gpus: str | None, binds: list[str],
-              command: list[str]) -> list[str]:
+              command: list[str], extra_env: tuple[str, ...] = ()) -> list[str]:
     """`apptainer exec` for the workload: clean environment, contained, explicit binds only."""
     options, env = gpu_flags(flavor, gpus)
     argv = [apptainer, "exec", "--cleanenv", "--containall", "--pwd", "/tmp", *options]
-    for assignment in ["PYTHONUNBUFFERED=1", "HOME=/tmp", *env]:
+    for assignment in dict.fromkeys(["PYTHONUNBUFFERED=1", "HOME=/tmp", *env, *extra_env]):
         argv += ["--env", assignment]
     for bind in binds:
         argv += ["--bind", bind]
@@ -223,18 +229,10 @@ def bind_source(path: Path, option: str) -> Path:
     return Path(path)
 
 
-def run_in_sif(run: SifRun, console: Console) -> RunEnd:
-    """Run the workload in `run.sif` with Apptainer; how it ended (the workflow completes the result)."""
-    host = HostView()
-    sif = Path(run.sif).resolve()
-    record = read_sidecar(sif)
-    image = dict(record["image"], environment="apptainer",
-                 sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})
-    manifest = image["manifest"]
-    flavor = flavor_of(manifest)
+def input_binds(run: SifRun) -> tuple[Path, list[str], str | None, str | None]:
+    """(checked output dir, binds, model argument, data argument) of a run; bad paths are RunErrors."""
     hub_id, model_dir = resolve_model(run.model)
     data = check_data(run.data)
-    gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
     for path, option in ((run.out_dir, "--out"), (data, "--data"), (model_dir, "--model")):
         if path is not None:
             bind_source(path, option)
@@ -249,6 +247,20 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
     if data:
         data_arg = DATA_BIND if data.is_dir() else f"{DATA_BIND}/{data.name}"
         binds.append(f"{data}:{data_arg}:ro")
+    return out_dir, binds, model_arg, data_arg
+
+
+def run_in_sif(run: SifRun, console: Console) -> RunEnd:
+    """Run the workload in `run.sif` with Apptainer; how it ended (the workflow completes the result)."""
+    host = HostView()
+    sif = Path(run.sif).resolve()
+    record = read_sidecar(sif)
+    image = dict(record["image"], environment="apptainer",
+                 sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})
+    manifest = image["manifest"]
+    flavor = flavor_of(manifest)
+    gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
+    out_dir, binds, model_arg, data_arg = input_binds(run)
     cell = manifest.get("cell") or {}
     versions = {k: cell.get(k) for k in ("python", "torch")}
     started = time.time()
@@ -265,6 +277,15 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
     argv = exec_argv(apptainer, sif, flavor, run.gpus, binds,
                      ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)])
     console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
+    failure_class, failure = stream_apptainer(argv, out_dir, console)
+    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
+                  versions=versions, host=host_record(host), image=image)
+
+
+def stream_apptainer(argv: list[str], out_dir: Path, console: Console) -> tuple[str | None, str]:
+    """Run `argv`, its output to container.log and here; (failure class, failure), None when it exited 0. The
+    workload refusing its input raises BadWorkloadInput."""
+    failure_class, failure = None, ""
     bad_input = None
     with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -285,8 +306,7 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
         raise BadWorkloadInput(bad_input)
     if code not in (None, 0):
         failure_class, failure = exit_failure(code, (out_dir / LOG_NAME).read_text(errors="replace"))
-    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
-                  versions=versions, host=host_record(host), image=image)
+    return failure_class, failure
 
 
 def exit_failure(code: int, log: str) -> tuple[str, str]:

@@ -69,6 +69,8 @@ class ContainerRun(RunRequest):
     image: str = ""
     shm_size: str = "16g"
     network: str | None = None
+    python: str = "python3"  # the interpreter of an image envbuild did not build
+    wheels: Path | None = None  # where the packages such an image lacks come from (None: pip's index here)
 
 
 def resolve_model(model: str | None) -> tuple[str | None, Path | None]:
@@ -168,25 +170,43 @@ def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
     return {}
 
 
+def local_image(client, tag: str):
+    """The engine's image `tag`; RunError (bad input) when it is not here."""
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        raise RunError(f"image {tag} not found locally: build it with `envbuild image ...` "
+                       f"or `docker pull {tag}`") from None
+    except docker.errors.APIError as exc:
+        raise RunError(f"image {tag}: {exc.explanation or exc}") from None
+
+
 def run_in_container(run: ContainerRun, console: Console | None = None, host: HostView | None = None) -> RunEnd:
     """Run the workload in `run.image` and stream its output; how it ended (the workflow completes the result)."""
     console = console or Console(stderr=True, soft_wrap=True)
     host = host or HostView()
     client = docker_client()
-    try:
-        image = client.images.get(run.image)
-    except docker.errors.ImageNotFound:
-        raise RunError(f"image {run.image} not found locally: build it with `envbuild image ...` "
-                       f"or `docker pull {run.image}`") from None
-    except docker.errors.APIError as exc:
-        raise RunError(f"image {run.image}: {exc.explanation or exc}") from None
+    image = local_image(client, run.image)
     manifest = image_labels_manifest(image)
-    flavor = flavor_of(manifest)
     hub_id, model_dir = resolve_model(run.model)
     data = check_data(run.data)
+    flavor = flavor_of(manifest)
     devices = device_options(flavor, run.gpus, host)
     out_dir = check_out_dir(run.out_dir)
+    mounts, environment, model_arg, data_arg = input_mounts(out_dir, hub_id, model_dir, data)
+    command = workload_args(run, model_arg, data_arg, OUT_MOUNT)
+    failure_class, failure, started = stream_container(
+        client, run, command, WORKLOAD_ENTRYPOINT, mounts, environment, devices, out_dir, console, flavor,
+        run.network)
+    cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
+    versions = {k: cell.get(k) for k in ("python", "torch")}
+    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
+                  finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image),
+                  invocation=envbuild_invocation(run, run.image))
 
+
+def input_mounts(out_dir: Path, hub_id: str | None, model_dir: Path | None, data: Path | None):
+    """(mounts, environment, model argument, data argument): the output, the model and the data."""
     mounts = [Mount(OUT_MOUNT, str(out_dir), type="bind")]
     environment = {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
     model_arg = data_arg = None
@@ -204,19 +224,25 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
         mounts.append(Mount(data_arg, str(data), type="bind", read_only=True))
     if os.environ.get("HF_TOKEN"):
         environment["HF_TOKEN"] = os.environ["HF_TOKEN"]  # handed to the engine, never printed
+    return mounts, environment, model_arg, data_arg
 
+
+def stream_container(client, run: ContainerRun, command: list[str], entrypoint: list[str], mounts: list,
+                     environment: dict, devices: dict, out_dir: Path, console: Console, flavor: str,
+                     network: str | None) -> tuple[str | None, str, float]:
+    """Run the workload container, stream its output to container.log and here, remove it; returns
+    (failure class, failure, start time). The workload refusing its input raises BadWorkloadInput."""
     name = f"envbuild-run-{uuid.uuid4().hex[:12]}"
-    command = workload_args(run, model_arg, data_arg, OUT_MOUNT)
     console.print(escape(f"running {run.image} ({flavor}) as {name}: "
-                         f"{' '.join(WORKLOAD_ENTRYPOINT + command)}; output -> {out_dir}"))
+                         f"{' '.join(entrypoint + command)}; output -> {out_dir}"))
     user = None if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
     started = time.time()
     container = None
     failure_class, failure = None, ""
     try:
         container = client.containers.create(
-            run.image, command=command, entrypoint=WORKLOAD_ENTRYPOINT, name=name, mounts=mounts,
-            environment=environment, user=user, shm_size=run.shm_size, network_mode=run.network,
+            run.image, command=command, entrypoint=entrypoint, name=name, mounts=mounts,
+            environment=environment, user=user, shm_size=run.shm_size, network_mode=network,
             labels={"org.envbuild.run": name}, **devices,
         )
         container.start()
@@ -252,11 +278,7 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
                 container.remove(force=True)
             except docker.errors.APIError:
                 console.print(f"[yellow]could not remove container {name}; remove it with `docker rm -f {name}`")
-    cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
-    versions = {k: cell.get(k) for k in ("python", "torch")}
-    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
-                  finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image),
-                  invocation=envbuild_invocation(run, run.image))
+    return failure_class, failure, started
 
 
 def _stop(container) -> None:

@@ -51,3 +51,17 @@ def sigterm_as_interrupt() -> Iterator[StopSignal]:
         yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def later_ctrl_c_ignored() -> Iterator[None]:
+    """Within the block a further Ctrl-C (SIGINT) is ignored: what the first one started (stopping the
+    workload, writing and recording its `interrupted` result) finishes however often a user presses it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,7 +1,9 @@
-"""Run the workload in this Python environment (CPU, tiny model): the run that works without Docker or a GPU."""
+"""Run the workload in this Python environment: its torch, on the device it finds (a GPU when it sees one, else
+the CPU); the run that works without Docker."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import platform
@@ -16,7 +18,7 @@ from rich.markup import escape
 from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data,
                                       input_error_line, resolve_model, workload_args)
 from builder.engine.doctor import HostView, host_record
-from builder.engine.interrupt import Terminated, describe
+from builder.engine.interrupt import Terminated, describe, later_ctrl_c_ignored
 from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 LOG_NAME = "workload.log"
@@ -56,7 +58,8 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     console = console or Console(stderr=True, soft_wrap=True)
     check_workload_packages()
     if request.gpus:
-        raise RunError("--gpus needs --image: a --local run uses this machine's CPU")
+        raise RunError("--gpus needs --image or --apptainer: a --local run uses the devices this Python's torch sees "
+                       "(restrict them with CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES)")
     hub_id, model_dir = resolve_model(request.model)
     data = check_data(request.data)
     out_dir = check_out_dir(request.out_dir)
@@ -67,26 +70,28 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     started = time.time()
     failure_class, failure = None, ""
     code, bad_input = None, None
-    with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1)
-        try:
-            bad_input = _tee(proc, log)
-            code = proc.wait()
-            if code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
-                failure_class, failure = _exit_failure(code)
-        except KeyboardInterrupt as exc:
-            how = describe(exc)
-            failure_class, failure = "interrupted", f"the run was interrupted ({how})"
-            log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
-            _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
-            _tee(proc, log)
-    if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
-        (out_dir / LOG_NAME).unlink(missing_ok=True)
-        raise BadWorkloadInput(bad_input)
-    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
-                  finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
-                  invocation=envbuild_invocation(request, None))
+    with contextlib.ExitStack() as stopping:
+        with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", bufsize=1)
+            try:
+                bad_input = _tee(proc, log)
+                code = proc.wait()
+                if code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
+                    failure_class, failure = _exit_failure(code)
+            except KeyboardInterrupt as exc:
+                stopping.enter_context(later_ctrl_c_ignored())  # until the interrupted result is returned
+                how = describe(exc)
+                failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+                log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
+                _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
+                _tee(proc, log)
+        if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
+            (out_dir / LOG_NAME).unlink(missing_ok=True)
+            raise BadWorkloadInput(bad_input)
+        return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
+                      finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
+                      invocation=envbuild_invocation(request, None))
 
 
 def _exit_failure(code: int) -> tuple[str, str]:

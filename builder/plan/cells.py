@@ -76,14 +76,23 @@ class Cell(BaseModel):
 
     @classmethod
     def from_result(cls, result: dict) -> "Cell":
-        """The cell a workload result.json was measured in (image manifest first, else its versions)."""
+        """The cell a workload result.json was measured in: the cell follows the device that ran.
+
+        An image's manifest names its cell, unless the run says it ran on the CPU: then it is the cpu cell of its
+        torch line and Python (a CPU measurement of that build, never its GPU cell's verdict). Without a manifest
+        the versions and the device decide: a ROCm or CUDA cell only where the run read a GPU arch."""
         manifest = (result.get("image") or {}).get("manifest")
+        hardware = result.get("hardware") or {}
         if manifest and manifest.get("cell"):
-            return cls(**manifest["cell"])
-        versions, hardware = result["versions"], result.get("hardware") or {}
-        if versions.get("hip"):
+            cell = cls(**manifest["cell"])
+            if cell.flavor != "cpu" and hardware.get("device_type") == "cpu":
+                return cls(flavor="cpu", torch=cell.torch, python=cell.python)
+            return cell
+        versions = result["versions"]
+        gpu = bool(hardware.get("arch"))
+        if gpu and versions.get("hip"):
             flavor, accel = "rocm", _release_line(versions["hip"], 2)  # hip carries no patch level
-        elif versions.get("cuda"):
+        elif gpu and versions.get("cuda"):
             flavor, accel = "cuda", _release_line(versions["cuda"], 2)
         else:
             flavor, accel = "cpu", None

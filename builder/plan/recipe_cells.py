@@ -48,13 +48,16 @@ def load_selection(path: Path = CI_POLICY) -> Selection:
     return Selection(**{k: tuple(select.get(k, ())) for k in ("flavors", "archs", "pythons", "source_cells")})
 
 
-def recipe_cells(selection: Selection | None = None, recipes: Recipes | None = None) -> list[Cell]:
-    """The resolver's known cells (`resolve.all_plans`) within `selection` (default: ci/matrix.toml), by key."""
+def recipe_cells(selection: Selection | None = None, recipes: Recipes | None = None, *, every: bool = False) -> list[Cell]:
+    """The resolver's known cells (`resolve.all_plans`) within `selection` (default: ci/matrix.toml), by key;
+    `every`: all of them, every arch and Python (what the report shows)."""
     try:
         recipes = recipes or load()
         plans = all_plans(recipes)
     except (RecipeError, ResolveError) as exc:
         raise RecipeCellsError(str(exc)) from exc
+    if every:
+        return sorted({p.cell for p in plans}, key=lambda c: c.key)
     selection = selection if selection is not None else load_selection()
     return sorted({p.cell for p in plans if _selected(p, selection, recipes)}, key=lambda c: c.key)
 

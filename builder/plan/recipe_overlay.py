@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import bounded_read
+
 ENV_VAR = "ENVBUILD_RECIPES"
+#: What one overlay file may weigh: a TOML file (the packaged ones are a few KB), a patch or a lock.
+MAX_TOML_BYTES = 1 << 20
+MAX_FILE_BYTES = 16 << 20
 
 
 class OverlayError(Exception):
@@ -42,16 +48,28 @@ def _files(folder: Path) -> list[Path]:
     for path in sorted(folder.rglob("*")):
         if path.is_symlink():
             raise OverlayError(f"{path}: a symbolic link in the recipe overlay; copy the file in instead")
-        if path.is_file():
+        if not path.is_dir():  # a FIFO or device is refused where it is read
             found.append(path.relative_to(folder))
     return found
 
 
 def _read(path: Path) -> dict:
+    """A TOML file of the overlay, read by builder.bounded_read (size, nesting and key length capped)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise OverlayError(f"{path}: {exc}") from exc
+        text = bounded_read.read_file(path, MAX_TOML_BYTES).decode("utf-8")
+        bounded_read.check_toml(text)
+        return tomllib.loads(text)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError, TOMLDecodeError and BoundedReadError are ValueErrors
+        raise OverlayError(f"{path}: {exc}") from None
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Any other overlay file, read by builder.bounded_read (a regular file of at most MAX_FILE_BYTES)."""
+    try:
+        data = bounded_read.read_file(source, MAX_FILE_BYTES)
+    except (OSError, ValueError) as exc:
+        raise OverlayError(f"{source}: {exc}") from None
+    target.write_bytes(data)
 
 
 def _merge(base: dict, extra: dict, file: str, entries: set) -> dict:
@@ -70,6 +88,9 @@ def _merge(base: dict, extra: dict, file: str, entries: set) -> dict:
     return merged
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # written as \uXXXX: TOML's basic strings hold none of them raw
+
+
 def _toml_text(data: dict) -> str:
     """TOML for the merged data (tables of scalars, arrays and nested tables: what recipes/ holds)."""
     lines: list[str] = []
@@ -80,7 +101,8 @@ def _toml_text(data: dict) -> str:
         if isinstance(v, (int, float)):
             return repr(v)
         if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+            escaped = v.replace("\\", "\\\\").replace('"', '\\"')
+            return '"' + _CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", escaped) + '"'
         if isinstance(v, list):
             return "[" + ", ".join(value(x) for x in v) + "]"
         if isinstance(v, dict):
@@ -127,12 +149,15 @@ def build(packaged: Path, site: Path) -> Overlay:
         if rel.suffix == ".toml" and len(rel.parts) == 1 and target.exists():
             merged = _merge(_read(target), _read(site / rel), rel.as_posix(), entries)
             target.write_text(_toml_text(merged), encoding="utf-8")
-            tomllib.loads(target.read_text())  # what was written reads back
+            try:
+                tomllib.loads(target.read_text())  # what was written reads back
+            except tomllib.TOMLDecodeError as exc:
+                raise OverlayError(f"{site / rel}: cannot be merged into the packaged {rel} ({exc})") from None
         else:
             if rel.suffix == ".toml":
                 _read(site / rel)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(site / rel, target)
+            _copy(site / rel, target)
             files.add(rel.as_posix())
     dropins = [_read(site / f) for f in files if f.startswith("flavors.d/") and f.endswith(".toml")]
     names = {name for data in dropins for table in ("flavor", "torch") for name in data.get(table, {})}

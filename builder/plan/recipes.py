@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from builder.paths import RECIPES_DIR
+from builder.plan import recipe_grammar as g
 from builder.plan import recipe_overlay
 
 _PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
@@ -30,26 +31,27 @@ class _Frozen(BaseModel):
 class Flavor(_Frozen):
     """How an image gets its accelerator userspace and its torch (recipes/flavors.toml)."""
 
-    name: str
-    description: str
-    releases_file: str
-    label: str
+    name: g.Name
+    description: g.Line
+    releases_file: g.TomlFile
+    label: g.Line
     versioned: bool
     torch_sources: tuple[str, ...]
-    wheel_index: str
-    local_version: str
-    arch_env: str
-    build_env: dict[str, str]
-    source_prepare: str
+    wheel_index: g.Line
+    local_version: g.Line
+    arch_env: g.EnvName
+    build_env: dict[g.EnvName, g.EnvValue]
+    source_prepare: g.Line
     compile_job_mem_mb: int
     backend: str = ""  # torch.version attribute a torch of this flavor sets ("hip", "cuda"; "" for cpu)
-    source_local_version: str = ""  # local version label of a source-built wheel ("{version}" = the release)
-    compile_package: str = ""  # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
-    compile_import: str = ""  # the module the verify step imports from compile_package
-    source_compile: str = ""  # why torch.compile cannot work on a source-built torch without a verified pin
-    source_build_estimate: str = ""  # roughly how long and how large a torch source build is (labelled estimate)
-    tool_path: str = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
-    library_path: str = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
+    source_local_version: g.Line = ""  # local version label of a source-built wheel ("{version}" = the release)
+    # torch.compile's backend for a source-built torch (pytorch-triton-rocm; "" = none)
+    compile_package: g.OptionalPackage = ""
+    compile_import: g.OptionalPackage = ""  # the module the verify step imports from compile_package
+    source_compile: g.Line = ""  # why torch.compile cannot work on a source-built torch without a verified pin
+    source_build_estimate: g.Line = ""  # roughly how long and how large a torch source build is (labelled estimate)
+    tool_path: g.ImagePath = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
+    library_path: g.ImagePath = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
     kernel_dbs: bool = False  # a source build installs the precompiled kernel databases of the cell's arch
 
     @field_validator("backend")
@@ -71,11 +73,11 @@ class PipAccel(_Frozen):
     """The pip route of an accelerator release: its userspace comes as Python wheels from the torch index, for the
     cell's arch only ("{arch}" and "{torch}" are filled in per cell)."""
 
-    requirements: tuple[str, ...]  # what the torch stage installs before torch, e.g. rocm[libraries,device-{arch}]==7.14.0
-    packages: tuple[str, ...]  # the distributions those requirements bring (the verify step checks each is installed)
-    device_packages: tuple[str, ...]  # per-arch packages: only the cell's arch's may be installed, never another's
-    hip_version: str = ""  # major.minor torch.version.hip reports ("" = not verified: only "set" is checked)
-    source: str
+    requirements: tuple[g.Requirement, ...]  # installed before torch, e.g. rocm[libraries,device-{arch}]==7.14.0
+    packages: tuple[g.Requirement, ...]  # the distributions those requirements bring (the verify step checks each)
+    device_packages: tuple[g.Requirement, ...]  # per-arch packages: only the cell's arch's may be installed
+    hip_version: g.OptionalDotted = ""  # major.minor torch.version.hip reports ("" = not verified: only "set" is checked)
+    source: g.Line
 
     @field_validator("requirements")
     @classmethod
@@ -95,27 +97,27 @@ class PipAccel(_Frozen):
 class Release(_Frozen):
     """One accelerator release of a flavor (a ROCm version; the single cpu pseudo-release)."""
 
-    version: str
-    base_image: str
-    base_digest: str = ""  # sha256:... when verified; FROM then pins image@digest
-    os_image: str = ""  # plain OS image for the installer route
-    ubuntu: str = ""
-    codename: str
-    amdgpu_install: str = ""  # amdgpu-install package version ("" = no installer route)
-    host_kernels: tuple[str, ...] = ()  # host kernel lines validated for this release (doctor checks)
-    archs: tuple[str, ...] = ()
-    wheel_suffixes: tuple[str, ...]
-    system_python: str
+    version: g.ReleaseName
+    base_image: g.Image
+    base_digest: g.Digest = ""  # sha256:... when verified; FROM then pins image@digest
+    os_image: g.Image = ""  # plain OS image for the installer route
+    ubuntu: g.OptionalDotted = ""
+    codename: g.Codename
+    amdgpu_install: g.OptionalVersion = ""  # amdgpu-install package version ("" = no installer route)
+    host_kernels: tuple[g.Dotted, ...] = ()  # host kernel lines validated for this release (doctor checks)
+    archs: tuple[g.Arch, ...] = ()
+    wheel_suffixes: tuple[g.Label, ...]
+    system_python: g.Dotted
     pythons: tuple[str, ...]
-    python_ppa: str = ""
-    default_arch: str = ""
+    python_ppa: g.Ppa = ""
+    default_arch: g.OptionalArch = ""
     source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
-    source_build_packages: tuple[str, ...] = ()  # OS packages a torch source build needs (build and run time)
-    wheel_index: str = ""  # the torch index of this release when not the flavor's (AMD's own index)
+    source_build_packages: tuple[g.Package, ...] = ()  # OS packages a torch source build needs (build and run time)
+    wheel_index: g.OptionalUrl = ""  # the torch index of this release when not the flavor's (AMD's own index)
     pip_accel: PipAccel | None = None  # the userspace as wheels from the torch index (pip-ROCm route), None = in the base
-    apt_key_url: str = ""  # the accelerator apt repository's signing key, fetched again in the base stage
+    apt_key_url: g.OptionalUrl = ""  # the accelerator apt repository's signing key, fetched again in the base stage
     apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
-    source: str
+    source: g.Line
 
     @field_validator("apt_key_fingerprint")
     @classmethod
@@ -136,21 +138,22 @@ class TorchLine(_Frozen):
     """A PyTorch release line ("2.4") pinned to one release ("2.4.1")."""
 
     line: str
-    flavors: tuple[str, ...]
-    version: str
-    git_url: str
-    git_tag: str
-    wheel_suffixes: tuple[str, ...]
-    python: tuple[str, str]
-    source: str
+    flavors: tuple[g.Name, ...]
+    version: g.Version
+    git_url: g.Url
+    git_tag: g.GitRef
+    wheel_suffixes: tuple[g.Label, ...]
+    python: tuple[g.Dotted, g.Dotted]
+    source: g.Line
     wheel_only: bool = False  # never built from source: no source build of this line was verified on any release
-    compile_package: str = ""  # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
-    compile_version: str = ""  # the compile package's version the official wheel requires ("" = not verified)
-    compile_index: str = ""  # wheel index suffix that carries it
-    compile_checked: str = ""  # where that requirement was read
+    # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
+    compile_package: g.OptionalPackage = ""
+    compile_version: g.OptionalVersion = ""  # the compile package's version the official wheel requires ("" = not verified)
+    compile_index: g.OptionalLabel = ""  # wheel index suffix that carries it
+    compile_checked: g.Line = ""  # where that requirement was read
     # wheel index suffix -> why torch.compile fails on a host with no GPU with that index's wheel (a known
     # regression, with its source); the image records it and the workload runs eager there
-    compile_needs_gpu: dict[str, str] = Field(default_factory=dict)
+    compile_needs_gpu: dict[g.Label, g.Line] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _compile_pin_has_its_index_and_source(self) -> "TorchLine":
@@ -173,8 +176,8 @@ class TorchLine(_Frozen):
 class BuildTools(_Frozen):
     """Pinned tools that build images (recipes/build-tools.toml): the venv's pip/setuptools/wheel, cmake..."""
 
-    venv: dict[str, str]  # installed into the image venv right after it is made
-    torch_build: dict[str, str]  # constraints for a torch source build
+    venv: dict[g.Package, g.Version]  # installed into the image venv right after it is made
+    torch_build: dict[g.Package, g.Version]  # constraints for a torch source build
     source_date_epoch: int  # SOURCE_DATE_EPOCH of every build step (reproducible timestamps)
 
 
@@ -190,15 +193,15 @@ class PatchEntry(_Frozen):
 class SourceBuild(_Frozen):
     """A torch source build a peer has shown to compile (recipes/source-builds.toml): exact source, exact release."""
 
-    flavor: str
-    release: str
-    torch: str  # the torch line
+    flavor: g.Name
+    release: g.ReleaseName
+    torch: g.Dotted  # the torch line
     repo: str
-    ref: str  # tag or release branch the peer builds
+    ref: g.GitRef  # tag or release branch the peer builds
     commit: str  # the 40-hex commit of `ref` that was built; the build checks it
-    version: str
+    version: g.Version
     peer: str  # link to the peer's build of this commit on this release
-    checked: str  # where the peer record was read
+    checked: g.Line  # where the peer record was read
 
     @field_validator("commit")
     @classmethod
@@ -223,12 +226,12 @@ class SourceBuild(_Frozen):
 class SourcePin(_Frozen):
     """The exact source a torch line's source cells check out when no peer build is listed (source-builds.toml)."""
 
-    torch: str
-    repo: str
-    ref: str
+    torch: g.Dotted
+    repo: g.Url
+    ref: g.GitRef
     commit: str  # 40 hex: the commit PyTorch's own wheels of `version` were built from
-    version: str
-    checked: str  # how the commit was read
+    version: g.Version
+    checked: g.Line  # how the commit was read
 
     @field_validator("commit")
     @classmethod
@@ -241,27 +244,27 @@ class SourcePin(_Frozen):
 class Record(_Frozen):
     """One public statement about a cell, with where it is said."""
 
-    says: str
-    source: str
+    says: g.Line
+    source: g.Line
 
 
 class CellRecord(_Frozen):
     """What the public record says about one cell ([[evidence]]), or a record of its real failure ([[failure]])."""
 
-    flavor: str
-    release: str
-    torch: str
+    flavor: g.Name
+    release: g.ReleaseName
+    torch: g.Dotted
     record: tuple[Record, ...] = ()
-    says: str = ""  # [[failure]]: what failed
-    source: str = ""  # [[failure]]: the issue or file that records it
+    says: g.Line = ""  # [[failure]]: what failed
+    source: g.Line = ""  # [[failure]]: the issue or file that records it
 
 
 class EvidenceSteps(_Frozen):
     """The evidence step a plan records, per way of getting torch ([step] of source-builds.toml)."""
 
-    wheel: str
-    peer: str
-    unproven: str
+    wheel: g.Line
+    peer: g.Line
+    unproven: g.Line
 
 
 class Recipes(_Frozen):
@@ -271,7 +274,7 @@ class Recipes(_Frozen):
     flavors: dict[str, Flavor]
     releases: dict[str, dict[str, Release]]  # flavor -> version -> release
     torch: dict[str, TorchLine]
-    stacks: dict[str, dict[str, str]] = Field(description="torch line -> package -> version")
+    stacks: dict[str, dict[g.Package, g.Version]] = Field(description="torch line -> package -> version")
     build_tools: BuildTools
     source_builds: tuple[SourceBuild, ...] = ()  # peer-proven source builds (recipes/source-builds.toml)
     source_pins: tuple[SourcePin, ...] = ()  # the commit each line's unproven source cells build
@@ -378,7 +381,25 @@ def load(root: Path | None = None) -> Recipes:
         except recipe_overlay.OverlayError as exc:
             raise RecipeError(f"the site recipe folder ({recipe_overlay.ENV_VAR} / --recipes): {exc}") from exc
         root = overlay.root if overlay else RECIPES_DIR
+        if overlay:
+            try:
+                return _load(root)
+            except RecipeError as exc:
+                raise RecipeError(f"{exc} (with the site recipe folder {overlay.source} over the packaged "
+                                  "recipes: fix the value there)") from None
     return _load(root)
+
+
+def _model(cls, where: str, data, **names):
+    """`cls` of one recipe table, or a RecipeError naming the table, each wrong field and what it must be."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"{where}: a table, not {type(data).__name__}")
+    try:
+        return cls(**data, **names)
+    except ValidationError as exc:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'table'}: {e['msg'].removeprefix('Value error, ')}"
+                          for e in exc.errors(include_url=False)[:5])
+        raise RecipeError(f"{where}: {wrong}") from None
 
 
 def _clear_cache() -> None:
@@ -390,25 +411,29 @@ def _load(root: Path) -> Recipes:
     try:
         dropins = [_toml(path) for path in sorted((root / DROPIN_DIR).glob("*.toml"))]
         flavor_data = _merged(root, "flavors.toml", "flavor", dropins)
-        flavors = {name: Flavor(name=name, **d) for name, d in flavor_data.items()}
+        flavors = {name: _model(Flavor, f"flavors.toml [flavor.{name}]", d, name=name)
+                   for name, d in flavor_data.items()}
         releases = {
-            name: {v: Release(version=v, **d) for v, d in _toml(root / f.releases_file).get("release", {}).items()}
+            name: {v: _model(Release, f'{f.releases_file} [release."{v}"]', d, version=v)
+                   for v, d in _toml(root / f.releases_file).get("release", {}).items()}
             for name, f in flavors.items()
         }
-        torch = {line: TorchLine(line=line, **d) for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
+        torch = {line: _model(TorchLine, f'torch.toml [torch."{line}"]', d, line=line)
+                 for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
         stacks = {line: dict(d) for line, d in _merged(root, "hf-stack.toml", "stack", dropins).items()}
-        build_tools = BuildTools(**_toml(root / "build-tools.toml"))
+        build_tools = _model(BuildTools, "build-tools.toml", _toml(root / "build-tools.toml"))
         sources = _toml(root / "source-builds.toml")
-        recipes = Recipes(
-            root=root, flavors=flavors, releases=releases, torch=torch, stacks=stacks, build_tools=build_tools,
-            source_builds=tuple(SourceBuild(**b) for b in sources["build"]),
-            source_pins=tuple(SourcePin(**s) for s in sources.get("source", [])),
-            evidence=tuple(CellRecord(**e) for e in sources.get("evidence", [])),
-            failures=tuple(CellRecord(**f) for f in sources.get("failure", [])),
-            steps=EvidenceSteps(**sources["step"]), digest=_digest(root),
-        )
-    except (ValidationError, KeyError) as exc:
-        raise RecipeError(f"invalid recipe data under {root}: {exc}") from exc
+        where = "source-builds.toml"
+        recipes = _model(Recipes, "hf-stack.toml", {
+            "root": root, "flavors": flavors, "releases": releases, "torch": torch, "stacks": stacks,
+            "build_tools": build_tools,
+            "source_builds": tuple(_model(SourceBuild, f"{where} [[build]]", b) for b in sources["build"]),
+            "source_pins": tuple(_model(SourcePin, f"{where} [[source]]", p) for p in sources.get("source", [])),
+            "evidence": tuple(_model(CellRecord, f"{where} [[evidence]]", e) for e in sources.get("evidence", [])),
+            "failures": tuple(_model(CellRecord, f"{where} [[failure]]", f) for f in sources.get("failure", [])),
+            "steps": _model(EvidenceSteps, f"{where} [step]", sources["step"]), "digest": _digest(root)})
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RecipeError(f"invalid recipe data under {root}: {type(exc).__name__} {exc}") from None
     for name, f in flavors.items():
         if not f.versioned and len(releases[name]) != 1:  # nothing on the command line could pick one of several
             raise RecipeError(f"{f.releases_file}: the {name} flavor takes no version, so it has exactly one "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 import shutil
 import tempfile
@@ -53,6 +54,30 @@ def read_manifest(context_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+class TemplateValueError(ValueError):
+    """A value would end a line of the Dockerfile or the definition file (and so start a section of its own)."""
+
+
+class _Continued(str):
+    """Lines the `continued_lines` filter joined from checked one-line items (the one multi-line value)."""
+
+
+def _continued_lines(items, indent: int) -> _Continued:
+    """One Dockerfile instruction's items, one per line with ` \\` continuations; each item is one line."""
+    return _Continued((" \\\n" + " " * indent).join(_one_line(item) for item in items))
+
+
+def _one_line(value):
+    """Every `{{ value }}` of both templates: refused when it holds a line end or another control character,
+    which would let data start a Dockerfile instruction or an Apptainer section such as %setup."""
+    if isinstance(value, str) and not isinstance(value, _Continued) and _LINE_BREAKING.search(value):
+        raise TemplateValueError(f"{value[:80]!r} holds a line end or control character; a recipe value is one line")
+    return value
+
+
+_LINE_BREAKING = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+
+
 @lru_cache(maxsize=1)
 def _templates() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -62,7 +87,9 @@ def _templates() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        finalize=_one_line,
     )
+    env.filters["continued_lines"] = _continued_lines
     env.filters["sh"] = shlex.quote  # a value as one shell word (the definition file's %post lines)
     return env
 

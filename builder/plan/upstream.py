@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import html.parser
 import re
+import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder import bounded_read
 from builder.plan.recipes import Recipes, version_key
 
 #: torch-2.11.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl -> version 2.11.0, local rocm7.2
@@ -25,6 +27,7 @@ _TORCH_WHEEL = re.compile(r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>rocm\d+
 _DEVICE_PROJECT = re.compile(r"^amd-torch-device-(?P<arch>gfx[0-9a-f]{3,4})$")
 _RELEASE_TAG = re.compile(r"\b(?:rocm|therock)-(?P<version>\d+\.\d+(?:\.\d+)?)\b")
 MAX_PAGE = 8 * 1024 * 1024  # bytes read from one index page
+INDEX_SECONDS = 25  # one index's pages, all of them, are read within this time however slowly a server sends
 
 
 class UpstreamError(Exception):
@@ -66,27 +69,32 @@ class _Anchors(html.parser.HTMLParser):
             self.names.append(self._text.strip())
 
 
-def read_text(location: str) -> str:
-    """An http(s) URL, a file:// URL or a local path, at most MAX_PAGE bytes; UpstreamError otherwise."""
+def read_text(location: str, deadline: float | None = None) -> str:
+    """An http(s) URL, a file:// URL or a local path, at most MAX_PAGE bytes, read by builder.bounded_read
+    before `deadline` (time.monotonic(); default INDEX_SECONDS from now); UpstreamError otherwise."""
     scheme = urllib.parse.urlsplit(location).scheme
+    deadline = time.monotonic() + INDEX_SECONDS if deadline is None else deadline
     try:
-        if scheme in ("http", "https", "file"):
-            with urllib.request.urlopen(location, timeout=30) as response:  # noqa: S310 (scheme checked above)
-                data = response.read(MAX_PAGE + 1)
-        elif scheme == "":
-            data = Path(location).read_bytes()[: MAX_PAGE + 1]
+        if scheme in ("http", "https"):
+            data = bounded_read.read_url(location, MAX_PAGE, deadline)
+        elif scheme in ("", "file"):
+            data = bounded_read.read_file(_directory(location) or location, MAX_PAGE)
         else:
             raise UpstreamError(f"{location!r}: only http(s)://, file:// or a local path can be read")
-    except (OSError, ValueError) as exc:
-        raise UpstreamError(f"cannot read {location}: {exc}") from exc
-    if len(data) > MAX_PAGE:
-        raise UpstreamError(f"{location}: more than {MAX_PAGE} bytes; not an index page")
+    except (OSError, ValueError) as exc:  # BoundedReadError is a ValueError
+        raise UpstreamError(f"cannot read {location}: {exc}") from None
     return data.decode("utf-8", errors="replace")
 
 
-def anchors(page: str) -> list[str]:
+def anchors(page: str, where: str = "the page") -> list[str]:
+    """The anchor texts of `page`; UpstreamError naming `where` when the parser cannot read it."""
     parser = _Anchors()
-    parser.feed(page)
+    try:
+        parser.feed(page)
+        parser.close()
+    except (AssertionError, ValueError, IndexError) as exc:  # html.parser's refusals (e.g. an unknown "<![")
+        raise UpstreamError(f"{where}: not an HTML index page the parser can read ({exc or type(exc).__name__})"
+                            ) from None
     return parser.names
 
 
@@ -106,15 +114,17 @@ def project_url(index: str, project: str) -> str:
     return str(directory / project / "index.html") if directory else index.rstrip("/") + "/" + project + "/"
 
 
-def index_page(index: str) -> str:
+def index_page(index: str, deadline: float | None = None) -> str:
     directory = _directory(index)
-    return read_text(str(directory / "index.html") if directory else index)
+    return read_text(str(directory / "index.html") if directory else index, deadline)
 
 
-def check_index(index: str, recipes: Recipes, flavor: str = "rocm") -> Findings:
-    """Torch wheels and per-arch packages on `index` that the recipes do not offer."""
+def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: float = INDEX_SECONDS) -> Findings:
+    """Torch wheels and per-arch packages on `index` that the recipes do not offer, its pages all read within
+    `seconds`."""
     findings = Findings()
-    projects = set(anchors(index_page(index)))
+    deadline = time.monotonic() + seconds
+    projects = set(anchors(index_page(index, deadline), index))
     known_archs = {a for r in recipes.releases[flavor].values() for a in r.archs}
     for name in sorted(projects):
         match = _DEVICE_PROJECT.match(name)
@@ -124,7 +134,8 @@ def check_index(index: str, recipes: Recipes, flavor: str = "rocm") -> Findings:
         return findings
     taken = {s for r in recipes.releases[flavor].values() for s in r.wheel_suffixes}
     seen = set()
-    for name in anchors(read_text(project_url(index, "torch"))):
+    torch_page = project_url(index, "torch")
+    for name in anchors(read_text(torch_page, deadline), torch_page):
         match = _TORCH_WHEEL.match(urllib.parse.unquote(name))
         if not match or (match["version"], match["local"]) in seen:
             continue

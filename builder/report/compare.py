@@ -17,8 +17,9 @@ from pathlib import Path
 from jinja2 import Environment
 from markupsafe import Markup
 
-from builder.report import diff, gpu_prices
+from builder.report import diff, gpu_prices, page_bounds
 from builder.store import run_config
+from builder.report.curve_points import downsample
 from builder.slug import safe_slug
 from builder.store.store import MatrixStore
 from builder.store.summary import CellSummary
@@ -40,7 +41,10 @@ def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list
         for result in sorted(newest.get(summary.key, []), key=lambda r: not run_config.of_result(r).decides):
             price = gpu_prices.price_for(result)
             profile = diff.profile(result, price.usd_per_gpu_hour if price else None)
-            out.setdefault(summary.key, []).append(_rounded({**profile, "train_loss": downsample(profile["train_loss"])}))
+            bounded = {**profile, "train_loss": downsample(profile["train_loss"], CURVE_POINTS),
+                       "versions": page_bounds.mapping(profile["versions"]),
+                       "probes": page_bounds.mapping(profile["probes"])}
+            out.setdefault(summary.key, []).append(_rounded(bounded))
     return out
 
 
@@ -53,14 +57,6 @@ def _rounded(value):
     if isinstance(value, list):
         return [_rounded(v) for v in value]
     return value
-
-
-def downsample(points: list, limit: int = CURVE_POINTS) -> list:
-    """At most `limit` points of a curve, evenly spaced, the first and the last always kept."""
-    if len(points) <= limit:
-        return points
-    step = (len(points) - 1) / (limit - 1)
-    return [points[round(i * step)] for i in range(limit)]
 
 
 def script_json(value) -> Markup:

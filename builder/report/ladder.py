@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from builder.store import provenance
 from builder.report import vendor_support
 from builder.store.run_config import SPEED_PRESET
+from builder.plan import image_origin
 from builder.plan.cells import Cell
 
 NAMES = ("vendor claims", "renders and locks", "image built", "verify passed in the image", "verdict on hardware",
@@ -87,10 +88,18 @@ def ladder(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | No
     verdict-configuration result and its store row (provenance); `speed` / `speed_row`: the latest `speed` preset run."""
     image = (verdict_run or {}).get("image") if isinstance((verdict_run or {}).get("image"), dict) else {}
     local = bool(verdict_run) and not (image.get("tag") or image.get("digest")) and not builds
-    steps = (_vendor(cell, vendor, recipe), _renders(cell, recipe), _built(builds, local, image),
-             _verified(builds, local),
+    foreign = None if builds else foreign_image(image)
+    steps = (_vendor(cell, vendor, recipe), _renders(cell, recipe), _built(builds, local, image, foreign),
+             _verified(builds, local or bool(foreign)),
              _verdict(verdict_run, verdict_row), _speed(speed, speed_row, speed_link))
-    return Ladder(steps, _commands(cell, steps, builds, local))
+    return Ladder(steps, _commands(cell, steps, builds, local, recipe is not None, foreign))
+
+
+def foreign_image(image: dict) -> tuple[str, str] | None:
+    """(run flag, tag or path) of an image envbuild did not build that a run measured as it is, else None."""
+    if image.get("origin") != "foreign" or not isinstance(image.get("tag"), str):
+        return None
+    return ("--apptainer" if image.get("environment") == "apptainer" else "--image"), image["tag"]
 
 
 def _vendor(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | None) -> Step:
@@ -117,7 +126,7 @@ def _renders(cell: Cell, recipe: Recipe | None) -> Step:
                 (Evidence(recipe.lock),))
 
 
-def _built(builds: list[dict], local: bool, ran_in: dict) -> Step:
+def _built(builds: list[dict], local: bool, ran_in: dict, foreign: tuple[str, str] | None) -> Step:
     passed = [b for b in builds if b.get("status") == "pass"]
     if passed:
         b = passed[-1]
@@ -127,6 +136,10 @@ def _built(builds: list[dict], local: bool, ran_in: dict) -> Step:
         b = builds[-1]
         return Step(3, NAMES[2], FAILED, f"the latest build failed: {b.get('failure_class') or '?'}",
                     (Evidence(b.get("created_at") or "?"),))
+    if foreign:
+        who = image_origin.vendor_label(foreign[1]) or f"{foreign[1]} (not built by envbuild)"
+        return Step(3, NAMES[2], SKIPPED, f"measured as it is in {who}",
+                    (Evidence(str(ran_in.get("digest") or "no digest")),))
     if ran_in.get("tag") or ran_in.get("digest"):  # built where no build was recorded into this matrix
         return Step(3, NAMES[2], DONE, f"the verdict ran in the image {ran_in.get('tag') or '?'} (its build is not"
                     " recorded here)", (Evidence(str(ran_in.get("digest") or "no digest")),))
@@ -160,6 +173,9 @@ def _verdict(result: dict | None, row: dict | None) -> Step:
         return Step(5, NAMES[4], OPEN, "no verdict run on hardware yet")
     hardware = result.get("hardware") if isinstance(result.get("hardware"), dict) else {}
     where = hardware.get("gpu_name") or ("CPU" if hardware.get("device_type") == "cpu" else "?")
+    versions = result.get("versions") if isinstance(result.get("versions"), dict) else {}
+    if where == "CPU" and (versions.get("hip") or versions.get("cuda")):  # the cell follows the device that ran
+        where += f" (torch {versions.get('torch')}, a GPU build: a CPU measurement of it)"
     status = result.get("status")
     state = DONE if status == "pass" else FAILED
     detail = f"{status} on {where} at {result.get('finished_at') or '?'}"
@@ -200,13 +216,20 @@ def _signer(row: dict | None) -> str | None:
     return provenance.label(row.get("provenance") or provenance.UNSIGNED, row.get("signer"))
 
 
-def _commands(cell: Cell, steps: tuple[Step, ...], builds: list[dict], local: bool) -> tuple[str, ...]:
-    """The commands that take the cell further, from its first open step on (a `--local` cell: run it so again)."""
+def _commands(cell: Cell, steps: tuple[Step, ...], builds: list[dict], local: bool, known: bool,
+              foreign: tuple[str, str] | None) -> tuple[str, ...]:
+    """The commands that take the cell further, from its first open step on (a `--local` cell: run it so again; an
+    image envbuild did not build: run it again). Render and build commands only for a cell the recipes resolve: a
+    suggested command never exits 2."""
     flags = _cell_flags(cell)
     tag = next((b.get("image_tag") for b in reversed(builds) if b.get("status") == "pass" and b.get("image_tag")), None)
     run = ["envbuild", "run", "workload", "--image", tag or "TAG", *(["--gpus", "all"] if cell.flavor != "cpu" else [])]
     if local:
         run, tag = ["envbuild", "run", "workload", "--local"], "local"
+    elif foreign:
+        run, tag = ["envbuild", "run", "workload", *foreign], foreign[1]
+    if not tag and not known:
+        return ()  # no image of it, and none the recipes can render
     by_step = {
         2: [shlex.join(["envbuild", "render", *flags, "-o", "ctx"])],
         3: [shlex.join(["envbuild", "image", *flags])],
@@ -223,6 +246,8 @@ def _commands(cell: Cell, steps: tuple[Step, ...], builds: list[dict], local: bo
             continue
         if number == 4 and steps[2].state != DONE:
             continue  # the image build (step 3) already verifies
+        if number in (2, 3, 4) and not known:
+            continue
         out += by_step[number]
     return tuple(out)
 

@@ -10,6 +10,8 @@ from html import escape
 from pathlib import Path
 from statistics import median
 
+from builder.report.curve_points import downsample
+
 _W, _H = 420, 260
 _LEFT, _RIGHT, _TOP, _BOTTOM = 62, 14, 28, 46
 _COLORS = ("#0969da", "#bf3989", "#1a7f37")
@@ -92,7 +94,7 @@ def training_curves(result: dict, path: Path) -> Path | None:
     panels = []
     for name, title, unit in (("train_loss", "train loss", "loss (nats per token)"),
                               ("grad_norm", "gradient norm", "grad norm (L2, before clipping)")):
-        points = [(float(s), float(v)) for s, v in curves.get(name) or [] if _finite(v)]
+        points = downsample([(float(s), float(v)) for s, v in curves.get(name) or [] if _finite(v)])
         if points:
             panel = Panel(title, "optimizer step", unit)
             panel.series.append((title, points))

@@ -20,9 +20,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from builder import __version__
 from builder.store import attempt_files, provenance, run_config
-from builder.report import compare as report_compare, diff, gpu_prices, ladder as cell_ladder, plots as report_plots
-from builder.report import site_folders, vendor_support
+from builder.report import compare as report_compare, diff, gpu_answers, gpu_prices, ladder as cell_ladder
+from builder.report import plots as report_plots, site_folders, vendor_support
+from builder.report import page_bounds
+from builder.report.curve_points import thin_run_json
 from builder.slug import safe_slug
+from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
 from builder.store.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
                                     summary_record)
@@ -80,6 +83,8 @@ class IndexEntry:
     speed_contended: bool = False  # the speed numbers were measured under contention (conditions.contended)
     # torch built from a source no peer has shown to compile (manifest evidence step "source build, not yet proven")
     unproven: bool = False
+    gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
+    measured_in: str = ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
 
 
 @dataclass(frozen=True)
@@ -90,13 +95,14 @@ class GridRow:
 
 def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path, *,
                  generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False,
-                 warn=None) -> Path:
+                 warn=None, attempts_db: Path | None = None) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
     `summaries`: from `summarize(store, ..., runs_per_cell=PAGE_RUNS)` (pages show the newest runs;
     the per-cell data files get every run straight from `store`). `host_details`: publish each run's
     full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
-    GPU count are. `warn(message)` hears about logs left out (see `attempt_files`).
+    GPU count are. `warn(message)` hears about logs left out (see `attempt_files`). `attempts_db`: the matrix file
+    whose attempt folders hold the logs, when `store` is a scratch copy of it (default: `store`'s own file).
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
@@ -108,7 +114,8 @@ def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path
     try:
         skipped: list[str] = []
         _write_site(store, summaries, build_dir, generated_at or utc_now(),
-                    vendor_support.load() if vendor is None else vendor, host_details, skipped)
+                    vendor_support.load() if vendor is None else vendor, host_details, skipped,
+                    Path(attempts_db or store.path))
         _swap(build_dir, out_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
@@ -155,7 +162,7 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
 
 
 def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
-                host_details: bool, skipped: list[str]) -> None:
+                host_details: bool, skipped: list[str], attempts_db: Path) -> None:
     html, md = _environments()
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
     common = {"generated_at": generated_at, "version": __version__, "counts": counts}
@@ -174,23 +181,32 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
-        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), store.path, skipped,
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), attempts_db, skipped,
                           speed.get(summary.key))
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
         record = summary_record(summary, with_runs=False)
         runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
+        runs = [thin_run_json(run) for run in runs]  # curves downsampled: the store keeps every point
         _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
         index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
                             "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
     filters = {"arch": sorted({e.arch for e in ordered}), "release": _release_filter(ordered),
+               "torch": sorted({e.torch for e in ordered}, key=_version_key),
+               "python": sorted({e.python for e in ordered}, key=_version_key),
+               "gpu": sorted({g for e in ordered for g in e.gpus}),
                "status": list(VERDICTS),
                "provenance": [(kind, _PROVENANCE_FILTER[kind]) for kind in (*provenance.KINDS, "none")
                               if any(e.provenance == kind for e in ordered)]}
+    gpus = gpu_answers.answers(ordered)
+    (root / "gpus").mkdir()
+    for answer in gpus:
+        (root / "gpus" / f"{answer.slug}.html").write_text(html.get_template("gpu.html.j2").render(
+            a=answer, root="../", **common))
     (root / "index.html").write_text(html.get_template("index.html.j2").render(
-        torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, root="", **common))
+        torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, gpus=gpus, root="", **common))
     (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
         torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
     (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
@@ -258,7 +274,7 @@ def _environments() -> tuple[Environment, Environment]:
     """(HTML environment, autoescaped; Markdown environment, every value escaped by `finalize`)."""
     options = dict(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
                    lstrip_blocks=True, keep_trailing_newline=True)
-    html = Environment(autoescape=select_autoescape(["html.j2"]), **options)
+    html = Environment(autoescape=select_autoescape(["html.j2"]), finalize=page_bounds.clip, **options)
     md = Environment(autoescape=False, finalize=markdown_text, **options)
     for env in (html, md):
         env.filters["num"] = _num
@@ -351,7 +367,28 @@ def _index_entry(s: CellSummary, vendor: dict, recipe: cell_ladder.Recipe | None
         **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=support,
         ladder=_ladder(s, support, recipe, speed), speed_contended=cell_ladder.contended(train),
         vendor_claim=cell_ladder.vendor_claim(support, recipe),
-        unproven=s.unproven, **_cell_provenance(s))
+        unproven=s.unproven, gpus=_gpu_names(s), measured_in=_measured_in(s.latest_run), **_cell_provenance(s))
+
+
+def _measured_in(result: dict | None) -> str:
+    """Where a run ran, for the index: the image's origin (a vendor's, envbuild's, another), or a Python
+    environment of its own (`--local`); "" without a run."""
+    if not result:
+        return ""
+    image = result.get("image") if isinstance(result.get("image"), dict) else {}
+    if not (image.get("tag") or image.get("digest")):
+        return "a Python environment (--local)"
+    vendor = image_origin.vendor_label(image.get("tag"))
+    return vendor or ("an image not built by envbuild" if image.get("origin") == "foreign" else "an envbuild image")
+
+
+def _gpu_names(s: CellSummary) -> tuple[str, ...]:
+    """The GPU names a cell answers for: its arch's marketing names, and the name its latest run's GPU reported."""
+    names = set(gpu_names.marketing_names(s.cell.arch)) if s.cell.arch else set()
+    measured = ((s.latest_run or {}).get("hardware") or {}).get("gpu_name")
+    if s.cell.arch and isinstance(measured, str) and measured:
+        names.add(measured)
+    return tuple(sorted(names))
 
 
 def _cell_provenance(s: CellSummary) -> dict:
@@ -399,6 +436,8 @@ def _row_label(cell) -> tuple[tuple, str]:
     label = f"{_FLAVOR_LABELS.get(cell.flavor, cell.flavor)} {cell.accel_version or ''}".strip()
     if cell.arch:
         label += f" · {cell.arch}"
+        names = gpu_names.marketing_names(cell.arch)
+        label += f" ({', '.join(names)})" if names else ""
     return (_FLAVOR_ORDER.get(cell.flavor, 1), cell.flavor, _version_key(cell.accel_version or "0"), cell.arch or ""), label
 
 
@@ -438,18 +477,20 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         "train": train,
         "metrics": _metrics((train or {}).get("metrics") or {}),
         "plots": {name: f"plots/{p.name}" if p else None for name, p in plots.items()},
-        "versions": sorted(((latest or {}).get("versions") or {}).items()),
+        "versions": page_bounds.rows(sorted(((latest or {}).get("versions") or {}).items())),
         "hardware": _hardware(latest),
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
-        "reproduce": _reproduce(summary.cell, image.get("tag")),
+        "image_origin": image_origin_label(image),
+        "reproduce": _reproduce(summary.cell, image.get("tag"), entry.ladder.steps[1].state == cell_ladder.DONE,
+                                cell_ladder.foreign_image(image)),
         "recorded_command": _recorded_command(latest),
         "configuration": run_config.VERDICT_LABEL,
         "measurements": [_measurement(summary, c) for c in reversed(summary.configurations)],
         "builds": list(reversed(builds)),
-        "host": (_rows(host) if host_details else _rows(public_host(host))) if host else None,
-        "probes": [{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
-                   for p in (latest or {}).get("probes") or []],
+        "host": page_bounds.rows(_rows(host) if host_details else _rows(public_host(host))) if host else None,
+        "probes": page_bounds.probes([{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
+                                      for p in (latest or {}).get("probes") or []]),
         "history": [(e, run_logs.get(e.ident) if e.kind == "run" else build_logs.get(e.ident))
                     for e in reversed(summary.events[-HISTORY_ROWS:])],
         "history_total": len(summary.events),
@@ -530,16 +571,32 @@ def _recorded_command(result: dict | None) -> dict | None:
     return {"text": shlex.join(rebuilt), "recorded": False}
 
 
-def _reproduce(cell, tag: str | None) -> list[str]:
-    """Copy-paste commands that rebuild this cell's image and run the workload in it."""
+def image_origin_label(image: dict) -> str | None:
+    """Who made the image a run used, from its tag: "AMD image rocm/pytorch:…", "LUMI SIF …", "not built by
+    envbuild" (measured as it is) or "built by envbuild"; None without an image."""
+    if not isinstance(image, dict) or not (image.get("tag") or image.get("digest")):
+        return None
+    vendor = image_origin.vendor_label(image.get("tag"))
+    if vendor:
+        return vendor
+    return "not built by envbuild (measured as it is)" if image.get("origin") == "foreign" else "built by envbuild"
+
+
+def _reproduce(cell, tag: str | None, known: bool = True, foreign: tuple[str, str] | None = None) -> list[str]:
+    """Copy-paste commands that rebuild this cell's image and run the workload in it: for an image envbuild did not
+    build, the run in it again; without a recipe for the cell, no build command (it would exit 2)."""
+    if foreign:
+        return [shlex.join(["envbuild", "run", "workload", *foreign])]
+    gpus = ["--gpus", "all"] if cell.flavor != "cpu" else []
+    if not known:
+        return [shlex.join(["envbuild", "run", "workload", "--image", tag, *gpus])] if tag else []
     if cell.flavor in ("rocm", "cuda"):  # the release flag implies the flavor (and a cuda image needs it)
         image = ["envbuild", "image", f"--{cell.flavor}", cell.accel_version, "--torch", cell.torch]
         image += ["--arch", cell.arch] if cell.arch else []
     else:
         image = ["envbuild", "image", "--flavor", cell.flavor, "--torch", cell.torch]
     image += ["--python", cell.python]
-    run = ["envbuild", "run", "workload", "--image", tag or "TAG"]
-    run += ["--gpus", "all"] if cell.flavor != "cpu" else []
+    run = ["envbuild", "run", "workload", "--image", tag or "TAG", *gpus]
     commands = [shlex.join(image), shlex.join(run)]
     if not tag:
         commands[1] += "    # TAG: the tag `envbuild image` printed"

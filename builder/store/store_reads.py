@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from builder import bounded_read
 from builder.store import result_schema, run_config
 from builder.store.provenance import KINDS, PUBLISHED, REVOKED, UNSIGNED
 from builder.store.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, ReadBudget, StoreConnection,
@@ -356,26 +355,28 @@ _BUILD_READ_COLUMNS = ("id", "build_uid", "cell_id", "recipe_hash", "context_has
                        "attempt_dir", "base_image", "base_digest")
 
 
+#: What another matrix file (and its -wal) may weigh: a CI job's holds a few runs (kilobytes to megabytes).
+MAX_MERGE_BYTES = 256 << 20
+
+
 def _private_copy(source: Path, folder: Path) -> Path:
-    """A copy of another matrix file (and its -wal) in `folder`, read through a descriptor that follows no
-    symlink and does not block on a FIFO: what is checked is what is read, and the original is never opened by
-    SQLite. StoreError for anything but a regular file."""
+    """A copy of another matrix file (and its -wal) in `folder`, read by builder.bounded_read (a regular file
+    of at most MAX_MERGE_BYTES, no symlink, no FIFO): what is checked is what is read, and the original is
+    never opened by SQLite. StoreError otherwise."""
     target = folder / "merged.db"
     for suffix in ("", "-wal"):
         path = Path(f"{source}{suffix}")
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            bounded_read.copy_file(path, f"{target}{suffix}", MAX_MERGE_BYTES)
         except FileNotFoundError:
             if suffix:
                 continue
             raise StoreError(f"{source}: no such file") from None
+        except bounded_read.BoundedReadError as exc:
+            raise StoreError(f"{path}: {exc}; a matrix file to merge is a regular file of at most "
+                             f"{MAX_MERGE_BYTES >> 20} MiB") from None
         except OSError as exc:
-            raise StoreError(f"{path}: cannot be read ({exc.strerror}; a symbolic link is not imported)") from None
-        with os.fdopen(fd, "rb") as src:
-            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
-                raise StoreError(f"{path}: not a regular file (a FIFO, socket or device)")
-            with open(f"{target}{suffix}", "xb") as dst:
-                shutil.copyfileobj(src, dst)
+            raise StoreError(f"{path}: cannot be read ({exc.strerror})") from None
     return target
 
 

@@ -210,6 +210,14 @@ class StoreWrites(StoreConnection):
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
+    def copy_to(self, target: str | os.PathLike) -> None:
+        """Write a whole copy of this matrix to the new file `target` (SQLite's online backup)."""
+        copy = sqlite3.connect(target)
+        try:
+            self._conn.backup(copy)
+        finally:
+            copy.close()
+
     def copy_published(self, target: str | os.PathLike, provenance_now: dict | None = None) -> None:
         """Write a copy of this matrix to the new file `target` without its unsigned runs (what a published report
         reads), nor those `provenance_now` (row id -> Provenance derived now) no longer publishes. Builds carry no

@@ -12,17 +12,22 @@ from builder.workflows.run_result import finalize, keep_run
 
 
 def run_workload(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
-                 console: Console) -> dict:
+                 console: Console, foreign: dict | None = None) -> dict:
     """Run the workload (`request`: RunRequest's fields) in `image`, in `sif` or here, and return its final
-    result.json. The engine's RunError (bad input), EngineUnavailable and interrupts pass through."""
-    from builder.engine.container import ContainerRun, RunRequest, run_in_container
+    result.json. An image or SIF envbuild did not build is measured as it is (`foreign`: the options of that
+    route, builder.engine.foreign). The engine's RunError (bad input), EngineUnavailable and interrupts pass
+    through."""
+    from builder.engine.container import ContainerRun, RunRequest
     from builder.engine.local_run import run_local
 
+    foreign = foreign or {}
     if sif:
-        from builder.engine.apptainer import SifRun, run_in_sif
-        end = run_in_sif(SifRun(**request, sif=sif), console)
+        from builder.engine.any_image import run_sif
+        from builder.engine.apptainer import SifRun
+        end = run_sif(SifRun(**request, sif=sif, network=network, **foreign), console)
     elif image:
-        end = run_in_container(ContainerRun(**request, image=image, shm_size=shm_size, network=network), console)
+        from builder.engine.any_image import run_image
+        end = run_image(ContainerRun(**request, image=image, shm_size=shm_size, network=network, **foreign), console)
     else:
         end = run_local(RunRequest(**request), console)
     return finalize(end)

@@ -678,14 +678,22 @@ def test_a_stored_attestation_is_checked_again_against_its_run(run, tmp_path):
         attest.reverify_stored(text, run_id, allowed, tmp_path / "other")
 
 
-def test_a_signature_without_a_keyid_is_bad_input(run):
+@pytest.mark.parametrize("damage, words", [
+    (lambda e: e["signatures"][0].pop("keyid"), r"'signatures\[0\]\.keyid' is missing .*SHA256 fingerprint"),
+    (lambda e: e["signatures"][0].update(sig=7), r"'signatures\[0\]\.sig' is missing or not a string"),
+    (lambda e: e.update(payload=e["payload"][:-1]), r"'payload' is not standard base64 \(Incorrect padding\)"),
+    (lambda e: e.update(payload="!!!!"), r"'payload' is not standard base64"),
+    (lambda e: e.pop("payloadType"), r"'payloadType' is missing"),
+])
+def test_a_damaged_envelope_names_the_field_and_the_fix(run, damage, words):
     folder, key, allowed = run
     path = sign(folder, key)
     envelope = envelope_of(path)
-    del envelope["signatures"][0]["keyid"]
+    damage(envelope)
     attest.write_attestation(envelope, path)
-    with pytest.raises(attest.AttestationInputError, match="not a DSSE envelope"):
+    with pytest.raises(attest.AttestationInputError, match=words) as raised:
         attest.verify(path, allowed)
+    assert str(path) in str(raised.value) and "sign the result again (`envbuild matrix sign`)" in str(raised.value)
 
 
 def test_a_symlinked_result_is_bad_input(run, tmp_path):

@@ -157,3 +157,16 @@ def test_doctor_maps_the_host_gpus_to_the_cells_it_can_run(tmp_path):
     odd = host_record(HostView(root=fake_gpu_host(tmp_path / "b", gpus=(100100,)), uid=0, groups=(0,),
                                check_engine=False))
     assert odd["runnable_cells"] == {"gfx1010": []} and checks(odd)["cells"] == "warn"
+
+
+def test_an_amd_host_is_shown_the_shortest_path_to_a_signed_result(tmp_path):
+    """On a host with an AMD GPU the doctor ends with the commands that measure what its owner already has; on a
+    host without one it does not (nothing there to measure on a GPU)."""
+    runner = CliRunner()
+    gpu = runner.invoke(main, ["doctor", "--no-engine", "--root", str(fake_gpu_host(tmp_path / "gpu"))])
+    assert "envbuild run workload --image rocm/pytorch:TAG --gpus all --out run-gfx90a" in gpu.output
+    assert "--apptainer PYTORCH.sif" in gpu.output and "envbuild matrix publish run-gfx90a/result.json" in gpu.output
+    assert "--command '" in gpu.output  # publish refuses a result without the commands that made it
+    (tmp_path / "cpu" / "proc").mkdir(parents=True)
+    cpu = runner.invoke(main, ["doctor", "--no-engine", "--root", str(tmp_path / "cpu")])
+    assert cpu.exit_code == 0 and "rocm/pytorch" not in cpu.output

@@ -8,6 +8,9 @@ copy of the source tree can be imported."""
 from __future__ import annotations
 
 import json
+import re
+import signal
+import time
 import os
 import shutil
 import subprocess
@@ -92,3 +95,34 @@ def test_a_local_run_is_recorded_and_reported_outside_the_clone(installed):
     assert (installed[2] / "site" / "index.html").is_file()
     verify = _run(installed, "matrix", "verify")  # the published results and their signers ship too
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.parametrize("when, presses", [("the first step", 1), ("the last step", 1), ("the first step", 3)])
+def test_ctrl_c_in_the_installed_tool_records_an_interrupted_attempt(installed, when, presses):
+    """A terminal's Ctrl-C reaches the whole process group (envbuild and its workload), during training or after
+    its last step, once or pressed again while the run stops: the run exits 130 and is recorded as an
+    `interrupted` attempt."""
+    exe, env, cwd = installed
+    folder = cwd / f"{when.replace(' ', '-')}-{presses}"
+    folder.mkdir()
+    proc = subprocess.Popen([str(exe), "run", "workload", "--local", "--out", "out", "--", "--max-steps", "40",
+                             "--min-accuracy", "0", "--no-probes"], cwd=folder, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    pattern = re.compile(r"step \d+/\d+" if when == "the first step" else r"step (\d+)/\1\b")
+    deadline, seen = time.monotonic() + 300, ""
+    while time.monotonic() < deadline and not pattern.search(seen):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    for _ in range(presses):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, seen + output
+    assert "before the workload started" not in output, seen + output
+    record = json.loads((folder / "out" / "result.json").read_text())
+    assert record["error_class"] == "interrupted", record.get("error")
+    exported = subprocess.run([str(exe), "matrix", "export", "--json"], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=120)
+    assert exported.returncode == 0 and record["run_id"] in exported.stdout, exported.stdout + exported.stderr

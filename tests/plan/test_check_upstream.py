@@ -128,3 +128,13 @@ def test_record_writes_the_listed_sha256_of_pinned_wheels_and_the_manifest_names
     assert resolve(Request(accel_version="6.2", torch="2.5", python="3.11"), recipes).pinned()["torch"]["wheel_hashes"] \
         == "unhashed"  # recorded for cp310 only
     assert resolve(Request(accel_version="6.2", torch="2.5")).pinned()["torch"]["wheel_hashes"] == "unhashed"
+
+
+def test_a_page_the_parser_cannot_read_is_named_when_hashes_are_read():
+    """The hash reader refuses a page html.parser cannot read (an unknown "<![") as the index reader does."""
+    from builder.plan.recipes import load
+    from builder.plan.upstream import UpstreamError
+    from builder.plan.wheel_hashes import pinned_hashes
+
+    with pytest.raises(UpstreamError, match=r"https://example\.org/simple/torch/: not an HTML index page"):
+        pinned_hashes("<html><![ bogus", load(), where="https://example.org/simple/torch/")

@@ -59,7 +59,7 @@ def hostile_site(tmp_path_factory):
     with MatrixStore.open(db) as store:
         store.record_run(_hostile())
     before = {p for p in tmp.rglob("*")}
-    result = CliRunner().invoke(main, ["report", "-o", str(tmp / "site"), "--db", str(db), "--no-recipes"])
+    result = CliRunner().invoke(main, ["report", "-o", str(tmp / "site"), "--db", str(db), "--no-recipes", "--no-results"])
     assert result.exit_code == 0, result.output
     written = {p for p in tmp.rglob("*")} - before
     assert all(p.is_relative_to(tmp / "site") or p.name.startswith("m.db") for p in written)
@@ -97,7 +97,7 @@ def test_the_published_site_holds_no_hostname_or_kernel_cmdline(hostile_site, tm
     assert SECRET_HOST not in published and SECRET_CMDLINE not in published and "kernel_cmdline" not in published
     cell = (tmp / "site" / "cells" / f"{KEY}.html").read_text()
     assert "6.8.0-45-generic" in cell and "6.8.5" in cell and "gpu_count" in cell
-    full = CliRunner().invoke(main, ["report", "-o", str(tmp_path / "full"), "--db", str(db), "--no-recipes",
+    full = CliRunner().invoke(main, ["report", "-o", str(tmp_path / "full"), "--db", str(db), "--no-recipes", "--no-results",
                                      "--include-host-details"])
     assert full.exit_code == 0
     assert SECRET_HOST in (tmp_path / "full" / "cells" / f"{KEY}.html").read_text()

@@ -30,7 +30,8 @@ def site(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("width", [1400, 800])
-@pytest.mark.parametrize("page", ["index.html", f"cells/{ROCM}.html", f"cells/{GPU}.html"])
+@pytest.mark.parametrize("page", ["index.html", f"cells/{ROCM}.html", f"cells/{GPU}.html", "gpus/MI250X.html",
+                                  "gpus/RX-9070-XT.html"])
 def test_no_horizontal_scroll(site, tmp_path, page, width):
     require_chromium()
     report = inspect_page((site / page).as_uri(), tmp_path / "shot.png", OVERFLOW, width=width)
@@ -61,3 +62,28 @@ def test_compare_ticks_are_round_and_clear_of_the_axis_label(site, tmp_path):
     assert round(mantissa, 6) in (1, 2, 2.5, 5)  # a round step: no 2.378 / 1.784 / 0.5945
     assert all(len(re.sub(r"[^0-9]", "", t).lstrip("0")) <= 3 for t in ticks), ticks
     assert report.value["overlaps"] == 0
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_gpu_and_torch_filters_narrow_the_index(site, tmp_path, width):
+    """Picking a GPU name shows only its arch's cells (grid and table); torch and Python narrow further."""
+    require_chromium()
+    expression = """(function () {
+      var f = document.getElementById('filters'); f.gpu.value = 'MI300X';
+      f.dispatchEvent(new Event('change'));
+      var rows = Array.from(document.querySelectorAll('#cells tbody tr')).filter(function (r) { return !r.hidden; });
+      var archs = rows.map(function (r) { return r.dataset.arch; });
+      var shown = document.getElementById('shown').textContent;
+      f.torch.value = f.torch.options[f.torch.options.length - 1].value; f.dispatchEvent(new Event('change'));
+      var narrowed = Array.from(document.querySelectorAll('#cells tbody tr')).filter(function (r) { return !r.hidden; });
+      return {archs: archs, shown: shown, narrowed: narrowed.length,
+              torch: f.torch.value, narrowedTorch: narrowed.map(function (r) { return r.dataset.torch; }),
+              width: [document.documentElement.scrollWidth, window.innerWidth]};
+    })()"""
+    report = inspect_page((site / "index.html").as_uri(), tmp_path / "filter.png", expression, width=width)
+    assert report.errors == []
+    seen = report.value
+    assert seen["archs"] and set(seen["archs"]) == {"gfx942"}
+    assert seen["shown"].startswith(f"{len(seen['archs'])} of ")
+    assert set(seen["narrowedTorch"]) <= {seen["torch"]} and seen["narrowed"] <= len(seen["archs"])
+    assert seen["width"][0] <= width

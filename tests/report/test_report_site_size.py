@@ -34,7 +34,7 @@ def _site(tmp_path: Path) -> Path:
     bench, db, site = _bench(), tmp_path / "matrix.db", tmp_path / "site"
     bench.realistic_db(db, runs=600, n_cells=150)
     bench.realistic_db(db, runs=120, n_cells=1, seed=14)  # one busy cell: its data file is split
-    result = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db)])
+    result = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-results"])
     assert result.exit_code == 0, result.output
     return site
 

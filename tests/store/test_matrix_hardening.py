@@ -64,7 +64,7 @@ def test_a_damaged_row_is_skipped_with_a_warning_and_listed_by_check(tmp_path):
     assert shown.exit_code == 0
     assert f"warning: skipped runs row 1 ({broken['run_id']}): result_json unreadable" in shown.stderr
     report = CliRunner().invoke(main, ["report", "-o", str(tmp_path / "site"), "--db", str(db),
-                                                       "--no-recipes"])
+                                                       "--no-recipes", "--no-results"])
     assert report.exit_code == 0, report.output
     assert broken["run_id"] in report.stderr and (tmp_path / "site" / "index.html").is_file()
     check = CliRunner().invoke(main, ["matrix", "check", "--db", str(db)])
@@ -173,7 +173,7 @@ def test_an_unsafe_cell_recorded_by_an_older_envbuild_is_skipped_not_written_any
     conn.close()
     (tmp_path / "work").mkdir()
     site = tmp_path / "work" / "site"
-    result = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes"])
+    result = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes", "--no-results"])
     assert result.exit_code == 0, result.output
     assert "warning: skipped cells row 2 (rocm6.2-torch2.4-../../x-py3.10)" in result.stderr
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["site"]

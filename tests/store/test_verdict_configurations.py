@@ -131,7 +131,7 @@ def test_the_latest_numbers_survive_an_interrupted_run(tmp_path):
     db, summary = recorded(tmp_path, smoke("2026-12-02T10:00:00Z"), interrupted)
     assert summary.status == "pass" and summary.latest_train_run["metrics"]["samples_per_s"] == 52.1
     site = tmp_path / "site"
-    assert CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes"]).exit_code == 0
+    assert CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes", "--no-results"]).exit_code == 0
     page = (site / "cells" / f"{KEY}.html").read_text()
     assert "0.140 → 0.710" in page and "0.143 → -" not in page
     index = (site / "index.html").read_text()
@@ -145,7 +145,7 @@ def test_the_cell_page_shows_measurements_and_the_commands(tmp_path):
     db, _ = recorded(tmp_path, smoke("2026-12-02T10:00:00Z"),
                      measurement("2026-12-02T11:00:00Z", "seed", "google/gemma-2b"))
     site = tmp_path / "site"
-    assert CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes"]).exit_code == 0
+    assert CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes", "--no-results"]).exit_code == 0
     page = (site / "cells" / f"{KEY}.html").read_text()
     recorded_command = re.search(r'<pre class="cmd" id="recorded-command">([^<]*)</pre>', page).group(1)
     assert recorded_command == "envbuild run workload --local --preset smoke"

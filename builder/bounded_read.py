@@ -1,0 +1,155 @@
+"""The one way a file from outside is read: result.json, SIF sidecars, recipe overlays, .db files, index pages,
+attestations.
+
+`read_file(path, limit)` (and `copy_file`, for a file another library opens) opens without following a final
+symlink and without blocking on a FIFO, refuses anything but a regular file, and refuses a file larger than `limit`
+bytes before reading it. `check_json` and
+`check_toml` scan the text before a parser sees it and refuse nesting deeper than `max_depth` and more than
+`max_values` values (JSON) or a key of more than MAX_KEY_PARTS dotted parts (TOML): the parsers recurse per
+level and allocate per value, so a small file could otherwise exhaust the stack or the memory. `read_url` reads
+an http(s) page of at most `limit` bytes within one total deadline, however slowly the server sends. Every
+refusal is a BoundedReadError (a ValueError) whose message says what is wrong; the caller names the file.
+Imports nothing from builder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import stat
+import time
+import urllib.request
+from itertools import accumulate
+from pathlib import Path
+
+#: Nesting that the doors' parsers are given at most (the deepest real document, an image manifest, is 4 deep).
+MAX_DEPTH = 64
+#: Dotted parts of one TOML key or table header (recipes use at most 3: [release."6.2"]).
+MAX_KEY_PARTS = 16
+#: Bytes of one network read; a deadline is checked between reads.
+_CHUNK = 64 * 1024
+
+
+class BoundedReadError(ValueError):
+    """A file or page from outside that the doors do not read (the message says why and what to do)."""
+
+
+def _open_regular(path: Path | str, limit: int):
+    """A binary handle on `path`, a regular file of at most `limit` bytes (checked on the open descriptor)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        if os.path.islink(path):
+            raise BoundedReadError("a symbolic link: give the file it points to") from None
+        raise
+    handle = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        handle.close()
+        raise BoundedReadError("not a regular file (a FIFO, socket, device or folder)")
+    if info.st_size > limit:
+        handle.close()
+        raise BoundedReadError(f"{info.st_size} bytes: larger than {limit} bytes, the most read here")
+    return handle
+
+
+def read_file(path: Path | str, limit: int) -> bytes:
+    """The bytes of `path`, a regular file (not a symlink, FIFO, socket or device) of at most `limit` bytes.
+    OSError when it cannot be opened (e.g. missing), BoundedReadError for what it is."""
+    with _open_regular(path, limit) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise BoundedReadError(f"larger than {limit} bytes, the most read here")
+    return data
+
+
+def copy_file(path: Path | str, target: Path | str, limit: int) -> None:
+    """Copy `path` (checked as read_file checks it) to a new file `target`, in chunks: for files another
+    library opens afterwards (a SQLite database). The partial copy is removed when the file grows past `limit`."""
+    with _open_regular(path, limit) as src, open(target, "xb") as dst:
+        copied = 0
+        while chunk := src.read(min(_CHUNK * 16, limit + 1 - copied)):
+            dst.write(chunk)
+            copied += len(chunk)
+            if copied > limit:
+                break
+    if copied > limit:
+        os.unlink(target)
+        raise BoundedReadError(f"larger than {limit} bytes, the most read here")
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_KEEP_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
+
+
+def _max_depth(brackets: bytes) -> int:
+    return max(accumulate(_DEPTH_STEP[b] for b in brackets), default=0)
+
+
+def check_json(raw: bytes, *, max_depth: int = MAX_DEPTH, max_values: int) -> None:
+    """Refuse JSON text nested deeper than `max_depth` or holding more than `max_values` arrays, objects and
+    entries, before a parser builds it (the check reads the bytes once; strings are set aside first)."""
+    bare = _JSON_STRING.sub(b'""', raw)
+    values = bare.count(b"[") + bare.count(b"{") + bare.count(b",")
+    if values > max_values:
+        raise BoundedReadError(f"more than {max_values} JSON values (arrays, objects and entries)")
+    depth = _max_depth(bare.translate(None, _KEEP_BRACKETS))
+    if depth > max_depth:
+        raise BoundedReadError(f"nested {depth} deep; at most {max_depth} is read")
+
+
+_TOML_STRING = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'', re.DOTALL)
+_TOML_COMMENT = re.compile(r"#[^\n]*")
+
+
+def check_toml(text: str, *, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse TOML text nested deeper than `max_depth` (arrays and inline tables) or with a line holding more
+    than MAX_KEY_PARTS - 1 dots outside strings (a dotted key or table header of too many parts: TOML keeps
+    each key on one line), before tomllib (which recurses per level and per part) reads it."""
+    bare = _TOML_COMMENT.sub("", _TOML_STRING.sub('""', text)).encode("utf-8", "replace")
+    for number, line in enumerate(bare.split(b"\n"), 1):
+        if line.count(b".") >= MAX_KEY_PARTS:
+            raise BoundedReadError(f"line {number}: {line.count(b'.')} dots outside strings, a dotted key of more "
+                                   f"than {MAX_KEY_PARTS} parts; recipe keys have at most 3")
+    depth = _max_depth(bare.translate(None, _KEEP_BRACKETS))
+    if depth > max_depth:
+        raise BoundedReadError(f"nested {depth} deep; at most {max_depth} is read")
+
+
+def read_url(url: str, limit: int, deadline: float) -> bytes:
+    """At most `limit` bytes of an http(s) URL (a file:// one is a path: read_file), all read before `deadline`
+    (time.monotonic()): BoundedReadError when the page is larger or the deadline passes (however slowly the
+    server sends), OSError when it cannot be fetched."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise BoundedReadError("the time for this index ran out before this page was asked for")
+    data = bytearray()
+    try:
+        with urllib.request.urlopen(url, timeout=left) as response:  # noqa: S310 (the caller checks the scheme)
+            while len(data) <= limit:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BoundedReadError(f"not read within the time allowed ({len(data)} bytes came)")
+                sock = _socket_of(response)
+                if sock is not None:
+                    sock.settimeout(min(left, 30))
+                chunk = response.read1(_CHUNK)
+                if not chunk:
+                    break
+                data += chunk
+    except (socket.timeout, TimeoutError):
+        raise BoundedReadError(f"not read within the time allowed ({len(data)} bytes came)") from None
+    if len(data) > limit:
+        raise BoundedReadError(f"larger than the {limit} bytes read from one page")
+    return bytes(data)
+
+
+def _socket_of(response) -> socket.socket | None:
+    """The socket under an http.client response, whose timeout is cut to the time left before each read (None
+    where the layout differs: then one read waits at most the time that was left when the page was asked for)."""
+    fp = getattr(response, "fp", None)
+    raw = getattr(fp, "raw", None)
+    return getattr(raw, "_sock", None)

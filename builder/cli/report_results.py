@@ -1,0 +1,40 @@
+"""The project's published results (results/) in every report: merged with the local matrix, if there is one, in a
+scratch copy; the local file is never written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.cli.matrix import _collect, _provenances
+from builder.cli.store_options import open_store, plain
+from builder.store.store import MatrixStore, RunConflictError, StoreError, default_db_path
+
+
+def with_results(db: Path | None, results_dir: Path, allowed_signers: Path, revoked: Path | None, scratch: Path,
+                 warn) -> Path:
+    """A matrix file holding the local matrix (`db`, or the default one when it exists) and every result under
+    `results_dir` whose attestation verifies (or that has none: unsigned), each with its provenance. Results that
+    do not verify, cannot be read or clash with a local run of the same id are left out, each with a warning."""
+    local = Path(db or default_db_path())
+    merged = scratch / "with-results.db"
+    if local.exists() or db is not None:  # a --db that does not exist is still an error (exit 2)
+        source = open_store(local, must_exist=True)
+        try:
+            source.copy_to(merged)
+        finally:
+            source.close()
+    files = (results_dir,) if results_dir.is_dir() else ()
+    results, _, problems = _collect(files, merged) if files else ([], [], [])
+    results, unverified, unreadable = _provenances(results, allowed_signers, revoked)
+    for problem in problems + unverified + unreadable:
+        warn(f"left out of the report: {problem}")
+    store = MatrixStore.connect(merged)
+    try:
+        for file, result, provenance in results:
+            try:
+                store.record_run(result, source=str(file), provenance=provenance)
+            except (RunConflictError, StoreError) as exc:
+                warn(f"left out of the report: {plain(file)}: {plain(exc)}")
+    finally:
+        store.close()
+    return merged

@@ -1,0 +1,76 @@
+"""A SIF envbuild did not make, measured as it is on the one-node Slurm + Apptainer cluster (.ci/hpc_cluster.sh):
+the plain Debian + pip torch image (foreign_images.py) saved and built into a SIF with `apptainer build` directly,
+no `envbuild sif` and no record beside it. The run names it by its sha256, runs its own torch, and brings the
+workload and the packages it lacks in read-only. The jobs' user differs from the tests' (see test_hpc.py), so
+everything the run reads or writes lives in a folder open to that user."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from builder.cli import main
+from foreign_images import MARKED_VERSION, plain_torch_image
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+HPC_BIN = Path(os.environ.get("ENVBUILD_HPC_BIN", "/run/envbuild-hpc/bin"))
+
+
+@pytest.fixture(scope="module")
+def shared():
+    if not (HPC_BIN / "apptainer").is_file():
+        if os.environ.get("ENVBUILD_REQUIRE_HPC") == "1":
+            pytest.fail(f"ENVBUILD_REQUIRE_HPC=1 but no apptainer wrapper in {HPC_BIN}", pytrace=False)
+        pytest.skip(f"no Apptainer cluster wrappers in {HPC_BIN} (bash .ci/hpc_cluster.sh start)")
+    path = Path(tempfile.mkdtemp(prefix="envbuild-foreign-sif-"))
+    path.chmod(0o1777)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{HPC_BIN}{os.pathsep}{os.environ['PATH']}")
+        mp.setenv("XDG_CACHE_HOME", str(path / "cache"))
+        yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def foreign_sif(shared, local_base, docker_engine, tmp_path_factory) -> Path:
+    tag = plain_torch_image(local_base, tmp_path_factory.mktemp("foreign-sif-image"))
+    archive, sif = shared / "plain.tar", shared / "plain.sif"
+    with open(archive, "wb") as handle:
+        for chunk in docker_engine.images.get(tag).save(named=True):
+            handle.write(chunk)
+    archive.chmod(0o644)
+    built = subprocess.run(["apptainer", "build", "--force", str(sif), f"docker-archive://{archive}"], cwd=shared,
+                           capture_output=True, text=True, timeout=1200)
+    assert built.returncode == 0, built.stderr[-3000:]
+    archive.unlink()
+    return sif
+
+
+def test_a_sif_envbuild_did_not_make_runs_its_own_torch(foreign_sif, shared, tmp_path):
+    out = shared / "run"
+    out.mkdir()
+    out.chmod(0o1777)
+    db = tmp_path / "m.db"
+    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(foreign_sif), "--out", str(out),
+                                    "--db", str(db)])
+    assert ran.exit_code == 0, ran.output[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "pass" and result["versions"]["torch"] == MARKED_VERSION
+    image = result["image"]
+    sha = hashlib.sha256(foreign_sif.read_bytes()).hexdigest()
+    assert image["sif"]["sha256"] == sha and image["digest"] == f"sha256:{sha}"
+    assert (image["environment"], image["origin"], image["tag"]) == ("apptainer", "foreign", str(foreign_sif))
+    assert image["probe"]["torch_path"] == "/usr/local/lib/python3.11/dist-packages/torch/__init__.py"
+    assert "transformers" in image["brought_in"]["packages"] and "torch" not in image["brought_in"]["packages"]
+    assert "HF_HUB_OFFLINE=1" in ran.output  # offline without --network
+    [cell] = json.loads(CliRunner().invoke(main, ["matrix", "list", "--json", "--db", str(db)]).stdout)
+    assert (cell["key"], cell["status"]) == ("cpu-torch2.13-py3.11", "pass")
+    assert not list(shared.glob(".envbuild-src-*"))

@@ -1,0 +1,279 @@
+"""Hostile files at every door: a site recipe overlay, a SIF record, a result.json, a matrix file to merge, an
+index page, the working folder of a command that fails. Each case runs the real CLI in a subprocess and must
+end with exit 2, one message naming the file and what is wrong, no traceback, nothing written in the working
+folder, a peak RSS under 300 MB (the child's own, from wait4) and under 30 s."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from repo import REPO_ROOT
+
+PEAK_MB = 300
+SECONDS = 30
+PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
+
+
+#: Runs the command and prints its peak RSS last on stderr. A small process forks it: a child's ru_maxrss
+#: starts from its parent's RSS at fork, so forking from the test process would count the test's own memory.
+_MEASURE = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); _, status, usage = os.wait4(p.pid, 0);"
+            " sys.stderr.write(f'\\nPEAK_KB={usage.ru_maxrss}\\n'); sys.exit(os.waitstatus_to_exitcode(status))")
+
+
+def door(*args, cwd: Path, env: dict | None = None, seconds: float = SECONDS) -> tuple[int, str, float, float]:
+    """(exit code, stderr, peak RSS in MB, seconds) of `envbuild ARGS` run in `cwd`."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("ENVBUILD_RECIPES", "ENVBUILD_DB")}
+    environment.update({"PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", _MEASURE, sys.executable, "-m", "builder", *map(str, args)],
+                            cwd=cwd, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _, raw = proc.communicate(timeout=seconds + 30)  # a hang fails the test instead of stopping the suite
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"envbuild {args} still running after {seconds + 30} s")
+    stderr, _, peak = raw.decode("utf-8", "replace").rpartition("\nPEAK_KB=")
+    return proc.returncode, stderr, int(peak) / 1024, time.monotonic() - started
+
+
+def tree(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")}
+
+
+def refused(args, cwd: Path, *names: str, env: dict | None = None) -> str:
+    """Run a hostile case and check everything the doors promise; return the message."""
+    before = tree(cwd)
+    code, stderr, peak, took = door(*args, cwd=cwd, env=env)
+    assert code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    for name in names:
+        assert name in stderr, (name, stderr)
+    assert peak < PEAK_MB, f"peak RSS {peak:.0f} MB"
+    assert took < SECONDS, f"{took:.1f} s"
+    assert tree(cwd) == before, sorted(tree(cwd) - before)
+    return stderr
+
+
+def _release_block(version: str = "6.2") -> str:
+    start = PACKAGED.index(f'[release."{version}"]')
+    end = PACKAGED.find("\n[", start + 1)
+    return PACKAGED[start:end].strip() + "\n"
+
+
+def _overlay(tmp_path: Path, text: str) -> Path:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "rocm.toml").write_text(text)
+    return site
+
+
+RENDER = ["render", "--rocm", "6.2.9", "--torch", "2.5", "--arch", "gfx90a", "-o", "ctx"]
+SETUP = 'rocm/dev-ubuntu-22.04:6.2\\n%setup\\n    touch /tmp/envbuild-pwned\\n%post'
+OVERLAYS = {
+    "a line end in base_image": (_release_block().replace('[release."6.2"]', '[release."6.2.9"]').replace(
+        'base_image = "rocm/dev-ubuntu-22.04:6.2"', f'base_image = "{SETUP}"'), ["base_image", "image reference"]),
+    "an array 100,000 deep": ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", ["nested 100000 deep"]),
+    "a dotted key of 10,000 parts": (".".join(["a"] * 10_000) + " = 1\n", ["dotted key"]),
+    "a dotted key of 100,000 parts": (".".join(["a"] * 100_000) + " = 1\n", ["dotted key"]),
+    "a release key ../..": (_release_block().replace('[release."6.2"]', '[release."../.."]'),
+                            ["'../..' is not a release name"]),
+}
+
+
+@pytest.mark.parametrize("case", OVERLAYS)
+def test_a_hostile_site_overlay_is_refused_before_anything_is_rendered(tmp_path, case):
+    text, words = OVERLAYS[case]
+    site = _overlay(tmp_path, text)
+    work = tmp_path / "work"
+    work.mkdir()
+    refused(["--recipes", site, *RENDER], work, "rocm.toml", *words)
+    refused(["recipes", "list"], work, "rocm.toml", *words, env={"ENVBUILD_RECIPES": str(site)})
+
+
+def test_a_fifo_or_a_link_in_the_overlay_is_refused(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    os.mkfifo(site / "rocm.toml")
+    work = tmp_path / "work"
+    work.mkdir()
+    refused(["--recipes", site, "recipes", "list"], work, "rocm.toml", "not a regular file")
+
+
+def test_an_oversized_overlay_file_is_refused_before_it_is_read(tmp_path):
+    site = tmp_path / "site"
+    (site / "patches").mkdir(parents=True)
+    with open(site / "patches" / "huge.patch", "wb") as handle:
+        handle.truncate(1 << 30)  # sparse: 1 GiB that costs no disk
+    work = tmp_path / "work"
+    work.mkdir()
+    refused(["--recipes", site, "recipes", "list"], work, "huge.patch", "larger than")
+
+
+SIDECARS = {
+    "nested 100,000 deep": lambda side: side.write_text("[" * 100_000 + "]" * 100_000),
+    "a link to /dev/zero": lambda side: side.symlink_to("/dev/zero"),
+    "a FIFO": lambda side: os.mkfifo(side),
+    "1 GiB": lambda side: open(side, "wb").truncate(1 << 30),
+}
+
+
+@pytest.mark.parametrize("case", SIDECARS)
+@pytest.mark.parametrize("command", ["run workload", "slurm submit"])
+def test_a_hostile_sif_record_is_refused(tmp_path, case, command):
+    work = tmp_path / "work"
+    work.mkdir()
+    sif = tmp_path / "cell.sif"
+    sif.write_bytes(b"SIF")
+    SIDECARS[case](tmp_path / "cell.sif.json")
+    results = tmp_path / "results"
+    results.mkdir()
+    args = (["run", "workload", "--apptainer", sif] if command == "run workload"
+            else ["slurm", "submit", "--sif", sif, "--results-dir", results])
+    refused(args, work, "cell.sif.json", "not a readable SIF record")
+    assert not any(results.iterdir())
+
+
+def _empty_arrays(path: Path, size: int) -> None:
+    count = (size - 2) // 3
+    with open(path, "wb") as handle:
+        handle.write(b"[" + b"[]," * (count - 1) + b"[]]")
+
+
+@pytest.mark.parametrize("skip", [[], ["--skip-invalid"]])
+def test_a_result_of_empty_arrays_just_under_the_cap_is_refused_in_little_memory(tmp_path, skip):
+    work = tmp_path / "work"
+    work.mkdir()
+    _empty_arrays(work / "result.json", (64 << 20) - 64)
+    message = refused(["matrix", "import", *skip, "result.json"], work, "result.json", "more than 1000000 JSON values")
+    assert "nothing imported: every file is invalid" in message or not skip
+
+
+def test_a_sparse_2_gib_matrix_file_is_refused_before_it_is_copied(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    with open(work / "ci.db", "wb") as handle:
+        handle.truncate(2 << 30)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    refused(["matrix", "import", "ci.db"], work, "ci.db", "larger than", env={"TMPDIR": str(scratch)})
+    assert not any(scratch.iterdir())
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """`/marked/`: a page html.parser cannot read; `/slow/`: one byte every 2 s, forever."""
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        if self.path.startswith("/marked/"):
+            self.wfile.write(b"<html><body><a href='torch/'>torch</a><![ x ]]></body></html>")
+            return
+        try:
+            for _ in range(60):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(2)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def hostile_index():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_page_the_parser_cannot_read_is_exit_2_naming_its_url(tmp_path, hostile_index):
+    message = refused(["recipes", "check-upstream", "--index", f"{hostile_index}/marked/"], tmp_path,
+                      f"{hostile_index}/marked/", "not an HTML index page")
+    assert "missing" not in message
+
+
+def test_a_server_that_sends_one_byte_at_a_time_meets_one_deadline_per_index(tmp_path, hostile_index):
+    started = time.monotonic()
+    refused(["recipes", "check-upstream", "--timeout", "5", "--index", f"{hostile_index}/slow/"], tmp_path,
+            f"{hostile_index}/slow/", "not read within the time allowed")
+    assert time.monotonic() - started < 15
+
+
+def test_image_without_an_engine_leaves_the_working_folder_as_found(tmp_path):
+    refused(["image", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a"], tmp_path, "no Docker engine",
+            env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"})
+
+
+def test_publish_with_a_missing_key_leaves_no_cell_folder(tmp_path):
+    result = next((REPO_ROOT / "results").rglob("result.json"))
+    refused(["matrix", "publish", result, "--name", "x", "--out", "OUT", "--sign", tmp_path / "missing",
+             "--command", "envbuild run workload"], tmp_path, "missing", "no such key file")
+
+
+def test_every_door_reads_through_the_bounded_reader():
+    """The modules that read a file from outside call builder.bounded_read (directly or by strict_json),
+    and none of them reads such a file another way."""
+    doors = {
+        "builder/strict_json.py": "bounded_read.read_file",  # result.json, attestations, slurm collect
+        "builder/engine/apptainer.py": "strict_json.read_regular(side",  # SIF records
+        "builder/plan/recipe_overlay.py": "bounded_read.read_file",  # overlay TOML and files
+        "builder/store/store_reads.py": "bounded_read.copy_file",  # .db files to merge
+        "builder/plan/upstream.py": "bounded_read.read_url",  # index pages
+        "builder/cli/matrix.py": "strict_json.read_regular(file",  # import and verify
+        "builder/cli/publish.py": "strict_json.read_regular(result_json",
+        "builder/workflows/run_result.py": "strict_json.read_regular(path",
+        "builder/workflows/slurm_collect.py": "strict_json.read_regular(path",
+        "builder/attest/signing.py": "strict_json.read_regular(",
+    }
+    for module, call in doors.items():
+        text = (REPO_ROOT / module).read_text()
+        assert call in text, (module, call)
+        assert not re.search(r"json\.loads?\([^)]*read_(text|bytes)\(", text), module
+    overlay = (REPO_ROOT / "builder/plan/recipe_overlay.py").read_text()
+    assert "shutil.copyfile" not in overlay and "read_text(encoding" not in overlay
+
+
+def _fifo_at(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+FIFO_DOORS = {
+    "matrix import result.json": lambda t: (["matrix", "import", _fifo_at(t, "in/result.json")], "result.json"),
+    "matrix import .db": lambda t: (["matrix", "import", _fifo_at(t, "in/ci.db")], "ci.db"),
+    "matrix verify": lambda t: (["matrix", "verify", _fifo_at(t, "in/result.json")], "result.json"),
+    "matrix publish": lambda t: (["matrix", "publish", _fifo_at(t, "in/result.json"), "--name", "x", "--out",
+                                  "OUT"], "result.json"),
+    "check-upstream index": lambda t: (["recipes", "check-upstream", "--index", _fifo_at(t, "idx/index.html").parent],
+                                       "index.html"),
+    "check-upstream releases": lambda t: (["recipes", "check-upstream", "--releases", _fifo_at(t, "tags.txt")],
+                                          "tags.txt"),
+    "check-upstream file:// releases": lambda t: (["recipes", "check-upstream", "--releases",
+                                                   _fifo_at(t, "tags.txt").as_uri()], "tags.txt"),
+}
+
+
+@pytest.mark.parametrize("case", FIFO_DOORS)
+def test_a_fifo_at_every_door_is_refused_at_once(tmp_path, case):
+    work = tmp_path / "work"
+    work.mkdir()
+    args, name = FIFO_DOORS[case](tmp_path)
+    refused(args, work, name, "not a regular file")
