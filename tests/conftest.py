@@ -31,23 +31,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-#: The xdist group (`pytest -n N --dist loadgroup`) of the `docker` tests that share built images: the session's
-#: tools image and everything under tests/integration/ (the cpu cell's fixed tag, the one-node cluster). One
-#: worker runs them in turn; every other docker test module is a group of its own (its module fixtures build once).
-ENGINE_GROUP = "engine"
-_SHARED_IMAGES = {"tools_image"}
-
-
 def pytest_collection_modifyitems(items):
     """A test that needs the engine (through any fixture) is a `docker` test, marked or not: .ci/run runs
-    `-m "not docker"` before the engine starts and `-m docker` after, so each test runs in its phase. Each
-    docker test joins its xdist group (ENGINE_GROUP or its module's)."""
+    `-m "not docker"` before the engine starts and `-m docker` after, so each test runs in its phase. The docker
+    tests share the engine, its images, its containers and the cluster: run them without pytest-xdist's -n."""
     for item in items:
         if "docker_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
-        if item.get_closest_marker("docker"):
-            shared = _SHARED_IMAGES & set(getattr(item, "fixturenames", ())) or "integration" in item.path.parts
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP if shared else item.path.stem))
 
 
 def _unavailable(reason: str):
