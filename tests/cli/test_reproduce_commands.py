@@ -50,11 +50,13 @@ def test_the_printed_image_command_plans_the_same_cell(committed_site, key):
     assert re.search(rf"image tag:\s+envbuild/{re.escape(key)}:[0-9a-f]{{12}}", planned.stdout), planned.stdout[-1500:]
 
 
-def test_the_h200_cell_prints_the_local_command_its_verdict_run_came_from(committed_site):
+def test_the_gpu_cell_prints_the_local_command_its_verdict_run_recorded(committed_site):
+    """The sm_90 cell's newest verdict run (the H100's) recorded its command; the older H200 run, written before
+    commands were kept, would be rebuilt from its result instead."""
     _, site = committed_site
     page = (site / "cells" / "cuda13.0-torch2.11-sm_90-py3.12.html").read_text()
     assert _pre(page, "recorded-command") == ["envbuild run workload --local --preset smoke --model tiny-gemma"]
-    assert "rebuilt from its result" in page  # those results were written before commands were recorded
+    assert "The command the latest verdict run recorded" in page and "rebuilt from its result" not in page
 
 
 def test_the_command_a_run_recorded_makes_the_same_cell_and_configuration(tmp_path):
