@@ -54,8 +54,16 @@ def _test_command(module: dict) -> str:
 
 
 def _copy_tree(dest: Path) -> None:
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         src, dst = ROOT / name, dest / name
         if not src.exists() and not src.is_symlink():
@@ -104,10 +112,14 @@ def _annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int
     cosmic-ray mutates), as cosmic-ray counts positions (rows from 1, columns in characters); [] where the module
     evaluates annotations (no `from __future__ import annotations`, or it asks for them at run time)."""
     tree = ast.parse(source)
-    future = any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and
-                 any(a.name == "annotations" for a in n.names) for n in tree.body)
-    if not future or any(word in source for word in ("get_type_hints", "validate_call", "__annotations__",
-                                                     "get_annotations", "inspect.signature")):
+    future = any(
+        isinstance(n, ast.ImportFrom) and n.module == "__future__" and any(a.name == "annotations" for a in n.names)
+        for n in tree.body
+    )
+    if not future or any(
+        word in source
+        for word in ("get_type_hints", "validate_call", "__annotations__", "get_annotations", "inspect.signature")
+    ):
         return []
     lines = source.splitlines()
 
@@ -115,8 +127,10 @@ def _annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int
         return len(lines[row - 1].encode()[:offset].decode(errors="ignore"))
 
     def span(node: ast.expr) -> tuple[tuple[int, int], tuple[int, int]]:
-        return ((node.lineno, column(node.lineno, node.col_offset)),
-                (node.end_lineno, column(node.end_lineno, node.end_col_offset)))
+        return (
+            (node.lineno, column(node.lineno, node.col_offset)),
+            (node.end_lineno, column(node.end_lineno, node.end_col_offset)),
+        )
 
     spans = []
     for func in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
@@ -133,12 +147,16 @@ def _skip_annotations(session: Path, source: str) -> int:
     """Mark the session's mutants that lie wholly inside an annotation span as skipped; returns how many."""
     spans = _annotation_spans(source)
     with sqlite3.connect(session) as conn:
-        rows = conn.execute("SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col FROM mutation_specs "
-                            "WHERE job_id NOT IN (SELECT job_id FROM work_results)").fetchall()
-        skipped = [job for job, *pos in rows
-                   if any(a <= (pos[0], pos[1]) and (pos[2], pos[3]) <= b for a, b in spans)]
-        conn.executemany("INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
-                         f"VALUES ('SKIPPED', '{ANNOTATION_NOTE}', NULL, NULL, ?)", [(j,) for j in skipped])
+        rows = conn.execute(
+            "SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col FROM mutation_specs "
+            "WHERE job_id NOT IN (SELECT job_id FROM work_results)"
+        ).fetchall()
+        skipped = [job for job, *pos in rows if any(a <= (pos[0], pos[1]) and (pos[2], pos[3]) <= b for a, b in spans)]
+        conn.executemany(
+            "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+            f"VALUES ('SKIPPED', '{ANNOTATION_NOTE}', NULL, NULL, ?)",
+            [(j,) for j in skipped],
+        )
     return len(skipped)
 
 
@@ -150,8 +168,9 @@ def _keep_lines(session: Path, lines: set[int]) -> int:
     """Drop every mutant that does not start on one of `lines` (an earlier run's survivors, named by line, tested
     again where that run's session is gone); returns how many are left."""
     with sqlite3.connect(session) as conn:
-        gone = [(job,) for job, row in conn.execute("SELECT job_id, start_pos_row FROM mutation_specs")
-                if row not in lines]
+        gone = [
+            (job,) for job, row in conn.execute("SELECT job_id, start_pos_row FROM mutation_specs") if row not in lines
+        ]
         for table in ("work_results", "mutation_specs", "work_items"):
             conn.executemany(f"DELETE FROM {table} WHERE job_id = ?", gone)
         return conn.execute("SELECT COUNT(*) FROM work_items").fetchone()[0]
@@ -160,11 +179,15 @@ def _keep_lines(session: Path, lines: set[int]) -> int:
 def _split(session: Path, shards: list[Path]) -> None:
     """Copy the session once per shard, each holding only its share of the mutants not yet run."""
     with sqlite3.connect(session) as conn:
-        pending = [r[0] for r in conn.execute(
-            "SELECT job_id FROM work_items WHERE job_id NOT IN (SELECT job_id FROM work_results) ORDER BY job_id")]
+        pending = [
+            r[0]
+            for r in conn.execute(
+                "SELECT job_id FROM work_items WHERE job_id NOT IN (SELECT job_id FROM work_results) ORDER BY job_id"
+            )
+        ]
     for index, shard in enumerate(shards):
         shutil.copy2(session, shard)
-        mine = pending[index::len(shards)]
+        mine = pending[index :: len(shards)]
         with sqlite3.connect(shard) as conn:
             conn.execute("CREATE TEMP TABLE mine (job_id TEXT PRIMARY KEY)")
             conn.executemany("INSERT INTO mine VALUES (?)", [(j,) for j in mine])
@@ -178,14 +201,17 @@ def _merge(session: Path, shards: list[Path]) -> None:
         for shard in shards:
             if shard.exists():
                 conn.execute("ATTACH DATABASE ? AS shard", (str(shard),))
-                conn.execute("INSERT OR REPLACE INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
-                             "SELECT worker_outcome, output, test_outcome, diff, job_id FROM shard.work_results")
+                conn.execute(
+                    "INSERT OR REPLACE INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+                    "SELECT worker_outcome, output, test_outcome, diff, job_id FROM shard.work_results"
+                )
                 conn.commit()
                 conn.execute("DETACH DATABASE shard")
 
 
-def _run_module(name: str, module: dict, out: Path, mode: str | None = None, jobs: int = 1,
-                lines: set[int] | None = None) -> dict:
+def _run_module(
+    name: str, module: dict, out: Path, mode: str | None = None, jobs: int = 1, lines: set[int] | None = None
+) -> dict:
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
     with tempfile.TemporaryDirectory(prefix=f"envbuild-mutation-{name}-") as tmp:
         trees = [Path(tmp) / f"tree{i}" for i in range(jobs)]
@@ -201,12 +227,14 @@ def _run_module(name: str, module: dict, out: Path, mode: str | None = None, job
         if baseline.returncode != 0:
             sys.exit(f"[{name}] the tests fail without any mutant (fix them first):\n{baseline.stdout[-3000:]}")
         per_run = time.monotonic() - start
-        config = ("[cosmic-ray]\n"
-                  f"module-path = {module['path']!r}\n"
-                  f"timeout = {float(module.get('timeout', 300))}\n"
-                  "excluded-modules = []\n"
-                  f"test-command = {command!r}\n"
-                  "[cosmic-ray.distributor]\nname = \"local\"\n")
+        config = (
+            "[cosmic-ray]\n"
+            f"module-path = {module['path']!r}\n"
+            f"timeout = {float(module.get('timeout', 300))}\n"
+            "excluded-modules = []\n"
+            f"test-command = {command!r}\n"
+            '[cosmic-ray.distributor]\nname = "local"\n'
+        )
         for each in trees:
             (each / "cosmic-ray.toml").write_text(config)
         session = tree / "session.sqlite"
@@ -218,15 +246,26 @@ def _run_module(name: str, module: dict, out: Path, mode: str | None = None, job
             sys.exit(f"[{name}] no mutant starts on line(s) {_line_list(lines)} of {module['path']}")
         skipped = _skip_annotations(session, (tree / module["path"]).read_text(encoding="utf-8"))
         total, first, _ = _counts(session)
-        print(f"[{name}] {total} mutants ({total - first} to run, {skipped} skipped now as annotations); the "
-              f"unmutated tests took {per_run:.0f} s, so at most about {_clock((total - first) * per_run / jobs)} "
-              f"with {jobs} job(s) (a killed mutant stops at its first failing test)", flush=True)
+        print(
+            f"[{name}] {total} mutants ({total - first} to run, {skipped} skipped now as annotations); the "
+            f"unmutated tests took {per_run:.0f} s, so at most about {_clock((total - first) * per_run / jobs)} "
+            f"with {jobs} job(s) (a killed mutant stops at its first failing test)",
+            flush=True,
+        )
         shards = [each / "shard.sqlite" for each in trees]
         _split(session, shards)
-        procs = [subprocess.Popen([*cosmic, "exec", "cosmic-ray.toml", str(shard)], cwd=each,
-                                  env={**env, "PYTHONPATH": str(each)}, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
-                 for each, shard in zip(trees, shards)]
+        procs = [
+            subprocess.Popen(
+                [*cosmic, "exec", "cosmic-ray.toml", str(shard)],
+                cwd=each,
+                env={**env, "PYTHONPATH": str(each)},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            for each, shard in zip(trees, shards)
+        ]
         start, shown = time.monotonic(), None
         try:
             while any(proc.poll() is None for proc in procs):
@@ -235,10 +274,10 @@ def _run_module(name: str, module: dict, out: Path, mode: str | None = None, job
                 if (done, survived) != shown:
                     shown = (done, survived)
                     elapsed = time.monotonic() - start
-                    left = (f", about {_clock(elapsed / (done - first) * (total - done))} left"
-                            if done > first else "")
-                    print(f"[{name}] {done}/{total} mutants run, {survived} survived, {_clock(elapsed)}{left}",
-                          flush=True)
+                    left = f", about {_clock(elapsed / (done - first) * (total - done))} left" if done > first else ""
+                    print(
+                        f"[{name}] {done}/{total} mutants run, {survived} survived, {_clock(elapsed)}{left}", flush=True
+                    )
         except BaseException:  # Ctrl-C or SIGTERM: stop the mutants' tests, keep what was done, drop the copies
             for proc in procs:
                 if proc.poll() is None:
@@ -275,8 +314,9 @@ def _line_list(lines: set[int]) -> str:
     return ",".join(map(str, sorted(lines)))
 
 
-def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, digest: str,
-             only_lines: set[int] | None = None) -> dict:
+def _summary(
+    name: str, module: dict, session: Path, out: Path, seconds: float, digest: str, only_lines: set[int] | None = None
+) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(session, out / f"{name}.sqlite")
     (out / f"{name}.sha256").write_text(digest + "\n")
@@ -284,7 +324,8 @@ def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, 
         rows = conn.execute(
             "SELECT s.operator_name, s.occurrence, s.start_pos_row, r.test_outcome, r.worker_outcome, r.diff "
             "FROM work_results r JOIN mutation_specs s ON s.job_id = r.job_id "
-            "ORDER BY s.start_pos_row, s.operator_name, s.occurrence").fetchall()
+            "ORDER BY s.start_pos_row, s.operator_name, s.occurrence"
+        ).fetchall()
     survivors = [r for r in rows if r[3] == "SURVIVED"]
     annotations = [r for r in rows if r[4] == "SKIPPED"]
     total = _counts(session)[0]
@@ -292,37 +333,62 @@ def _summary(name: str, module: dict, session: Path, out: Path, seconds: float, 
     incompetent = len(rows) - killed - len(survivors) - len(annotations)
     stopped = f" (stopped: {len(rows)} of {total} run)" if len(rows) < total else ""
     scope = f" (only the mutants on lines {_line_list(only_lines)})" if only_lines else ""
-    lines = [f"{name} ({module['path']} at {_commit()}){scope}{stopped}: {len(rows)} mutants, {killed} killed, "
-             f"{len(survivors)} survived, "
-             f"{len(annotations)} equivalent as annotations (not run), {incompetent} incompetent (the mutant does "
-             f"not import), {_clock(seconds)}"]
+    lines = [
+        f"{name} ({module['path']} at {_commit()}){scope}{stopped}: {len(rows)} mutants, {killed} killed, "
+        f"{len(survivors)} survived, "
+        f"{len(annotations)} equivalent as annotations (not run), {incompetent} incompetent (the mutant does "
+        f"not import), {_clock(seconds)}"
+    ]
     for operator, occurrence, row, _, _, diff in survivors:
         lines += ["", f"SURVIVED line {row}: {operator} #{occurrence}", diff or ""]
     for operator, occurrence, row, *_ in annotations:
         lines += [f"EQUIVALENT line {row}: {operator} #{occurrence} ({ANNOTATION_NOTE})"]
     (out / f"{name}.txt").write_text("\n".join(lines) + "\n")
     print(lines[0] + f"; survivors' diffs: {out / (name + '.txt')}", flush=True)
-    return {"name": name, "mutants": len(rows), "killed": killed, "survived": len(survivors),
-            "annotations": len(annotations)}
+    return {
+        "name": name,
+        "mutants": len(rows),
+        "killed": killed,
+        "survived": len(survivors),
+        "annotations": len(annotations),
+    }
 
 
 def main() -> None:
     modules = _modules()
-    parser = argparse.ArgumentParser(prog="bash .ci/mutation.sh", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bash .ci/mutation.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("module", nargs="*", help=f"[default: all] {', '.join(modules)}")
     parser.add_argument("--list", action="store_true", help="print the modules and their tests, run nothing")
     again = parser.add_mutually_exclusive_group()
-    again.add_argument("--retest", action="store_const", dest="mode", const="retest",
-                       help="run only the last run's survivors again (after adding tests); the module's file "
-                            "must be unchanged")
-    again.add_argument("--resume", action="store_const", dest="mode", const="resume",
-                       help="go on with the last run where it was stopped")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="mutants run at a time, each in its own copy of the tree [default: 1]")
-    parser.add_argument("--lines", metavar="N,N,...",
-                        help="only the mutants starting on these lines of one module's file (an earlier run's "
-                             "survivors, by line, where its session is gone)")
+    again.add_argument(
+        "--retest",
+        action="store_const",
+        dest="mode",
+        const="retest",
+        help="run only the last run's survivors again (after adding tests); the module's file must be unchanged",
+    )
+    again.add_argument(
+        "--resume",
+        action="store_const",
+        dest="mode",
+        const="resume",
+        help="go on with the last run where it was stopped",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="mutants run at a time, each in its own copy of the tree [default: 1]",
+    )
+    parser.add_argument(
+        "--lines",
+        metavar="N,N,...",
+        help="only the mutants starting on these lines of one module's file (an earlier run's "
+        "survivors, by line, where its session is gone)",
+    )
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error("--jobs takes a whole number from 1")
@@ -342,15 +408,19 @@ def main() -> None:
             print(f"{name}: {modules[name]['path']}: {_test_command(modules[name])}")
         return
     if importlib.util.find_spec("cosmic_ray") is None:
-        print(f"{sys.executable} has no cosmic-ray: install the dev environment (bash .ci/dev_env.sh, then "
-              "MUTATION_PYTHON=.venv/bin/python), or point MUTATION_PYTHON at a Python with the `test` extra",
-              file=sys.stderr)
+        print(
+            f"{sys.executable} has no cosmic-ray: install the dev environment (bash .ci/dev_env.sh, then "
+            "MUTATION_PYTHON=.venv/bin/python), or point MUTATION_PYTHON at a Python with the `test` extra",
+            file=sys.stderr,
+        )
         sys.exit(2)
     out = Path(os.environ.get("MUTATION_OUT", ROOT / ".mutation"))
     results = [_run_module(name, modules[name], out, args.mode, args.jobs, lines) for name in chosen]
     for r in results:
-        print(f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived, "
-              f"{r['annotations']} equivalent as annotations")
+        print(
+            f"{r['name']}: {r['killed']}/{r['mutants']} killed, {r['survived']} survived, "
+            f"{r['annotations']} equivalent as annotations"
+        )
 
 
 if __name__ == "__main__":

@@ -41,17 +41,23 @@ def survivors(summary: str, lines: set[int] | None) -> list[tuple[str, str]]:
 
 def run_one(label: str, diff: str, pytest_args: list[str], work: Path) -> tuple[str, str, str, float]:
     tree = Path(tempfile.mkdtemp(dir=work))
-    shutil.copytree(ROOT, tree, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(".git", ".venv", ".mutation", "__pycache__"))
+    shutil.copytree(
+        ROOT, tree, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", ".venv", ".mutation", "__pycache__")
+    )
     if diff:
         applied = subprocess.run(["patch", "-p1"], input=diff, text=True, cwd=tree, capture_output=True)
         if applied.returncode:
             return label, "NOT APPLIED", applied.stdout + applied.stderr, 0.0
     start = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args], cwd=tree,
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
     except subprocess.TimeoutExpired:
         return label, "KILLED (timeout)", "", time.monotonic() - start
     out = done.stdout.splitlines()
@@ -65,8 +71,10 @@ def main() -> None:
     summary, lines_arg, pytest_args = Path(sys.argv[1]).read_text(), sys.argv[2], sys.argv[4:]
     lines = None if lines_arg == "all" else {int(n) for n in lines_arg.split(",")}
     items = [("unmutated", "")] + survivors(summary, lines)
-    with tempfile.TemporaryDirectory(prefix="envbuild-gpu-retest-") as work, \
-            ThreadPoolExecutor(int(os.environ.get("PARALLEL", "6"))) as pool:
+    with (
+        tempfile.TemporaryDirectory(prefix="envbuild-gpu-retest-") as work,
+        ThreadPoolExecutor(int(os.environ.get("PARALLEL", "6"))) as pool,
+    ):
         for label, verdict, shown, seconds in pool.map(lambda item: run_one(*item, pytest_args, Path(work)), items):
             print(f"== {label}: {verdict} ({seconds:.0f} s)\n   " + shown.replace("\n", "\n   "), flush=True)
             if label == "unmutated" and verdict != "SURVIVED":

@@ -52,28 +52,41 @@ def _python_marker_holds(marker: str, python: tuple[int, int]) -> bool:
     """Evaluate a PEP 508 marker with the `packaging` library (pip vendors it)."""
     from pip._vendor.packaging.markers import Marker
 
-    return Marker(marker).evaluate({"python_full_version": ".".join(map(str, python)) + ".0",
-                                    "python_version": ".".join(map(str, python)), "sys_platform": sys.platform,
-                                    "platform_machine": os.uname().machine, "platform_system": os.uname().sysname})
+    return Marker(marker).evaluate(
+        {
+            "python_full_version": ".".join(map(str, python)) + ".0",
+            "python_version": ".".join(map(str, python)),
+            "sys_platform": sys.platform,
+            "platform_machine": os.uname().machine,
+            "platform_system": os.uname().sysname,
+        }
+    )
 
 
 def installed_versions(python: Path) -> dict[str, str]:
-    freeze = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], check=True, capture_output=True,
-                            text=True).stdout
+    freeze = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"], check=True, capture_output=True, text=True
+    ).stdout
     return {canonical(n): v for n, v in (line.split("==", 1) for line in freeze.splitlines() if "==" in line)}
 
 
 def changed(locked: dict[str, str], newest: dict[str, str]) -> dict[str, tuple[str, str]]:
     """{distribution: (locked, newest)} for each locked distribution whose newest release differs."""
-    return {name: (locked[name], newest[name]) for name in sorted(locked) if name in newest
-            and newest[name] != locked[name]}
+    return {
+        name: (locked[name], newest[name]) for name in sorted(locked) if name in newest and newest[name] != locked[name]
+    }
 
 
 def _pytest(python: Path, args: list[str], report: Path) -> set[str]:
     """Node ids of the failed tests (from pytest's short summary)."""
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # envbuild, hadolint
-    proc = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *args], cwd=ROOT,
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     report.write_text(proc.stdout + proc.stderr)
     return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))}
 
@@ -121,8 +134,14 @@ def main() -> int:
         for test in fixed:
             blame.setdefault(test, []).append(f"{name} {old} -> {new}")
     for test in sorted(failed):
-        print(f"  {test}: " + (", ".join(blame[test]) if test in blame else "no single distribution (a combination,"
-                                " or it fails with the lock too)"))
+        print(
+            f"  {test}: "
+            + (
+                ", ".join(blame[test])
+                if test in blame
+                else "no single distribution (a combination, or it fails with the lock too)"
+            )
+        )
     return 1
 
 

@@ -28,8 +28,12 @@ from train_throughput import GEMMA_2B, synthetic_data  # noqa: E402
 
 from workload.training.batching import packed_steps  # noqa: E402
 
-SDPA_BACKENDS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                 "flash (causal, no mask)": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+SDPA_BACKENDS = {
+    "math": SDPBackend.MATH,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "flash (causal, no mask)": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
 
 
 def timed(fn, repeats: int) -> float:
@@ -66,7 +70,7 @@ def dense_mask(rows, width: int, device) -> torch.Tensor:
     for r, samples in enumerate(rows):
         at = 0
         for s, n in enumerate(samples):
-            doc[r, at:at + n] = s
+            doc[r, at : at + n] = s
             at += n
     doc = doc.to(device)
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
@@ -96,14 +100,12 @@ def main(argv=None) -> int:
     for lay in layouts(lengths):
         b, w = lay["batch"], lay["width"]
         mask, doc = dense_mask(lay["rows"], w, device)
-        q, k, v = (torch.randn(b, heads, w, head_dim, device=device, dtype=dtype, requires_grad=True)
-                   for _ in range(3))
+        q, k, v = (torch.randn(b, heads, w, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
         grad = torch.randn(b, heads, w, head_dim, device=device, dtype=dtype)
         row = {"layout": lay["name"], "real_tokens": sum(map(sum, lay["rows"])), "tokens": b * w, "ms": {}}
 
         def run_sdpa(use_mask: bool):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if use_mask else None,
-                                                 is_causal=not use_mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if use_mask else None, is_causal=not use_mask)
             out.backward(grad)
 
         for name, backend in SDPA_BACKENDS.items():
@@ -113,6 +115,7 @@ def main(argv=None) -> int:
             except RuntimeError as e:
                 row["ms"][name] = f"unsupported: {str(e).splitlines()[0][:120]}"
         try:
+
             def keep(bi, hi, qi, ki):
                 return (doc[bi, qi] == doc[bi, ki]) & (doc[bi, qi] >= 0) & (qi >= ki) | (qi == ki)
 
@@ -127,9 +130,18 @@ def main(argv=None) -> int:
             row["ms"]["flex (block mask)"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
         # The rest of a decoder layer at this shape: q/k/v/o and gate/up/down GEMMs, forward + input backward.
         x = torch.randn(b * w, hidden, device=device, dtype=dtype, requires_grad=True)
-        weights = [torch.randn(n, m, device=device, dtype=dtype) * 0.01 for n, m in (
-            (hidden, heads * head_dim), (hidden, head_dim), (hidden, head_dim), (heads * head_dim, hidden),
-            (hidden, inter), (hidden, inter), (inter, hidden))]
+        weights = [
+            torch.randn(n, m, device=device, dtype=dtype) * 0.01
+            for n, m in (
+                (hidden, heads * head_dim),
+                (hidden, head_dim),
+                (hidden, head_dim),
+                (heads * head_dim, hidden),
+                (hidden, inter),
+                (hidden, inter),
+                (inter, hidden),
+            )
+        ]
 
         def run_gemms():
             h = x @ weights[0] + (x @ weights[1]).sum() + (x @ weights[2]).sum()
@@ -140,8 +152,13 @@ def main(argv=None) -> int:
         row["ms"]["layer GEMMs (fwd + input bwd)"] = round(timed(run_gemms, args.repeats), 3)
         results.append(row)
         print(json.dumps(row), flush=True)
-    out = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "heads": heads,
-           "head_dim": head_dim, "results": results}
+    out = {
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "heads": heads,
+        "head_dim": head_dim,
+        "results": results,
+    }
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))
     return 0

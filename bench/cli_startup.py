@@ -27,12 +27,16 @@ COMMANDS = {  # command -> target seconds
 
 
 def run_once(command: str) -> float:
-    argv = [sys.executable, "-c", "pass"] if command == "python -c pass" else \
-        [sys.executable, "-m", "builder", *command.split()]
+    argv = (
+        [sys.executable, "-c", "pass"]
+        if command == "python -c pass"
+        else [sys.executable, "-m", "builder", *command.split()]
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
     start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True,
-                   cwd=tempfile.gettempdir())  # `-m` puts the cwd first on sys.path: not this checkout
+    subprocess.run(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True, cwd=tempfile.gettempdir()
+    )  # `-m` puts the cwd first on sys.path: not this checkout
     return time.perf_counter() - start
 
 
@@ -47,8 +51,10 @@ def main() -> int:
         verdict = "" if target is None else (" ok" if median < target else " MISSED")
         missed += verdict == " MISSED"
         label = command if command.startswith("python") else f"envbuild {command}"
-        print(f"{label:<24} median {median:.3f} s of {args.repeat}" +
-              ("" if target is None else f" (target < {target} s){verdict}"))
+        print(
+            f"{label:<24} median {median:.3f} s of {args.repeat}"
+            + ("" if target is None else f" (target < {target} s){verdict}")
+        )
     return 1 if missed else 0
 
 

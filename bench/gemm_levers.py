@@ -51,15 +51,17 @@ def _compiled(fn, mode: str | None):
 def mlp_gemms(device) -> list[dict]:
     """TFLOP/s of the MLP's four GEMM layouts, cuBLAS vs max-autotune."""
     rows = []
-    w_in = torch.randn(MLP, HIDDEN, device=device, dtype=torch.bfloat16) * 0.02   # gate or up: [out, in]
+    w_in = torch.randn(MLP, HIDDEN, device=device, dtype=torch.bfloat16) * 0.02  # gate or up: [out, in]
     w_out = torch.randn(HIDDEN, MLP, device=device, dtype=torch.bfloat16) * 0.02  # down: [out, in]
     for tokens in (8192, 16384):
         x = torch.randn(tokens, HIDDEN, device=device, dtype=torch.bfloat16)
         h = torch.randn(tokens, MLP, device=device, dtype=torch.bfloat16)
-        layouts = {"gate/up forward  x @ W_in^T": (lambda: F.linear(x, w_in)),
-                   "down forward     h @ W_out^T": (lambda: F.linear(h, w_out)),
-                   "down input grad  g @ W_out": (lambda: x @ w_out),
-                   "gate/up input grad  g @ W_in": (lambda: h @ w_in)}
+        layouts = {
+            "gate/up forward  x @ W_in^T": (lambda: F.linear(x, w_in)),
+            "down forward     h @ W_out^T": (lambda: F.linear(h, w_out)),
+            "down input grad  g @ W_out": (lambda: x @ w_out),
+            "gate/up input grad  g @ W_in": (lambda: h @ w_in),
+        }
         flops = 2 * tokens * HIDDEN * MLP
         for name, fn in layouts.items():
             row = {"tokens": tokens, "gemm": name}
@@ -84,13 +86,16 @@ def _mlp(merged: bool, w_gate, w_up, w_down):
         else:
             gate, up = F.linear(x, w_gate), F.linear(x, w_up)
         return F.linear(F.gelu(gate, approximate="tanh") * up, w_down)
+
     return block
 
 
 def mlp_block(device, tokens: int) -> list[dict]:
     """Forward + backward of the frozen GeGLU MLP, gate/up separate vs merged."""
-    w = [torch.randn(*s, device=device, dtype=torch.bfloat16) * 0.02
-         for s in ((MLP, HIDDEN), (MLP, HIDDEN), (HIDDEN, MLP))]
+    w = [
+        torch.randn(*s, device=device, dtype=torch.bfloat16) * 0.02
+        for s in ((MLP, HIDDEN), (MLP, HIDDEN), (HIDDEN, MLP))
+    ]
     x = torch.randn(tokens, HIDDEN, device=device, dtype=torch.bfloat16, requires_grad=True)
     grad = torch.randn(tokens, HIDDEN, device=device, dtype=torch.bfloat16)
     rows = []
@@ -102,6 +107,7 @@ def mlp_block(device, tokens: int) -> list[dict]:
             def step():
                 x.grad = None
                 block(x).backward(grad)
+
             row = {"tokens": tokens, "gate_up": "merged" if merged else "separate", "mode": mode or "default"}
             try:
                 row["ms"] = round(timed(step, REPEATS), 3)
@@ -118,12 +124,18 @@ def _qkv(layout: str, base: list, lora_a: list, lora_b: list):
 
     def project(x):
         if layout == "peft":  # three dropout masks, three A matmuls
-            return [F.linear(x, w) + F.linear(F.linear(F.dropout(x, DROPOUT), a), b) * scale
-                    for w, a, b in zip(base, lora_a, lora_b)]
+            return [
+                F.linear(x, w) + F.linear(F.linear(F.dropout(x, DROPOUT), a), b) * scale
+                for w, a, b in zip(base, lora_a, lora_b)
+            ]
         low = F.linear(F.dropout(x, DROPOUT), torch.cat(lora_a)).split(RANK, dim=-1)
-        full = (F.linear(x, torch.cat(base)).split(outs, dim=-1) if layout == "merged_a_and_base"
-                else [F.linear(x, w) for w in base])
+        full = (
+            F.linear(x, torch.cat(base)).split(outs, dim=-1)
+            if layout == "merged_a_and_base"
+            else [F.linear(x, w) for w in base]
+        )
         return [f + F.linear(lo, b) * scale for f, lo, b in zip(full, low, lora_b)]
+
     return project
 
 
@@ -145,6 +157,7 @@ def qkv_lora(device, tokens: int) -> list[dict]:
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 outs = project(x)
             torch.autograd.backward(outs, grads)
+
         row = {"tokens": tokens, "layout": layout, "ms": round(timed(step, REPEATS), 3)}
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -19,8 +19,15 @@ from workload.data.dataset import load_dataset  # noqa: E402
 from workload.model.classifier import load_tokenizer  # noqa: E402
 from workload.model.tiny import train_tokenizer  # noqa: E402
 
-GEMMA_2B = dict(vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
-                num_attention_heads=8, num_key_value_heads=1, head_dim=256)
+GEMMA_2B = dict(
+    vocab_size=256000,
+    hidden_size=2048,
+    intermediate_size=16384,
+    num_hidden_layers=18,
+    num_attention_heads=8,
+    num_key_value_heads=1,
+    head_dim=256,
+)
 
 
 def main(argv=None) -> int:
@@ -33,8 +40,9 @@ def main(argv=None) -> int:
     data = load_dataset()
     train_tokenizer([e.text for e in data.train], args.out)
     tokenizer = load_tokenizer(args.out)
-    config = GemmaConfig(**{**GEMMA_2B, "num_hidden_layers": args.layers}, pad_token_id=0, eos_token_id=1,
-                         bos_token_id=2)
+    config = GemmaConfig(
+        **{**GEMMA_2B, "num_hidden_layers": args.layers}, pad_token_id=0, eos_token_id=1, bos_token_id=2
+    )
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(device):

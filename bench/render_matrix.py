@@ -53,6 +53,7 @@ def main() -> None:
 
     out = Path(tempfile.mkdtemp(prefix="envbuild-bench-"))
     try:
+
         def to_disk():
             static = StaticFiles.read()
             for i, plan in enumerate(plans):
@@ -68,8 +69,10 @@ def main() -> None:
     print(f"cells in the recipe matrix:        {n}")
     print(f"resolve all cells:                 {resolve_s * 1e3:8.1f} ms")
     print(f"render all contexts in memory:     {shared_s * 1e3:8.1f} ms  ({shared_s / n * 1e3:.2f} ms/cell)")
-    print(f"  baseline (re-read shared files): {baseline_s * 1e3:8.1f} ms  "
-          f"-> shared snapshot is {baseline_s / shared_s:.1f}x faster")
+    print(
+        f"  baseline (re-read shared files): {baseline_s * 1e3:8.1f} ms  "
+        f"-> shared snapshot is {baseline_s / shared_s:.1f}x faster"
+    )
     print(f"resolve + render (in memory):      {total * 1e3:8.1f} ms  = {total:.3f}x the 1 s budget")
     print(f"write all contexts to disk:        {disk_s * 1e3:8.1f} ms  ({files} files, {disk_s / n * 1e3:.2f} ms/cell)")
 

@@ -83,8 +83,16 @@ def gemm_by_shape(prof) -> list[dict]:
         if seconds <= 0:
             continue
         flops = 2 * batch * m * k * n * evt.count
-        rows.append({"op": evt.key, "m_k_n": [m, k, n], "batch": batch, "calls": evt.count,
-                     "seconds": float(f"{seconds:.4g}"), "tflops": float(f"{flops / seconds / 1e12:.4g}")})
+        rows.append(
+            {
+                "op": evt.key,
+                "m_k_n": [m, k, n],
+                "batch": batch,
+                "calls": evt.count,
+                "seconds": float(f"{seconds:.4g}"),
+                "tflops": float(f"{flops / seconds / 1e12:.4g}"),
+            }
+        )
     return sorted(rows, key=lambda r: -r["seconds"])
 
 
@@ -96,10 +104,16 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a CPU check)")
     p.add_argument("--eager", action="store_true", help="without compiled layers")
     p.add_argument("--no-graph-steps", action="store_true", help="seed: without the captured step graphs")
-    p.add_argument("--varlen", choices=["on", "off"], help="throughput: packed rows through varlen attention "
-                   "kernels or dense masks (default: the preset's)")
-    p.add_argument("--merged-qkv", choices=["on", "off"], help="q/k/v merged (one base and one LoRA-A GEMM) or "
-                   "peft's three projections (default: the preset's)")
+    p.add_argument(
+        "--varlen",
+        choices=["on", "off"],
+        help="throughput: packed rows through varlen attention kernels or dense masks (default: the preset's)",
+    )
+    p.add_argument(
+        "--merged-qkv",
+        choices=["on", "off"],
+        help="q/k/v merged (one base and one LoRA-A GEMM) or peft's three projections (default: the preset's)",
+    )
     p.add_argument("--out", type=Path, help="write the breakdown as JSON here")
     args = p.parse_args(argv)
 
@@ -118,12 +132,16 @@ def main(argv=None) -> int:
     per_step = (recipe.tokens_per_step // 68 + 1) if recipe.tokens_per_step else recipe.batch_size
     ids, labels = synthetic_data(args.steps * per_step, shape.get("vocab_size", 262144), seed=1)
     data = Tokenised(ids, labels, ids[:8], labels[:8])
-    model = apply_lora(build_model(shape, device, recipe.seed, recipe.dtype), recipe.lora_r, recipe.lora_alpha,
-                       recipe.lora_dropout, recipe.target_modules)
+    model = apply_lora(
+        build_model(shape, device, recipe.seed, recipe.dtype),
+        recipe.lora_r,
+        recipe.lora_alpha,
+        recipe.lora_dropout,
+        recipe.target_modules,
+    )
     make_trainable_fp32(model)
     print(f"untimed pass ({args.steps} steps; compiles on the GPU) ...", flush=True)
-    first = train(model, data, recipe.replace(max_steps=args.steps, epochs=1), device=device, dtype=dtype,
-                  pad_id=PAD)
+    first = train(model, data, recipe.replace(max_steps=args.steps, epochs=1), device=device, dtype=dtype, pad_id=PAD)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -139,27 +157,48 @@ def main(argv=None) -> int:
             begin.append(time.perf_counter())
 
     # log_every=1: train() reports every step (a host sync per step, as its logging does)
-    stats = train(model, data, recipe.replace(max_steps=args.steps, epochs=1, log_every=1), device=device,
-                  dtype=dtype, pad_id=PAD, on_step=start_after_first_step)
+    stats = train(
+        model,
+        data,
+        recipe.replace(max_steps=args.steps, epochs=1, log_every=1),
+        device=device,
+        dtype=dtype,
+        pad_id=PAD,
+        on_step=start_after_first_step,
+    )
     _sync(device)
     wall = time.perf_counter() - begin[0]
     prof.stop()
     by_kind, top = kernel_breakdown(prof)
     kernel_total = sum(by_kind.values())
-    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "versions": env.versions(), "shape": shape, "preset": args.preset, "compiled_layers": stats.compiled_layers,
-           "compile_error": stats.compile_error, "graph_steps": recipe.graph_steps, "graph_error": stats.graph_error,
-           "graphed_layouts": stats.graphed_layouts, "varlen_attention": stats.varlen_attention,
-           "varlen_error": stats.varlen_error, "merged_qkv_blocks": stats.merged_qkv_blocks, "steps": stats.steps,
-           "samples": stats.samples,
-           "loop_seconds": round(stats.seconds, 4), "profiled_steps": stats.steps - 1,
-           "profiled_wall_seconds": round(wall, 4),
-           "unprofiled_loop_seconds": round(first.seconds, 4), "kernel_seconds": round(kernel_total, 4),
-           "gpu_busy_fraction": round(kernel_total / wall, 4) if wall else None,
-           "by_kind": {k: {"seconds": round(v, 4), "share": round(v / kernel_total, 4) if kernel_total else None}
-                       for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-           "top_kernels": [{"name": n[:160], "seconds": round(s, 4)} for n, s in top],
-           "gemm_by_shape": gemm_by_shape(prof)[:20]}
+    out = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "versions": env.versions(),
+        "shape": shape,
+        "preset": args.preset,
+        "compiled_layers": stats.compiled_layers,
+        "compile_error": stats.compile_error,
+        "graph_steps": recipe.graph_steps,
+        "graph_error": stats.graph_error,
+        "graphed_layouts": stats.graphed_layouts,
+        "varlen_attention": stats.varlen_attention,
+        "varlen_error": stats.varlen_error,
+        "merged_qkv_blocks": stats.merged_qkv_blocks,
+        "steps": stats.steps,
+        "samples": stats.samples,
+        "loop_seconds": round(stats.seconds, 4),
+        "profiled_steps": stats.steps - 1,
+        "profiled_wall_seconds": round(wall, 4),
+        "unprofiled_loop_seconds": round(first.seconds, 4),
+        "kernel_seconds": round(kernel_total, 4),
+        "gpu_busy_fraction": round(kernel_total / wall, 4) if wall else None,
+        "by_kind": {
+            k: {"seconds": round(v, 4), "share": round(v / kernel_total, 4) if kernel_total else None}
+            for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
+        },
+        "top_kernels": [{"name": n[:160], "seconds": round(s, 4)} for n, s in top],
+        "gemm_by_shape": gemm_by_shape(prof)[:20],
+    }
     print(json.dumps(out, indent=1), flush=True)
     if kernel_total:
         print(f"\n{'kind':<50}{'seconds':>10}{'share':>8}")
@@ -167,9 +206,13 @@ def main(argv=None) -> int:
             print(f"{kind:<50}{row['seconds']:>10.3f}{row['share'] * 100:>7.1f}%")
         print(f"\n{'GEMM (M, K, N)':<36}{'calls':>7}{'seconds':>10}{'TFLOP/s':>9}")
         for row in out["gemm_by_shape"]:
-            print(f"{row['op'] + ' ' + str(row['m_k_n']):<36}{row['calls']:>7}{row['seconds']:>10.3f}{row['tflops']:>9.1f}")
-        print(f"GPU busy {out['gpu_busy_fraction'] * 100:.1f}% of steps 2-{stats.steps}'s {wall:.2f} s "
-              f"(all {stats.steps} steps without the profiler: {first.seconds:.2f} s)")
+            print(
+                f"{row['op'] + ' ' + str(row['m_k_n']):<36}{row['calls']:>7}{row['seconds']:>10.3f}{row['tflops']:>9.1f}"
+            )
+        print(
+            f"GPU busy {out['gpu_busy_fraction'] * 100:.1f}% of steps 2-{stats.steps}'s {wall:.2f} s "
+            f"(all {stats.steps} steps without the profiler: {first.seconds:.2f} s)"
+        )
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))
     return 0

@@ -50,26 +50,55 @@ from workload.training.metrics import attention_flops, attention_layers, flops_p
 from workload.data.synthetic import synthetic_data as speed_data  # noqa: E402
 from workload.training.presets import PRESETS  # noqa: E402
 
-GEMMA_2B = dict(vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=18,
-                num_attention_heads=8, num_key_value_heads=1, head_dim=256)
+GEMMA_2B = dict(
+    vocab_size=256000,
+    hidden_size=2048,
+    intermediate_size=16384,
+    num_hidden_layers=18,
+    num_attention_heads=8,
+    num_key_value_heads=1,
+    head_dim=256,
+)
 # Gemma 4 text decoder at transformers' Gemma4TextConfig defaults, which its docstring calls similar to
 # google/gemma-4-e2b-it (hidden 2304, 30 layers, 8 heads, 4 KV heads, head_dim 256, intermediate 9216, vocab 262144,
 # 256-wide per-layer inputs, sliding window 512); the released checkpoint's config was not reachable to compare.
 GEMMA4_E2B = dict(family="gemma4_text")
-TINY_GEMMA4 = dict(family="gemma4_text", vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                   num_attention_heads=4, num_key_value_heads=1, head_dim=16, global_head_dim=16,
-                   hidden_size_per_layer_input=16, vocab_size_per_layer_input=1000, sliding_window=128,
-                   layer_types=["sliding_attention", "full_attention"])
-TINY = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=1, head_dim=16)
+TINY_GEMMA4 = dict(
+    family="gemma4_text",
+    vocab_size=1000,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=16,
+    global_head_dim=16,
+    hidden_size_per_layer_input=16,
+    vocab_size_per_layer_input=1000,
+    sliding_window=128,
+    layer_types=["sliding_attention", "full_attention"],
+)
+TINY = dict(
+    vocab_size=1000,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=16,
+)
 PAD, EOS, BOS = 0, 1, 2
 NUM_LABELS = 7
 
 
 def model_shape(name: str, tiny: bool) -> dict:
     """The config fields of a --shape (gemma-2b | gemma4-e2b), or of that family's tiny CPU model."""
-    return {("gemma-2b", False): GEMMA_2B, ("gemma-2b", True): TINY, ("gemma4-e2b", False): GEMMA4_E2B,
-            ("gemma4-e2b", True): TINY_GEMMA4}[name, tiny]
+    return {
+        ("gemma-2b", False): GEMMA_2B,
+        ("gemma-2b", True): TINY,
+        ("gemma4-e2b", False): GEMMA4_E2B,
+        ("gemma4-e2b", True): TINY_GEMMA4,
+    }[name, tiny]
 
 
 def synthetic_data(n: int, vocab: int, seed: int) -> tuple[list[list[int]], list[int]]:
@@ -79,8 +108,12 @@ def synthetic_data(n: int, vocab: int, seed: int) -> tuple[list[list[int]], list
 
 def length_stats(ids) -> dict:
     lengths = sorted(len(x) for x in ids)
-    return {"median": lengths[len(lengths) // 2], "mean": round(sum(lengths) / len(lengths), 1),
-            "p95": lengths[int(0.95 * len(lengths))], "max": lengths[-1]}
+    return {
+        "median": lengths[len(lengths) // 2],
+        "mean": round(sum(lengths) / len(lengths), 1),
+        "p95": lengths[int(0.95 * len(lengths))],
+        "max": lengths[-1],
+    }
 
 
 class _Gemma4Classifier(LastTokenClassifier):
@@ -128,8 +161,8 @@ def _pad_to_longest(rows):
     ids = torch.full((len(rows), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, r in enumerate(rows):
-        ids[i, :len(r["input_ids"])] = torch.tensor(r["input_ids"])
-        mask[i, :len(r["input_ids"])] = 1
+        ids[i, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
+        mask[i, : len(r["input_ids"])] = 1
     return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([r["labels"] for r in rows])}
 
 
@@ -137,17 +170,39 @@ def run_baseline(shape, data: Tokenised, recipe, device, steps: int) -> dict:
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import Trainer, TrainingArguments
 
-    model = get_peft_model(build_model(shape, device, recipe.seed, recipe.dtype), LoraConfig(
-        task_type=TaskType.SEQ_CLS, r=recipe.lora_r, lora_alpha=recipe.lora_alpha,
-        lora_dropout=recipe.lora_dropout, target_modules=list(recipe.target_modules)))
+    model = get_peft_model(
+        build_model(shape, device, recipe.seed, recipe.dtype),
+        LoraConfig(
+            task_type=TaskType.SEQ_CLS,
+            r=recipe.lora_r,
+            lora_alpha=recipe.lora_alpha,
+            lora_dropout=recipe.lora_dropout,
+            target_modules=list(recipe.target_modules),
+        ),
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(output_dir=tmp, per_device_train_batch_size=recipe.batch_size,
-                                 learning_rate=recipe.learning_rate, warmup_steps=recipe.warmup_steps,
-                                 weight_decay=recipe.weight_decay, max_steps=steps, bf16=device.type == "cuda",
-                                 use_cpu=device.type == "cpu", logging_steps=10, save_strategy="no", report_to=[],
-                                 seed=recipe.seed, remove_unused_columns=False, disable_tqdm=True)
-        trainer = Trainer(model=model, args=args, train_dataset=_Rows(data.train_ids, data.train_labels),
-                          data_collator=_pad_to_longest)
+        args = TrainingArguments(
+            output_dir=tmp,
+            per_device_train_batch_size=recipe.batch_size,
+            learning_rate=recipe.learning_rate,
+            warmup_steps=recipe.warmup_steps,
+            weight_decay=recipe.weight_decay,
+            max_steps=steps,
+            bf16=device.type == "cuda",
+            use_cpu=device.type == "cpu",
+            logging_steps=10,
+            save_strategy="no",
+            report_to=[],
+            seed=recipe.seed,
+            remove_unused_columns=False,
+            disable_tqdm=True,
+        )
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=_Rows(data.train_ids, data.train_labels),
+            data_collator=_pad_to_longest,
+        )
         _reset_memory(device)
         start = time.perf_counter()
         trainer.train()
@@ -156,29 +211,76 @@ def run_baseline(shape, data: Tokenised, recipe, device, steps: int) -> dict:
     used = steps * recipe.batch_size
     tokens = sum(len(x) for x in data.train_ids[:used])
     attn = attention_flops([len(x) for x in data.train_ids[:used]], attention_layers(model))
-    return _report("hf_trainer_baseline", model, data, recipe, device, seconds, used, tokens, steps, attn,
-                   extra={"optim": str(args.optim)})
+    return _report(
+        "hf_trainer_baseline",
+        model,
+        data,
+        recipe,
+        device,
+        seconds,
+        used,
+        tokens,
+        steps,
+        attn,
+        extra={"optim": str(args.optim)},
+    )
 
 
 def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str) -> dict:
-    model = apply_lora(build_model(shape, device, recipe.seed, recipe.dtype), recipe.lora_r, recipe.lora_alpha,
-                       recipe.lora_dropout, recipe.target_modules)
+    model = apply_lora(
+        build_model(shape, device, recipe.seed, recipe.dtype),
+        recipe.lora_r,
+        recipe.lora_alpha,
+        recipe.lora_dropout,
+        recipe.target_modules,
+    )
     make_trainable_fp32(model)
     _reset_memory(device)
-    stats = train(model, data, recipe.replace(max_steps=steps, epochs=1), device=device, dtype=recipe.dtype,
-                  pad_id=PAD)
-    levers = {k: getattr(recipe, k) for k in ("micro_batch_tokens", "tokens_per_step", "bucket_lengths", "pack",
-                                              "pack_length", "compile", "lr_scaling", "graph_steps",
-                                              "varlen_attention", "merged_qkv", "lora_dropout")}
-    return _report(name, model, data, recipe, device, stats.seconds, stats.samples, stats.tokens, stats.steps,
-                   stats.attention_flops,
-                   extra={"final_train_loss": stats.train_loss[-1][1], "padded_tokens": stats.padded_tokens,
-                          "warmup_seconds": round(stats.warmup_seconds, 1), "learning_rate": stats.learning_rate,
-                          "warmup_steps": stats.warmup_steps, "compile_error": stats.compile_error,
-                          "graph_error": stats.graph_error, "graphed_layouts": stats.graphed_layouts,
-                          "compiled_layers": stats.compiled_layers, "first_losses": stats.train_loss[:4],
-                          "varlen_attention": stats.varlen_attention, "varlen_error": stats.varlen_error,
-                          "merged_qkv_blocks": stats.merged_qkv_blocks, "levers": levers})
+    stats = train(model, data, recipe.replace(max_steps=steps, epochs=1), device=device, dtype=recipe.dtype, pad_id=PAD)
+    levers = {
+        k: getattr(recipe, k)
+        for k in (
+            "micro_batch_tokens",
+            "tokens_per_step",
+            "bucket_lengths",
+            "pack",
+            "pack_length",
+            "compile",
+            "lr_scaling",
+            "graph_steps",
+            "varlen_attention",
+            "merged_qkv",
+            "lora_dropout",
+        )
+    }
+    return _report(
+        name,
+        model,
+        data,
+        recipe,
+        device,
+        stats.seconds,
+        stats.samples,
+        stats.tokens,
+        stats.steps,
+        stats.attention_flops,
+        extra={
+            "final_train_loss": stats.train_loss[-1][1],
+            "padded_tokens": stats.padded_tokens,
+            "warmup_seconds": round(stats.warmup_seconds, 1),
+            "learning_rate": stats.learning_rate,
+            "warmup_steps": stats.warmup_steps,
+            "compile_error": stats.compile_error,
+            "graph_error": stats.graph_error,
+            "graphed_layouts": stats.graphed_layouts,
+            "compiled_layers": stats.compiled_layers,
+            "first_losses": stats.train_loss[:4],
+            "varlen_attention": stats.varlen_attention,
+            "varlen_error": stats.varlen_error,
+            "merged_qkv_blocks": stats.merged_qkv_blocks,
+            "levers": levers,
+        },
+    )
 
 
 #: The throughput preset with one lever changed, each run after it in this order (--variants).
@@ -195,12 +297,22 @@ def attempt(run, *args) -> dict:
     try:
         return run(*args)
     except Exception as e:  # noqa: BLE001 - reported in the output
-        print(json.dumps({"name": args[-1] if isinstance(args[-1], str) else run.__name__,
-                          "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}), flush=True)
-        return {"name": args[-1] if isinstance(args[-1], str) else run.__name__,
-                "error": f"{type(e).__name__}: {e}"[:2000]}
+        print(
+            json.dumps(
+                {
+                    "name": args[-1] if isinstance(args[-1], str) else run.__name__,
+                    "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                }
+            ),
+            flush=True,
+        )
+        return {
+            "name": args[-1] if isinstance(args[-1], str) else run.__name__,
+            "error": f"{type(e).__name__}: {e}"[:2000],
+        }
     finally:
         import torch._dynamo
+
         torch._dynamo.reset()
         gc.collect()
         if torch.cuda.is_available():
@@ -211,21 +323,40 @@ def _report(name, model, data, recipe, device, seconds, samples, tokens, steps, 
     """One run's numbers. `mfu` counts 4 x non-embedding parameters FLOPs per non-pad token (the targets' definition);
     `mfu_with_attention` adds the attention-score FLOPs (PaLM appendix B: 12 x layers x heads x head_dim x the
     sample's length per token) for comparison with reports that count them."""
-    peak = (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)) \
-        if device.type == "cuda" else (None, None)
-    ev = evaluate(model, data.eval_ids, data.eval_labels, device=device, dtype=recipe.dtype, pad_id=PAD,
-                  recipe=recipe, num_labels=NUM_LABELS)
+    peak = (
+        (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device))
+        if device.type == "cuda"
+        else (None, None)
+    )
+    ev = evaluate(
+        model,
+        data.eval_ids,
+        data.eval_labels,
+        device=device,
+        dtype=recipe.dtype,
+        pad_id=PAD,
+        recipe=recipe,
+        num_labels=NUM_LABELS,
+    )
     n_non_embedding = count_parameters(model)[2]
     peak_tflops = env.hardware(device)["peak_tflops"] if device.type == "cuda" else None
     rate = mfu(tokens / seconds, n_non_embedding, peak_tflops)
     rate_attn = mfu_from_flops((tokens * flops_per_token(n_non_embedding) + attn_flops) / seconds, peak_tflops)
-    out = {"name": name, "steps": steps, "samples": samples, "seconds": round(seconds, 3),
-           "samples_per_s": round(samples / seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
-           "mfu": round(rate, 4) if rate is not None else None,
-           "mfu_with_attention": round(rate_attn, 4) if rate_attn is not None else None,
-           "peak_allocated_gb": round(peak[0] / 1e9, 2) if peak[0] else None,
-           "peak_reserved_gb": round(peak[1] / 1e9, 2) if peak[1] else None,
-           "eval_loss": round(ev["loss"], 4), "eval_accuracy": round(ev["accuracy"], 4), **extra}
+    out = {
+        "name": name,
+        "steps": steps,
+        "samples": samples,
+        "seconds": round(seconds, 3),
+        "samples_per_s": round(samples / seconds, 2),
+        "tokens_per_s": round(tokens / seconds, 1),
+        "mfu": round(rate, 4) if rate is not None else None,
+        "mfu_with_attention": round(rate_attn, 4) if rate_attn is not None else None,
+        "peak_allocated_gb": round(peak[0] / 1e9, 2) if peak[0] else None,
+        "peak_reserved_gb": round(peak[1] / 1e9, 2) if peak[1] else None,
+        "eval_loss": round(ev["loss"], 4),
+        "eval_accuracy": round(ev["accuracy"], 4),
+        **extra,
+    }
     print(json.dumps(out), flush=True)
     del model
     gc.collect()
@@ -251,14 +382,24 @@ def main(argv=None) -> int:
     p.add_argument("--eval-samples", type=int, default=512)
     p.add_argument("--shape", choices=["gemma-2b", "gemma4-e2b"], default="gemma-2b", help="model shape")
     p.add_argument("--tiny", action="store_true", help="tiny model of that family (a quick check, e.g. on CPU)")
-    p.add_argument("--variants", default="seed_eager,throughput_eager",
-                   help="extra runs, comma-separated: seed_eager, seed_nographs, throughput_eager, "
-                        "throughput_masked, throughput_varlen, throughput_nodropout, throughput_unmerged ('' for none)")
-    p.add_argument("--no-seed", action="store_true",
-                   help="leave the seed preset out (the ratio is then the first remaining workload run's)")
+    p.add_argument(
+        "--variants",
+        default="seed_eager,throughput_eager",
+        help="extra runs, comma-separated: seed_eager, seed_nographs, throughput_eager, "
+        "throughput_masked, throughput_varlen, throughput_nodropout, throughput_unmerged ('' for none)",
+    )
+    p.add_argument(
+        "--no-seed",
+        action="store_true",
+        help="leave the seed preset out (the ratio is then the first remaining workload run's)",
+    )
     p.add_argument("--throughput-steps", type=int, default=60, help="optimizer steps of the throughput preset")
-    p.add_argument("--warmup", type=int, default=30,
-                   help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=30,
+        help="untimed baseline steps first, so no measured run pays for CUDA/cuBLAS start-up",
+    )
     p.add_argument("--loss-tolerance", type=float, default=0.05, help="max |eval loss difference| (absolute)")
     p.add_argument("--out", type=Path, help="write the numbers as JSON here")
     args = p.parse_args(argv)
@@ -272,9 +413,16 @@ def main(argv=None) -> int:
     train_ids, train_labels = synthetic_data(n, vocab, seed=1)
     eval_ids, eval_labels = synthetic_data(args.eval_samples, vocab, seed=2)
     data = Tokenised(train_ids, train_labels, eval_ids, eval_labels)
-    header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "versions": env.versions(), "shape": shape, "dtype": dtype,
-              "lengths": length_stats(train_ids), "steps": args.steps, "batch_size": recipe.batch_size}
+    header = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "versions": env.versions(),
+        "shape": shape,
+        "dtype": dtype,
+        "lengths": length_stats(train_ids),
+        "steps": args.steps,
+        "batch_size": recipe.batch_size,
+    }
     print(json.dumps(header), flush=True)
 
     if args.warmup:
@@ -285,11 +433,29 @@ def main(argv=None) -> int:
         runs.append(attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed"))
     variants = set(args.variants.split(",")) if args.variants else set()
     if "seed_eager" in variants:  # the seed preset without compiled layers
-        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, compile=False, graph_steps=False),
-                            device, args.steps, "workload_seed_eager"))
+        runs.append(
+            attempt(
+                run_workload,
+                shape,
+                data,
+                dataclasses.replace(recipe, compile=False, graph_steps=False),
+                device,
+                args.steps,
+                "workload_seed_eager",
+            )
+        )
     if "seed_nographs" in variants:
-        runs.append(attempt(run_workload, shape, data, dataclasses.replace(recipe, graph_steps=False), device,
-                            args.steps, "workload_seed_nographs"))
+        runs.append(
+            attempt(
+                run_workload,
+                shape,
+                data,
+                dataclasses.replace(recipe, graph_steps=False),
+                device,
+                args.steps,
+                "workload_seed_nographs",
+            )
+        )
     throughput = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
     if args.tiny:
         throughput = throughput.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
@@ -297,14 +463,31 @@ def main(argv=None) -> int:
     t_ids, t_labels = synthetic_data(args.throughput_steps * per_step, vocab, seed=3)
     t_data = Tokenised(t_ids, t_labels, eval_ids, eval_labels)
     if "throughput_eager" in variants:
-        runs.append(attempt(run_workload, shape, t_data, throughput.replace(compile=False), device,
-                            args.throughput_steps, "workload_throughput_eager"))
-    runs.append(attempt(run_workload, shape, t_data, throughput,
-                        device, args.throughput_steps, "workload_throughput"))
+        runs.append(
+            attempt(
+                run_workload,
+                shape,
+                t_data,
+                throughput.replace(compile=False),
+                device,
+                args.throughput_steps,
+                "workload_throughput_eager",
+            )
+        )
+    runs.append(attempt(run_workload, shape, t_data, throughput, device, args.throughput_steps, "workload_throughput"))
     for variant, changes in THROUGHPUT_VARIANTS.items():
         if variant in variants:
-            runs.append(attempt(run_workload, shape, t_data, dataclasses.replace(throughput, **changes), device,
-                                args.throughput_steps, f"workload_{variant}"))
+            runs.append(
+                attempt(
+                    run_workload,
+                    shape,
+                    t_data,
+                    dataclasses.replace(throughput, **changes),
+                    device,
+                    args.throughput_steps,
+                    f"workload_{variant}",
+                )
+            )
     base, ours = runs[0], runs[1]
     if "error" in base or "error" in ours:
         print("a reference run failed: no ratio", flush=True)
@@ -313,23 +496,30 @@ def main(argv=None) -> int:
         return 1
     ratio = ours["samples_per_s"] / base["samples_per_s"]
     loss_diff = abs(ours["eval_loss"] - base["eval_loss"])
-    summary = {"ratio_samples_per_s": round(ratio, 3),
-               "ratio_tokens_per_s": round(ours["tokens_per_s"] / base["tokens_per_s"], 3),
-               "eval_loss_diff": round(loss_diff, 4), "eval_loss_within_tolerance": loss_diff <= args.loss_tolerance,
-               "seed_peak_alloc_not_above_baseline": (ours["peak_allocated_gb"] or 0) <= (base["peak_allocated_gb"] or 0),
-               "ratios": {r["name"]: round(r["samples_per_s"] / base["samples_per_s"], 3)
-                          for r in runs if "error" not in r}}
+    summary = {
+        "ratio_samples_per_s": round(ratio, 3),
+        "ratio_tokens_per_s": round(ours["tokens_per_s"] / base["tokens_per_s"], 3),
+        "eval_loss_diff": round(loss_diff, 4),
+        "eval_loss_within_tolerance": loss_diff <= args.loss_tolerance,
+        "seed_peak_alloc_not_above_baseline": (ours["peak_allocated_gb"] or 0) <= (base["peak_allocated_gb"] or 0),
+        "ratios": {r["name"]: round(r["samples_per_s"] / base["samples_per_s"], 3) for r in runs if "error" not in r},
+    }
     print()
-    print(f"{'run':<28}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'MFU+attn':>9}{'peak alloc GB':>15}"
-          f"{'eval loss':>11}")
+    print(
+        f"{'run':<28}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'MFU+attn':>9}{'peak alloc GB':>15}{'eval loss':>11}"
+    )
     for r in runs:
         if "error" in r:
             print(f"{r['name']:<28} FAILED: {r['error'][:200]}")
             continue
-        print(f"{r['name']:<28}{r['samples_per_s']:>11.1f}{r['tokens_per_s']:>11.0f}{(r['mfu'] or 0) * 100:>7.1f}%"
-              f"{(r['mfu_with_attention'] or 0) * 100:>8.1f}%{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}")
-    print(f"ratio (workload / baseline) samples/s: {ratio:.2f}x; eval loss diff {loss_diff:.4f} "
-          f"({'within' if summary['eval_loss_within_tolerance'] else 'OUTSIDE'} tolerance {args.loss_tolerance})")
+        print(
+            f"{r['name']:<28}{r['samples_per_s']:>11.1f}{r['tokens_per_s']:>11.0f}{(r['mfu'] or 0) * 100:>7.1f}%"
+            f"{(r['mfu_with_attention'] or 0) * 100:>8.1f}%{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}"
+        )
+    print(
+        f"ratio (workload / baseline) samples/s: {ratio:.2f}x; eval loss diff {loss_diff:.4f} "
+        f"({'within' if summary['eval_loss_within_tolerance'] else 'OUTSIDE'} tolerance {args.loss_tolerance})"
+    )
     if args.out:
         args.out.write_text(json.dumps({"header": header, "runs": runs, "summary": summary}, indent=1))
     return 0

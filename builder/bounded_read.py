@@ -112,8 +112,10 @@ def check_toml(text: str, *, max_depth: int = MAX_DEPTH) -> None:
     bare = _TOML_COMMENT.sub("", _TOML_STRING.sub('""', text)).encode("utf-8", "replace")
     for number, line in enumerate(bare.split(b"\n"), 1):
         if line.count(b".") >= MAX_KEY_PARTS:
-            raise BoundedReadError(f"line {number}: {line.count(b'.')} dots outside strings, a dotted key of more "
-                                   f"than {MAX_KEY_PARTS} parts; recipe keys have at most 3")
+            raise BoundedReadError(
+                f"line {number}: {line.count(b'.')} dots outside strings, a dotted key of more "
+                f"than {MAX_KEY_PARTS} parts; recipe keys have at most 3"
+            )
     depth = _max_depth(bare.translate(None, _KEEP_BRACKETS))
     if depth > max_depth:
         raise BoundedReadError(f"nested {depth} deep; at most {max_depth} is read")

@@ -29,6 +29,7 @@ CI_TEMPLATES_DIR = DATA_ROOT / "ci"
 RESULTS_DIR = DATA_ROOT / "results"
 WORKLOAD_DIR = Path(_HOME) / "workload" if _HOME else _package_dir("workload")
 
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temp file beside `path`, fsync it, then rename it over `path`: a reader sees the old
     file or the new one, never half of one, and a failure leaves no temp file behind."""

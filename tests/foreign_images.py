@@ -19,8 +19,10 @@ DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 TORCH_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
 MARKED_VERSION = "2.13.0+cpu.imagetorch"
-_PIP = ("if [ -f /run/secrets/envbuild_ca ]; then export PIP_CERT=/run/secrets/envbuild_ca; fi; "
-        "pip install -q --break-system-packages --no-cache-dir --root-user-action=ignore")
+_PIP = (
+    "if [ -f /run/secrets/envbuild_ca ]; then export PIP_CERT=/run/secrets/envbuild_ca; fi; "
+    "pip install -q --break-system-packages --no-cache-dir --root-user-action=ignore"
+)
 
 PLAIN = """\
 FROM {base}
@@ -44,8 +46,13 @@ RUN sed -i -e "s/^__version__ = .*/__version__ = '2.13.0+cu130'/" -e "s/^cuda: .
 
 def _build(ctx: Path, tag: str) -> str:
     secret = ["--secret", f"id=envbuild_ca,src={CA}"] if CA.is_file() else []
-    proc = subprocess.run([DOCKER, "build", "--network", "host", *secret, "-t", tag, str(ctx)], capture_output=True,
-                          text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=1500)
+    proc = subprocess.run(
+        [DOCKER, "build", "--network", "host", *secret, "-t", tag, str(ctx)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        timeout=1500,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"docker build {tag} failed: {proc.stderr[-3000:]}")
     return tag
@@ -54,8 +61,17 @@ def _build(ctx: Path, tag: str) -> str:
 def stack_without(names: set[str]) -> str:
     """The torch 2.13 / Python 3.11 lock's stack (torch's own dependencies left to the image), minus `names`."""
     lock = lockfile.read(recipes.load(RECIPES_DIR), "2.13", "3.11")
-    torch_deps = {"filelock", "typing-extensions", "setuptools", "sympy", "mpmath", "networkx", "jinja2",
-                  "markupsafe", "fsspec"}
+    torch_deps = {
+        "filelock",
+        "typing-extensions",
+        "setuptools",
+        "sympy",
+        "mpmath",
+        "networkx",
+        "jinja2",
+        "markupsafe",
+        "fsspec",
+    }
     wanted = {e.name for e in lock.entries("stack")} - names - torch_deps
     return lock.requirements("stack", wanted)
 

@@ -17,8 +17,12 @@ def read_only_dir(tmp_path):
         yield path
         path.chmod(0o755)
         return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
     if not mounted:
         pytest.skip("root cannot mount a read-only tmpfs here, and mode 555 does not stop root")
     try:

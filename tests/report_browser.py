@@ -18,9 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--remote-debugging-pipe", "--window-size=1280,900", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-pipe",
+    "--window-size=1280,900",
+    "--hide-scrollbars",
 ]
 
 
@@ -49,8 +57,11 @@ class PageReport:
     @property
     def errors(self) -> list[str]:
         """Console errors and warnings, uncaught exceptions and failed loads: all should be empty."""
-        return ([f"console.{m['level']}: {m['text']}" for m in self.console if m["level"] in ("error", "warning")]
-                + self.exceptions + self.failed_requests)
+        return (
+            [f"console.{m['level']}: {m['text']}" for m in self.console if m["level"] in ("error", "warning")]
+            + self.exceptions
+            + self.failed_requests
+        )
 
 
 class _Pipe:
@@ -66,16 +77,19 @@ class _Pipe:
 
         self.proc = subprocess.Popen(
             [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=wire_fds, pass_fds=(3, 4))  # kept open through exec (close_fds runs after preexec_fn)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=wire_fds,
+            pass_fds=(3, 4),
+        )  # kept open through exec (close_fds runs after preexec_fn)
         os.close(to_child_r)
         os.close(from_child_w)
         self._buffer = b""
         self._next_id = 0
         self.events: list[dict] = []
 
-    def send(self, method: str, params: dict | None = None, session: str | None = None,
-             timeout: float = 30) -> dict:
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30) -> dict:
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -129,8 +143,9 @@ class _Pipe:
         os.close(self._from_child)
 
 
-def inspect_page(url: str, screenshot: Path, expression: str = "null", binary: str | None = None,
-                 width: int | None = None) -> PageReport:
+def inspect_page(
+    url: str, screenshot: Path, expression: str = "null", binary: str | None = None, width: int | None = None
+) -> PageReport:
     """Open `url`, wait for load, evaluate `expression` (JSON-able result), screenshot the full page. `width`: the
     viewport's width in CSS pixels (default: the window's, 1280)."""
     binary = binary or chromium_path()
@@ -144,18 +159,35 @@ def inspect_page(url: str, screenshot: Path, expression: str = "null", binary: s
             for domain in ("Page", "Runtime", "Log", "Network"):
                 pipe.send(f"{domain}.enable", session=session)
             if width:
-                pipe.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
-                                                                 "mobile": False}, session=session)
+                pipe.send(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+                    session=session,
+                )
             pipe.send("Page.navigate", {"url": url}, session=session)
             pipe.wait_for("Page.loadEventFired")
             report = PageReport()
-            report.value = pipe.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                          "awaitPromise": True}, session=session)["result"].get("value")
+            report.value = pipe.send(
+                "Runtime.evaluate",
+                {"expression": expression, "returnByValue": True, "awaitPromise": True},
+                session=session,
+            )["result"].get("value")
             metrics = pipe.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
-            shot = pipe.send("Page.captureScreenshot", {
-                "format": "png", "captureBeyondViewport": True,
-                "clip": {"x": 0, "y": 0, "width": metrics["width"], "height": min(metrics["height"], 4000),
-                         "scale": 1}}, session=session)
+            shot = pipe.send(
+                "Page.captureScreenshot",
+                {
+                    "format": "png",
+                    "captureBeyondViewport": True,
+                    "clip": {
+                        "x": 0,
+                        "y": 0,
+                        "width": metrics["width"],
+                        "height": min(metrics["height"], 4000),
+                        "scale": 1,
+                    },
+                },
+                session=session,
+            )
             screenshot.write_bytes(base64.b64decode(shot["data"]))
             _collect(pipe.events, report)
             return report

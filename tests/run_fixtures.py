@@ -14,7 +14,7 @@ from pathlib import Path
 from builder.engine.build import BuildOptions, build_image
 from builder.plan.render import read_manifest
 
-FAKE_WORKLOAD = r'''
+FAKE_WORKLOAD = r"""
 import json, os, signal, sys, time, uuid
 
 args = sys.argv[1:]
@@ -61,10 +61,13 @@ elif mode == "bad-input":  # what the real workload does with bad data: one line
 elif mode == "sleep":
     print("sleeping", flush=True)
     time.sleep(300)
-'''
+"""
 
-MANIFEST = {"image_tag": "envbuild-test/fake-workload:1", "context_hash": "fake",
-            "cell": {"flavor": "cpu", "accel_version": None, "torch": "2.13", "arch": None, "python": "3.11"}}
+MANIFEST = {
+    "image_tag": "envbuild-test/fake-workload:1",
+    "context_hash": "fake",
+    "cell": {"flavor": "cpu", "accel_version": None, "torch": "2.13", "arch": None, "python": "3.11"},
+}
 
 
 def fake_mode(out: Path, mode: str) -> Path:
@@ -80,7 +83,6 @@ def build_fake_workload_image(tools_image: str, workdir: Path) -> str:
     (ctx / "workload" / "__init__.py").write_text("")
     (ctx / "workload" / "__main__.py").write_text(FAKE_WORKLOAD)
     (ctx / "manifest.json").write_text(json.dumps(MANIFEST))
-    (ctx / "Dockerfile").write_text(f"FROM {tools_image}\nCOPY workload /opt/fake/workload\n"
-                                    "ENV PYTHONPATH=/opt/fake\n")
+    (ctx / "Dockerfile").write_text(f"FROM {tools_image}\nCOPY workload /opt/fake/workload\nENV PYTHONPATH=/opt/fake\n")
     build_image(ctx, MANIFEST["image_tag"], BuildOptions(network="host", force=True), manifest=read_manifest(ctx))
     return MANIFEST["image_tag"]

@@ -13,15 +13,18 @@ PREFIX, SUFFIX = "envbuildCompare.register(", ");\n"
 
 def strict_json(text: str):
     """What a browser's JSON.parse accepts: no NaN/Infinity."""
+
     def refuse(name):
         raise ValueError(f"{name} is not JSON")
+
     return json.loads(text, parse_constant=refuse)
 
 
 def compare_files(site: Path) -> dict[str, str]:
     """compare.html's cell key -> script map (its one JSON element of files)."""
-    (blob,) = re.findall(r'<script type="application/json" id="files">(.*?)</script>',
-                         (site / "compare.html").read_text(), re.S)
+    (blob,) = re.findall(
+        r'<script type="application/json" id="files">(.*?)</script>', (site / "compare.html").read_text(), re.S
+    )
     return strict_json(blob)
 
 
@@ -34,7 +37,7 @@ def compare_scripts(site: Path) -> dict[str, list[dict]]:
         text = path.read_text()
         assert text.startswith(PREFIX) and text.endswith(SUFFIX), (path, text[:80], text[-80:])
         assert not set("<>&") & set(text), path
-        entry = strict_json(text[len(PREFIX):-len(SUFFIX)])
+        entry = strict_json(text[len(PREFIX) : -len(SUFFIX)])
         assert set(entry) == {"key", "profiles"} and entry["profiles"], path
         assert path.name == f"{safe_slug(entry['key'])}.js", path
         out[entry["key"]] = entry["profiles"]

@@ -5,6 +5,7 @@ to completion would otherwise be replayed from cache in 0.1 s), and the marker t
 for is printed by the step, not spelled in it: the plain log echoes each step's command line,
 so waiting for a literal word from the command would fire before the step runs.
 """
+
 from __future__ import annotations
 
 import uuid

@@ -5,9 +5,25 @@ import warnings
 from workload.runner import train_command
 from workload.training.presets import PRESETS
 
-RESULT_KEYS = {"schema_version", "run_id", "command", "status", "error_class", "error", "started_at",
-               "finished_at", "wall_time_s", "versions", "hardware", "model", "dataset", "config", "metrics",
-               "probes", "artifacts"}
+RESULT_KEYS = {
+    "schema_version",
+    "run_id",
+    "command",
+    "status",
+    "error_class",
+    "error",
+    "started_at",
+    "finished_at",
+    "wall_time_s",
+    "versions",
+    "hardware",
+    "model",
+    "dataset",
+    "config",
+    "metrics",
+    "probes",
+    "artifacts",
+}
 
 
 def quick_train(out_dir=None, probes=False, **changes):

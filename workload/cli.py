@@ -31,11 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     # No abbreviations: a data-parallel run hands these arguments on through torchrun's own parser.
-    t = sub.add_parser("train", help="LoRA fine-tune a Gemma classifier and write result.json + adapter",
-                       allow_abbrev=False)
+    t = sub.add_parser(
+        "train", help="LoRA fine-tune a Gemma classifier and write result.json + adapter", allow_abbrev=False
+    )
     t.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
-    t.add_argument("--out", type=Path, help="directory for result.json and adapter/ "
-                                            "[default: ./workload-runs/<UTC time>-<id>]")
+    t.add_argument(
+        "--out", type=Path, help="directory for result.json and adapter/ [default: ./workload-runs/<UTC time>-<id>]"
+    )
     t.add_argument("--model", help="hub id, local path, or tiny-gemma / tiny-gemma2 / tiny-gemma3 / tiny-gemma4")
     t.add_argument("--revision", help="model revision (branch, tag or commit) for hub ids")
     t.add_argument("--data", help="JSONL or CSV with text and label columns (default: the bundled sample)")
@@ -43,19 +45,33 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--label-column", default="label")
     t.add_argument("--labels", help="comma-separated label names, or 'auto' to take them from the data")
     t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm GPUs are cuda too)")
-    t.add_argument("--nproc", type=_nproc, default="auto",
-                   help="data-parallel processes: auto = one per visible GPU (1 on the CPU); N > 1 on the CPU "
-                        "starts N gloo processes. A plain start re-launches itself under torchrun")
+    t.add_argument(
+        "--nproc",
+        type=_nproc,
+        default="auto",
+        help="data-parallel processes: auto = one per visible GPU (1 on the CPU); N > 1 on the CPU "
+        "starts N gloo processes. A plain start re-launches itself under torchrun",
+    )
     t.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"])
-    t.add_argument("--attn", dest="attn_implementation",
-                   help="attention implementation: auto, sdpa, eager, flash_attention_2, flash_attention_3, "
-                        "flex_attention")
+    t.add_argument(
+        "--attn",
+        dest="attn_implementation",
+        help="attention implementation: auto, sdpa, eager, flash_attention_2, flash_attention_3, flex_attention",
+    )
     t.add_argument("--seed", type=int)
     t.add_argument("--epochs", type=int)
-    t.add_argument("--max-steps", type=int, help="stop after N optimizer steps (N >= 1; the schedule repeats "
-                                                 "epochs if needed) [default: no limit, --epochs decide]")
-    t.add_argument("--untimed-steps", type=int, help="optimizer steps run before the timing starts (the speed "
-                                                     "preset: 10); samples/s, tokens/s and MFU count the rest")
+    t.add_argument(
+        "--max-steps",
+        type=int,
+        help="stop after N optimizer steps (N >= 1; the schedule repeats "
+        "epochs if needed) [default: no limit, --epochs decide]",
+    )
+    t.add_argument(
+        "--untimed-steps",
+        type=int,
+        help="optimizer steps run before the timing starts (the speed "
+        "preset: 10); samples/s, tokens/s and MFU count the rest",
+    )
     t.add_argument("--batch-size", type=int)
     t.add_argument("--lr", dest="learning_rate", type=float)
     t.add_argument("--max-length", type=int)
@@ -64,14 +80,18 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--lora-dropout", type=float)
     t.add_argument("--pad-multiple", type=int)
     t.add_argument("--gradient-checkpointing", action="store_true", default=None)
-    t.add_argument("--min-accuracy", type=float,
-                   help="fail with did_not_learn below this eval accuracy (0 to 1) [default: the pass bar from "
-                        "the eval split: its majority-class rate plus a margin, docs/matrix.md]")
+    t.add_argument(
+        "--min-accuracy",
+        type=float,
+        help="fail with did_not_learn below this eval accuracy (0 to 1) [default: the pass bar from "
+        "the eval split: its majority-class rate plus a margin, docs/matrix.md]",
+    )
     t.add_argument("--no-probes", action="store_true", help="skip the environment probes")
     t.add_argument("--quiet", action="store_true")
 
-    r = sub.add_parser("probe", help="run the environment probes: a table (or --json) on stdout, and "
-                                     "result.json with --out")
+    r = sub.add_parser(
+        "probe", help="run the environment probes: a table (or --json) on stdout, and result.json with --out"
+    )
     r.add_argument("--out", type=Path, help="also write DIR/result.json")
     r.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     r.add_argument("--device", default="auto")
@@ -94,12 +114,23 @@ def _nproc(text: str):
 
 def _recipe(args):
     recipe = preset_for(args.preset, args.model).replace(
-        model=args.model, dtype=args.dtype, attn_implementation=args.attn_implementation, seed=args.seed,
-        epochs=args.epochs, max_steps=args.max_steps, untimed_steps=args.untimed_steps, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, max_length=args.max_length, warmup_steps=args.warmup_steps,
-        lora_r=args.lora_r, lora_dropout=args.lora_dropout, pad_multiple=args.pad_multiple,
+        model=args.model,
+        dtype=args.dtype,
+        attn_implementation=args.attn_implementation,
+        seed=args.seed,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        untimed_steps=args.untimed_steps,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        max_length=args.max_length,
+        warmup_steps=args.warmup_steps,
+        lora_r=args.lora_r,
+        lora_dropout=args.lora_dropout,
+        pad_multiple=args.pad_multiple,
         gradient_checkpointing=args.gradient_checkpointing,
-        min_accuracy=args.min_accuracy)
+        min_accuracy=args.min_accuracy,
+    )
     if args.labels == "auto":
         return dataclasses.replace(recipe, labels=None)
     if args.labels:
@@ -118,8 +149,9 @@ def _writable_out(out: Path, created: list[Path]) -> Path:
         with tempfile.NamedTemporaryFile(dir=out, prefix=".workload-write-test-"):
             pass
     except OSError as exc:
-        raise PathError(f"--out {out}: cannot write there ({exc.strerror or exc}); "
-                        "pass a directory you can write") from None
+        raise PathError(
+            f"--out {out}: cannot write there ({exc.strerror or exc}); pass a directory you can write"
+        ) from None
     return out
 
 
@@ -142,6 +174,7 @@ def _signals_as_interrupt():
     """SIGTERM (docker stop, torchrun tearing down ranks) and SIGINT end the run like Ctrl-C: result
     `interrupted`. A signal that arrives inside a finalizer is raised again 50 ms later (SIGALRM), else it
     would be lost and the run would carry on."""
+
     def handler(signum, frame):
         RECEIVED_SIGNALS.append(signum)
         if _in_finalizer(frame):
@@ -207,13 +240,30 @@ def _dispatch(args, argv: list[str], created: list[Path]) -> int:
             _writable_out(args.out, created)
         nproc = _launch_size(args)
         if nproc > 1:
-            code, _ = launch_train_command(recipe, argv, nproc, out_dir=args.out, device_name=args.device,
-                                           dataset_path=args.data, text_column=args.text_column,
-                                           label_column=args.label_column, revision=args.revision)
+            code, _ = launch_train_command(
+                recipe,
+                argv,
+                nproc,
+                out_dir=args.out,
+                device_name=args.device,
+                dataset_path=args.data,
+                text_column=args.text_column,
+                label_column=args.label_column,
+                revision=args.revision,
+            )
             return code
-        code, _ = train_command(recipe, out_dir=args.out, dataset_path=args.data, device_name=args.device,
-                                revision=args.revision, probes=not args.no_probes, text_column=args.text_column,
-                                label_column=args.label_column, quiet=args.quiet, argv=argv)
+        code, _ = train_command(
+            recipe,
+            out_dir=args.out,
+            dataset_path=args.data,
+            device_name=args.device,
+            revision=args.revision,
+            probes=not args.no_probes,
+            text_column=args.text_column,
+            label_column=args.label_column,
+            quiet=args.quiet,
+            argv=argv,
+        )
         return code
     if args.command == "probe":
         from .probes.probe_table import probe_table
@@ -226,12 +276,20 @@ def _dispatch(args, argv: list[str], created: list[Path]) -> int:
             _writable_out(args.out, created)
         code, result = probe_command(args.out, args.device, args.dtype)
         if args.json:
-            print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}, indent=2,
-                             ensure_ascii=False, default=str))
+            print(
+                json.dumps(
+                    {k: v for k, v in result.items() if not k.startswith("_")},
+                    indent=2,
+                    ensure_ascii=False,
+                    default=str,
+                )
+            )
         else:
             sys.stdout.write(probe_table(result.get("probes") or []))
-            print(f"{result['status']}" + (f" ({result['error_class']}: {result['error']})"
-                                           if result["status"] != "pass" else ""))
+            print(
+                f"{result['status']}"
+                + (f" ({result['error_class']}: {result['error']})" if result["status"] != "pass" else "")
+            )
         return code
     from .model.classifier import read_adapter_meta
     from .model.predict import predict

@@ -66,11 +66,15 @@ def resolve_nproc(requested: str | int, device_name: str, gpu_count: int) -> int
     if requested == "auto":
         return gpu_count if on_gpu else 1
     if requested > 1 and device_name.startswith("cuda:"):
-        raise LaunchRequestError(f"--nproc {requested} with --device {device_name}: ranks pick their own GPU; "
-                                 "use --device auto (or cuda) for data parallelism, or --nproc 1")
+        raise LaunchRequestError(
+            f"--nproc {requested} with --device {device_name}: ranks pick their own GPU; "
+            "use --device auto (or cuda) for data parallelism, or --nproc 1"
+        )
     if on_gpu and requested > gpu_count:
-        raise LaunchRequestError(f"--nproc {requested}: only {gpu_count} GPU(s) are visible; use --nproc auto "
-                                 f"or at most {gpu_count} (one process per GPU)")
+        raise LaunchRequestError(
+            f"--nproc {requested}: only {gpu_count} GPU(s) are visible; use --nproc auto "
+            f"or at most {gpu_count} (one process per GPU)"
+        )
     return requested
 
 
@@ -106,8 +110,18 @@ def rank_argv(train_argv: list[str]) -> list[str]:
 
 def torchrun_command(train_argv: list[str], nproc: int) -> list[str]:
     """The torchrun command line for the same `train` arguments (flags spelt as every torch 2.x accepts)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "--max_restarts=0", "--monitor_interval=1", "-m", "workload", *rank_argv(train_argv)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "--max_restarts=0",
+        "--monitor_interval=1",
+        "-m",
+        "workload",
+        *rank_argv(train_argv),
+    ]
 
 
 def descendants(pid: int) -> list[int]:
@@ -140,7 +154,7 @@ def _kill_all(proc: subprocess.Popen) -> None:
 
 
 def root_cause(torchrun_log: str) -> str | None:
-    """"rank R (local_rank L) failed: exitcode ..." from the failure summary torchrun prints last, or None."""
+    """ "rank R (local_rank L) failed: exitcode ..." from the failure summary torchrun prints last, or None."""
     block = torchrun_log.rsplit("Root Cause", 1)
     rank = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", block[-1]) if len(block) == 2 else None
     code = re.search(r"exitcode\s*:\s*(.+)", block[-1]) if rank else None
@@ -201,8 +215,9 @@ def run_supervised(command: list[str], grace_s: float = STOP_GRACE_S) -> tuple[i
     return code, (received[0][0] if received else None), (root_cause("".join(tail)) if code else None)
 
 
-def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | None,
-              cause: str | None = None) -> tuple[int, dict | None]:
+def reconcile(
+    out_dir: Path | None, envelope: dict, code: int, signum: int | None, cause: str | None = None
+) -> tuple[int, dict | None]:
     """Make result.json truthful after torchrun ended: (exit code of the whole run, 0 only for a pass;
     the final result, None without out_dir).
 
@@ -219,20 +234,26 @@ def reconcile(out_dir: Path | None, envelope: dict, code: int, signum: int | Non
     by_rank0 = isinstance(written, dict) and written.get("run_id") != envelope["run_id"]
     if by_rank0 and code == 0 and signum is None:
         return (0 if written.get("status") == "pass" else 1), written
-    if by_rank0 and written.get("status") != "pass" and (
-            written.get("error_class") != "interrupted" or signum is not None):
+    if (
+        by_rank0
+        and written.get("status") != "pass"
+        and (written.get("error_class") != "interrupted" or signum is not None)
+    ):
         return 1, written
     if signum is not None:
         error_class = "interrupted"
         message = f"interrupted ({signal.Signals(signum).name}); torchrun stopped the training processes"
     else:
         error_class = "process_died"
-        message = (f"a training process failed ({cause or f'torchrun exit code {code}; its log names the rank'}) "
-                   "and torchrun stopped the others")
+        message = (
+            f"a training process failed ({cause or f'torchrun exit code {code}; its log names the rank'}) "
+            "and torchrun stopped the others"
+        )
     result = dict(written) if by_rank0 else dict(envelope)
     if by_rank0:
         message += f"; rank 0 had recorded {written.get('status')}" + (
-            f" ({written['error_class']})" if written.get("error_class") else "")
+            f" ({written['error_class']})" if written.get("error_class") else ""
+        )
         result["_t0"] = envelope["_t0"]
     write_result(out_dir, finish(result, "error", error_class, message))
     print(f"[workload] error ({error_class}): {message}", file=sys.stderr, flush=True)

@@ -20,11 +20,26 @@ def _now() -> str:
 
 def new_result(command: str) -> dict:
     """An envelope in the error state: nothing is "pass" until `finish` says so."""
-    return {"schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "command": command,
-            "status": "error", "error_class": "interrupted", "error": "the run did not finish",
-            "started_at": _now(), "finished_at": None, "wall_time_s": None, "versions": None,
-            "hardware": None, "model": None, "dataset": None, "config": None, "metrics": None,
-            "probes": [], "artifacts": {}, "_t0": time.perf_counter()}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": uuid.uuid4().hex,
+        "command": command,
+        "status": "error",
+        "error_class": "interrupted",
+        "error": "the run did not finish",
+        "started_at": _now(),
+        "finished_at": None,
+        "wall_time_s": None,
+        "versions": None,
+        "hardware": None,
+        "model": None,
+        "dataset": None,
+        "config": None,
+        "metrics": None,
+        "probes": [],
+        "artifacts": {},
+        "_t0": time.perf_counter(),
+    }
 
 
 def finish(result: dict, status: str, error_class: str | None = None, error: str | None = None) -> dict:
@@ -32,8 +47,12 @@ def finish(result: dict, status: str, error_class: str | None = None, error: str
         raise ValueError(f"bad status {status!r}")
     if status != "pass" and not error_class:
         raise ValueError("a result that is not pass needs an error_class")
-    result.update(status=status, error_class=error_class if status != "pass" else None,
-                  error=error if status != "pass" else None, finished_at=_now())
+    result.update(
+        status=status,
+        error_class=error_class if status != "pass" else None,
+        error=error if status != "pass" else None,
+        finished_at=_now(),
+    )
     result["wall_time_s"] = round(time.perf_counter() - result.pop("_t0", time.perf_counter()), 3)
     return result
 

@@ -33,8 +33,15 @@ def bad_input(exc: InputError) -> int:
     return EXIT_BAD_INPUT
 
 
-_PEER_LOST = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe",
-              "connection refused", "socket closed")
+_PEER_LOST = (
+    "timed out",
+    "timeout",
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "connection refused",
+    "socket closed",
+)
 
 
 def _classify(exc: BaseException, distributed: bool = False) -> tuple[str, str, str]:
@@ -114,10 +121,19 @@ def probe_command(out_dir: Path | None, device_name: str = "auto", dtype: str = 
     return _finalise(result, out_dir, exc), result
 
 
-def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | None = None,
-                  device_name: str = "auto", revision: str | None = None, probes: bool = True,
-                  text_column: str = "text", label_column: str = "label", quiet: bool = False,
-                  argv: list[str] | None = None) -> tuple[int, dict]:
+def train_command(
+    recipe: Recipe,
+    *,
+    out_dir: Path | None,
+    dataset_path: str | None = None,
+    device_name: str = "auto",
+    revision: str | None = None,
+    probes: bool = True,
+    text_column: str = "text",
+    label_column: str = "label",
+    quiet: bool = False,
+    argv: list[str] | None = None,
+) -> tuple[int, dict]:
     """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json.
     Bad input (settings, data, model path) raises InputError before anything is written. `argv`: the
     command line that started it (recorded in `invocation`)."""
@@ -129,9 +145,14 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
         from .model.shapes import SHAPES
         from .settings import SettingError
 
-        raise SettingError(f"--model {recipe.model}: " + (
-            f"the speed preset trains a random-weight shape: one of {', '.join(SHAPES)}" if speed else
-            "a random-weight shape trains with --preset speed only (its synthetic data)"))
+        raise SettingError(
+            f"--model {recipe.model}: "
+            + (
+                f"the speed preset trains a random-weight shape: one of {', '.join(SHAPES)}"
+                if speed
+                else "a random-weight shape trains with --preset speed only (its synthetic data)"
+            )
+        )
     if speed:
         from .settings import check_recipe
 
@@ -174,9 +195,18 @@ def train_command(recipe: Recipe, *, out_dir: Path | None, dataset_path: str | N
     return _finalise(result, out_dir, exc, dist.active), result
 
 
-def launch_train_command(recipe: Recipe, train_argv: list[str], nproc: int, *, out_dir: Path | None,
-                         device_name: str = "auto", dataset_path: str | None = None, text_column: str = "text",
-                         label_column: str = "label", revision: str | None = None) -> tuple[int, dict]:
+def launch_train_command(
+    recipe: Recipe,
+    train_argv: list[str],
+    nproc: int,
+    *,
+    out_dir: Path | None,
+    device_name: str = "auto",
+    dataset_path: str | None = None,
+    text_column: str = "text",
+    label_column: str = "label",
+    revision: str | None = None,
+) -> tuple[int, dict]:
     """Data parallelism from a plain start: re-run `train_argv` under torchrun with `nproc` ranks
     (workload/launch.py); (exit code, the final result: rank 0's, corrected if a rank failed)."""
     data = _checked_inputs(recipe, dataset_path, text_column, label_column)  # bad input: InputError, nothing written
@@ -207,12 +237,20 @@ def _checked_inputs(recipe: Recipe, dataset_path, text_column: str, label_column
 
     check_recipe(recipe)
     check_model_source(recipe.model)
-    data = load_dataset(dataset_path, labels=recipe.labels, eval_fraction=recipe.eval_fraction, seed=recipe.seed,
-                        text_col=text_column, label_col=label_column,
-                        max_chars=recipe.max_length * CHARS_PER_TOKEN_LIMIT)
+    data = load_dataset(
+        dataset_path,
+        labels=recipe.labels,
+        eval_fraction=recipe.eval_fraction,
+        seed=recipe.seed,
+        text_col=text_column,
+        label_col=label_column,
+        max_chars=recipe.max_length * CHARS_PER_TOKEN_LIMIT,
+    )
     if data.truncated and os.environ.get("RANK", "0") == "0":
-        _log(f"{data.truncated} text(s) longer than {recipe.max_length * CHARS_PER_TOKEN_LIMIT} characters "
-             f"were cut to that length when read ({CHARS_PER_TOKEN_LIMIT} per token of max_length)")
+        _log(
+            f"{data.truncated} text(s) longer than {recipe.max_length * CHARS_PER_TOKEN_LIMIT} characters "
+            f"were cut to that length when read ({CHARS_PER_TOKEN_LIMIT} per token of max_length)"
+        )
     return data
 
 
@@ -230,17 +268,28 @@ def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | Non
     from .data.dataset import DEFAULT_DATASET
 
     preset = preset_for(recipe.preset, recipe.model)
-    overrides = {f.name: _plain(getattr(recipe, f.name)) for f in dataclasses.fields(recipe)
-                 if f.name not in ("preset", "model") and getattr(recipe, f.name) != getattr(preset, f.name)}
+    overrides = {
+        f.name: _plain(getattr(recipe, f.name))
+        for f in dataclasses.fields(recipe)
+        if f.name not in ("preset", "model") and getattr(recipe, f.name) != getattr(preset, f.name)
+    }
     if data is None:  # the speed preset's synthetic data (its sha256 is filled in once it is made)
         block = {"name": SYNTHETIC_DATA, "bundled": False, "sha256": None}
     else:
         bundled = Path(data.path).resolve() == DEFAULT_DATASET.resolve()
-        block = {"name": DEFAULT_DATASET.name if bundled else Path(data.path).name, "bundled": bundled,
-                 "sha256": data.sha256}
-    return {"argv": ["python", "-m", "workload", *argv] if argv is not None else None,
-            "preset": recipe.preset, "model": recipe.model, "revision": revision, "data": block,
-            "overrides": overrides}
+        block = {
+            "name": DEFAULT_DATASET.name if bundled else Path(data.path).name,
+            "bundled": bundled,
+            "sha256": data.sha256,
+        }
+    return {
+        "argv": ["python", "-m", "workload", *argv] if argv is not None else None,
+        "preset": recipe.preset,
+        "model": recipe.model,
+        "revision": revision,
+        "data": block,
+        "overrides": overrides,
+    }
 
 
 #: The data name a speed run records (workload/data/synthetic.py); the matrix labels such runs without "data=".
@@ -282,8 +331,12 @@ def merge_rank_probes(per_rank: list[list[dict]]) -> list[dict]:
     (multi-GPU health: one bad GPU fails the run), with `values.failed_ranks` and the ranks' messages."""
     merged = [dict(record, values=dict(record.get("values") or {})) for record in per_rank[0]]
     for record in merged:
-        failed = [(rank, other) for rank, records in enumerate(per_rank) for other in records
-                  if other.get("name") == record["name"] and other.get("status") == "fail"]
+        failed = [
+            (rank, other)
+            for rank, records in enumerate(per_rank)
+            for other in records
+            if other.get("name") == record["name"] and other.get("status") == "fail"
+        ]
         if failed and any(rank > 0 for rank, _ in failed):
             record["status"] = "fail"
             record["values"]["failed_ranks"] = [rank for rank, _ in failed]
@@ -292,30 +345,62 @@ def merge_rank_probes(per_rank: list[list[dict]]) -> list[dict]:
 
 
 def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
-    return {"preset": recipe.preset, "seed": recipe.seed, "dtype": dtype,
-            "attn_implementation": recipe.attn_implementation, "lora": recipe.lora_dict(),
-            "learning_rate": recipe.learning_rate, "batch_size": recipe.batch_size, "epochs": recipe.epochs,
-            "max_steps": recipe.max_steps, "max_length": recipe.max_length, "warmup_steps": recipe.warmup_steps,
-            "weight_decay": recipe.weight_decay, "gradient_checkpointing": recipe.gradient_checkpointing,
-            "pad_multiple": recipe.pad_multiple, "world_size": world_size, "min_accuracy": recipe.min_accuracy,
-            "speed": {"tokens_per_step": recipe.tokens_per_step, "micro_batch_tokens": recipe.micro_batch_tokens,
-                      "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
-                      "pack": recipe.pack, "pack_length": recipe.pack_length, "lr_scaling": recipe.lr_scaling,
-                      "compile": recipe.compile, "graph_steps": recipe.graph_steps,
-                      "varlen_attention": recipe.varlen_attention, "merged_qkv": recipe.merged_qkv}}
+    return {
+        "preset": recipe.preset,
+        "seed": recipe.seed,
+        "dtype": dtype,
+        "attn_implementation": recipe.attn_implementation,
+        "lora": recipe.lora_dict(),
+        "learning_rate": recipe.learning_rate,
+        "batch_size": recipe.batch_size,
+        "epochs": recipe.epochs,
+        "max_steps": recipe.max_steps,
+        "max_length": recipe.max_length,
+        "warmup_steps": recipe.warmup_steps,
+        "weight_decay": recipe.weight_decay,
+        "gradient_checkpointing": recipe.gradient_checkpointing,
+        "pad_multiple": recipe.pad_multiple,
+        "world_size": world_size,
+        "min_accuracy": recipe.min_accuracy,
+        "speed": {
+            "tokens_per_step": recipe.tokens_per_step,
+            "micro_batch_tokens": recipe.micro_batch_tokens,
+            "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
+            "pack": recipe.pack,
+            "pack_length": recipe.pack_length,
+            "lr_scaling": recipe.lr_scaling,
+            "compile": recipe.compile,
+            "graph_steps": recipe.graph_steps,
+            "varlen_attention": recipe.varlen_attention,
+            "merged_qkv": recipe.merged_qkv,
+        },
+    }
 
 
 def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
     from .training.pass_bar import pass_bar
-    from .model.classifier import (LastTokenClassifier, apply_lora, count_parameters, load_base, make_trainable_fp32,
-                         save_adapter)
+    from .model.classifier import (
+        LastTokenClassifier,
+        apply_lora,
+        count_parameters,
+        load_base,
+        make_trainable_fp32,
+        save_adapter,
+    )
     from .training.loop import Tokenised, evaluate, train
 
     torch.manual_seed(recipe.seed)
     result["dataset"] = data.summary()
-    loaded = load_base(recipe.model, len(data.labels), torch_dtype=env.TORCH_DTYPES[dtype],
-                       attn=recipe.attn_implementation, revision=revision, seed=recipe.seed,
-                       work_dir=scratch / "base", tokenizer_texts=[e.text for e in data.train])
+    loaded = load_base(
+        recipe.model,
+        len(data.labels),
+        torch_dtype=env.TORCH_DTYPES[dtype],
+        attn=recipe.attn_implementation,
+        revision=revision,
+        seed=recipe.seed,
+        work_dir=scratch / "base",
+        tokenizer_texts=[e.text for e in data.train],
+    )
     base = loaded.model
     result["config"]["attn_implementation"] = getattr(base.config, "_attn_implementation", None)
     if with_probes:
@@ -324,24 +409,33 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
     if recipe.gradient_checkpointing:
         hf = base.model if isinstance(base, LastTokenClassifier) else base
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    loaded.model = apply_lora(base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules,
-                              recipe.train_embeddings)
+    loaded.model = apply_lora(
+        base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules, recipe.train_embeddings
+    )
     make_trainable_fp32(loaded.model)
     model = loaded.model.to(device)
     n_all, n_trainable, n_non_embedding = count_parameters(model)
-    result["model"] = {"id": recipe.model, "revision": revision, "family": loaded.family,
-                       "num_parameters": n_all, "trainable_parameters": n_trainable,
-                       "non_embedding_parameters": n_non_embedding}
+    result["model"] = {
+        "id": recipe.model,
+        "revision": revision,
+        "family": loaded.family,
+        "num_parameters": n_all,
+        "trainable_parameters": n_trainable,
+        "non_embedding_parameters": n_non_embedding,
+    }
     label_ids = {name: i for i, name in enumerate(data.labels)}
-    train_ids, cut_train = _tokenise(loaded.tokenizer, [e.text for e in data.train], recipe.max_length, "training",
-                                     quiet or not dist.is_main)
-    eval_ids, cut_eval = _tokenise(loaded.tokenizer, [e.text for e in data.eval], recipe.max_length, "evaluation",
-                                   quiet or not dist.is_main)
+    train_ids, cut_train = _tokenise(
+        loaded.tokenizer, [e.text for e in data.train], recipe.max_length, "training", quiet or not dist.is_main
+    )
+    eval_ids, cut_eval = _tokenise(
+        loaded.tokenizer, [e.text for e in data.eval], recipe.max_length, "evaluation", quiet or not dist.is_main
+    )
     result["dataset"]["truncated_tokens"] = cut_train + cut_eval
     if cut_train + cut_eval and dist.is_main:
         _log(f"{cut_train + cut_eval} text(s) longer than max_length {recipe.max_length} tokens were truncated")
-    tok = Tokenised(train_ids, [label_ids[e.label] for e in data.train],
-                    eval_ids, [label_ids[e.label] for e in data.eval])
+    tok = Tokenised(
+        train_ids, [label_ids[e.label] for e in data.train], eval_ids, [label_ids[e.label] for e in data.eval]
+    )
     pad_id = loaded.tokenizer.pad_token_id
     eval_kwargs = dict(device=device, dtype=dtype, pad_id=pad_id, recipe=recipe, num_labels=len(data.labels))
     bar = pass_bar(tok.eval_labels, len(data.labels), floor=recipe.accuracy_floor, given=recipe.min_accuracy)
@@ -352,16 +446,29 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
         torch.cuda.reset_peak_memory_stats(device)
     train_model = dist.wrap(model)
 
-    stats = train(train_model, tok, recipe, device=device, dtype=dtype, pad_id=pad_id,
-                  on_step=Progress(quiet or not dist.is_main), ddp_rank=dist.rank, ddp_world=dist.world_size,
-                  reduce_sum=dist.all_reduce_sum)
+    stats = train(
+        train_model,
+        tok,
+        recipe,
+        device=device,
+        dtype=dtype,
+        pad_id=pad_id,
+        on_step=Progress(quiet or not dist.is_main),
+        ddp_rank=dist.rank,
+        ddp_world=dist.world_size,
+        reduce_sum=dist.all_reduce_sum,
+    )
     _record_training(result, recipe, stats, n_non_embedding, dist.world_size, device)
     if stats.steps == 0:
         raise DidNotTrain("no optimizer step ran, so nothing was trained: the run says nothing about learning")
     metrics["eval_after"] = evaluate(model, tok.eval_ids, tok.eval_labels, **eval_kwargs)
     if out_dir is not None and dist.is_main:
-        save_adapter(loaded, Path(out_dir) / "adapter", data.labels,
-                     {"max_length": recipe.max_length, "dataset_sha256": data.sha256})
+        save_adapter(
+            loaded,
+            Path(out_dir) / "adapter",
+            data.labels,
+            {"max_length": recipe.max_length, "dataset_sha256": data.sha256},
+        )
         result["artifacts"] = {"adapter_dir": "adapter"}
     _check_learned(result, bar)
 
@@ -370,9 +477,11 @@ def _check_learned(result: dict, bar: dict) -> None:
     metrics = result["metrics"]
     after = metrics["eval_after"]["accuracy"]
     if after < bar["min_accuracy"]:
-        raise DidNotLearn(f"eval accuracy after training {after:.3f} is below the pass bar {bar['min_accuracy']:.3f} "
-                          f"({bar['source']}; majority-class rate {bar['majority_rate']:.3f}, chance "
-                          f"{bar['chance']:.3f}, before training {metrics['eval_before']['accuracy']:.3f})")
+        raise DidNotLearn(
+            f"eval accuracy after training {after:.3f} is below the pass bar {bar['min_accuracy']:.3f} "
+            f"({bar['source']}; majority-class rate {bar['majority_rate']:.3f}, chance "
+            f"{bar['chance']:.3f}, before training {metrics['eval_before']['accuracy']:.3f})"
+        )
     failure = _probe_failure(result.get("probes"))
     if failure:
         raise ProbeFailure(failure)
@@ -404,12 +513,14 @@ class Progress:
             _log(f"step {step}/{total} loss {loss:.4f}, ETA {duration(left)}")
         if not self.warned and left > LONG_RUN_S:
             self.warned = True
-            _log(f"note: this run will take about {duration(left)} more ({total - step:,} optimizer steps at "
-                 f"{per_step:.2f} s each); --max-steps N shortens it")
+            _log(
+                f"note: this run will take about {duration(left)} more ({total - step:,} optimizer steps at "
+                f"{per_step:.2f} s each); --max-steps N shortens it"
+            )
 
 
 def duration(seconds: float) -> str:
-    """"3d 4h", "2h 05m", "4m 09s"."""
+    """ "3d 4h", "2h 05m", "4m 09s"."""
     seconds = int(seconds)
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
@@ -424,24 +535,41 @@ def _record_training(result: dict, recipe: Recipe, stats, n_non_embedding: int, 
     metrics = result["metrics"]
     peak = result["hardware"]["peak_tflops"]
     # what the loop really used: the scaled learning rate and warmup, packing and compilation as they ran
-    result["config"].update(base_learning_rate=recipe.learning_rate, learning_rate=stats.learning_rate,
-                            warmup_steps=stats.warmup_steps)
-    result["config"]["speed"].update(packed=stats.packed, compiled_layers=stats.compiled_layers,
-                                     compile_error=stats.compile_error, graphed_layouts=stats.graphed_layouts,
-                                     graph_error=stats.graph_error, varlen_attention=stats.varlen_attention,
-                                     varlen_error=stats.varlen_error, merged_qkv_blocks=stats.merged_qkv_blocks)
-    metrics.update({
-        "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
-        "steps": stats.steps, "untimed_steps": stats.untimed_steps, "train_seconds": round(stats.seconds, 3),
-        "warmup_seconds": round(stats.warmup_seconds, 3), "padded_tokens": stats.padded_tokens,
-        "samples_per_s": round(stats.samples_per_s, 3), "tokens_per_s": round(stats.tokens_per_s, 1),
-        "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, world),
-        "mfu_with_attention": mfu_from_flops(
-            (stats.tokens * flops_per_token(n_non_embedding) + stats.attention_flops) / stats.seconds
-            if stats.seconds else 0.0, peak, world),
-        "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-        "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
-    })
+    result["config"].update(
+        base_learning_rate=recipe.learning_rate, learning_rate=stats.learning_rate, warmup_steps=stats.warmup_steps
+    )
+    result["config"]["speed"].update(
+        packed=stats.packed,
+        compiled_layers=stats.compiled_layers,
+        compile_error=stats.compile_error,
+        graphed_layouts=stats.graphed_layouts,
+        graph_error=stats.graph_error,
+        varlen_attention=stats.varlen_attention,
+        varlen_error=stats.varlen_error,
+        merged_qkv_blocks=stats.merged_qkv_blocks,
+    )
+    metrics.update(
+        {
+            "curves": {"train_loss": stats.train_loss, "grad_norm": stats.grad_norm},
+            "steps": stats.steps,
+            "untimed_steps": stats.untimed_steps,
+            "train_seconds": round(stats.seconds, 3),
+            "warmup_seconds": round(stats.warmup_seconds, 3),
+            "padded_tokens": stats.padded_tokens,
+            "samples_per_s": round(stats.samples_per_s, 3),
+            "tokens_per_s": round(stats.tokens_per_s, 1),
+            "mfu": mfu(stats.tokens_per_s, n_non_embedding, peak, world),
+            "mfu_with_attention": mfu_from_flops(
+                (stats.tokens * flops_per_token(n_non_embedding) + stats.attention_flops) / stats.seconds
+                if stats.seconds
+                else 0.0,
+                peak,
+                world,
+            ),
+            "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+            "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
+        }
+    )
 
 
 def _train_speed(result, recipe, device, dtype, dist, with_probes, quiet) -> None:
@@ -458,30 +586,51 @@ def _train_speed(result, recipe, device, dtype, dist, with_probes, quiet) -> Non
     vocab = vocab_size(recipe.model)
     per_step = (recipe.tokens_per_step or recipe.batch_size * 68) // 68 + 1  # the samples average ~68 tokens
     steps = recipe.max_steps or 50
-    train_ids, train_labels = synthetic_data(steps * per_step, vocab, seed=recipe.seed + 1, num_labels=len(labels),
-                                             max_length=recipe.max_length)
-    eval_ids, eval_labels = synthetic_data(512, vocab, seed=recipe.seed + 2, num_labels=len(labels),
-                                           max_length=recipe.max_length)
+    train_ids, train_labels = synthetic_data(
+        steps * per_step, vocab, seed=recipe.seed + 1, num_labels=len(labels), max_length=recipe.max_length
+    )
+    eval_ids, eval_labels = synthetic_data(
+        512, vocab, seed=recipe.seed + 2, num_labels=len(labels), max_length=recipe.max_length
+    )
     sha = fingerprint(train_ids + eval_ids, train_labels + eval_labels)
     result["invocation"]["data"]["sha256"] = sha
-    result["dataset"] = {"path": SYNTHETIC_DATA, "sha256": sha, "n_train": len(train_ids), "n_eval": len(eval_ids),
-                         "labels": list(labels), "vocab_size": vocab}
+    result["dataset"] = {
+        "path": SYNTHETIC_DATA,
+        "sha256": sha,
+        "n_train": len(train_ids),
+        "n_eval": len(eval_ids),
+        "labels": list(labels),
+        "vocab_size": vocab,
+    }
     if not quiet and dist.is_main:
         _log(f"building the random-weight {recipe.model} classifier ({dtype}) on {device}")
-    base, family = build(recipe.model, len(labels), torch_dtype=env.TORCH_DTYPES[dtype], device=device,
-                         seed=recipe.seed, attn=recipe.attn_implementation)
+    base, family = build(
+        recipe.model,
+        len(labels),
+        torch_dtype=env.TORCH_DTYPES[dtype],
+        device=device,
+        seed=recipe.seed,
+        attn=recipe.attn_implementation,
+    )
     result["config"]["attn_implementation"] = getattr(base.config, "_attn_implementation", None)
     if with_probes:
         probes = run_probes(device, dtype=env.TORCH_DTYPES[dtype])
         result["probes"] = merge_rank_probes(dist.all_gather_object(probes or []))
-    model = apply_lora(base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules,
-                       recipe.train_embeddings)
+    model = apply_lora(
+        base, recipe.lora_r, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules, recipe.train_embeddings
+    )
     make_trainable_fp32(model)
     model = model.to(device)
     n_all, n_trainable, n_non_embedding = count_parameters(model)
-    result["model"] = {"id": recipe.model, "revision": None, "family": family, "random_weights": True,
-                       "num_parameters": n_all, "trainable_parameters": n_trainable,
-                       "non_embedding_parameters": n_non_embedding}
+    result["model"] = {
+        "id": recipe.model,
+        "revision": None,
+        "family": family,
+        "random_weights": True,
+        "num_parameters": n_all,
+        "trainable_parameters": n_trainable,
+        "non_embedding_parameters": n_non_embedding,
+    }
     tok = Tokenised(train_ids, train_labels, eval_ids, eval_labels)
     eval_kwargs = dict(device=device, dtype=dtype, pad_id=PAD, recipe=recipe, num_labels=len(labels))
     bar = pass_bar(eval_labels, len(labels), floor=recipe.accuracy_floor, given=recipe.min_accuracy)
@@ -491,9 +640,18 @@ def _train_speed(result, recipe, device, dtype, dist, with_probes, quiet) -> Non
         torch.cuda.reset_peak_memory_stats(device)
     if not quiet and dist.is_main:
         _log(f"training {steps} steps: {min(recipe.untimed_steps, steps - 1)} untimed, then the timed ones")
-    stats = train(dist.wrap(model), tok, recipe, device=device, dtype=dtype, pad_id=PAD,
-                  on_step=Progress(quiet or not dist.is_main), ddp_rank=dist.rank, ddp_world=dist.world_size,
-                  reduce_sum=dist.all_reduce_sum)
+    stats = train(
+        dist.wrap(model),
+        tok,
+        recipe,
+        device=device,
+        dtype=dtype,
+        pad_id=PAD,
+        on_step=Progress(quiet or not dist.is_main),
+        ddp_rank=dist.rank,
+        ddp_world=dist.world_size,
+        reduce_sum=dist.all_reduce_sum,
+    )
     _record_training(result, recipe, stats, n_non_embedding, dist.world_size, device)
     if stats.steps == 0:
         raise DidNotTrain("no optimizer step ran, so nothing was trained: the run says nothing about learning")

@@ -53,8 +53,10 @@ def check_recipe(recipe: Recipe) -> Recipe:
         raise SettingError(f"--lora-dropout {recipe.lora_dropout}: must be at least 0 and below 1")
     bar = recipe.min_accuracy
     if bar is not None and (not isinstance(bar, (int, float)) or not 0 <= bar <= 1):
-        raise SettingError(f"--min-accuracy {bar}: must be from 0 to 1 (an eval accuracy); leave it out for "
-                           "the default bar (docs/matrix.md, \"The pass bar\")")
+        raise SettingError(
+            f"--min-accuracy {bar}: must be from 0 to 1 (an eval accuracy); leave it out for "
+            'the default bar (docs/matrix.md, "The pass bar")'
+        )
     if recipe.attn_implementation not in (None, *ATTENTION):
         raise SettingError(f"--attn {recipe.attn_implementation}: must be one of {', '.join(ATTENTION)}")
     return recipe

@@ -29,8 +29,17 @@ from builder.store import provenance
 
 NAMESPACE = "envbuild"
 _PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
-KEY_TYPES = frozenset({"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
-                       "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"})
+KEY_TYPES = frozenset(
+    {
+        "ssh-ed25519",
+        "ssh-rsa",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+        "sk-ssh-ed25519@openssh.com",
+        "sk-ecdsa-sha2-nistp256@openssh.com",
+    }
+)
 _OPTION = re.compile(r'(?P<name>[A-Za-z-]+)(?:="(?P<quoted>[^"]*)"|=(?P<plain>[^,"]*))?(?:,|$)')
 _TIME = re.compile(r"(?P<d>[0-9]{8})(?P<hm>[0-9]{4})?(?P<s>[0-9]{2})?Z?")
 _NAMESPACE = re.compile(r"[A-Za-z0-9._@-]{1,64}")
@@ -61,8 +70,9 @@ class SignerLine:
         return f"{self.key_type} {base64.b64encode(self.key_blob).decode()}"
 
     def valid_at(self, when: datetime) -> bool:
-        return (self.valid_after is None or when >= self.valid_after) and \
-            (self.valid_before is None or when <= self.valid_before)
+        return (self.valid_after is None or when >= self.valid_after) and (
+            self.valid_before is None or when <= self.valid_before
+        )
 
 
 def fingerprint(key_blob: bytes) -> str:
@@ -91,16 +101,18 @@ def _options(text: str, where: str) -> dict[str, str]:
         name = match["name"].lower()
         value = match["quoted"] if match["quoted"] is not None else match["plain"]
         if name == "cert-authority":
-            raise AllowedSignersError(f"{where}: cert-authority lines are not accepted: list each signer's own "
-                                      "public key (results/README.md)")
+            raise AllowedSignersError(
+                f"{where}: cert-authority lines are not accepted: list each signer's own public key (results/README.md)"
+            )
         if name not in ("namespaces", "valid-after", "valid-before"):
-            raise AllowedSignersError(f"{where}: unknown option or key type {name[:60]!r} (options: namespaces,"
-                                      " valid-after, valid-before)")
+            raise AllowedSignersError(
+                f"{where}: unknown option or key type {name[:60]!r} (options: namespaces, valid-after, valid-before)"
+            )
         if value is None or name in options:
             raise AllowedSignersError(f"{where}: option {name} needs one value, given once")
         options[name] = value
         pos = match.end()
-        if text[pos - 1:pos] == "," and pos == len(text):
+        if text[pos - 1 : pos] == "," and pos == len(text):
             raise AllowedSignersError(f"{where}: the options end with a comma")
     return options
 
@@ -114,8 +126,10 @@ def parse_line(line: str, number: int, source: str = "allowed_signers") -> Signe
     if not stripped.replace("\t", " ").isprintable():
         raise AllowedSignersError(f"{where}: control characters are not accepted")
     if stripped.startswith('"'):
-        raise AllowedSignersError(f"{where}: principal {stripped.split()[0][:80]!r}... is not one plain name (quoted "
-                                  "principals are not accepted)")
+        raise AllowedSignersError(
+            f"{where}: principal {stripped.split()[0][:80]!r}... is not one plain name (quoted "
+            "principals are not accepted)"
+        )
     tokens = stripped.split()
     if len(tokens) < 3:
         raise AllowedSignersError(f"{where}: expected PRINCIPAL [OPTIONS] KEYTYPE BASE64")
@@ -128,33 +142,47 @@ def parse_line(line: str, number: int, source: str = "allowed_signers") -> Signe
         if not rest or rest[0] not in KEY_TYPES:
             if rest and rest[0].endswith("-cert-v01@openssh.com"):
                 raise AllowedSignersError(f"{where}: certificates are not accepted: list the plain public key")
-            raise AllowedSignersError(f"{where}: {(rest or ['(none)'])[0][:60]!r} is not a key type this project "
-                                      f"accepts ({', '.join(sorted(KEY_TYPES))})")
+            raise AllowedSignersError(
+                f"{where}: {(rest or ['(none)'])[0][:60]!r} is not a key type this project "
+                f"accepts ({', '.join(sorted(KEY_TYPES))})"
+            )
     if len(rest) < 2:
         raise AllowedSignersError(f"{where}: the key has no base64 part")
     if not _PRINCIPAL.fullmatch(principal):
-        raise AllowedSignersError(f"{where}: principal {principal[:80]!r} is not one plain name (letters, digits "
-                                  "and ._@+-; no patterns, lists, quotes or negation)")
+        raise AllowedSignersError(
+            f"{where}: principal {principal[:80]!r} is not one plain name (letters, digits "
+            "and ._@+-; no patterns, lists, quotes or negation)"
+        )
     key_type, data = rest[0], rest[1]
     try:
         blob = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise AllowedSignersError(f"{where}: the key is not base64") from None
     size = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
-    if size < 0 or blob[4:4 + size].decode("ascii", "replace") != key_type:
+    if size < 0 or blob[4 : 4 + size].decode("ascii", "replace") != key_type:
         raise AllowedSignersError(f"{where}: the key's encoded type is not {key_type}")
     namespaces = options.get("namespaces")
-    if namespaces is None or NAMESPACE not in namespaces.split(",") or \
-            not all(_NAMESPACE.fullmatch(n) for n in namespaces.split(",")):
+    if (
+        namespaces is None
+        or NAMESPACE not in namespaces.split(",")
+        or not all(_NAMESPACE.fullmatch(n) for n in namespaces.split(","))
+    ):
         raise AllowedSignersError(f'{where}: give namespaces="{NAMESPACE}" (the key signs results of this project)')
-    signer = SignerLine(number, principal, key_type, blob,
-                        _time(options["valid-after"], where) if "valid-after" in options else None,
-                        _time(options["valid-before"], where) if "valid-before" in options else None)
+    signer = SignerLine(
+        number,
+        principal,
+        key_type,
+        blob,
+        _time(options["valid-after"], where) if "valid-after" in options else None,
+        _time(options["valid-before"], where) if "valid-before" in options else None,
+    )
     reserved = {name.lower(): name for name in provenance.PROJECT_SIGNERS}
     bound = provenance.PROJECT_SIGNERS.get(principal) if reserved.get(principal.lower()) == principal else None
     if principal.lower() in reserved and (bound is None or signer.fingerprint not in bound):
-        raise AllowedSignersError(f"{where}: principal {principal} is reserved for this project's own keys "
-                                  f"(builder/store/provenance.py PROJECT_SIGNERS); {signer.fingerprint} is not one")
+        raise AllowedSignersError(
+            f"{where}: principal {principal} is reserved for this project's own keys "
+            f"(builder/store/provenance.py PROJECT_SIGNERS); {signer.fingerprint} is not one"
+        )
     return signer
 
 
@@ -170,8 +198,10 @@ def parse(text: str, source: str = "allowed_signers") -> list[SignerLine]:
             continue
         first = by_key.setdefault(signer.key_blob, signer)
         if first.principal != signer.principal:
-            raise AllowedSignersError(f"{source} line {number}: key {signer.fingerprint} is already bound to "
-                                      f"{first.principal} on line {first.number}: one key, one principal")
+            raise AllowedSignersError(
+                f"{source} line {number}: key {signer.fingerprint} is already bound to "
+                f"{first.principal} on line {first.number}: one key, one principal"
+            )
         signers.append(signer)
     return signers
 

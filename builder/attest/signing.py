@@ -124,9 +124,15 @@ def hardware_summary(result: dict) -> dict:
     """GPU model and count, driver and kernel, as the result recorded them (null where it did not)."""
     hardware = result.get("hardware") if isinstance(result.get("hardware"), dict) else {}
     host = result.get("host") if isinstance(result.get("host"), dict) else {}
-    return {"gpu_model": hardware.get("gpu_name"), "gpu_count": hardware.get("gpu_count"),
-            "arch": hardware.get("arch"), "vendor": hardware.get("vendor"),
-            "driver": host.get("amdgpu_version"), "kernel": host.get("kernel"), "os": host.get("os")}
+    return {
+        "gpu_model": hardware.get("gpu_name"),
+        "gpu_count": hardware.get("gpu_count"),
+        "arch": hardware.get("arch"),
+        "vendor": hardware.get("vendor"),
+        "driver": host.get("amdgpu_version"),
+        "kernel": host.get("kernel"),
+        "os": host.get("os"),
+    }
 
 
 def image_digest(result: dict) -> str | None:
@@ -138,9 +144,15 @@ def image_digest(result: dict) -> str | None:
     return None
 
 
-def make_statement(result_path: Path, *, commands: list[str], envbuild_version: str,
-                   sif_path: Path | None = None, image_sha256: str | None = None,
-                   signed_at: str | None = None) -> dict:
+def make_statement(
+    result_path: Path,
+    *,
+    commands: list[str],
+    envbuild_version: str,
+    sif_path: Path | None = None,
+    image_sha256: str | None = None,
+    signed_at: str | None = None,
+) -> dict:
     """The in-toto Statement v1 for the run in `result_path` (its image digest is read from the result unless
     `image_sha256` is given)."""
     try:
@@ -181,7 +193,9 @@ def _ssh_keygen(args: list[str], data: bytes | None = None) -> subprocess.Comple
     except FileNotFoundError as exc:
         raise AttestationInputError("ssh-keygen is not installed: install OpenSSH (built and run with 9.2p1)") from exc
     except subprocess.TimeoutExpired as exc:
-        raise AttestationInputError(f"ssh-keygen {args[1]} did not finish in 60 s (a key waiting for a passphrase?)") from exc
+        raise AttestationInputError(
+            f"ssh-keygen {args[1]} did not finish in 60 s (a key waiting for a passphrase?)"
+        ) from exc
 
 
 def _dearmor(text: str) -> bytes:
@@ -193,8 +207,16 @@ def _dearmor(text: str) -> bytes:
 
 def _armor(blob: bytes) -> str:
     text = base64.b64encode(blob).decode()
-    return "\n".join(["-----BEGIN SSH SIGNATURE-----", *(text[i:i + 70] for i in range(0, len(text), 70)),
-                      "-----END SSH SIGNATURE-----"]) + "\n"
+    return (
+        "\n".join(
+            [
+                "-----BEGIN SSH SIGNATURE-----",
+                *(text[i : i + 70] for i in range(0, len(text), 70)),
+                "-----END SSH SIGNATURE-----",
+            ]
+        )
+        + "\n"
+    )
 
 
 def _fingerprint(public_blob: bytes) -> str:
@@ -214,7 +236,9 @@ def sign_statement(statement: dict, key: Path) -> dict:
         raise AttestationInputError(f"{key}: no such key file")
     proc = _ssh_keygen(["-Y", "sign", "-n", NAMESPACE, "-f", str(key)], envelope.pae())
     if proc.returncode != 0:
-        raise AttestationInputError(f"ssh-keygen could not sign with {key}: {proc.stderr.decode(errors='replace').strip()}")
+        raise AttestationInputError(
+            f"ssh-keygen could not sign with {key}: {proc.stderr.decode(errors='replace').strip()}"
+        )
     blob = _dearmor(proc.stdout.decode())
     public_blob, _ = _parse_sshsig(blob)
     envelope.signatures[_fingerprint(public_blob)] = Signature(keyid=_fingerprint(public_blob), sig=blob.hex())
@@ -229,10 +253,10 @@ def write_attestation(envelope: dict, path: Path) -> None:
 def _read_string(blob: bytes, pos: int) -> tuple[bytes, int]:
     if pos + 4 > len(blob):
         raise ValueError("truncated")
-    size = int.from_bytes(blob[pos:pos + 4], "big")
+    size = int.from_bytes(blob[pos : pos + 4], "big")
     if pos + 4 + size > len(blob):
         raise ValueError("truncated")
-    return blob[pos + 4:pos + 4 + size], pos + 4 + size
+    return blob[pos + 4 : pos + 4 + size], pos + 4 + size
 
 
 def _parse_sshsig(blob: bytes) -> tuple[bytes, str]:
@@ -293,8 +317,10 @@ def envelope_from_text(text: str, where: str = "attestation") -> Envelope:
     try:
         data = strict_json.loads(lines[0])
         if wrong := _envelope_problem(data):
-            raise AttestationInputError(f"{where}: not a DSSE envelope: {wrong}; sign the result again "
-                                        "(`envbuild matrix sign`) rather than editing the attestation")
+            raise AttestationInputError(
+                f"{where}: not a DSSE envelope: {wrong}; sign the result again "
+                "(`envbuild matrix sign`) rather than editing the attestation"
+            )
         envelope = Envelope.from_dict({**data, "signatures": [dict(s) for s in data["signatures"]]})
     except AttestationInputError:
         raise
@@ -349,7 +375,9 @@ def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | N
     public_blob, namespace = _parse_sshsig(blob)
     fingerprint = _fingerprint(public_blob)
     if namespace != NAMESPACE:
-        raise WrongNamespace(f"signed for namespace {namespace!r}, not {NAMESPACE!r} (ssh-keygen -Y sign -n {NAMESPACE})")
+        raise WrongNamespace(
+            f"signed for namespace {namespace!r}, not {NAMESPACE!r} (ssh-keygen -Y sign -n {NAMESPACE})"
+        )
     try:
         signers = signers_file.load(allowed_signers)
     except signers_file.AllowedSignersError as exc:
@@ -368,8 +396,10 @@ def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | N
         base = ["-Y", "verify", "-f", str(one_line), "-I", principal, "-n", NAMESPACE, "-s", str(sig_file)]
         checked = _ssh_keygen(base, envelope.pae())
         if checked.returncode != 0:
-            raise BadSignature(f"signature by {principal} ({fingerprint}) does not match the envelope: "
-                               f"{checked.stderr.decode(errors='replace').strip() or 'ssh-keygen -Y verify failed'}")
+            raise BadSignature(
+                f"signature by {principal} ({fingerprint}) does not match the envelope: "
+                f"{checked.stderr.decode(errors='replace').strip() or 'ssh-keygen -Y verify failed'}"
+            )
         if revoked is not None:
             checked = _ssh_keygen([*base, "-r", str(revoked)], envelope.pae())
             if checked.returncode != 0:
@@ -381,8 +411,10 @@ def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | N
     _check_statement(statement)
     when = signed_at(statement)
     if not any(candidate.valid_at(when) for candidate in lines):
-        raise KeyOutsideValidity(f"key {fingerprint} is in {allowed_signers} but not valid at "
-                                 f"{when:%Y-%m-%dT%H:%M:%SZ} (valid-after/valid-before of line {line.number})")
+        raise KeyOutsideValidity(
+            f"key {fingerprint} is in {allowed_signers} but not valid at "
+            f"{when:%Y-%m-%dT%H:%M:%SZ} (valid-after/valid-before of line {line.number})"
+        )
     return principal, fingerprint, statement
 
 
@@ -392,10 +424,18 @@ def _check_statement(statement) -> None:
     if statement.get("predicateType") != PREDICATE_TYPE:
         raise InvalidStatement(f"predicateType is {statement.get('predicateType')!r}, not {PREDICATE_TYPE!r}")
     subjects = statement.get("subject")
-    if not isinstance(subjects, list) or not subjects or not all(
-            isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), dict)
-            and isinstance(s["digest"].get("sha256"), str) and _SHA256.fullmatch(s["digest"]["sha256"])
-            for s in subjects):
+    if (
+        not isinstance(subjects, list)
+        or not subjects
+        or not all(
+            isinstance(s, dict)
+            and isinstance(s.get("name"), str)
+            and isinstance(s.get("digest"), dict)
+            and isinstance(s["digest"].get("sha256"), str)
+            and _SHA256.fullmatch(s["digest"]["sha256"])
+            for s in subjects
+        )
+    ):
         raise InvalidStatement("the statement's subjects are not name + sha256 digest pairs")
     names = [s["name"] for s in subjects]
     if len(set(names)) != len(names) or RESULT_NAME not in names:
@@ -414,8 +454,10 @@ def check_subjects(statement: dict, result_path: Path, raw: bytes) -> None:
     digests = subject_digests(statement)
     actual = hashlib.sha256(raw).hexdigest()
     if actual != digests[RESULT_NAME]:
-        raise ResultTampered(f"sha256 {actual} of {Path(result_path).name} is not the attested {digests[RESULT_NAME]}: "
-                             "the result changed after it was signed")
+        raise ResultTampered(
+            f"sha256 {actual} of {Path(result_path).name} is not the attested {digests[RESULT_NAME]}: "
+            "the result changed after it was signed"
+        )
     try:
         result = strict_json.loads(raw)
     except ValueError as exc:
@@ -432,12 +474,18 @@ def check_subjects(statement: dict, result_path: Path, raw: bytes) -> None:
     in_result = image_digest(result)
     attested = digests.get(IMAGE_SUBJECT)
     if in_result != attested:
-        raise ImageDigestMismatch(f"the result's image digest {in_result or '(none)'} is not the "
-                                  f"attested image {attested or '(none)'}")
+        raise ImageDigestMismatch(
+            f"the result's image digest {in_result or '(none)'} is not the attested image {attested or '(none)'}"
+        )
 
 
-def verify(attestation: Path, allowed_signers: Path, revoked: Path | None = None,
-           result_path: Path | None = None, result_bytes: bytes | None = None) -> Verified:
+def verify(
+    attestation: Path,
+    allowed_signers: Path,
+    revoked: Path | None = None,
+    result_path: Path | None = None,
+    result_bytes: bytes | None = None,
+) -> Verified:
     """Verify the attestation file and the result.json beside it (or `result_path`; `result_bytes`: its content,
     as the caller read it, so that what is verified is what the caller goes on to use)."""
     attestation = Path(attestation)
@@ -450,15 +498,21 @@ def verify(attestation: Path, allowed_signers: Path, revoked: Path | None = None
         except (OSError, ValueError) as exc:
             raise AttestationInputError(f"{result_path}: {exc}") from exc
     envelope = load_envelope(attestation)
-    principal, fingerprint, statement = verify_envelope(envelope, Path(allowed_signers),
-                                                        Path(revoked) if revoked is not None else None)
+    principal, fingerprint, statement = verify_envelope(
+        envelope, Path(allowed_signers), Path(revoked) if revoked is not None else None
+    )
     check_subjects(statement, result_path, result_bytes)
-    return Verified(principal=principal, fingerprint=fingerprint, statement=statement,
-                    envelope=json.dumps(envelope.to_dict(), sort_keys=True))
+    return Verified(
+        principal=principal,
+        fingerprint=fingerprint,
+        statement=statement,
+        envelope=json.dumps(envelope.to_dict(), sort_keys=True),
+    )
 
 
-def reverify_stored(envelope_text: str | None, run_id: str, allowed_signers: Path,
-                    revoked: Path | None = None) -> Verified | VerificationFailure:
+def reverify_stored(
+    envelope_text: str | None, run_id: str, allowed_signers: Path, revoked: Path | None = None
+) -> Verified | VerificationFailure:
     """A stored run's attestation checked again against the current allowed_signers and revocation list (its
     result.json bytes are not stored, so the statement must name the run's run_id). AttestationInputError for a
     broken allowed_signers or revocation list; a stored envelope that no longer parses is a failure."""
@@ -467,8 +521,9 @@ def reverify_stored(envelope_text: str | None, run_id: str, allowed_signers: Pat
     except AttestationInputError as exc:
         return InvalidStatement(str(exc))
     try:
-        principal, fingerprint, statement = verify_envelope(envelope, Path(allowed_signers),
-                                                            Path(revoked) if revoked is not None else None)
+        principal, fingerprint, statement = verify_envelope(
+            envelope, Path(allowed_signers), Path(revoked) if revoked is not None else None
+        )
     except VerificationFailure as exc:
         return exc
     if statement["predicate"].get("run_id") != run_id:
@@ -482,12 +537,18 @@ def attestation_beside(result_path: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def attest(result_path: Path, key: Path, *, commands: list[str], envbuild_version: str,
-           sif_path: Path | None = None, out: Path | None = None) -> Path:
+def attest(
+    result_path: Path,
+    key: Path,
+    *,
+    commands: list[str],
+    envbuild_version: str,
+    sif_path: Path | None = None,
+    out: Path | None = None,
+) -> Path:
     """Sign the run in `result_path` and write its attestation beside it (or to `out`); returns the path."""
     statement = make_statement(result_path, commands=commands, envbuild_version=envbuild_version, sif_path=sif_path)
     envelope = sign_statement(statement, key)
     target = Path(out) if out is not None else Path(result_path).with_name(ATTESTATION_NAME)
     write_attestation(envelope, target)
     return target
-

@@ -18,30 +18,64 @@ from builder import __version__
 
 # name -> (module, attribute, the summary `envbuild --help` shows: the command's own first docstring line)
 COMMANDS = {
-    "recipes": ("builder.cli.render", "recipes_group",
-                "The version data in recipes/: known cells and how each gets torch."),
-    "render": ("builder.cli.render", "render_command",
-               "Write a deterministic build context (Dockerfile and Apptainer cell.def) for a version request."),
-    "image": ("builder.cli.image", "image",
-              "Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it "
-              "with BuildKit."),
-    "sif": ("builder.cli.sif", "sif",
-            "Make a cell's SIF (from an image, a context's cell.def or a pull) and verify it inside Apptainer."),
-    "slurm": ("builder.cli.slurm", "slurm",
-              "Run cells as a Slurm job array of Apptainer tasks, and collect their results into the matrix."),
+    "recipes": (
+        "builder.cli.render",
+        "recipes_group",
+        "The version data in recipes/: known cells and how each gets torch.",
+    ),
+    "render": (
+        "builder.cli.render",
+        "render_command",
+        "Write a deterministic build context (Dockerfile and Apptainer cell.def) for a version request.",
+    ),
+    "image": (
+        "builder.cli.image",
+        "image",
+        "Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it "
+        "with BuildKit.",
+    ),
+    "sif": (
+        "builder.cli.sif",
+        "sif",
+        "Make a cell's SIF (from an image, a context's cell.def or a pull) and verify it inside Apptainer.",
+    ),
+    "slurm": (
+        "builder.cli.slurm",
+        "slurm",
+        "Run cells as a Slurm job array of Apptainer tasks, and collect their results into the matrix.",
+    ),
     "run": ("builder.cli.run", "run", "Run things in built images (or locally) and record what they measured."),
-    "doctor": ("builder.cli.doctor", "doctor",
-               "Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU "
-               "archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails."),
-    "lock": ("builder.cli.lock", "lock",
-             "Resolve the dependency locks (recipes/locks/): every distribution an image installs, with hashes."),
-    "matrix": ("builder.cli.matrix", "matrix",
-               "The compatibility matrix: which (ROCm, torch, arch) cells build, train correctly, how fast."),
-    "report": ("builder.cli.report", "report",
-               "Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell."),
-    "inspect": ("builder.cli.inspect", "inspect",
-                "List the GPU archs an image's or a file's code objects cover, and say whether --arch is missing."),
-    "ci": ("builder.cli.ci", "ci", "The product's CI matrix (ci/): one job per recipe cell, then the published report."),
+    "doctor": (
+        "builder.cli.doctor",
+        "doctor",
+        "Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU "
+        "archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails.",
+    ),
+    "lock": (
+        "builder.cli.lock",
+        "lock",
+        "Resolve the dependency locks (recipes/locks/): every distribution an image installs, with hashes.",
+    ),
+    "matrix": (
+        "builder.cli.matrix",
+        "matrix",
+        "The compatibility matrix: which (ROCm, torch, arch) cells build, train correctly, how fast.",
+    ),
+    "report": (
+        "builder.cli.report",
+        "report",
+        "Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell.",
+    ),
+    "inspect": (
+        "builder.cli.inspect",
+        "inspect",
+        "List the GPU archs an image's or a file's code objects cover, and say whether --arch is missing.",
+    ),
+    "ci": (
+        "builder.cli.ci",
+        "ci",
+        "The product's CI matrix (ci/): one job per recipe cell, then the published report.",
+    ),
 }
 
 
@@ -71,8 +105,11 @@ class LazyGroup(click.Group):
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 raise
-            click.echo(f"Error: {str(exc.filename)[:300]!r}: a name in this path is longer than the file system "
-                       "allows; give a shorter path", err=True)
+            click.echo(
+                f"Error: {str(exc.filename)[:300]!r}: a name in this path is longer than the file system "
+                "allows; give a shorter path",
+                err=True,
+            )
             ctx.exit(2)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -82,9 +119,14 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="envbuild")
-@click.option("--recipes", "site_recipes", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              envvar="ENVBUILD_RECIPES", help="A site's recipe folder over the packaged recipes/: its entries add to "
-              "or replace the packaged ones (docs/render.md) [env ENVBUILD_RECIPES].")
+@click.option(
+    "--recipes",
+    "site_recipes",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    envvar="ENVBUILD_RECIPES",
+    help="A site's recipe folder over the packaged recipes/: its entries add to "
+    "or replace the packaged ones (docs/render.md) [env ENVBUILD_RECIPES].",
+)
 def main(site_recipes: Path | None) -> None:
     """Reproducible, verified ROCm fine-tuning environments, with evidence.
 

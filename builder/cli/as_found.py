@@ -51,6 +51,7 @@ def _remove(path: Path, top: Path) -> None:
 
 def leaves_as_found(command):
     """Run `command` so that what it noted with `will_create` is removed when it ends with exit code 2."""
+
     @functools.wraps(command)
     def run(*args, **kwargs):
         created: list[tuple[Path, Path]] = []
@@ -64,4 +65,5 @@ def leaves_as_found(command):
             raise
         finally:
             _CREATED.reset(token)
+
     return run

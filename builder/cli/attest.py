@@ -20,13 +20,21 @@ from builder.store.provenance import Provenance
 def signer_options(command):
     """--allowed-signers and --revoked, defaulting to results/allowed_signers and results/revoked_signers."""
     command = click.option(
-        "--revoked", "revoked", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        "--revoked",
+        "revoked",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
         help="Revoked keys (public keys, one a line, or an OpenSSH KRL) [default: results/revoked_signers "
-             "when it exists].")(command)
+        "when it exists].",
+    )(command)
     return click.option(
-        "--allowed-signers", "allowed_signers", type=click.Path(dir_okay=False, path_type=Path),
-        default=attest.ALLOWED_SIGNERS, show_default="results/allowed_signers",
-        help="OpenSSH allowed_signers file: who may sign results (namespaces, valid-after/valid-before).")(command)
+        "--allowed-signers",
+        "allowed_signers",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=attest.ALLOWED_SIGNERS,
+        show_default="results/allowed_signers",
+        help="OpenSSH allowed_signers file: who may sign results (namespaces, valid-after/valid-before).",
+    )(command)
 
 
 def revoked_or_default(revoked: Path | None) -> Path | None:
@@ -37,10 +45,20 @@ def revoked_or_default(revoked: Path | None) -> Path | None:
 
 def sign_options(command):
     """--command (repeatable) and --sif, the parts of a signed statement the signer supplies."""
-    command = click.option("--sif", "sif", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                           default=None, help="The SIF image the run used: its sha256 becomes a signed subject.")(command)
-    return click.option("--command", "commands", multiple=True, metavar="CMD",
-                        help="An exact command you ran to make this result, in order (repeat it; required).")(command)
+    command = click.option(
+        "--sif",
+        "sif",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="The SIF image the run used: its sha256 becomes a signed subject.",
+    )(command)
+    return click.option(
+        "--command",
+        "commands",
+        multiple=True,
+        metavar="CMD",
+        help="An exact command you ran to make this result, in order (repeat it; required).",
+    )(command)
 
 
 def sign_result(result_json: Path, key: Path, commands: tuple[str, ...], sif: Path | None) -> Path:
@@ -55,8 +73,13 @@ def sign_result(result_json: Path, key: Path, commands: tuple[str, ...], sif: Pa
 
 @click.command("sign")
 @click.argument("result_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--key", "key", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="SSH private key, or a public key whose private half is in ssh-agent.")
+@click.option(
+    "--key",
+    "key",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SSH private key, or a public key whose private half is in ssh-agent.",
+)
 @sign_options
 def sign(result_json: Path, key: Path, commands: tuple[str, ...], sif: Path | None) -> None:
     """Sign a result.json: write result.json.intoto.jsonl beside it.
@@ -104,8 +127,9 @@ class Unsigned(attest.VerificationFailure):
     check = "unsigned"
 
 
-def check_result(result_json: Path, allowed_signers: Path, revoked: Path | None,
-                 result_bytes: bytes | None = None) -> Provenance | attest.VerificationFailure | attest.AttestationInputError:
+def check_result(
+    result_json: Path, allowed_signers: Path, revoked: Path | None, result_bytes: bytes | None = None
+) -> Provenance | attest.VerificationFailure | attest.AttestationInputError:
     """The provenance of a verified result, or why it did not verify (a failure, or bad input)."""
     if result_bytes is None:
         try:
@@ -118,8 +142,9 @@ def check_result(result_json: Path, allowed_signers: Path, revoked: Path | None,
     if attestation is None:
         return Unsigned(f"no {attest.ATTESTATION_NAME} beside it: sign it (`envbuild matrix sign`)")
     try:
-        verified = attest.verify(attestation, allowed_signers, revoked, result_path=result_json,
-                                 result_bytes=result_bytes)
+        verified = attest.verify(
+            attestation, allowed_signers, revoked, result_path=result_json, result_bytes=result_bytes
+        )
     except (attest.VerificationFailure, attest.AttestationInputError) as exc:
         return exc
     return Provenance.signed(verified.principal, verified.fingerprint, verified.envelope)

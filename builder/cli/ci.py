@@ -20,10 +20,18 @@ def ci() -> None:
 
 
 @ci.command("render")
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=GENERATED_DIR,
-              show_default=True, help="Directory for envbuild-matrix.yml and docker-bake.hcl.")
-@click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 if the files in --output differ from a fresh render.")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=GENERATED_DIR,
+    show_default=True,
+    help="Directory for envbuild-matrix.yml and docker-bake.hcl.",
+)
+@click.option(
+    "--check", is_flag=True, help="Write nothing; exit 1 if the files in --output differ from a fresh render."
+)
 def render(out_dir: Path, check: bool) -> None:
     """Write the workflow (copy it to .github/workflows/) and the bake file for every cell in ci/matrix.toml."""
     if not check:
@@ -34,8 +42,11 @@ def render(out_dir: Path, check: bool) -> None:
                 click.echo(f"wrote {path}")
             return
         with tempfile.TemporaryDirectory() as fresh:
-            stale = [path.name for path in render_ci(Path(fresh))
-                     if not (out_dir / path.name).is_file() or not filecmp.cmp(path, out_dir / path.name, shallow=False)]
+            stale = [
+                path.name
+                for path in render_ci(Path(fresh))
+                if not (out_dir / path.name).is_file() or not filecmp.cmp(path, out_dir / path.name, shallow=False)
+            ]
     except RecipeCellsError as exc:
         raise click.ClickException(str(exc)) from exc
     if stale:

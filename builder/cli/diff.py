@@ -24,8 +24,12 @@ def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
     for row in rows:
         style = "bold" if row.differs else "dim"
         ratio = f"{row.ratio:.3g}" if row.ratio is not None and row.differs else ""
-        cells = [Text(plain(row.label or row.name), style=style), Text(plain(row.a_text)), Text(plain(row.b_text)),
-                 Text(ratio)]
+        cells = [
+            Text(plain(row.label or row.name), style=style),
+            Text(plain(row.a_text)),
+            Text(plain(row.b_text)),
+            Text(ratio),
+        ]
         if noted:
             note = f"out of limit: {row.out_of_limit}" if row.out_of_limit else ""
             cells.append(Text(note, style="red" if note else ""))
@@ -70,10 +74,18 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
         click.echo(json.dumps(diff.as_json(a, b), indent=2, default=str))
         return
     console = stdout_console(soft_wrap=True)
-    console.print(Text(f"A {plain(cell_a)}: run {plain(a['run_id'])} ({plain(a['preset'])}, {plain(a['status'])}, "
-                       f"{plain(a['finished_at'])})"))
-    console.print(Text(f"B {plain(cell_b)}: run {plain(b['run_id'])} ({plain(b['preset'])}, {plain(b['status'])}, "
-                       f"{plain(b['finished_at'])})"))
+    console.print(
+        Text(
+            f"A {plain(cell_a)}: run {plain(a['run_id'])} ({plain(a['preset'])}, {plain(a['status'])}, "
+            f"{plain(a['finished_at'])})"
+        )
+    )
+    console.print(
+        Text(
+            f"B {plain(cell_b)}: run {plain(b['run_id'])} ({plain(b['preset'])}, {plain(b['status'])}, "
+            f"{plain(b['finished_at'])})"
+        )
+    )
     rows = diff.compare(a, b)
     for section in diff.SECTIONS:
         shown = [r for r in rows if r.section == section and (show_all or r.differs)]
@@ -84,5 +96,9 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
             console.print(Text(f"  {section}: {same} equal row(s) not shown (--all shows them)", style="dim"))
     for label, price in zip("AB", prices):
         if price:
-            console.print(Text(f"{label}: cost from ${price.usd_per_gpu_hour}/GPU-hour, {price.as_of} "
-                               f"({plain(price.source)})", style="dim"))
+            console.print(
+                Text(
+                    f"{label}: cost from ${price.usd_per_gpu_hour}/GPU-hour, {price.as_of} ({plain(price.source)})",
+                    style="dim",
+                )
+            )

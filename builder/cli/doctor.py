@@ -17,11 +17,20 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print the host record as JSON (what each run carries).")
-@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("/"),
-              show_default=True, help="Read /sys, /proc, /dev and /etc below this directory (for tests).")
-@click.option("--flavor", type=click.Choice(["auto", "rocm", "cpu"]), default="auto", show_default=True,
-              help="rocm: a missing GPU, driver or device access is a failure; auto: only when an AMD "
-                   "driver is present.")
+@click.option(
+    "--root",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("/"),
+    show_default=True,
+    help="Read /sys, /proc, /dev and /etc below this directory (for tests).",
+)
+@click.option(
+    "--flavor",
+    type=click.Choice(["auto", "rocm", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="rocm: a missing GPU, driver or device access is a failure; auto: only when an AMD driver is present.",
+)
 @click.option("--no-engine", is_flag=True, help="Skip the Docker engine and BuildKit checks.")
 def doctor(as_json: bool, root: Path, flavor: str, no_engine: bool) -> None:
     """Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU
@@ -45,12 +54,14 @@ def doctor(as_json: bool, root: Path, flavor: str, no_engine: bool) -> None:
 def measure_path(archs: list[str]) -> str:
     """The shortest path from the environment an AMD GPU owner already has to a signed result (CONTRIBUTING.md)."""
     arch = archs[0]
-    return "\n".join([
-        f"Measure the environment you already have on this {arch} host (no build; CONTRIBUTING.md):",
-        f"  envbuild run workload --image rocm/pytorch:TAG --gpus all --out run-{arch}    # a Docker image",
-        f"  envbuild run workload --apptainer PYTORCH.sif --out run-{arch}                # or a SIF (LUMI's)",
-        f"  envbuild run workload --local --out run-{arch}                                # or this venv's torch",
-        f"  envbuild matrix publish run-{arch}/result.json --name {arch}-smoke --sign ~/.ssh/id_ed25519 \\",
-        "      --command 'THE RUN COMMAND ABOVE, AS YOU RAN IT'",
-        "The workload and the packages an image lacks come in read-only; the probes name the cell.",
-    ])
+    return "\n".join(
+        [
+            f"Measure the environment you already have on this {arch} host (no build; CONTRIBUTING.md):",
+            f"  envbuild run workload --image rocm/pytorch:TAG --gpus all --out run-{arch}    # a Docker image",
+            f"  envbuild run workload --apptainer PYTORCH.sif --out run-{arch}                # or a SIF (LUMI's)",
+            f"  envbuild run workload --local --out run-{arch}                                # or this venv's torch",
+            f"  envbuild matrix publish run-{arch}/result.json --name {arch}-smoke --sign ~/.ssh/id_ed25519 \\",
+            "      --command 'THE RUN COMMAND ABOVE, AS YOU RAN IT'",
+            "The workload and the packages an image lacks come in read-only; the probes name the cell.",
+        ]
+    )

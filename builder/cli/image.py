@@ -35,43 +35,90 @@ def _tag_of(context: workflow.BuildContext, tag: str | None, registry: str | Non
 
 @click.command("image")
 @request_options
-@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to render the context [default: ./envbuild-contexts/<cell>].")
-@click.option("--context", "context_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Build this rendered context dir (from `envbuild render`) instead of a request.")
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to render the context [default: ./envbuild-contexts/<cell>].",
+)
+@click.option(
+    "--context",
+    "context_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Build this rendered context dir (from `envbuild render`) instead of a request.",
+)
 @click.option("--tag", help="Image tag [default: the content-hash tag of the context's manifest].")
 @click.option("--registry", help="Registry/namespace to prefix the tag with (for --push).")
-@click.option("--ca-cert", type=click.Path(path_type=Path),
-              help="CA bundle of a TLS-intercepting proxy: given to RUN steps as BuildKit secret "
-                   "`envbuild_ca`, never stored in a layer.")
-@click.option("--network", type=click.Choice(["default", "host", "none"]), default=None,
-              help="Network for RUN steps (host where the default bridge has no route out).")
-@click.option("--wheelhouse", type=click.Path(path_type=Path),
-              help="Dir of wheels to install from (air-gapped); torch comes from it, not an index.")
+@click.option(
+    "--ca-cert",
+    type=click.Path(path_type=Path),
+    help="CA bundle of a TLS-intercepting proxy: given to RUN steps as BuildKit secret "
+    "`envbuild_ca`, never stored in a layer.",
+)
+@click.option(
+    "--network",
+    type=click.Choice(["default", "host", "none"]),
+    default=None,
+    help="Network for RUN steps (host where the default bridge has no route out).",
+)
+@click.option(
+    "--wheelhouse",
+    type=click.Path(path_type=Path),
+    help="Dir of wheels to install from (air-gapped); torch comes from it, not an index.",
+)
 @click.option("--cache-from", multiple=True, metavar="REF", help="BuildKit cache source (repeatable).")
-@click.option("--cache-to", multiple=True, metavar="REF", help="BuildKit cache export (repeatable; "
-              "type=inline without buildx).")
+@click.option(
+    "--cache-to", multiple=True, metavar="REF", help="BuildKit cache export (repeatable; type=inline without buildx)."
+)
 @click.option("--push", is_flag=True, help="Push the image after building (or when it exists already).")
-@click.option("--reuse-remote", is_flag=True, help="With --registry: when the content-hash tag is already in the "
-              "registry, pull it instead of building (CI never rebuilds what it has).")
+@click.option(
+    "--reuse-remote",
+    is_flag=True,
+    help="With --registry: when the content-hash tag is already in the "
+    "registry, pull it instead of building (CI never rebuilds what it has).",
+)
 @click.option("--force", is_flag=True, help="Build even when the content-hash tag exists locally.")
 @click.option("--no-cache", is_flag=True, help="Ignore BuildKit's layer cache (a cold build).")
-@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Full build log [default: build.log in the build's attempt directory; with --no-record "
-                   "<context>.build.log next to the context dir].")
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Full build log [default: build.log in the build's attempt directory; with --no-record "
+    "<context>.build.log next to the context dir].",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan, stages, tag and Dockerfile path; build nothing.")
-@click.option("--check-reproducible", is_flag=True,
-              help="Build twice with --no-cache under temporary tags, compare the two filesystems file by file, "
-                   "remove both; exit 1 if a difference is not in the allow-list (docs/docker.md). Tags nothing, "
-                   "records nothing.")
+@click.option(
+    "--check-reproducible",
+    is_flag=True,
+    help="Build twice with --no-cache under temporary tags, compare the two filesystems file by file, "
+    "remove both; exit 1 if a difference is not in the allow-list (docs/docker.md). Tags nothing, "
+    "records nothing.",
+)
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 @leaves_as_found
-def image(out: Path | None, context_dir: Path | None, tag: str | None, registry: str | None,
-          ca_cert: Path | None, network: str | None, wheelhouse: Path | None, cache_from: tuple[str, ...],
-          cache_to: tuple[str, ...], push: bool, reuse_remote: bool, force: bool, no_cache: bool,
-          log_path: Path | None, dry_run: bool, check_reproducible: bool,
-          db: Path | None, no_record: bool, **request) -> None:
+def image(
+    out: Path | None,
+    context_dir: Path | None,
+    tag: str | None,
+    registry: str | None,
+    ca_cert: Path | None,
+    network: str | None,
+    wheelhouse: Path | None,
+    cache_from: tuple[str, ...],
+    cache_to: tuple[str, ...],
+    push: bool,
+    reuse_remote: bool,
+    force: bool,
+    no_cache: bool,
+    log_path: Path | None,
+    dry_run: bool,
+    check_reproducible: bool,
+    db: Path | None,
+    no_record: bool,
+    **request,
+) -> None:
     """Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it with BuildKit.
 
     The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
@@ -111,8 +158,10 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
     elif request["torch"] is not None or request["rocm"] is not None or request["cuda"] is not None:
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
     elif wheelhouse is not None:
-        raise click.UsageError("--context DIR builds the wheels already in DIR/wheelhouse/, which its tag covers; "
-                               "to change them, re-render: `envbuild render ... --wheelhouse WHEELS -o DIR`")
+        raise click.UsageError(
+            "--context DIR builds the wheels already in DIR/wheelhouse/, which its tag covers; "
+            "to change them, re-render: `envbuild render ... --wheelhouse WHEELS -o DIR`"
+        )
     elif not (context_dir / "Dockerfile").is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
     else:
@@ -123,10 +172,16 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
         _print_dry_run(context_dir, context.manifest, tag, plan)
         return
     will_create(log_path or default_log_path(context_dir))
-    options = BuildOptions(network=None if network == "default" else network, ca_cert=ca_cert,
-                           wheelhouse=wheelhouse, cache_from=cache_from, cache_to=cache_to, force=force,
-                           reuse_remote=reuse_remote,
-                           no_cache=no_cache)
+    options = BuildOptions(
+        network=None if network == "default" else network,
+        ca_cert=ca_cert,
+        wheelhouse=wheelhouse,
+        cache_from=cache_from,
+        cache_to=cache_to,
+        force=force,
+        reuse_remote=reuse_remote,
+        no_cache=no_cache,
+    )
     if check_reproducible:
         _check_reproducible(context, tag, options, console, log_path or default_log_path(context_dir))
         return
@@ -147,8 +202,10 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
             outcome = workflow.build(context, tag, options, console, log_path)
         except (BuildInterrupted, KeyboardInterrupt) as exc:
             how = describe(exc.__cause__ or exc)
-            console.print(f"[yellow]build interrupted ({how}); nothing was tagged[/]; partial log: "
-                          f"{escape(str(getattr(exc, 'log_path', None) or log_path or '-'))}")
+            console.print(
+                f"[yellow]build interrupted ({how}); nothing was tagged[/]; partial log: "
+                f"{escape(str(getattr(exc, 'log_path', None) or log_path or '-'))}"
+            )
             if attempt:
                 _finish(attempt, "fail", "interrupted", f"interrupted ({how})", None, console)
             sys.exit(stop.exit_code)
@@ -159,8 +216,14 @@ def image(out: Path | None, context_dir: Path | None, tag: str | None, registry:
                 raise click.UsageError(str(exc)) from exc
             _print_failure(exc, console)
             if attempt:
-                _finish(attempt, "fail", exc.failure.failure_class,
-                        f"{exc.failure.step}: {exc.failure.message}"[:500], None, console)
+                _finish(
+                    attempt,
+                    "fail",
+                    exc.failure.failure_class,
+                    f"{exc.failure.step}: {exc.failure.message}"[:500],
+                    None,
+                    console,
+                )
             sys.exit(1)
         except EngineUnavailable as exc:
             if attempt:
@@ -190,8 +253,9 @@ def _render(plan, context_dir: Path, wheelhouse: Path | None = None) -> workflow
         raise click.UsageError(str(exc)) from exc
 
 
-def _check_reproducible(context: workflow.BuildContext, tag: str, options: BuildOptions, console: Console,
-                        log_path: Path) -> None:
+def _check_reproducible(
+    context: workflow.BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path
+) -> None:
     """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
     context_dir = context.directory
     try:
@@ -210,8 +274,10 @@ def _check_reproducible(context: workflow.BuildContext, tag: str, options: Build
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     counted, shown = report.counted, 100
     console.print(f"build times: {report.seconds[0]:.1f} s and {report.seconds[1]:.1f} s (--no-cache)")
-    console.print(f"{len(report.differences)} of {report.paths} paths differ between the two builds "
-                  f"({len(counted)} outside the allow-list; mtimes not compared); report: {out}")
+    console.print(
+        f"{len(report.differences)} of {report.paths} paths differ between the two builds "
+        f"({len(counted)} outside the allow-list; mtimes not compared); report: {out}"
+    )
     for diff in counted[:shown]:
         console.print(f"  differs: {diff.path} ({diff.what})", highlight=False, markup=False)
     if len(counted) > shown:
@@ -260,8 +326,9 @@ def _print_failure(exc: BuildError, console: Console) -> None:
     console.print(f"full log: {exc.log_path}")
 
 
-def _finish(attempt: BuildAttempt, status: str, failure_class: str | None, error: str | None, outcome,
-            console: Console) -> None:
+def _finish(
+    attempt: BuildAttempt, status: str, failure_class: str | None, error: str | None, outcome, console: Console
+) -> None:
     _recorded(attempt, lambda: attempt.finish(status, failure_class, error, outcome, console))
 
 
@@ -270,6 +337,6 @@ def _recorded(attempt: BuildAttempt, record) -> None:
     try:
         record()
     except StoreError as exc:
-        raise click.ClickException(f"the build finished but could not be recorded: {exc}"
-                                   f" (its attempt record: {attempt.directory})") from exc
-
+        raise click.ClickException(
+            f"the build finished but could not be recorded: {exc} (its attempt record: {attempt.directory})"
+        ) from exc

@@ -30,8 +30,10 @@ verify = pathlib.Path("/opt/envbuild/verify.json")
 print(json.dumps({"verify": json.loads(verify.read_text()) if verify.is_file() else None,
                   "coverage": {**loaded.to_json(), "not_loaded": other.to_json()}}))
 """
-_HINT = ("a kernel launched on that arch fails with 'HIP error: invalid device function' "
-         "(or 'no kernel image is available'): build or pick an image for it (--arch)")
+_HINT = (
+    "a kernel launched on that arch fails with 'HIP error: invalid device function' "
+    "(or 'no kernel image is available'): build or pick an image for it (--arch)"
+)
 
 
 def _scan_image(ref: str, arch: str | None) -> tuple[dict, dict | None, str | None]:
@@ -49,8 +51,14 @@ def _scan_image(ref: str, arch: str | None) -> tuple[dict, dict | None, str | No
         raise MissingPrerequisite(str(exc)) from exc
     arch = arch or (image.labels or {}).get("io.envbuild.arch") or None
     try:  # arch travels as an argument, never through a shell
-        raw = client.containers.run(ref, ["python", "-c", _IN_IMAGE, arch or ""], entrypoint=[], remove=True,
-                                    network_mode="none", environment={"PYTHONPATH": "/opt/envbuild"})
+        raw = client.containers.run(
+            ref,
+            ["python", "-c", _IN_IMAGE, arch or ""],
+            entrypoint=[],
+            remove=True,
+            network_mode="none",
+            environment={"PYTHONPATH": "/opt/envbuild"},
+        )
     except docker.errors.ContainerError as exc:
         raise click.ClickException(f"the scan failed inside {ref}: {exc.stderr.decode(errors='replace')[-500:]}")
     record = json.loads(raw.decode())
@@ -68,11 +76,17 @@ def _print(cov: dict, verify: dict | None, console: Console) -> None:
         table.add_row(escape(directory), escape(", ".join(f"{a} ({n} files)" for a, n in counts.items()) or "-"), "")
     other = cov.get("not_loaded") or {"binaries": [], "library_files": {}, "missing_in": []}
     for b in other["binaries"]:
-        table.add_row(escape(b["path"]) + " [dim](not loaded by torch)[/]", escape(", ".join(b["targets"]) or "-"),
-                      str(b["bundles"]))
+        table.add_row(
+            escape(b["path"]) + " [dim](not loaded by torch)[/]",
+            escape(", ".join(b["targets"]) or "-"),
+            str(b["bundles"]),
+        )
     for directory, counts in other["library_files"].items():
-        table.add_row(escape(directory) + " [dim](not loaded by torch)[/]",
-                      escape(", ".join(f"{a} ({n} files)" for a, n in counts.items()) or "-"), "")
+        table.add_row(
+            escape(directory) + " [dim](not loaded by torch)[/]",
+            escape(", ".join(f"{a} ({n} files)" for a, n in counts.items()) or "-"),
+            "",
+        )
     console.print(table)
     if verify is not None:
         failed = [c for c in verify.get("checks", []) if not c.get("ok")]
@@ -92,8 +106,9 @@ def _print(cov: dict, verify: dict | None, console: Console) -> None:
     else:
         console.print(f"[yellow]{escape(arch)}: unknown[/]: no readable GPU code objects were found")
     if arch is not None and other["missing_in"]:
-        console.print(f"note: {escape(arch)} is missing in {escape(', '.join(other['missing_in']))}, which torch "
-                      "does not load")
+        console.print(
+            f"note: {escape(arch)} is missing in {escape(', '.join(other['missing_in']))}, which torch does not load"
+        )
 
 
 @click.command("inspect")

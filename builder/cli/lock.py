@@ -27,16 +27,30 @@ def _today() -> str:
 @click.command("lock")
 @click.option("--torch", "torch_line", default=None, metavar="LINE", help="Only this torch line (default: all).")
 @click.option("--python", default=None, metavar="X.Y", help="Only this Python (default: all of the line's).")
-@click.option("--check", is_flag=True, help="Offline: exit 1 unless every selected lock exists and matches the recipes.")
-@click.option("--verify", is_flag=True,
-              help="Resolve each selected lock again as of its own exclude-newer date and exit 1 on any difference "
-                   "(needs PyPI): the lock is reproducible and PyPI still serves the same files.")
-@click.option("--refresh", is_flag=True, help="Resolve again even where the lock is up to date (takes newer releases "
-                                               "of unpinned dependencies, as of --exclude-newer).")
-@click.option("--exclude-newer", default=None, metavar="DATE",
-              help="Resolve with what the index had at DATE (2026-12-02T00:00:00Z; default: today 00:00 UTC).")
-def lock(torch_line: str | None, python: str | None, check: bool, verify: bool, refresh: bool,
-         exclude_newer: str | None) -> None:
+@click.option(
+    "--check", is_flag=True, help="Offline: exit 1 unless every selected lock exists and matches the recipes."
+)
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Resolve each selected lock again as of its own exclude-newer date and exit 1 on any difference "
+    "(needs PyPI): the lock is reproducible and PyPI still serves the same files.",
+)
+@click.option(
+    "--refresh",
+    is_flag=True,
+    help="Resolve again even where the lock is up to date (takes newer releases "
+    "of unpinned dependencies, as of --exclude-newer).",
+)
+@click.option(
+    "--exclude-newer",
+    default=None,
+    metavar="DATE",
+    help="Resolve with what the index had at DATE (2026-12-02T00:00:00Z; default: today 00:00 UTC).",
+)
+def lock(
+    torch_line: str | None, python: str | None, check: bool, verify: bool, refresh: bool, exclude_newer: str | None
+) -> None:
     """Resolve the dependency locks (recipes/locks/): every distribution an image installs, with hashes.
 
     One lock per torch line and Python, resolved with uv against PyPI (set UV_INDEX_URL for a mirror; a proxy's
@@ -54,8 +68,9 @@ def lock(torch_line: str | None, python: str | None, check: bool, verify: bool, 
         raise LockFailed(str(exc)) from exc
     if not selected:
         known = ", ".join(f"{line}/{py}" for line, py in keys(recipes))
-        raise click.UsageError(f"no cell has torch {torch_line or 'any'} with Python {python or 'any'}; "
-                               f"known torch/Python pairs: {known}")
+        raise click.UsageError(
+            f"no cell has torch {torch_line or 'any'} with Python {python or 'any'}; known torch/Python pairs: {known}"
+        )
     date = exclude_newer or _today()
     bad = 0
     for line, py in selected:

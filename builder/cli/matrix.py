@@ -22,10 +22,22 @@ from builder.attest import signing as attest
 from builder import strict_json
 from builder.store.provenance import Provenance
 from builder.store.run_config import VERDICT_LABEL
-from builder.store.store import (MatrixStore, StoreError, canonical_json, default_db_path, read_mergeable,
-                                  validate_result)
-from builder.store.summary import (CellSummary, configuration_line, environment_line, summarize, summary_line,
-                                    summary_record)
+from builder.store.store import (
+    MatrixStore,
+    StoreError,
+    canonical_json,
+    default_db_path,
+    read_mergeable,
+    validate_result,
+)
+from builder.store.summary import (
+    CellSummary,
+    configuration_line,
+    environment_line,
+    summarize,
+    summary_line,
+    summary_record,
+)
 
 _STYLE = {"pass": "green", "partial": "yellow", "fail": "red", "untested": "dim"}
 
@@ -36,8 +48,9 @@ def _read(db: Path | None, *, with_runs: bool, cell_key: str | None = None) -> l
         summaries = summarize(store, with_runs=with_runs, cell_key=cell_key)
         if cell_key is not None and not summaries:
             known = ", ".join(c.key for c in store.cells()) or "none recorded yet"
-            raise click.BadParameter(f"no cell {plain(cell_key)!r} in the matrix (known: {plain(known)})",
-                                     param_hint="CELL")
+            raise click.BadParameter(
+                f"no cell {plain(cell_key)!r} in the matrix (known: {plain(known)})", param_hint="CELL"
+            )
     finally:
         store.close()
     warn_damaged(store)
@@ -52,8 +65,12 @@ def matrix() -> None:
 @matrix.command("list")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--wide", is_flag=True, help="Every column (builds, attempts, configuration, environment), plain "
-              "and uncut, on a terminal too (piped output always is).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Every column (builds, attempts, configuration, environment), plain "
+    "and uncut, on a terminal too (piped output always is).",
+)
 def list_cells(db: Path | None, as_json: bool, wide: bool) -> None:
     """One line per recorded cell: status, runs, flaky, last pass, class / note.
 
@@ -71,12 +88,14 @@ def list_cells(db: Path | None, as_json: bool, wide: bool) -> None:
         click.echo(_plain_table(_WIDE, rows))
         return
     columns = _NARROW  # one line a row: the flaky marker beside the status, the date of the last pass
-    rows = [{**row, "status": f"{row['status']} {row['flaky']}".strip(), "last pass": row["last pass"][:10]}
-            for row in rows]
+    rows = [
+        {**row, "status": f"{row['status']} {row['flaky']}".strip(), "last pass": row["last pass"][:10]} for row in rows
+    ]
     # every column but the note as wide as its values; the note takes the rest of the line, cut with …
     widths = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in columns}
-    widths["class / note"] = max(12, console.width - sum(w for c, w in widths.items() if c != "class / note")
-                                 - 2 * len(columns))
+    widths["class / note"] = max(
+        12, console.width - sum(w for c, w in widths.items() if c != "class / note") - 2 * len(columns)
+    )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
     for name in columns:
         table.add_column(name, no_wrap=True, overflow="ellipsis", width=widths[name])
@@ -85,30 +104,71 @@ def list_cells(db: Path | None, as_json: bool, wide: bool) -> None:
     console.print(table)
 
 
-_WIDE = ("cell", "status", "runs", "flaky", "last pass", "class / note", "configuration", "builds", "attempts",
-         "environment")
+_WIDE = (
+    "cell",
+    "status",
+    "runs",
+    "flaky",
+    "last pass",
+    "class / note",
+    "configuration",
+    "builds",
+    "attempts",
+    "environment",
+)
 _NARROW = ("cell", "status", "runs", "last pass", "class / note")
 
 
 def _list_rows(s: CellSummary) -> list[dict]:
     """The cell's line, one per earlier environment and one per measurement configuration (plain strings)."""
-    rows = [{"cell": s.key, "status": s.status, "runs": str(s.run_count), "flaky": "flaky" if s.flaky else "",
-             "last pass": s.last_pass_at or "-", "class / note": _class_note(s),
-             "configuration": configuration_line_label(), "builds": str(len(s.builds)),
-             "attempts": str(len(s.attempts)), "environment": s.environment or "-"}]
+    rows = [
+        {
+            "cell": s.key,
+            "status": s.status,
+            "runs": str(s.run_count),
+            "flaky": "flaky" if s.flaky else "",
+            "last pass": s.last_pass_at or "-",
+            "class / note": _class_note(s),
+            "configuration": configuration_line_label(),
+            "builds": str(len(s.builds)),
+            "attempts": str(len(s.attempts)),
+            "environment": s.environment or "-",
+        }
+    ]
     for env in s.environments[:-1][::-1]:  # earlier environments: a row each, never a flip
         line = environment_line(s, env)
-        rows.append({"cell": f"  {s.key}", "status": line["status"], "runs": str(line["verdicts"]),
-                     "flaky": "flaky" if line["flaky"] else "", "last pass": line["last_pass_at"] or "-",
-                     "class / note": " ".join(x for x in ("earlier environment:", env, line["failure_class"],
-                                                           line["note"]) if x),
-                     "configuration": configuration_line_label(), "builds": "", "attempts": "", "environment": env})
+        rows.append(
+            {
+                "cell": f"  {s.key}",
+                "status": line["status"],
+                "runs": str(line["verdicts"]),
+                "flaky": "flaky" if line["flaky"] else "",
+                "last pass": line["last_pass_at"] or "-",
+                "class / note": " ".join(
+                    x for x in ("earlier environment:", env, line["failure_class"], line["note"]) if x
+                ),
+                "configuration": configuration_line_label(),
+                "builds": "",
+                "attempts": "",
+                "environment": env,
+            }
+        )
     for configuration in s.configurations[::-1]:  # measurements: their own status, never the cell's
         line = configuration_line(s, configuration)
-        rows.append({"cell": f"  ↳ {configuration}", "status": line["status"], "runs": str(line["runs"]),
-                     "flaky": "flaky" if line["flaky"] else "", "last pass": "-",
-                     "class / note": " ".join(x for x in (line["failure_class"], line["note"]) if x) or "-",
-                     "configuration": configuration, "builds": "", "attempts": "", "environment": line["environment"]})
+        rows.append(
+            {
+                "cell": f"  ↳ {configuration}",
+                "status": line["status"],
+                "runs": str(line["runs"]),
+                "flaky": "flaky" if line["flaky"] else "",
+                "last pass": "-",
+                "class / note": " ".join(x for x in (line["failure_class"], line["note"]) if x) or "-",
+                "configuration": configuration,
+                "builds": "",
+                "attempts": "",
+                "environment": line["environment"],
+            }
+        )
     return [{k: plain(v) for k, v in row.items()} for row in rows]
 
 
@@ -134,8 +194,9 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
     (summary,) = _read(db, with_runs=True, cell_key=cell_key)
     store_dir = (db or default_db_path()).resolve().parent
     if as_json:
-        records = [dict(zip(("at", "kind", "outcome", "id", "attempt_dir"), row))
-                   for row in _attempt_rows(summary, store_dir)]
+        records = [
+            dict(zip(("at", "kind", "outcome", "id", "attempt_dir"), row)) for row in _attempt_rows(summary, store_dir)
+        ]
         click.echo(json.dumps({**summary_record(summary), "records": records}, indent=2))
         return
     _print_summary(summary, store_dir)
@@ -144,13 +205,25 @@ def show(cell_key: str, db: Path | None, as_json: bool) -> None:
 @matrix.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @db_option
-@click.option("--skip-invalid", is_flag=True,
-              help="Import the valid files and warn about the rest (default: import nothing if any is invalid).")
-@click.option("--replace", is_flag=True,
-              help="A run_id already recorded with other content is overwritten (default: refused, nothing imported).")
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Import the valid files and warn about the rest (default: import nothing if any is invalid).",
+)
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="A run_id already recorded with other content is overwritten (default: refused, nothing imported).",
+)
 @signer_options
-def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool, replace: bool,
-                   allowed_signers: Path, revoked: Path | None) -> None:
+def import_results(
+    paths: tuple[Path, ...],
+    db: Path | None,
+    skip_invalid: bool,
+    replace: bool,
+    allowed_signers: Path,
+    revoked: Path | None,
+) -> None:
     """Import result.json files and matrix databases.
 
     Databases (*.db, e.g. a CI job's) come with their builds.
@@ -172,25 +245,39 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
     problems += unreadable
     if problems and not skip_invalid:
         raise click.BadParameter(
-            "not imported, invalid files:\n  " + "\n  ".join(problems)
-            + "\n(fix them, or pass --skip-invalid to import the valid ones)", param_hint="PATHS")
+            "not imported, invalid files:\n  "
+            + "\n  ".join(problems)
+            + "\n(fix them, or pass --skip-invalid to import the valid ones)",
+            param_hint="PATHS",
+        )
     if unverified and not skip_invalid:
-        click.echo("not imported, attestations that do not verify:\n  " + "\n  ".join(unverified)
-                   + "\n(check them with `envbuild matrix verify`, or pass --skip-invalid to import the others)",
-                   err=True)
+        click.echo(
+            "not imported, attestations that do not verify:\n  "
+            + "\n  ".join(unverified)
+            + "\n(check them with `envbuild matrix verify`, or pass --skip-invalid to import the others)",
+            err=True,
+        )
         raise SystemExit(1)
     problems += unverified
     if not results and not databases:  # --skip-invalid skipped every file: nothing to import, nothing written
-        raise click.BadParameter("nothing imported: every file is invalid:\n  " + "\n  ".join(problems),
-                                 param_hint="PATHS")
+        raise click.BadParameter(
+            "nothing imported: every file is invalid:\n  " + "\n  ".join(problems), param_hint="PATHS"
+        )
     twice, recorded = _conflicts(target, results, databases, check_recorded=not replace)
     if twice:
-        raise click.BadParameter("not imported, the same run_id with different content in the import:\n  "
-                                 + "\n  ".join(twice) + "\n(import one of each)", param_hint="PATHS")
+        raise click.BadParameter(
+            "not imported, the same run_id with different content in the import:\n  "
+            + "\n  ".join(twice)
+            + "\n(import one of each)",
+            param_hint="PATHS",
+        )
     if recorded:
         raise click.BadParameter(
-            "not imported, runs already recorded with other content:\n  " + "\n  ".join(recorded)
-            + "\n(pass --replace to overwrite them with the imported ones)", param_hint="PATHS")
+            "not imported, runs already recorded with other content:\n  "
+            + "\n  ".join(recorded)
+            + "\n(pass --replace to overwrite them with the imported ones)",
+            param_hint="PATHS",
+        )
     counts = {"new": 0, "identical": 0, "replaced": 0}
     builds_added = 0
     store = open_store(target)
@@ -209,16 +296,23 @@ def import_results(paths: tuple[Path, ...], db: Path | None, skip_invalid: bool,
     warn_damaged(store)
     for problem in problems:
         click.echo(f"skipped {problem}", err=True)
-    click.echo(f"imported {counts['new']} new run(s), {counts['identical']} already recorded,"
-               f" {counts['replaced']} replaced, {builds_added} new build(s), {len(problems)} skipped"
-               f" into {plain(store.path)}")
+    click.echo(
+        f"imported {counts['new']} new run(s), {counts['identical']} already recorded,"
+        f" {counts['replaced']} replaced, {builds_added} new build(s), {len(problems)} skipped"
+        f" into {plain(store.path)}"
+    )
 
 
 @matrix.command("export")
 @db_option
 @click.option("--json", "as_json", is_flag=True, required=True, help="Export as JSON (the only format).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write to this file instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this file instead of stdout.",
+)
 def export(db: Path | None, as_json: bool, output: Path | None) -> None:
     """Every cell with its verdict, builds and runs, as JSON.
 
@@ -244,8 +338,14 @@ def _export(store: MatrixStore, handle) -> None:
     handle.write('{"format": "envbuild-matrix", "version": 1, "cells": [')
     for n, summary in enumerate(summarize(store, with_runs=False)):
         record = json.dumps(summary_record(summary, with_runs=False), sort_keys=True, indent=2)
-        handle.write(("," if n else "") + "\n" + record[:-2] + ',\n  "runs": [' + ",\n".join(store.runs_json(summary.key))
-                     + "]\n}")
+        handle.write(
+            ("," if n else "")
+            + "\n"
+            + record[:-2]
+            + ',\n  "runs": ['
+            + ",\n".join(store.runs_json(summary.key))
+            + "]\n}"
+        )
     handle.write("\n]}\n")
 
 
@@ -263,8 +363,11 @@ def check(db: Path | None) -> None:
     for row in damaged:
         click.echo(plain(row))
     if damaged:
-        click.echo(f"{len(damaged)} damaged row(s) in {plain(store.path)}: the reads skip them; re-import"
-                   " their result.json files with --replace, or restore the file from a backup", err=True)
+        click.echo(
+            f"{len(damaged)} damaged row(s) in {plain(store.path)}: the reads skip them; re-import"
+            " their result.json files with --replace, or restore the file from a backup",
+            err=True,
+        )
         raise SystemExit(1)
     click.echo(f"{plain(store.path)}: integrity ok, every row readable")
 
@@ -285,7 +388,11 @@ def _collect(paths: tuple[Path, ...], target: Path) -> tuple[list, list, list[st
         try:
             raw = strict_json.read_regular(file, attest.MAX_RESULT_BYTES)
             results.append((file, validate_result(strict_json.loads(raw)), raw))
-        except (OSError, ValueError, RecursionError) as exc:  # InvalidResultError, JSON and UTF-8 errors are ValueErrors
+        except (
+            OSError,
+            ValueError,
+            RecursionError,
+        ) as exc:  # InvalidResultError, JSON and UTF-8 errors are ValueErrors
             problems.append(f"{file}: {str(exc) or type(exc).__name__}")
     return results, databases, [plain(p) for p in problems]
 
@@ -324,8 +431,11 @@ def _conflicts(target: Path, results: list, databases: list, *, check_recorded: 
             raise DatabaseError(str(exc)) from exc
         if store is not None:
             try:
-                recorded = [f"run {plain(r['run_id'])} ({plain(file)}): recorded with other content in {plain(target)}"
-                            for file, r in incoming if store.classify_run(r) == "conflict"]
+                recorded = [
+                    f"run {plain(r['run_id'])} ({plain(file)}): recorded with other content in {plain(target)}"
+                    for file, r in incoming
+                    if store.classify_run(r) == "conflict"
+                ]
             finally:
                 store.close()
     return twice, recorded
@@ -342,13 +452,23 @@ def _class_note(s: CellSummary) -> str:
 def _print_summary(s: CellSummary, store_dir: Path) -> None:
     console = stdout_console()
     console.print(Text.assemble((plain(s.key), "bold"), "  ", _status(s.status), "  ", _class_note(s)))
-    console.print(Text(f"runs: {s.run_count}  builds: {len(s.builds)}  last pass: {plain(s.last_pass_at or '-')}"
-                       f"  flips: {len(s.flips)}" + ("  flaky" if s.flaky else "")))
+    console.print(
+        Text(
+            f"runs: {s.run_count}  builds: {len(s.builds)}  last pass: {plain(s.last_pass_at or '-')}"
+            f"  flips: {len(s.flips)}" + ("  flaky" if s.flaky else "")
+        )
+    )
     latest = s.latest_run
     if latest:
         image = latest.get("image") or {}
-        console.print(Text(plain(f"latest run {latest['run_id']} ({latest['command']}) {latest['status']}"
-                                 f" at {latest.get('finished_at')}  image {image.get('digest') or image.get('tag') or '-'}")))
+        console.print(
+            Text(
+                plain(
+                    f"latest run {latest['run_id']} ({latest['command']}) {latest['status']}"
+                    f" at {latest.get('finished_at')}  image {image.get('digest') or image.get('tag') or '-'}"
+                )
+            )
+        )
         probes = Table("probe", "status", "message")
         for p in latest.get("probes") or []:
             probes.add_row(Text(plain(p["name"])), _status(p["status"]), Text(plain(p.get("message") or "")))
@@ -356,15 +476,29 @@ def _print_summary(s: CellSummary, store_dir: Path) -> None:
     console.print(Text(plain(f"environment: {s.environment or '-'}  verdict configuration: {VERDICT_LABEL}")))
     for configuration in s.configurations[::-1]:  # measurements: their own status, never the cell's
         line = configuration_line(s, configuration)
-        console.print(Text.assemble(plain(f"measurement {configuration}: "), _status(line["status"]),
-                                    plain(f"  runs: {line['runs']}" + ("  flaky" if line["flaky"] else "")
-                                          + (f"  {line['failure_class']}" if line["failure_class"] else ""))))
+        console.print(
+            Text.assemble(
+                plain(f"measurement {configuration}: "),
+                _status(line["status"]),
+                plain(
+                    f"  runs: {line['runs']}"
+                    + ("  flaky" if line["flaky"] else "")
+                    + (f"  {line['failure_class']}" if line["failure_class"] else "")
+                ),
+            )
+        )
     history = Table("at", "verdict", "kind", "configuration", "class", "note", "environment")
     for e in s.events:
         verdict = e.verdict if e.decides or not e.counts else f"measurement: {e.verdict}"
-        history.add_row(Text(plain(e.at)), _status(verdict), e.kind, Text(plain(e.configuration if e.kind == "run"
-                                                                                else "")),
-                        Text(plain(e.failure_class or "")), Text(plain(e.note)), Text(plain(e.environment)))
+        history.add_row(
+            Text(plain(e.at)),
+            _status(verdict),
+            e.kind,
+            Text(plain(e.configuration if e.kind == "run" else "")),
+            Text(plain(e.failure_class or "")),
+            Text(plain(e.note)),
+            Text(plain(e.environment)),
+        )
     console.print(history)
     records = Table("at", "kind", "outcome", "id", "attempt directory", title="every build and run, with its record")
     for at, kind, outcome, ident, directory in _attempt_rows(s, store_dir):
@@ -377,14 +511,27 @@ def _attempt_rows(s: CellSummary, store_dir: Path) -> list[tuple[str, str, str, 
     rows = []
     for b in s.builds:
         outcome = b["status"] if b["status"] == "pass" else f"fail build:{b['failure_class']}"
-        rows.append((b["created_at"], "build", outcome + ("" if b["counts"] else " (attempt)"), b["build_uid"],
-                     _attempt_dir(store_dir, b.get("attempt_dir"))))
+        rows.append(
+            (
+                b["created_at"],
+                "build",
+                outcome + ("" if b["counts"] else " (attempt)"),
+                b["build_uid"],
+                _attempt_dir(store_dir, b.get("attempt_dir")),
+            )
+        )
     for row in s.runs:
         result = row["result"]
         outcome = result["status"] + (f" {result.get('error_class')}" if result["status"] != "pass" else "")
-        rows.append((result.get("finished_at") or row["recorded_at"], "run",
-                     outcome + ("" if row["counts"] else " (attempt)"), result["run_id"],
-                     _attempt_dir(store_dir, row.get("attempt_dir"))))
+        rows.append(
+            (
+                result.get("finished_at") or row["recorded_at"],
+                "run",
+                outcome + ("" if row["counts"] else " (attempt)"),
+                result["run_id"],
+                _attempt_dir(store_dir, row.get("attempt_dir")),
+            )
+        )
     return sorted(rows)
 
 

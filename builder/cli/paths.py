@@ -37,6 +37,7 @@ def writable_output(path: Path, param_hint: str, *, is_file: bool = False) -> Pa
             raise click.BadParameter(f"{existing} is a file, so {path} cannot be created", param_hint=param_hint)
         _probe_write(existing if existing.is_dir() else existing.parent)
     except OSError as exc:
-        raise click.BadParameter(f"cannot write {path} ({exc.strerror or exc}); pick a directory you can "
-                                 "write", param_hint=param_hint) from None
+        raise click.BadParameter(
+            f"cannot write {path} ({exc.strerror or exc}); pick a directory you can write", param_hint=param_hint
+        ) from None
     return path

@@ -37,15 +37,28 @@ def publishable(result: dict) -> dict:
 @click.command("publish")
 @click.argument("result_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", required=True, help="Name of this run in the results folder, e.g. local-seed-tiny-gemma.")
-@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="The results folder.")
-@click.option("--sign", "key", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Sign it with this SSH key (private key, or public key with the private half in ssh-agent): "
-                   "writes result.json.intoto.jsonl beside it.")
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="The results folder.",
+)
+@click.option(
+    "--sign",
+    "key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Sign it with this SSH key (private key, or public key with the private half in ssh-agent): "
+    "writes result.json.intoto.jsonl beside it.",
+)
 @sign_options
 @leaves_as_found
-def publish(result_json: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...],
-            sif: Path | None) -> None:
+def publish(
+    result_json: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...], sif: Path | None
+) -> None:
     """Copy a measured run into results/ for committing.
 
     RESULT_JSON (and its container.log) goes to OUT/<cell>/<NAME>/ without the host name and kernel

@@ -22,14 +22,28 @@ if TYPE_CHECKING:
 def request_options(command):
     """Click options that describe a build request (one set for `render` and `image`)."""
     options = [
-        click.option("--flavor", default=None, help="rocm (implied by --rocm), cuda (implied by --cuda) or cpu; "
-                     "see recipes/flavors.toml and recipes/flavors.d/."),
-        click.option("--rocm", "rocm", default=None, metavar="VERSION",
-                     help="ROCm release, e.g. 6.2 or 6.1.2 (6.1: the newest 6.1 release, echoed)."),
+        click.option(
+            "--flavor",
+            default=None,
+            help="rocm (implied by --rocm), cuda (implied by --cuda) or cpu; "
+            "see recipes/flavors.toml and recipes/flavors.d/.",
+        ),
+        click.option(
+            "--rocm",
+            "rocm",
+            default=None,
+            metavar="VERSION",
+            help="ROCm release, e.g. 6.2 or 6.1.2 (6.1: the newest 6.1 release, echoed).",
+        ),
         click.option("--cuda", "cuda", default=None, metavar="VERSION", help="CUDA release, e.g. 13.0."),
-        click.option("--torch", "torch", default=None, metavar="LINE",
-                     help="torch line (2.4) or release (2.4.1) [default: the newest line with an official wheel for "
-                          "the release, echoed]."),
+        click.option(
+            "--torch",
+            "torch",
+            default=None,
+            metavar="LINE",
+            help="torch line (2.4) or release (2.4.1) [default: the newest line with an official wheel for "
+            "the release, echoed].",
+        ),
         click.option("--arch", default=None, metavar="GFX", help="GPU target, e.g. gfx90a (default: the recipe's)."),
         click.option("--python", default=None, metavar="X.Y", help="Python version (default: the base OS's)."),
         click.option(
@@ -39,8 +53,13 @@ def request_options(command):
             show_default=True,
             help="auto: the official wheel where one exists, else a source build.",
         ),
-        click.option("--base-image", default=None, metavar="REF", callback=_image_reference,
-                     help="Override the base image reference ([registry/]name[:tag][@digest])."),
+        click.option(
+            "--base-image",
+            default=None,
+            metavar="REF",
+            callback=_image_reference,
+            help="Override the base image reference ([registry/]name[:tag][@digest]).",
+        ),
         click.option(
             "--install-rocm",
             is_flag=True,
@@ -51,8 +70,12 @@ def request_options(command):
             is_flag=True,
             help="Refuse a torch source build no peer has shown to compile (exit 2, with the cell's public record).",
         ),
-        click.option("--unproven", is_flag=True, expose_value=False,
-                     help="Accepted and ignored: source cells build by default (docs/render.md)."),
+        click.option(
+            "--unproven",
+            is_flag=True,
+            expose_value=False,
+            help="Accepted and ignored: source cells build by default (docs/render.md).",
+        ),
     ]
     return functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
 
@@ -62,8 +85,11 @@ def _image_reference(ctx, param, value: str | None) -> str | None:
     from builder.plan.image_ref import is_image_reference
 
     if value is not None and not is_image_reference(value):
-        raise click.BadParameter(f"{value!r} is not an image reference; give [registry/]name[:tag][@digest] "
-                                 "in lower case, e.g. rocm/dev-ubuntu-22.04:6.2", param_hint="'--base-image'")
+        raise click.BadParameter(
+            f"{value!r} is not an image reference; give [registry/]name[:tag][@digest] "
+            "in lower case, e.g. rocm/dev-ubuntu-22.04:6.2",
+            param_hint="'--base-image'",
+        )
     return value
 
 
@@ -168,10 +194,18 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
             "reason": (f"{p.evidence_step}: " if p.unproven else "") + p.torch_source_reason,
             "proof": "unproven" if p.unproven else ("peer-built" if p.source_build else "official wheel"),
             "fact_source": p.torch.source,
-            "origin": (f"site ({overlay.source})" if origin(overlay, p.cell.flavor,
-                                                            recipes.flavors[p.cell.flavor].releases_file,
-                                                            p.cell.accel_version, p.cell.torch) == "site"
-                       else "packaged"),
+            "origin": (
+                f"site ({overlay.source})"
+                if origin(
+                    overlay,
+                    p.cell.flavor,
+                    recipes.flavors[p.cell.flavor].releases_file,
+                    p.cell.accel_version,
+                    p.cell.torch,
+                )
+                == "site"
+                else "packaged"
+            ),
         }
         for p in plans
     ]
@@ -182,16 +216,35 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
 
 
 @recipes_group.command("check-upstream")
-@click.option("--index", "indexes", multiple=True, metavar="URL",
-              help="A PEP 503 index (http(s)://, file:// or a directory), e.g. https://download.pytorch.org/whl/rocm7.2/; "
-                   "repeatable.")
-@click.option("--releases", "releases", default=None, metavar="FILE|URL",
-              help="A list of ROCm release tags (rocm-7.2.4, therock-7.14.0), e.g. saved `git ls-remote --tags` output.")
-@click.option("--record", is_flag=True,
-              help="Write the sha256 the indexes list for the torch wheels the recipes pin into recipes/"
-                   "wheel-hashes.toml (the manifest names them; \"unhashed\" until recorded).")
-@click.option("--timeout", "seconds", type=click.FloatRange(min=1, max=3600), default=25, show_default=True,
-              help="Seconds for reading all of one index's pages (or the release list), however slowly a server sends.")
+@click.option(
+    "--index",
+    "indexes",
+    multiple=True,
+    metavar="URL",
+    help="A PEP 503 index (http(s)://, file:// or a directory), e.g. https://download.pytorch.org/whl/rocm7.2/; "
+    "repeatable.",
+)
+@click.option(
+    "--releases",
+    "releases",
+    default=None,
+    metavar="FILE|URL",
+    help="A list of ROCm release tags (rocm-7.2.4, therock-7.14.0), e.g. saved `git ls-remote --tags` output.",
+)
+@click.option(
+    "--record",
+    is_flag=True,
+    help="Write the sha256 the indexes list for the torch wheels the recipes pin into recipes/"
+    'wheel-hashes.toml (the manifest names them; "unhashed" until recorded).',
+)
+@click.option(
+    "--timeout",
+    "seconds",
+    type=click.FloatRange(min=1, max=3600),
+    default=25,
+    show_default=True,
+    help="Seconds for reading all of one index's pages (or the release list), however slowly a server sends.",
+)
 def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool, seconds: float) -> None:
     """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
 
@@ -264,8 +317,11 @@ def _print_cells(rows: list[dict]) -> None:
     fixed = [max(len(str(r[k])) for r in rows + [{k: name}]) for k, name in zip(keys[:4], names)]
     free = max(20, console.width - sum(fixed) - 3 * len(keys) - 2)  # what the two long columns share
     cut = fits_terminal(console)  # piped: every value whole (builder.cli.output)
-    table = Table(title=f"{len(rows)} known cells (torch source: auto{'; full text: --json' if cut else ''})",
-                  title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(
+        title=f"{len(rows)} known cells (torch source: auto{'; full text: --json' if cut else ''})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     for name, width in zip(names, fixed):
         table.add_column(name, no_wrap=True, width=width)
     table.add_column("why", no_wrap=True, overflow="ellipsis", width=free * 3 // 5 if cut else None)
@@ -278,12 +334,18 @@ def _print_cells(rows: list[dict]) -> None:
 @click.command("render")
 @request_options
 @click.option(
-    "-o", "--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+    "-o",
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
     help="Directory for the build context (replaced if it holds an earlier envbuild context).",
 )
-@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path),
-              help="Dir of wheels to put in the context's wheelhouse/ (hashed into the tag) [default: keep "
-                   "those already there].")
+@click.option(
+    "--wheelhouse",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Dir of wheels to put in the context's wheelhouse/ (hashed into the tag) [default: keep those already there].",
+)
 def render_command(out: Path, wheelhouse: Path | None, **options) -> None:
     """Write a deterministic build context (Dockerfile and Apptainer cell.def) for a version request.
 
@@ -301,7 +363,8 @@ def render_command(out: Path, wheelhouse: Path | None, **options) -> None:
     console = Console()
     console.print(plan_table(plan, f"plan for {plan.cell.key}"))
     console.print(f"torch: {plan.torch_source} ({plan.torch_source_reason})")
-    console.print(f"wrote {rendered.dockerfile} and {rendered.definition.name} "
-                  f"({len(rendered.manifest['files'])} files hashed)")
+    console.print(
+        f"wrote {rendered.dockerfile} and {rendered.definition.name} ({len(rendered.manifest['files'])} files hashed)"
+    )
     console.print(f"torch from: {origin_text(rendered.manifest['torch_origin'])}")
     console.print(f"image tag: {rendered.image_tag}")

@@ -22,31 +22,75 @@ from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
 
 
 @click.command("report")
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the site (new, empty, or a previous report, which is replaced whole).")
-@click.option("--markdown", "markdown", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the summary (no links; dated by the newest run, not the clock) to this file, "
-                   "e.g. docs/compatibility.md.")
-@click.option("--check", is_flag=True, help="With --markdown: write nothing; exit 1 when the file differs from "
-              "what the matrix gives (a stale committed summary).")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the site (new, empty, or a previous report, which is replaced whole).",
+)
+@click.option(
+    "--markdown",
+    "markdown",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the summary (no links; dated by the newest run, not the clock) to this file, "
+    "e.g. docs/compatibility.md.",
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="With --markdown: write nothing; exit 1 when the file differs from "
+    "what the matrix gives (a stale committed summary).",
+)
 @db_option
-@click.option("--recipes/--no-recipes", "with_recipes", default=True, show_default=True,
-              help="Show every cell the recipes define, 'untested' where nothing is recorded.")
-@click.option("--published", is_flag=True,
-              help="Leave out unsigned runs: what this project publishes (CI's site, docs/compatibility.md).")
-@click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=attest.RESULTS_DIR, show_default="results/",
-              help="The project's published results: shown with the local matrix (without one: alone); with --check, "
-                   "each must carry an attestation that verifies.")
-@click.option("--with-results/--no-results", "with_published", default=True, show_default=True,
-              help="Include the published results (--results) in the report; the local matrix is not changed.")
+@click.option(
+    "--recipes/--no-recipes",
+    "with_recipes",
+    default=True,
+    show_default=True,
+    help="Show every cell the recipes define, 'untested' where nothing is recorded.",
+)
+@click.option(
+    "--published",
+    is_flag=True,
+    help="Leave out unsigned runs: what this project publishes (CI's site, docs/compatibility.md).",
+)
+@click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=attest.RESULTS_DIR,
+    show_default="results/",
+    help="The project's published results: shown with the local matrix (without one: alone); with --check, "
+    "each must carry an attestation that verifies.",
+)
+@click.option(
+    "--with-results/--no-results",
+    "with_published",
+    default=True,
+    show_default=True,
+    help="Include the published results (--results) in the report; the local matrix is not changed.",
+)
 @signer_options
-@click.option("--include-host-details", is_flag=True,
-              help="Publish each run's full host record (hostname, kernel command line, ...); by default"
-                   " only OS, kernel version, driver, GPU archs and count.")
-def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | None, with_recipes: bool,
-           published: bool, results_dir: Path, with_published: bool, allowed_signers: Path, revoked: Path | None,
-           include_host_details: bool) -> None:
+@click.option(
+    "--include-host-details",
+    is_flag=True,
+    help="Publish each run's full host record (hostname, kernel command line, ...); by default"
+    " only OS, kernel version, driver, GPU archs and count.",
+)
+def report(
+    out_dir: Path | None,
+    markdown: Path | None,
+    check: bool,
+    db: Path | None,
+    with_recipes: bool,
+    published: bool,
+    results_dir: Path,
+    with_published: bool,
+    allowed_signers: Path,
+    revoked: Path | None,
+    include_host_details: bool,
+) -> None:
     """Write the compatibility report: a ROCm × torch (× arch) grid and one page per cell.
 
     The site is built aside and swapped in at the end: a failure leaves the previous one whole.
@@ -70,8 +114,14 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
     merged, attempts_db = None, Path(db or default_db_path())
     if with_published and not check and markdown is None:  # the committed summary stays the local matrix's
         merged = tempfile.TemporaryDirectory(prefix="envbuild-report-")
-        db = with_results(db, results_dir, allowed_signers, revoked_or_default(revoked), Path(merged.name),
-                          lambda message: click.echo(f"warning: {plain(message)}", err=True))
+        db = with_results(
+            db,
+            results_dir,
+            allowed_signers,
+            revoked_or_default(revoked),
+            Path(merged.name),
+            lambda message: click.echo(f"warning: {plain(message)}", err=True),
+        )
     store = open_store(db, must_exist=True)
     try:  # who signed each run, derived again from the current signer files (revocation at read time)
         now = current_provenance(store, allowed_signers, revoked_or_default(revoked))
@@ -99,9 +149,14 @@ def report(out_dir: Path | None, markdown: Path | None, check: bool, db: Path | 
         index = None
         if out_dir is not None and not check:
             with console.status("writing the site"):
-                index = build_report(store, summaries, out_dir, host_details=include_host_details,
-                                     attempts_db=attempts_db,
-                                     warn=lambda message: click.echo(f"warning: {plain(message)}", err=True))
+                index = build_report(
+                    store,
+                    summaries,
+                    out_dir,
+                    host_details=include_host_details,
+                    attempts_db=attempts_db,
+                    warn=lambda message: click.echo(f"warning: {plain(message)}", err=True),
+                )
     except ReportError as exc:
         raise click.UsageError(str(exc)) from exc
     finally:
@@ -131,8 +186,11 @@ def _check_results(results_dir: Path, allowed_signers: Path, revoked: Path | Non
             unreadable += 1
             click.echo(f"{plain(result_json)}: {plain(outcome)}", err=True)
     if failed or unreadable:
-        click.echo(f"{failed + unreadable} committed result(s) under {plain(results_dir)} without an attestation that "
-                   "verifies: sign them (`envbuild matrix sign`, results/README.md) or remove them", err=True)
+        click.echo(
+            f"{failed + unreadable} committed result(s) under {plain(results_dir)} without an attestation that "
+            "verifies: sign them (`envbuild matrix sign`, results/README.md) or remove them",
+            err=True,
+        )
         sys.exit(2 if unreadable else 1)
 
 
@@ -140,8 +198,11 @@ def _markdown(path: Path, text: str, check: bool) -> None:
     if check:
         current = path.read_text() if path.is_file() else None
         if current != text:
-            click.echo(f"{plain(path)} is stale: regenerate it with `envbuild report --markdown {plain(path)}` "
-                       "(same --db) and commit it", err=True)
+            click.echo(
+                f"{plain(path)} is stale: regenerate it with `envbuild report --markdown {plain(path)}` "
+                "(same --db) and commit it",
+                err=True,
+            )
             sys.exit(1)
         click.echo(f"{plain(path)} is up to date")
         return

@@ -10,8 +10,9 @@ from builder.cli.store_options import open_store, plain
 from builder.store.store import MatrixStore, RunConflictError, StoreError, default_db_path
 
 
-def with_results(db: Path | None, results_dir: Path, allowed_signers: Path, revoked: Path | None, scratch: Path,
-                 warn) -> Path:
+def with_results(
+    db: Path | None, results_dir: Path, allowed_signers: Path, revoked: Path | None, scratch: Path, warn
+) -> Path:
     """A matrix file holding the local matrix (`db`, or the default one when it exists) and every result under
     `results_dir` whose attestation verifies (or that has none: unsigned), each with its provenance. Results that
     do not verify, cannot be read or clash with a local run of the same id are left out, each with a warning."""

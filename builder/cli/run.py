@@ -18,8 +18,14 @@ from rich.markup import escape
 
 from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.store_options import db_option, note_new_folder
-from builder.engine.interrupt import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, describe, later_ctrl_c_ignored,
-                                      sigterm_as_interrupt)
+from builder.engine.interrupt import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Terminated,
+    describe,
+    later_ctrl_c_ignored,
+    sigterm_as_interrupt,
+)
 from builder.engine import conditions
 from builder.engine.run_result import RESULT_NAME, write_json_atomic
 from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
@@ -36,41 +42,89 @@ def run() -> None:
     """Run things in built images (or locally) and record what they measured."""
 
 
-@run.command("workload", context_settings={"ignore_unknown_options": True}, epilog=(
-    "WORKLOAD ARGS go to `python -m workload train` unchanged, with or without a `--` before them, e.g. "
-    "`--max-steps N`, `-- --labels auto` (take the label names from --data), `--labels a,b,c`, `--seed N`, "
-    "`--dtype bf16`, `--no-probes`; `python -m workload train --help` lists them all. A run with any of them is a "
-    "measurement of its own configuration, labelled with them (`smoke · tiny-gemma · max_steps=5`), never the "
-    "cell's verdict (docs/matrix.md)."))
-@click.option("--image", metavar="TAG", help="Run inside this image: one `envbuild image` built, or any other "
-              "with a Python and torch (AMD's rocm/pytorch, your own): its own torch is measured, the workload and "
-              "the packages it lacks are brought in read-only (docs/measure-any-image.md).")
-@click.option("--apptainer", "sif", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH.sif",
-              help="Run inside this SIF with Apptainer: one `envbuild sif` made, or any other (a site's PyTorch SIF, "
-                   "LUMI's) measured as it is; --cleanenv --containall, explicit binds, --rocm/--nv by its torch.")
-@click.option("--local", is_flag=True, help="Run in this Python environment (the default without --image): its "
-              "torch on the device it finds (a GPU when this torch sees one, else the CPU); no Docker needed.")
-@click.option("--python", "python", default="python3", show_default=True, metavar="EXE",
-              help="The interpreter with torch inside an image or SIF envbuild did not build.")
-@click.option("--wheels", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
-              help="Take the packages such an image lacks from these wheels only (no index; default: pip's index "
-                   "here). Nothing is ever downloaded inside the container unless --network.")
+@run.command(
+    "workload",
+    context_settings={"ignore_unknown_options": True},
+    epilog=(
+        "WORKLOAD ARGS go to `python -m workload train` unchanged, with or without a `--` before them, e.g. "
+        "`--max-steps N`, `-- --labels auto` (take the label names from --data), `--labels a,b,c`, `--seed N`, "
+        "`--dtype bf16`, `--no-probes`; `python -m workload train --help` lists them all. A run with any of them is a "
+        "measurement of its own configuration, labelled with them (`smoke · tiny-gemma · max_steps=5`), never the "
+        "cell's verdict (docs/matrix.md)."
+    ),
+)
+@click.option(
+    "--image",
+    metavar="TAG",
+    help="Run inside this image: one `envbuild image` built, or any other "
+    "with a Python and torch (AMD's rocm/pytorch, your own): its own torch is measured, the workload and "
+    "the packages it lacks are brought in read-only (docs/measure-any-image.md).",
+)
+@click.option(
+    "--apptainer",
+    "sif",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH.sif",
+    help="Run inside this SIF with Apptainer: one `envbuild sif` made, or any other (a site's PyTorch SIF, "
+    "LUMI's) measured as it is; --cleanenv --containall, explicit binds, --rocm/--nv by its torch.",
+)
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Run in this Python environment (the default without --image): its "
+    "torch on the device it finds (a GPU when this torch sees one, else the CPU); no Docker needed.",
+)
+@click.option(
+    "--python",
+    "python",
+    default="python3",
+    show_default=True,
+    metavar="EXE",
+    help="The interpreter with torch inside an image or SIF envbuild did not build.",
+)
+@click.option(
+    "--wheels",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    metavar="DIR",
+    help="Take the packages such an image lacks from these wheels only (no index; default: pip's index "
+    "here). Nothing is ever downloaded inside the container unless --network.",
+)
 @click.option("--gpus", metavar="all|0,1", help="GPUs for the container (ROCm: only those render nodes).")
 @click.option("--model", metavar="ID|PATH", help="Hub model id or local model dir (mounted read-only).")
 @click.option("--data", type=click.Path(path_type=Path), help="Dataset file or dir (mounted read-only).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Output dir for result.json and artifacts [default: ./envbuild-runs/<time>-<id>].")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output dir for result.json and artifacts [default: ./envbuild-runs/<time>-<id>].",
+)
 @click.option("--preset", default="smoke", show_default=True, help="Workload training preset.")
 @click.option("--shm-size", default="16g", show_default=True, help="/dev/shm size of the container.")
-@click.option("--network", help="Container network (e.g. host) when the model must be downloaded; without it an "
-              "image envbuild did not build runs with no network.")
+@click.option(
+    "--network",
+    help="Container network (e.g. host) when the model must be downloaded; without it an "
+    "image envbuild did not build runs with no network.",
+)
 @db_option
 @click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- WORKLOAD ARGS]")
-def workload(image: str | None, sif: Path | None, local: bool, python: str, wheels: Path | None, gpus: str | None,
-             model: str | None, data: Path | None,
-             out_dir: Path | None, preset: str, shm_size: str, network: str | None, db: Path | None,
-             no_record: bool, extra: tuple[str, ...]) -> None:
+def workload(
+    image: str | None,
+    sif: Path | None,
+    local: bool,
+    python: str,
+    wheels: Path | None,
+    gpus: str | None,
+    model: str | None,
+    data: Path | None,
+    out_dir: Path | None,
+    preset: str,
+    shm_size: str,
+    network: str | None,
+    db: Path | None,
+    no_record: bool,
+    extra: tuple[str, ...],
+) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
 
     Exit code 0 only when the result is "pass"; 1 when it is not; 2 for bad input (unknown image, missing
@@ -81,18 +135,22 @@ def workload(image: str | None, sif: Path | None, local: bool, python: str, whee
     if sum(map(bool, (image, sif, local))) > 1:
         raise click.UsageError("--image, --apptainer and --local exclude each other: pick one")
     if not (image or sif) and (wheels or python != "python3"):
-        raise click.UsageError("--python and --wheels are for an image or SIF (--image / --apptainer); --local "
-                               "runs in this Python")
+        raise click.UsageError(
+            "--python and --wheels are for an image or SIF (--image / --apptainer); --local runs in this Python"
+        )
     db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
     console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
-        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6])
+        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    )
     request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
     created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
     watch = conditions.Watch.start(db_path)
     if watch.others_at_start:
-        console.print(f"[yellow]note[/]: {watch.others_at_start} other envbuild run(s) are writing to this matrix now:"
-                      " this measurement will be marked contended (its speed is not comparable)")
+        console.print(
+            f"[yellow]note[/]: {watch.others_at_start} other envbuild run(s) are writing to this matrix now:"
+            " this measurement will be marked contended (its speed is not comparable)"
+        )
     try:
         with sigterm_as_interrupt() as stop:
             result = _run(request, image, sif, shm_size, network, console, dict(python=python, wheels=wheels))
@@ -121,29 +179,53 @@ def workload(image: str | None, sif: Path | None, local: bool, python: str, whee
     if summary := _summary(result):
         console.print(summary)
     if (result.get("conditions") or {}).get("contended"):
-        console.print(escape("contended: " + "; ".join(result["conditions"]["contention"])
-                             + " (recorded in result.json; the report marks this measurement)"))
+        console.print(
+            escape(
+                "contended: "
+                + "; ".join(result["conditions"]["contention"])
+                + " (recorded in result.json; the report marks this measurement)"
+            )
+        )
     passed = result["status"] == "pass"  # only a pass suggests the report; anything else says where to look
     if db_path is None:
-        console.print(escape(f"next: envbuild matrix import {result_path}; then envbuild report -o site" if passed
-                             else f"the full output: {Path(out_dir).resolve()}"))
+        console.print(
+            escape(
+                f"next: envbuild matrix import {result_path}; then envbuild report -o site"
+                if passed
+                else f"the full output: {Path(out_dir).resolve()}"
+            )
+        )
     else:
         with later_ctrl_c_ignored() if result.get("error_class") == "interrupted" else contextlib.nullcontext():
             recorded = _record(db_path, result, result_path, console)  # a stopped run is recorded whatever comes
         db_flag = f" --db {db}" if db else ""
-        console.print(escape(f"next: envbuild report -o site{db_flag}  (the compatibility report, with this run)"
-                             if passed else f"details: envbuild matrix show {recorded.cell_key}{db_flag}"))
+        console.print(
+            escape(
+                f"next: envbuild report -o site{db_flag}  (the compatibility report, with this run)"
+                if passed
+                else f"details: envbuild matrix show {recorded.cell_key}{db_flag}"
+            )
+        )
     if result["status"] == "pass":
         return
     if result.get("error_class") != "interrupted":
         sys.exit(1)
-    console.print(f"[yellow]run interrupted ({'SIGTERM' if stop.terminated else 'Ctrl-C'})[/]: the workload was"
-                  " stopped (an attempt, never a verdict)")
+    console.print(
+        f"[yellow]run interrupted ({'SIGTERM' if stop.terminated else 'Ctrl-C'})[/]: the workload was"
+        " stopped (an attempt, never a verdict)"
+    )
     sys.exit(stop.exit_code)
 
 
-def _run(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
-         console: Console, foreign: dict) -> dict:
+def _run(
+    request: dict,
+    image: str | None,
+    sif: Path | None,
+    shm_size: str,
+    network: str | None,
+    console: Console,
+    foreign: dict,
+) -> dict:
     """The run in the image, the SIF or here; refusals of the input become BadInput (exit code 2)."""
     from builder.engine.container import RunError
     from builder.engine.docker import EngineUnavailable
@@ -178,8 +260,10 @@ def _check_store(db: Path | None) -> Path:
     path = Path(db or default_db_path())
     try:
         if path.is_file() and path.stat().st_size == 0:  # SQLite would take it as a new database
-            raise StoreError(f"{path} is empty (0 bytes), not a matrix database; nothing was changed. Remove it, "
-                             f"or point --db / ${DB_ENV_VAR} at an existing matrix")
+            raise StoreError(
+                f"{path} is empty (0 bytes), not a matrix database; nothing was changed. Remove it, "
+                f"or point --db / ${DB_ENV_VAR} at an existing matrix"
+            )
         MatrixStore.preflight(path)  # opens an existing file read-only: a check never grows it
         if path.exists():
             if not os.access(path, os.W_OK):
@@ -192,8 +276,10 @@ def _check_store(db: Path | None) -> Path:
                 pass
     except (StoreError, OSError, sqlite3.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise BadInput(f"cannot use the matrix database {path} (--db / ${DB_ENV_VAR}): {reason}; "
-                       "pass --db with a file you can write, or --no-record") from exc
+        raise BadInput(
+            f"cannot use the matrix database {path} (--db / ${DB_ENV_VAR}): {reason}; "
+            "pass --db with a file you can write, or --no-record"
+        ) from exc
     return path
 
 
@@ -202,15 +288,17 @@ def _record(db: Path, result: dict, result_path: Path, console: Console):
         note_new_folder(db)
         store = MatrixStore.connect(db)
     except (StoreError, OSError, sqlite3.Error) as exc:
-        raise click.ClickException(f"{exc} (the result stays in {result_path}; "
-                                   f"`envbuild matrix import {result_path}` retries)") from exc
+        raise click.ClickException(
+            f"{exc} (the result stays in {result_path}; `envbuild matrix import {result_path}` retries)"
+        ) from exc
     from builder.workflows.run import record_run
 
     try:
         recorded = record_run(store, result, result_path)
     except StoreError as exc:
-        raise click.ClickException(f"{exc} (the result stays in {result_path}; "
-                                   f"`envbuild matrix import {result_path}` retries)") from exc
+        raise click.ClickException(
+            f"{exc} (the result stays in {result_path}; `envbuild matrix import {result_path}` retries)"
+        ) from exc
     finally:
         store.close()
     console.print(f"recorded in {store.path}" + ("" if recorded.inserted else " (already there)"))

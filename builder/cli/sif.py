@@ -19,28 +19,65 @@ class BadInput(click.ClickException):
 
 @click.command("sif")
 @click.argument("image", required=False)
-@click.option("--from-context", "context_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Build the cell.def of this rendered context (`envbuild render -o DIR`) with `apptainer build "
-                   "--fakeroot`: no Docker engine.")
-@click.option("--pull", "source", metavar="SOURCE",
-              help="Pull an image envbuild built: docker://REF (a registry), docker-archive:FILE.tar (`docker save`) "
-                   "or FILE.sif; its verify step runs again inside.")
-@click.option("--base", "base_path", type=click.Path(path_type=Path),
-              help="With --from-context: the base from this machine instead of the registry the definition names: "
-                   "a SIF or sandbox directory (Bootstrap: localimage) or a `docker save` tar (docker-archive).")
-@click.option("--ca-cert", type=click.Path(dir_okay=False, path_type=Path),
-              help="With --from-context: CA bundle of a TLS-intercepting proxy, bound read-only at "
-                   "/run/secrets/envbuild_ca during the build (never copied into the SIF).")
-@click.option("--fakeroot/--no-fakeroot", default=True, show_default=True,
-              help="With --from-context: build as a fake root user (unprivileged); --no-fakeroot where the build "
-                   "runs as root.")
-@click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
-              help="The SIF's squashfs compressor (an IMAGE or --from-context) [default: Apptainer's, gzip]; lz4/zstd "
-                   "build much faster, for a larger file.")
-@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              metavar="PATH.sif", help="Where the SIF goes; its record is written beside it as PATH.sif.json.")
-def sif(image: str | None, context_dir: Path | None, source: str | None, base_path: Path | None,
-        ca_cert: Path | None, fakeroot: bool, compression: str | None, out: Path) -> None:
+@click.option(
+    "--from-context",
+    "context_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Build the cell.def of this rendered context (`envbuild render -o DIR`) with `apptainer build "
+    "--fakeroot`: no Docker engine.",
+)
+@click.option(
+    "--pull",
+    "source",
+    metavar="SOURCE",
+    help="Pull an image envbuild built: docker://REF (a registry), docker-archive:FILE.tar (`docker save`) "
+    "or FILE.sif; its verify step runs again inside.",
+)
+@click.option(
+    "--base",
+    "base_path",
+    type=click.Path(path_type=Path),
+    help="With --from-context: the base from this machine instead of the registry the definition names: "
+    "a SIF or sandbox directory (Bootstrap: localimage) or a `docker save` tar (docker-archive).",
+)
+@click.option(
+    "--ca-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --from-context: CA bundle of a TLS-intercepting proxy, bound read-only at "
+    "/run/secrets/envbuild_ca during the build (never copied into the SIF).",
+)
+@click.option(
+    "--fakeroot/--no-fakeroot",
+    default=True,
+    show_default=True,
+    help="With --from-context: build as a fake root user (unprivileged); --no-fakeroot where the build runs as root.",
+)
+@click.option(
+    "--compression",
+    type=click.Choice(COMPRESSIONS),
+    default=None,
+    help="The SIF's squashfs compressor (an IMAGE or --from-context) [default: Apptainer's, gzip]; lz4/zstd "
+    "build much faster, for a larger file.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    metavar="PATH.sif",
+    help="Where the SIF goes; its record is written beside it as PATH.sif.json.",
+)
+def sif(
+    image: str | None,
+    context_dir: Path | None,
+    source: str | None,
+    base_path: Path | None,
+    ca_cert: Path | None,
+    fakeroot: bool,
+    compression: str | None,
+    out: Path,
+) -> None:
     """Make a cell's SIF (from an image, a context's cell.def or a pull) and verify it inside Apptainer.
 
     SingularityCE works too: $ENVBUILD_APPTAINER names the binary, else `apptainer`, else `singularity` on PATH
@@ -70,8 +107,9 @@ def sif(image: str | None, context_dir: Path | None, source: str | None, base_pa
     try:
         if context_dir is not None:
             base = local_base(base_path) if base_path is not None else None
-            record = build_from_context(context_dir, out, console, base=base, ca_cert=ca_cert, fakeroot=fakeroot,
-                                        compression=compression)
+            record = build_from_context(
+                context_dir, out, console, base=base, ca_cert=ca_cert, fakeroot=fakeroot, compression=compression
+            )
         elif source is not None:
             record = pull(source, out, console)
         else:
@@ -83,8 +121,10 @@ def sif(image: str | None, context_dir: Path | None, source: str | None, base_pa
         raise BadInput(str(exc)) from exc
     verify, timings = record["verify"], record["timings"]
     steps = ", ".join(f"{name.removesuffix('_s').replace('_', ' ')} {seconds} s" for name, seconds in timings.items())
-    line = (f"{out} sha256 {record['sha256']} ({record['size_bytes'] / 1e6:.0f} MB, {record['route']} route, "
-            f"{record['runtime']['version_line']}); {steps}")
+    line = (
+        f"{out} sha256 {record['sha256']} ({record['size_bytes'] / 1e6:.0f} MB, {record['route']} route, "
+        f"{record['runtime']['version_line']}); {steps}"
+    )
     if verify["ok"]:
         console.print(escape(f"verified inside the SIF ({verify['checks']} checks): {line}"))
         click.echo(str(out))

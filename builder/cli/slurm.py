@@ -30,10 +30,21 @@ def slurm() -> None:
 
 
 @slurm.command("submit")
-@click.option("--sif", "sifs", multiple=True, required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="A cell's SIF made by `envbuild sif` (repeat for more cells).")
-@click.option("--config", "configs", multiple=True, metavar="NAME=ARGS",
-              help="A workload configuration, e.g. smoke='--max-steps 4' (repeat; default: one, 'default').")
+@click.option(
+    "--sif",
+    "sifs",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A cell's SIF made by `envbuild sif` (repeat for more cells).",
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="NAME=ARGS",
+    help="A workload configuration, e.g. smoke='--max-steps 4' (repeat; default: one, 'default').",
+)
 @click.option("--partition")
 @click.option("--account")
 @click.option("--time", "time_limit", help="Time limit per task (Slurm syntax) [site file, else 01:00:00].")
@@ -42,29 +53,71 @@ def slurm() -> None:
 @click.option("--cpus-per-task", type=int)
 @click.option("--mem", help="sbatch --mem per task (e.g. 16G).")
 @click.option("--module", "modules", multiple=True, help="`module load NAME` before the task (repeat).")
-@click.option("--results-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Shared directory the tasks write into and collect reads.")
-@click.option("--site-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Site settings ([slurm] table) [default: $XDG_CONFIG_HOME/envbuild/site.toml].")
+@click.option(
+    "--results-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Shared directory the tasks write into and collect reads.",
+)
+@click.option(
+    "--site-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Site settings ([slurm] table) [default: $XDG_CONFIG_HOME/envbuild/site.toml].",
+)
 @db_option
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit and write nothing.")
-def submit(sifs: tuple[Path, ...], configs: tuple[str, ...], partition, account, time_limit, gpus, gres,
-           cpus_per_task, mem, modules, results_dir, site_file, db, dry_run) -> None:
+def submit(
+    sifs: tuple[Path, ...],
+    configs: tuple[str, ...],
+    partition,
+    account,
+    time_limit,
+    gpus,
+    gres,
+    cpus_per_task,
+    mem,
+    modules,
+    results_dir,
+    site_file,
+    db,
+    dry_run,
+) -> None:
     """Submit one job array: a task per SIF x configuration, each running the workload in its SIF.
 
     The readable sbatch script and submission.json go into an attempt directory beside the matrix file;
     the job id is printed. Exit code 0 when submitted; 2 for bad input (a SIF without its record, a
     site setting that is not a plain Slurm value, no results directory, sbatch refusing the job)."""
     from builder.store.attempts import new_attempt
-    from builder.engine.slurm import (SCRIPT_NAME, SlurmError, load_site, parse_configs, plan, render_script, sbatch,
-                               site_file as default_site_file)
+    from builder.engine.slurm import (
+        SCRIPT_NAME,
+        SlurmError,
+        load_site,
+        parse_configs,
+        plan,
+        render_script,
+        sbatch,
+        site_file as default_site_file,
+    )
 
-    options = {"partition": partition, "account": account, "time": time_limit, "gpus": gpus, "gres": gres,
-               "cpus_per_task": cpus_per_task, "mem": mem, "modules": list(modules), "results_dir": results_dir}
+    options = {
+        "partition": partition,
+        "account": account,
+        "time": time_limit,
+        "gpus": gpus,
+        "gres": gres,
+        "cpus_per_task": cpus_per_task,
+        "mem": mem,
+        "modules": list(modules),
+        "results_dir": results_dir,
+    }
     try:
         site = load_site(options, site_file or default_site_file())
-        sub = plan(uuid.uuid4().hex[:12], list(sifs), parse_configs(configs), site,
-                   datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        sub = plan(
+            uuid.uuid4().hex[:12],
+            list(sifs),
+            parse_configs(configs),
+            site,
+            datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
     except SlurmError as exc:
         raise BadInput(str(exc)) from exc
     script = render_script(sub)
@@ -73,8 +126,10 @@ def submit(sifs: tuple[Path, ...], configs: tuple[str, ...], partition, account,
         return
     console = Console(stderr=True, soft_wrap=True)
     if not sub.results_dir.parent.is_dir():  # the tasks make their own directories in it, as the job's user
-        raise BadInput(f"results directory {sub.results_dir.parent} does not exist: create it on the shared "
-                       "file system the compute nodes write to")
+        raise BadInput(
+            f"results directory {sub.results_dir.parent} does not exist: create it on the shared "
+            "file system the compute nodes write to"
+        )
     try:
         attempt = new_attempt(Path(db or default_db_path()), "slurm", sub.id)
     except (OSError, StoreError) as exc:
@@ -88,16 +143,24 @@ def submit(sifs: tuple[Path, ...], configs: tuple[str, ...], partition, account,
         raise BadInput(f"{exc} (script: {attempt / SCRIPT_NAME})") from exc
     sub.jobs.append({"job_id": job_id, "tasks": [t.index for t in sub.tasks]})
     _write_submission(attempt, sub)
-    console.print(escape(f"submitted job {job_id}: {len(sub.tasks)} task(s); script {attempt / SCRIPT_NAME}; "
-                         f"results in {sub.results_dir}; next: envbuild slurm collect {job_id}"))
+    console.print(
+        escape(
+            f"submitted job {job_id}: {len(sub.tasks)} task(s); script {attempt / SCRIPT_NAME}; "
+            f"results in {sub.results_dir}; next: envbuild slurm collect {job_id}"
+        )
+    )
     click.echo(job_id)
 
 
 @slurm.command("collect")
 @click.argument("job_id")
 @db_option
-@click.option("--resubmit", is_flag=True, help="Submit again the tasks that Slurm lost (timeout, node failure, "
-                                               "preemption, cancellation: attempts, not verdicts).")
+@click.option(
+    "--resubmit",
+    is_flag=True,
+    help="Submit again the tasks that Slurm lost (timeout, node failure, "
+    "preemption, cancellation: attempts, not verdicts).",
+)
 def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     """Import the finished tasks of JOB_ID into the matrix, by the end-state rules of docs/matrix.md.
 
@@ -134,13 +197,25 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
         task, state, result = done.task, done.state, done.result
         if result is None:
             pending += 1
-            table.add_row(str(task.index), Text(task.cell), Text(task.config),
-                          Text(state.state if state else "PENDING"), "not finished", "")
+            table.add_row(
+                str(task.index),
+                Text(task.cell),
+                Text(task.config),
+                Text(state.state if state else "PENDING"),
+                "not finished",
+                "",
+            )
             continue
         verdict = counts("run", result["status"], result.get("error_class"))
         outcome = f"{'verdict' if verdict else 'attempt'}: {result['status']}"
-        table.add_row(str(task.index), Text(task.cell), Text(task.config), Text(state.state), Text(outcome),
-                      Text(plain(result.get("error_class") or "")))
+        table.add_row(
+            str(task.index),
+            Text(task.cell),
+            Text(task.config),
+            Text(state.state),
+            Text(outcome),
+            Text(plain(result.get("error_class") or "")),
+        )
         failed += result["status"] != "pass"
         if not verdict and result.get("error_class") != "usage_error":
             lost.append(task.index)
@@ -157,8 +232,12 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
         console.print(escape(f"re-submitted task(s) {array} as job {new_job}; next: envbuild slurm collect {new_job}"))
         click.echo(new_job)
     elif lost:
-        console.print(escape(f"{len(lost)} task(s) lost by Slurm ({','.join(map(str, lost))}): "
-                             f"`envbuild slurm collect {job_id} --resubmit` submits only those again"))
+        console.print(
+            escape(
+                f"{len(lost)} task(s) lost by Slurm ({','.join(map(str, lost))}): "
+                f"`envbuild slurm collect {job_id} --resubmit` submits only those again"
+            )
+        )
     raise SystemExit(1 if failed else 0)
 
 

@@ -11,8 +11,13 @@ import click
 from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
 
 db_option = click.option(
-    "--db", "db", type=click.Path(dir_okay=False, path_type=Path), envvar=DB_ENV_VAR, default=None,
-    help=f"Matrix database file [env {DB_ENV_VAR}; default ./envbuild-matrix.db].")
+    "--db",
+    "db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=DB_ENV_VAR,
+    default=None,
+    help=f"Matrix database file [env {DB_ENV_VAR}; default ./envbuild-matrix.db].",
+)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -27,8 +32,9 @@ def note_new_folder(db: Path | None) -> None:
     """Say so on stderr when writing the matrix at `db` will create its folder (never silently)."""
     parent = Path(db or default_db_path()).parent
     if not parent.exists():
-        click.echo(f"envbuild: creating the folder {plain(parent)} for the matrix database (--db / ${DB_ENV_VAR})",
-                   err=True)
+        click.echo(
+            f"envbuild: creating the folder {plain(parent)} for the matrix database (--db / ${DB_ENV_VAR})", err=True
+        )
 
 
 def open_store(db: Path | None, *, must_exist: bool = False) -> MatrixStore:
@@ -62,5 +68,8 @@ def warn_damaged(store: MatrixStore) -> None:
     for row in {(r.table, r.row_id, r.column): r for r in store.damaged}.values():
         click.echo(f"warning: skipped {plain(row)}; `envbuild matrix check` lists every such row", err=True)
     if store.bad_text:
-        click.echo(f"warning: {store.bad_text} stored text value(s) were not UTF-8 (damaged bytes) and are shown"
-                   " with \ufffd; `envbuild matrix check` lists their rows", err=True)
+        click.echo(
+            f"warning: {store.bad_text} stored text value(s) were not UTF-8 (damaged bytes) and are shown"
+            " with \ufffd; `envbuild matrix check` lists their rows",
+            err=True,
+        )

@@ -9,8 +9,14 @@ from rich.console import Console
 
 from builder.engine import foreign_docker, foreign_sif
 from builder.engine.apptainer import SifRun, run_in_sif, sidecar_path
-from builder.engine.container import (ContainerRun, check_data, image_labels_manifest, local_image, resolve_model,
-                                      run_in_container)
+from builder.engine.container import (
+    ContainerRun,
+    check_data,
+    image_labels_manifest,
+    local_image,
+    resolve_model,
+    run_in_container,
+)
 from builder.engine.docker import docker_client
 from builder.engine.doctor import HostView
 from builder.engine.run_result import RunEnd

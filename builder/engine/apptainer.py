@@ -22,8 +22,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data, flavor_of,
-                               input_error_line, resolve_model, workload_args)
+from builder.engine.container import (
+    WORKLOAD_BAD_INPUT,
+    BadWorkloadInput,
+    RunError,
+    RunRequest,
+    check_data,
+    flavor_of,
+    input_error_line,
+    resolve_model,
+    workload_args,
+)
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import describe
 from builder.engine.run_result import RunEnd, check_out_dir
@@ -61,10 +70,12 @@ def apptainer_binary() -> str:
     """$ENVBUILD_APPTAINER, else `apptainer`, else `singularity` on PATH; ApptainerError when there is none."""
     found = os.environ.get("ENVBUILD_APPTAINER") or next(filter(None, map(shutil.which, RUNTIMES)), None)
     if not found:
-        raise ApptainerError("apptainer is not installed here (no `apptainer` or `singularity` on PATH, no "
-                             "$ENVBUILD_APPTAINER): install Apptainer >= 1.1 "
-                             "(https://apptainer.org/docs/admin/main/installation.html) or SingularityCE, or load "
-                             "its module (`module load apptainer`)")
+        raise ApptainerError(
+            "apptainer is not installed here (no `apptainer` or `singularity` on PATH, no "
+            "$ENVBUILD_APPTAINER): install Apptainer >= 1.1 "
+            "(https://apptainer.org/docs/admin/main/installation.html) or SingularityCE, or load "
+            "its module (`module load apptainer`)"
+        )
     return found
 
 
@@ -78,8 +89,12 @@ def runtime_record(binary: str) -> dict:
 def runtime_of(version_line: str, path: str | None) -> dict:
     """The runtime record of a `--version` line (name and version only where the line is one of theirs)."""
     match = re.match(r"^(apptainer|singularity-ce|singularity) version (\S+)", version_line)
-    return {"name": match[1] if match else None, "version": match[2] if match else None,
-            "version_line": version_line or None, "path": path}
+    return {
+        "name": match[1] if match else None,
+        "version": match[2] if match else None,
+        "version_line": version_line or None,
+        "path": path,
+    }
 
 
 def sidecar_path(sif: Path) -> Path:
@@ -99,12 +114,15 @@ def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
     except (OSError, ValueError) as exc:  # strict_json's errors are ValueErrors
         raise RunError(f"{side} is not a readable SIF record ({exc}); make it again with `envbuild sif`") from None
     image = record.get("image") if isinstance(record, dict) else None
-    if not (isinstance(image, dict) and isinstance(image.get("manifest"), dict)
-            and isinstance(record.get("sha256"), str)):
+    if not (
+        isinstance(image, dict) and isinstance(image.get("manifest"), dict) and isinstance(record.get("sha256"), str)
+    ):
         raise RunError(f"{side} is not a SIF record of `envbuild sif` (no image manifest or sha256)")
     if check_hash and file_sha256(sif) != record["sha256"]:
-        raise RunError(f"{sif}: its sha256 differs from the one in {side.name}: the SIF changed after "
-                       "`envbuild sif` made it; make it again")
+        raise RunError(
+            f"{sif}: its sha256 differs from the one in {side.name}: the SIF changed after "
+            "`envbuild sif` made it; make it again"
+        )
     return record
 
 
@@ -123,8 +141,9 @@ def build_sif(image_tag: str, out: Path, console: Console, *, compression: str |
         raise RunError(f"image {image_tag} not found locally: build it with `envbuild image ...`") from exc
     block = image_block(image, image_tag)
     if not block.get("manifest"):
-        raise RunError(f"image {image_tag} has no envbuild manifest label: only images built by `envbuild image` "
-                       "become SIFs")
+        raise RunError(
+            f"image {image_tag} has no envbuild manifest label: only images built by `envbuild image` become SIFs"
+        )
     out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".envbuild-sif-", dir=out.parent))  # beside the SIF: never a small /tmp
@@ -143,18 +162,29 @@ def build_sif(image_tag: str, out: Path, console: Console, *, compression: str |
         console.print(escape(f"apptainer build {tmp_sif.name} docker-archive://{archive.name}"))
         started = time.monotonic()
         squash = ["--mksquashfs-args", f"-comp {compression}"] if compression else []  # a COMPRESSIONS name
-        _checked([apptainer, "build", "--force", *squash, str(tmp_sif), f"docker-archive://{archive}"], work,
-                 "apptainer build")
+        _checked(
+            [apptainer, "build", "--force", *squash, str(tmp_sif), f"docker-archive://{archive}"],
+            work,
+            "apptainer build",
+        )
         timings["apptainer_build_s"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
         verify = verify_in_sif(apptainer, tmp_sif, work)
         timings["verify_s"] = round(time.monotonic() - started, 1)
         runtime = runtime_record(apptainer)
-        record = {"schema_version": 1, "sif": out.name, "sha256": file_sha256(tmp_sif),
-                  "size_bytes": tmp_sif.stat().st_size, "route": "docker-archive",
-                  "context_hash": (block.get("manifest") or {}).get("context_hash") or context_hash_of(image.labels),
-                  "image": block,
-                  "runtime": runtime, "apptainer": runtime["version_line"], "verify": verify, "timings": timings}
+        record = {
+            "schema_version": 1,
+            "sif": out.name,
+            "sha256": file_sha256(tmp_sif),
+            "size_bytes": tmp_sif.stat().st_size,
+            "route": "docker-archive",
+            "context_hash": (block.get("manifest") or {}).get("context_hash") or context_hash_of(image.labels),
+            "image": block,
+            "runtime": runtime,
+            "apptainer": runtime["version_line"],
+            "verify": verify,
+            "timings": timings,
+        }
         os.replace(tmp_sif, out)
         write_text_atomic(sidecar_path(out), json.dumps(record, indent=2) + "\n")
         os.chmod(sidecar_path(out), 0o644)  # read by runs and Slurm tasks, like the SIF
@@ -168,24 +198,44 @@ def verify_in_sif(apptainer: str, sif: Path, work: Path) -> dict:
     out = work / "verify"
     out.mkdir()
     os.chmod(out, 0o777)  # written by whoever apptainer runs as
-    proc = subprocess.run([apptainer, "exec", "--cleanenv", "--containall", "--bind", f"{out}:{OUT_BIND}",
-                           str(sif), "python3", VERIFY_SCRIPT, VERIFY_EXPECT, f"{OUT_BIND}/verify.json"],
-                          cwd=work, capture_output=True, text=True, errors="replace")
+    proc = subprocess.run(
+        [
+            apptainer,
+            "exec",
+            "--cleanenv",
+            "--containall",
+            "--bind",
+            f"{out}:{OUT_BIND}",
+            str(sif),
+            "python3",
+            VERIFY_SCRIPT,
+            VERIFY_EXPECT,
+            f"{OUT_BIND}/verify.json",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
     try:
         report = json.loads((out / "verify.json").read_text())
     except (OSError, json.JSONDecodeError):
         report = None
     ok = proc.returncode == 0 and isinstance(report, dict) and report.get("ok") is True
-    return {"ok": ok, "exit_code": proc.returncode,
-            "checks": len(report.get("checks") or []) if isinstance(report, dict) else 0,
-            "output_tail": (proc.stdout + proc.stderr)[-2000:]}
+    return {
+        "ok": ok,
+        "exit_code": proc.returncode,
+        "checks": len(report.get("checks") or []) if isinstance(report, dict) else 0,
+        "output_tail": (proc.stdout + proc.stderr)[-2000:],
+    }
 
 
 def _checked(argv: list[str], cwd: Path, what: str) -> None:
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
     if proc.returncode != 0:
-        raise ApptainerError(f"{what} failed (exit code {proc.returncode}): "
-                             f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+        raise ApptainerError(
+            f"{what} failed (exit code {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-1500:]}"
+        )
 
 
 def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
@@ -203,8 +253,15 @@ def gpu_flags(flavor: str, gpus: str | None) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def exec_argv(apptainer: str, sif: Path, flavor: str, gpus: str | None, binds: list[str],
-              command: list[str], extra_env: tuple[str, ...] = ()) -> list[str]:
+def exec_argv(
+    apptainer: str,
+    sif: Path,
+    flavor: str,
+    gpus: str | None,
+    binds: list[str],
+    command: list[str],
+    extra_env: tuple[str, ...] = (),
+) -> list[str]:
     """`apptainer exec` for the workload: clean environment, contained, explicit binds only."""
     options, env = gpu_flags(flavor, gpus)
     argv = [apptainer, "exec", "--cleanenv", "--containall", "--pwd", "/tmp", *options]
@@ -224,8 +281,10 @@ def bind_source(path: Path, option: str) -> Path:
     newline, which Apptainer would read as another bind or other options."""
     text = str(Path(path).expanduser().absolute())
     if any(c in text for c in _BIND_SYNTAX):
-        raise RunError(f"{option} {text[:300]!r}: a path with a comma, colon or newline cannot be bound into the "
-                       "container (Apptainer reads them as more binds or options); use another path")
+        raise RunError(
+            f"{option} {text[:300]!r}: a path with a comma, colon or newline cannot be bound into the "
+            "container (Apptainer reads them as more binds or options); use another path"
+        )
     return Path(path)
 
 
@@ -255,8 +314,11 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
     host = HostView()
     sif = Path(run.sif).resolve()
     record = read_sidecar(sif)
-    image = dict(record["image"], environment="apptainer",
-                 sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")})
+    image = dict(
+        record["image"],
+        environment="apptainer",
+        sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")},
+    )
     manifest = image["manifest"]
     flavor = flavor_of(manifest)
     gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
@@ -271,15 +333,37 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
         failure_class, failure = "container_error", str(exc)
         (out_dir / LOG_NAME).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
         console.print(f"[red]{escape(str(exc))}[/]")
-        return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
-                      finished=time.time(), versions=versions, host=host_record(host), image=image)
+        return RunEnd(
+            out_dir,
+            failure_class=failure_class,
+            failure=failure,
+            started=started,
+            finished=time.time(),
+            versions=versions,
+            host=host_record(host),
+            image=image,
+        )
     image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and its version
-    argv = exec_argv(apptainer, sif, flavor, run.gpus, binds,
-                     ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)])
+    argv = exec_argv(
+        apptainer,
+        sif,
+        flavor,
+        run.gpus,
+        binds,
+        ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)],
+    )
     console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
     failure_class, failure = stream_apptainer(argv, out_dir, console)
-    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
-                  versions=versions, host=host_record(host), image=image)
+    return RunEnd(
+        out_dir,
+        failure_class=failure_class,
+        failure=failure,
+        started=started,
+        finished=time.time(),
+        versions=versions,
+        host=host_record(host),
+        image=image,
+    )
 
 
 def stream_apptainer(argv: list[str], out_dir: Path, console: Console) -> tuple[str | None, str]:
@@ -288,8 +372,9 @@ def stream_apptainer(argv: list[str], out_dir: Path, console: Console) -> tuple[
     failure_class, failure = None, ""
     bad_input = None
     with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1, cwd=out_dir)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, cwd=out_dir
+        )
         try:
             for line in proc.stdout:
                 log.write(line)

@@ -23,8 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from builder.engine.apptainer import (ApptainerError, apptainer_binary, runtime_record, sidecar_path,
-                                      verify_in_sif)
+from builder.engine.apptainer import ApptainerError, apptainer_binary, runtime_record, sidecar_path, verify_in_sif
 from builder.engine.build import MANIFEST_LABEL
 from builder.engine.container import RunError
 from builder.paths import file_sha256, write_text_atomic
@@ -42,8 +41,10 @@ COMPRESSIONS = ("gzip", "lz4", "lzo", "xz", "zstd")
 #: `From:` line: no separator of either (`:` `,`), no space, quote or control character.
 _PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+@%=-]{0,4000}$")
 #: `docker://` references as Apptainer takes them: [registry/]name[:tag][@sha256:digest].
-_DOCKER_REF = re.compile(r"^docker://(?P<name>[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?)"
-                         r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+_DOCKER_REF = re.compile(
+    r"^docker://(?P<name>[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
 _LABEL_HASH = re.compile(rf"^\s*{re.escape(CONTEXT_HASH_LABEL)}\s+([0-9a-f]{{64}})\s*$", re.M)
 
 
@@ -77,8 +78,10 @@ def local_base(path: Path) -> Base:
 
 def _plain(path: Path, option: str) -> str:
     if not _PLAIN_PATH.match(str(path)):
-        raise RunError(f"{option} {str(path)!r}: use a path of letters, digits and _./+@%=- only (it goes into "
-                       "an Apptainer bind or build argument, where ':' ',' or spaces would change its meaning)")
+        raise RunError(
+            f"{option} {str(path)!r}: use a path of letters, digits and _./+@%=- only (it goes into "
+            "an Apptainer bind or build argument, where ':' ',' or spaces would change its meaning)"
+        )
     return str(path)
 
 
@@ -87,29 +90,46 @@ def read_context(context_dir: Path) -> tuple[dict, Path]:
     context_dir = Path(context_dir).resolve()
     definition, manifest_path = context_dir / DEFINITION, context_dir / MANIFEST
     if not definition.is_file() or not manifest_path.is_file():
-        raise RunError(f"{context_dir} has no {DEFINITION} and {MANIFEST}: render it first "
-                       f"(`envbuild render ... -o {context_dir}`)")
+        raise RunError(
+            f"{context_dir} has no {DEFINITION} and {MANIFEST}: render it first "
+            f"(`envbuild render ... -o {context_dir}`)"
+        )
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunError(f"{manifest_path} is not readable JSON ({exc})") from None
     found = _LABEL_HASH.findall(definition.read_text(encoding="utf-8", errors="replace"))
     if not isinstance(manifest, dict) or not manifest.get("context_hash") or found != [manifest["context_hash"]]:
-        raise RunError(f"{definition} and {manifest_path} name different content hashes: the context was edited "
-                       "after `envbuild render`; render it again")
+        raise RunError(
+            f"{definition} and {manifest_path} name different content hashes: the context was edited "
+            "after `envbuild render`; render it again"
+        )
     return manifest, definition
 
 
-def build_argv(binary: str, context_dir: Path, out: Path, base: Base | None, ca_cert: Path | None,
-               fakeroot: bool, compression: str | None = None) -> list[str]:
+def build_argv(
+    binary: str,
+    context_dir: Path,
+    out: Path,
+    base: Base | None,
+    ca_cert: Path | None,
+    fakeroot: bool,
+    compression: str | None = None,
+) -> list[str]:
     """`apptainer build` of the context's cell.def: the wheelhouse (and a proxy CA) bound read-only, the base as
     build arguments when it is not the definition's registry default."""
     context_dir = Path(context_dir).resolve()
     if compression is not None and compression not in COMPRESSIONS:
         raise RunError(f"--compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
-    argv = [binary, "build", *(["--fakeroot"] if fakeroot else []), "--force",
-            *(["--mksquashfs-args", f"-comp {compression}"] if compression else []),
-            "--bind", f"{_plain(context_dir / WHEELHOUSE, 'the context')}:/wheelhouse:ro"]
+    argv = [
+        binary,
+        "build",
+        *(["--fakeroot"] if fakeroot else []),
+        "--force",
+        *(["--mksquashfs-args", f"-comp {compression}"] if compression else []),
+        "--bind",
+        f"{_plain(context_dir / WHEELHOUSE, 'the context')}:/wheelhouse:ro",
+    ]
     if ca_cert is not None:
         argv += ["--bind", f"{_plain(Path(ca_cert).resolve(), '--ca-cert')}:{CA_TARGET}:ro"]
     if base is not None:
@@ -117,8 +137,16 @@ def build_argv(binary: str, context_dir: Path, out: Path, base: Base | None, ca_
     return argv + [str(out), DEFINITION]
 
 
-def build_from_context(context_dir: Path, out: Path, console: Console, *, base: Base | None = None,
-                       ca_cert: Path | None = None, fakeroot: bool = True, compression: str | None = None) -> dict:
+def build_from_context(
+    context_dir: Path,
+    out: Path,
+    console: Console,
+    *,
+    base: Base | None = None,
+    ca_cert: Path | None = None,
+    fakeroot: bool = True,
+    compression: str | None = None,
+) -> dict:
     """Build the SIF of a rendered context from its cell.def (no Docker engine), verify it inside, write its record.
 
     The full build output goes to `<out>.build.log`; Apptainer's own step lines are shown as progress."""
@@ -130,15 +158,27 @@ def build_from_context(context_dir: Path, out: Path, console: Console, *, base: 
     with _staging(out) as (work, tmp_sif):
         argv = build_argv(binary, context_dir, tmp_sif, base, ca_cert, fakeroot, compression)
         log_path = out.with_name(out.name + BUILD_LOG_SUFFIX)
-        console.print(escape(f"{' '.join(argv[:2])} {DEFINITION} of {manifest.get('cell_key')} "
-                             f"(base: {base.source if base else 'the registry default'}); log: {log_path}"))
+        console.print(
+            escape(
+                f"{' '.join(argv[:2])} {DEFINITION} of {manifest.get('cell_key')} "
+                f"(base: {base.source if base else 'the registry default'}); log: {log_path}"
+            )
+        )
         started = time.monotonic()
         _streamed(argv, context_dir, log_path, console)
         timings = {"apptainer_build_s": round(time.monotonic() - started, 1)}
         block = {"tag": manifest.get("image_tag"), "id": None, "digest": None, "manifest": manifest}
         base_record = base.record() if base else {"bootstrap": "docker", "source": manifest.get("base_image")}
-        return _finish(binary, tmp_sif, work, out, timings, route="definition", image=block,
-                       extra={"base": base_record, "fakeroot": fakeroot, "compression": compression or "default"})
+        return _finish(
+            binary,
+            tmp_sif,
+            work,
+            out,
+            timings,
+            route="definition",
+            image=block,
+            extra={"base": base_record, "fakeroot": fakeroot, "compression": compression or "default"},
+        )
 
 
 def pull(source: str, out: Path, console: Console) -> dict:
@@ -158,11 +198,21 @@ def pull(source: str, out: Path, console: Console) -> dict:
         timings = {"pull_s": round(time.monotonic() - started, 1)}
         manifest = _sif_manifest(binary, tmp_sif, work)
         if manifest is None:
-            raise RunError(f"{source}: the image carries no envbuild manifest label ({MANIFEST_LABEL}): only images "
-                           "built by `envbuild image` (or SIFs of them) can be pulled with their record")
+            raise RunError(
+                f"{source}: the image carries no envbuild manifest label ({MANIFEST_LABEL}): only images "
+                "built by `envbuild image` (or SIFs of them) can be pulled with their record"
+            )
         block = {"tag": manifest.get("image_tag"), "id": None, "digest": digest, "manifest": manifest}
-        return _finish(binary, tmp_sif, work, out, timings, route="pull", image=block,
-                       extra={"pulled_from": source, "source_digest": digest})
+        return _finish(
+            binary,
+            tmp_sif,
+            work,
+            out,
+            timings,
+            route="pull",
+            image=block,
+            extra={"pulled_from": source, "source_digest": digest},
+        )
 
 
 def _pull_source(source: str) -> tuple[str, str, str | None]:
@@ -191,7 +241,9 @@ def _archive_digest(path: Path) -> str | None:
             entries = json.loads(member.read()) if member else None
     except (KeyError, tarfile.TarError, json.JSONDecodeError, UnicodeDecodeError):
         return None
-    config = entries[0].get("Config") if isinstance(entries, list) and entries and isinstance(entries[0], dict) else None
+    config = (
+        entries[0].get("Config") if isinstance(entries, list) and entries and isinstance(entries[0], dict) else None
+    )
     match = re.search(r"([0-9a-f]{64})", str(config or ""))
     return f"sha256:{match[1]}" if match else None
 
@@ -199,13 +251,19 @@ def _archive_digest(path: Path) -> str | None:
 def _sif_manifest(binary: str, sif: Path, work: Path) -> dict | None:
     """The envbuild manifest of a SIF: among its labels (an OCI image's labels become the SIF's), or the file
     /opt/envbuild/manifest.json that a SIF built from cell.def holds."""
-    proc = subprocess.run([binary, "inspect", "--json", "--labels", str(sif)], cwd=work, capture_output=True,
-                          text=True, errors="replace")
+    proc = subprocess.run(
+        [binary, "inspect", "--json", "--labels", str(sif)], cwd=work, capture_output=True, text=True, errors="replace"
+    )
     try:
         text = json.loads(proc.stdout)["data"]["attributes"]["labels"][MANIFEST_LABEL]
     except (json.JSONDecodeError, KeyError, TypeError):
-        proc = subprocess.run([binary, "exec", "--cleanenv", "--containall", str(sif), "cat", IMAGE_MANIFEST],
-                              cwd=work, capture_output=True, text=True, errors="replace")
+        proc = subprocess.run(
+            [binary, "exec", "--cleanenv", "--containall", str(sif), "cat", IMAGE_MANIFEST],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            errors="replace",
+        )
         text = proc.stdout if proc.returncode == 0 else ""
     try:
         manifest = json.loads(text)
@@ -231,16 +289,27 @@ class _staging:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def _finish(binary: str, tmp_sif: Path, work: Path, out: Path, timings: dict, *, route: str, image: dict,
-            extra: dict) -> dict:
+def _finish(
+    binary: str, tmp_sif: Path, work: Path, out: Path, timings: dict, *, route: str, image: dict, extra: dict
+) -> dict:
     started = time.monotonic()
     verify = verify_in_sif(binary, tmp_sif, work)
     timings["verify_s"] = round(time.monotonic() - started, 1)
     runtime = runtime_record(binary)
-    record = {"schema_version": 1, "sif": Path(out).name, "sha256": file_sha256(tmp_sif),
-              "size_bytes": tmp_sif.stat().st_size, "route": route,
-              "context_hash": (image.get("manifest") or {}).get("context_hash"), "image": image, **extra,
-              "runtime": runtime, "apptainer": runtime["version_line"], "verify": verify, "timings": timings}
+    record = {
+        "schema_version": 1,
+        "sif": Path(out).name,
+        "sha256": file_sha256(tmp_sif),
+        "size_bytes": tmp_sif.stat().st_size,
+        "route": route,
+        "context_hash": (image.get("manifest") or {}).get("context_hash"),
+        "image": image,
+        **extra,
+        "runtime": runtime,
+        "apptainer": runtime["version_line"],
+        "verify": verify,
+        "timings": timings,
+    }
     out = Path(out).resolve()
     os.replace(tmp_sif, out)
     write_text_atomic(sidecar_path(out), json.dumps(record, indent=2) + "\n")
@@ -251,8 +320,9 @@ def _finish(binary: str, tmp_sif: Path, work: Path, out: Path, timings: dict, *,
 def _streamed(argv: list[str], cwd: Path, log_path: Path, console: Console) -> None:
     """Run `argv`, every line into `log_path`, Apptainer's own INFO/WARNING/FATAL lines to the console."""
     with open(log_path, "w", encoding="utf-8", buffering=1) as log:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1)
+        proc = subprocess.Popen(
+            argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+        )
         tail: list[str] = []
         for line in proc.stdout:
             log.write(line)
@@ -261,12 +331,14 @@ def _streamed(argv: list[str], cwd: Path, log_path: Path, console: Console) -> N
                 console.print(f"[dim]{escape(line.rstrip())}[/]")
         code = proc.wait()
     if code != 0:
-        raise SifBuildFailed(f"{' '.join(argv[:2])} failed (exit code {code}; full log {log_path}):\n"
-                             + "".join(tail).rstrip())
+        raise SifBuildFailed(
+            f"{' '.join(argv[:2])} failed (exit code {code}; full log {log_path}):\n" + "".join(tail).rstrip()
+        )
 
 
 def _checked(argv: list[str], cwd: Path, what: str) -> None:
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
     if proc.returncode != 0:
-        raise ApptainerError(f"{what} failed (exit code {proc.returncode}): "
-                             f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+        raise ApptainerError(
+            f"{what} failed (exit code {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-1500:]}"
+        )

@@ -77,8 +77,9 @@ def default_log_path(context_dir: Path) -> Path:
     return context_dir.parent / f"{context_dir.name}.build.log"
 
 
-def build_command(tool: BuildTool, context_dir: Path, tag: str, options: BuildOptions,
-                  labels: dict[str, str]) -> list[str]:
+def build_command(
+    tool: BuildTool, context_dir: Path, tag: str, options: BuildOptions, labels: dict[str, str]
+) -> list[str]:
     """The BuildKit command line (secrets and proxy values are referenced, never spelled out)."""
     argv = [*tool.argv, "--progress=plain", "--tag", tag]
     if tool.kind == "buildx":
@@ -105,8 +106,10 @@ def build_command(tool: BuildTool, context_dir: Path, tag: str, options: BuildOp
         elif ref.replace(" ", "") == "type=inline":
             argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
         else:
-            raise BuildError(f"--cache-to {ref}: needs docker buildx ({tool.describe} has no --cache-to); "
-                             "install buildx or use --cache-to type=inline")
+            raise BuildError(
+                f"--cache-to {ref}: needs docker buildx ({tool.describe} has no --cache-to); "
+                "install buildx or use --cache-to type=inline"
+            )
     for key, value in sorted(labels.items()):
         argv += ["--label", f"{key}={value}"]
     argv.append(str(Path(context_dir).resolve()))
@@ -116,8 +119,9 @@ def build_command(tool: BuildTool, context_dir: Path, tag: str, options: BuildOp
 def read_verify(tag: str) -> dict | None:
     """The image's own verify record (/opt/envbuild/verify.json, written at the end of its build), if any."""
     try:
-        raw = docker_client().containers.run(tag, ["cat", "/opt/envbuild/verify.json"], entrypoint=[],
-                                             remove=True, network_mode="none", stderr=False)
+        raw = docker_client().containers.run(
+            tag, ["cat", "/opt/envbuild/verify.json"], entrypoint=[], remove=True, network_mode="none", stderr=False
+        )
         return json.loads(raw)
     except (docker.errors.APIError, docker.errors.ContainerError, ValueError):
         return None
@@ -162,9 +166,14 @@ def image_exists(tag: str) -> str | None:
         return None
 
 
-def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOptions(),
-                console: Console | None = None, log_path: Path | None = None,
-                manifest: dict | None = None) -> BuildOutcome:
+def build_image(
+    context_dir: Path,
+    tag: str,
+    options: BuildOptions = BuildOptions(),
+    console: Console | None = None,
+    log_path: Path | None = None,
+    manifest: dict | None = None,
+) -> BuildOutcome:
     """Build the rendered context `context_dir` (its Dockerfile there, any --ca-cert a file: the caller checked)
     as `tag` unless that tag already exists locally. `manifest` (the plan's, as rendered; None for a context
     without one) goes into the image's labels and says which wheels the context's wheelhouse must hold."""
@@ -177,11 +186,16 @@ def build_image(context_dir: Path, tag: str, options: BuildOptions = BuildOption
     if existing is None and options.reuse_remote and not options.force:
         existing, why = pull_existing(tag)
         where = "in the registry (pulled)"
-        console.print(f"[green]pulled[/] {escape(tag)}: its content-hash tag exists in the registry" if existing
-                      else f"{escape(tag)} cannot be pulled ({escape(why)}); building it")
+        console.print(
+            f"[green]pulled[/] {escape(tag)}: its content-hash tag exists in the registry"
+            if existing
+            else f"{escape(tag)} cannot be pulled ({escape(why)}); building it"
+        )
     if existing:
-        console.print(f"[green]skipped[/]: image [bold]{escape(tag)}[/] already exists {where} "
-                      f"(content hash unchanged, {existing[:19]}); --force rebuilds it")
+        console.print(
+            f"[green]skipped[/]: image [bold]{escape(tag)}[/] already exists {where} "
+            f"(content hash unchanged, {existing[:19]}); --force rebuilds it"
+        )
         outcome = BuildOutcome(tag, True, time.monotonic() - started, None, tool.describe, existing)
     else:
         labels = {}
@@ -209,8 +223,9 @@ def _step_label(vertex: Vertex) -> str:
 
 
 def _is_step(vertex: Vertex) -> bool:
-    return vertex.name.startswith("[") and not vertex.name.startswith("[internal]") or \
-        vertex.name.startswith("exporting")
+    return (
+        vertex.name.startswith("[") and not vertex.name.startswith("[internal]") or vertex.name.startswith("exporting")
+    )
 
 
 def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Console) -> None:
@@ -219,14 +234,30 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Consol
     log = PlainLog()
     reported: set[int] = set()
     env = {**os.environ, **tool.env}
-    with open(log_path, "w", encoding="utf-8", buffering=1) as sink, Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-        console=console, transient=True,
-    ) as progress:
-        sink.write(f"# builder: {tool.describe}\n$ " + " ".join([*(f"{k}={v}" for k, v in tool.env.items()), *argv]) + "\n")
+    with (
+        open(log_path, "w", encoding="utf-8", buffering=1) as sink,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+    ):
+        sink.write(
+            f"# builder: {tool.describe}\n$ " + " ".join([*(f"{k}={v}" for k, v in tool.env.items()), *argv]) + "\n"
+        )
         task = progress.add_task("starting BuildKit", total=None)
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            env=env,
+            start_new_session=True,
+        )
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -250,8 +281,9 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Consol
             raise BuildInterrupted(f"build interrupted ({how}); nothing was tagged", log_path=log_path) from exc
     if returncode != 0:
         failure = diagnose(log)
-        raise BuildError(f"build failed at step {failure.step!r} ({failure.failure_class})",
-                         failure=failure, log_path=log_path)
+        raise BuildError(
+            f"build failed at step {failure.step!r} ({failure.failure_class})", failure=failure, log_path=log_path
+        )
 
 
 def _stop(proc: subprocess.Popen) -> None:

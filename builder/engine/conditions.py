@@ -80,8 +80,11 @@ def gpu_snapshot() -> dict | None:
             data = json.loads(pids)
         except ValueError:
             data = {}
-        procs = [{"pid": int(k.split()[-1]), "name": str(v)[:200]} for k, v in (data.get("system") or {}).items()
-                 if k.startswith("PID") and k.split()[-1].isdigit()]
+        procs = [
+            {"pid": int(k.split()[-1]), "name": str(v)[:200]}
+            for k, v in (data.get("system") or {}).items()
+            if k.startswith("PID") and k.split()[-1].isdigit()
+        ]
         return {"tool": "rocm-smi", "other_processes": procs, **_sysfs_clocks()}
     sysfs = _sysfs_clocks()
     return {"tool": "sysfs", **sysfs} if sysfs else None
@@ -107,8 +110,14 @@ def _sysfs_clocks(drm: Path = Path("/sys/class/drm")) -> dict:
     return {}
 
 
-def judge(load_start: float | None, load_end: float | None, cpus: float, gpu_start: dict | None,
-          gpu_end: dict | None, other_runs: int | None) -> list[str]:
+def judge(
+    load_start: float | None,
+    load_end: float | None,
+    cpus: float,
+    gpu_start: dict | None,
+    gpu_end: dict | None,
+    other_runs: int | None,
+) -> list[str]:
     """Why a measurement was contended ([] = it was not): another envbuild run on the matrix, other processes on
     the GPUs, or a load average that leaves the run less than the machine's CPUs (our own run adds about one CPU
     per busy thread to the load at its end, so the end's threshold is higher)."""
@@ -146,8 +155,11 @@ class Watch:
             try:
                 watch.markers.mkdir(exist_ok=True)  # a new matrix folder is the store's to make (and say so)
                 watch.marker = watch.markers / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
-                watch.marker.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                                                    "started": watch.started, "finished": None}))
+                watch.marker.write_text(
+                    json.dumps(
+                        {"host": socket.gethostname(), "pid": os.getpid(), "started": watch.started, "finished": None}
+                    )
+                )
                 watch.others_at_start = len(watch._overlapping(time.time()))
             except OSError:
                 watch.marker = None
@@ -205,9 +217,15 @@ class Watch:
             gpu = {**gpu_start, **(gpu_end or {}), "other_processes": list(procs.values())}
             gpu = {k: v for k, v in gpu.items() if v is not None or k == "tool"}
         reasons = judge(self.load_start, load_end, min(cpus, limit or cpus), self.gpu_start, gpu_end, other_runs)
-        return {"load_average": {"start": round(self.load_start, 2), "end": round(load_end, 2)},
-                "cpu_count": cpus, "cgroup_cpu_limit": limit, "gpu": gpu, "other_envbuild_runs": other_runs,
-                "contended": bool(reasons), "contention": reasons}
+        return {
+            "load_average": {"start": round(self.load_start, 2), "end": round(load_end, 2)},
+            "cpu_count": cpus,
+            "cgroup_cpu_limit": limit,
+            "gpu": gpu,
+            "other_envbuild_runs": other_runs,
+            "contended": bool(reasons),
+            "contention": reasons,
+        }
 
 
 def _alive(marker: dict) -> bool:

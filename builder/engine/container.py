@@ -81,8 +81,9 @@ def resolve_model(model: str | None) -> tuple[str | None, Path | None]:
     if path.exists():
         return None, path.resolve()
     if model.startswith((".", "/", "~")) or not _HUB_ID.match(model):
-        raise RunError(f"--model {model}: no such file or directory (give a local model dir or a hub id "
-                       "such as google/gemma-2b)")
+        raise RunError(
+            f"--model {model}: no such file or directory (give a local model dir or a hub id such as google/gemma-2b)"
+        )
     return model, None
 
 
@@ -142,16 +143,19 @@ def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
         selected = _parse_gpus(gpus)
         dri = host.path("/dev/dri")
         if not host.path("/dev/kfd").exists():
-            raise RunError("this ROCm image needs /dev/kfd, which this host lacks: load the amdgpu "
-                           "driver (see `envbuild doctor`) or run a cpu image / --local")
+            raise RunError(
+                "this ROCm image needs /dev/kfd, which this host lacks: load the amdgpu "
+                "driver (see `envbuild doctor`) or run a cpu image / --local"
+            )
         if selected is None:
             nodes = ["/dev/dri"]
         else:
             known = kfd_gpus(host)
             bad = [i for i in selected if i >= len(known) or known[i].render_minor is None]
             if bad:
-                raise RunError(f"--gpus {gpus}: this host has GPUs 0..{len(known) - 1} "
-                               f"(see `envbuild doctor`), not {bad}")
+                raise RunError(
+                    f"--gpus {gpus}: this host has GPUs 0..{len(known) - 1} (see `envbuild doctor`), not {bad}"
+                )
             nodes = [f"/dev/dri/renderD{known[i].render_minor}" for i in selected]
         gids = sorted({os.stat(p).st_gid for p in (host.path("/dev/kfd"), *dri.glob("renderD*"))})
         return {
@@ -162,8 +166,11 @@ def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
         }
     if flavor == "cuda":
         selected = _parse_gpus(gpus)
-        request = DeviceRequest(count=-1, capabilities=[["gpu"]]) if selected is None else \
-            DeviceRequest(device_ids=[str(i) for i in selected], capabilities=[["gpu"]])
+        request = (
+            DeviceRequest(count=-1, capabilities=[["gpu"]])
+            if selected is None
+            else DeviceRequest(device_ids=[str(i) for i in selected], capabilities=[["gpu"]])
+        )
         return {"device_requests": [request], "ipc_mode": "host"}
     if gpus:
         raise RunError(f"--gpus {gpus}: the image is a {flavor} image; it runs without GPUs")
@@ -175,8 +182,9 @@ def local_image(client, tag: str):
     try:
         return client.images.get(tag)
     except docker.errors.ImageNotFound:
-        raise RunError(f"image {tag} not found locally: build it with `envbuild image ...` "
-                       f"or `docker pull {tag}`") from None
+        raise RunError(
+            f"image {tag} not found locally: build it with `envbuild image ...` or `docker pull {tag}`"
+        ) from None
     except docker.errors.APIError as exc:
         raise RunError(f"image {tag}: {exc.explanation or exc}") from None
 
@@ -196,13 +204,21 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
     mounts, environment, model_arg, data_arg = input_mounts(out_dir, hub_id, model_dir, data)
     command = workload_args(run, model_arg, data_arg, OUT_MOUNT)
     failure_class, failure, started = stream_container(
-        client, run, command, WORKLOAD_ENTRYPOINT, mounts, environment, devices, out_dir, console, flavor,
-        run.network)
+        client, run, command, WORKLOAD_ENTRYPOINT, mounts, environment, devices, out_dir, console, flavor, run.network
+    )
     cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
     versions = {k: cell.get(k) for k in ("python", "torch")}
-    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
-                  finished=time.time(), versions=versions, host=host_record(host), image=image_block(image, run.image),
-                  invocation=envbuild_invocation(run, run.image))
+    return RunEnd(
+        out_dir,
+        failure_class=failure_class,
+        failure=failure,
+        started=started,
+        finished=time.time(),
+        versions=versions,
+        host=host_record(host),
+        image=image_block(image, run.image),
+        invocation=envbuild_invocation(run, run.image),
+    )
 
 
 def input_mounts(out_dir: Path, hub_id: str | None, model_dir: Path | None, data: Path | None):
@@ -227,23 +243,42 @@ def input_mounts(out_dir: Path, hub_id: str | None, model_dir: Path | None, data
     return mounts, environment, model_arg, data_arg
 
 
-def stream_container(client, run: ContainerRun, command: list[str], entrypoint: list[str], mounts: list,
-                     environment: dict, devices: dict, out_dir: Path, console: Console, flavor: str,
-                     network: str | None) -> tuple[str | None, str, float]:
+def stream_container(
+    client,
+    run: ContainerRun,
+    command: list[str],
+    entrypoint: list[str],
+    mounts: list,
+    environment: dict,
+    devices: dict,
+    out_dir: Path,
+    console: Console,
+    flavor: str,
+    network: str | None,
+) -> tuple[str | None, str, float]:
     """Run the workload container, stream its output to container.log and here, remove it; returns
     (failure class, failure, start time). The workload refusing its input raises BadWorkloadInput."""
     name = f"envbuild-run-{uuid.uuid4().hex[:12]}"
-    console.print(escape(f"running {run.image} ({flavor}) as {name}: "
-                         f"{' '.join(entrypoint + command)}; output -> {out_dir}"))
+    console.print(
+        escape(f"running {run.image} ({flavor}) as {name}: {' '.join(entrypoint + command)}; output -> {out_dir}")
+    )
     user = None if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
     started = time.time()
     container = None
     failure_class, failure = None, ""
     try:
         container = client.containers.create(
-            run.image, command=command, entrypoint=entrypoint, name=name, mounts=mounts,
-            environment=environment, user=user, shm_size=run.shm_size, network_mode=network,
-            labels={"org.envbuild.run": name}, **devices,
+            run.image,
+            command=command,
+            entrypoint=entrypoint,
+            name=name,
+            mounts=mounts,
+            environment=environment,
+            user=user,
+            shm_size=run.shm_size,
+            network_mode=network,
+            labels={"org.envbuild.run": name},
+            **devices,
         )
         container.start()
         with open(out_dir / "container.log", "wb") as log:
@@ -253,16 +288,22 @@ def stream_container(client, run: ContainerRun, command: list[str], entrypoint: 
                 console.out(chunk.decode("utf-8", "replace"), end="", highlight=False)
         status = container.wait()
         exit_code = status.get("StatusCode", -1)
-        bad_input = [m for m in map(input_error_line, (out_dir / "container.log").read_text(
-            errors="replace").splitlines()) if m]
+        bad_input = [
+            m for m in map(input_error_line, (out_dir / "container.log").read_text(errors="replace").splitlines()) if m
+        ]
         if exit_code == WORKLOAD_BAD_INPUT and bad_input:
             raise BadWorkloadInput(bad_input[-1])
         if exit_code != 0:
             state = client.api.inspect_container(container.id)["State"]
             failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"
-            failure = f"the container exited with code {exit_code}" + (" (OOM-killed)" if state.get("OOMKilled") else "")
+            failure = f"the container exited with code {exit_code}" + (
+                " (OOM-killed)" if state.get("OOMKilled") else ""
+            )
             if exit_code == 2 and not state.get("OOMKilled"):
-                failure_class, failure = "usage_error", "the workload refused its arguments (exit code 2; see container.log)"
+                failure_class, failure = (
+                    "usage_error",
+                    "the workload refused its arguments (exit code 2; see container.log)",
+                )
     except KeyboardInterrupt as exc:
         how = describe(exc)
         failure_class, failure = "interrupted", f"the run was interrupted ({how})"

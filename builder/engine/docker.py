@@ -54,8 +54,10 @@ def start_hint(os_release: Path = Path("/etc/os-release")) -> str:
         install = "sudo dnf install moby-engine (Fedora) or docker-ce from Docker's repository (RHEL)"
     else:
         install = "install Docker Engine with your package manager"
-    return (f"Start it with `sudo systemctl start docker` (not installed? {install}); without root, use rootless "
-            "Docker (`dockerd-rootless-setuptool.sh install`) and set DOCKER_HOST as it says.")
+    return (
+        f"Start it with `sudo systemctl start docker` (not installed? {install}); without root, use rootless "
+        "Docker (`dockerd-rootless-setuptool.sh install`) and set DOCKER_HOST as it says."
+    )
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,9 @@ def _candidates() -> list[str]:
 
 
 def _quiet(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})}, check=False
+    )
 
 
 @functools.lru_cache(maxsize=None)

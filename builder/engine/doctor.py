@@ -85,8 +85,11 @@ def kfd_gpus(host: HostView) -> list[Gpu]:
         return gpus
     for node in sorted(nodes_dir.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
         try:
-            props = dict(line.split(None, 1) for line in (node / "properties").read_text().splitlines()
-                         if len(line.split(None, 1)) == 2)
+            props = dict(
+                line.split(None, 1)
+                for line in (node / "properties").read_text().splitlines()
+                if len(line.split(None, 1)) == 2
+            )
         except OSError:
             continue
         target = int(props.get("gfx_target_version", "0"))
@@ -105,10 +108,13 @@ def _check_kernel(host: HostView) -> Check:
     ok = [rocm for rocm, lines in validated.items() if line in lines]
     if ok:
         return Check("kernel", PASS, f"{release} (a validated kernel line for ROCm {', '.join(ok)})")
-    return Check("kernel", WARN, f"{release}: not a kernel line AMD validated for ROCm "
-                 f"{', '.join(validated)} ({', '.join(sorted({k for v in validated.values() for k in v}))})",
-                 "containers share the host kernel: use a validated kernel (e.g. Ubuntu 22.04 5.15 GA) "
-                 "if GPU jobs misbehave")
+    return Check(
+        "kernel",
+        WARN,
+        f"{release}: not a kernel line AMD validated for ROCm "
+        f"{', '.join(validated)} ({', '.join(sorted({k for v in validated.values() for k in v}))})",
+        "containers share the host kernel: use a validated kernel (e.g. Ubuntu 22.04 5.15 GA) if GPU jobs misbehave",
+    )
 
 
 def _check_driver(host: HostView, gpu_expected: bool) -> Check:
@@ -116,12 +122,20 @@ def _check_driver(host: HostView, gpu_expected: bool) -> Check:
     if version:
         return Check("amdgpu_driver", PASS, f"amdgpu-dkms {version}")
     if host.path("/sys/module/amdgpu").is_dir():
-        return Check("amdgpu_driver", WARN, "amdgpu loaded without a version (the kernel's in-tree driver)",
-                     "install amdgpu-dkms matching your ROCm release (amdgpu-install --usecase=dkms); "
-                     "driver and userspace are supported within about +-2 releases")
-    return Check("amdgpu_driver", FAIL if gpu_expected else WARN, "no amdgpu kernel module loaded",
-                 "install the amdgpu-dkms driver (amdgpu-install --usecase=dkms) and reboot; "
-                 "without it only cpu images and --local runs work")
+        return Check(
+            "amdgpu_driver",
+            WARN,
+            "amdgpu loaded without a version (the kernel's in-tree driver)",
+            "install amdgpu-dkms matching your ROCm release (amdgpu-install --usecase=dkms); "
+            "driver and userspace are supported within about +-2 releases",
+        )
+    return Check(
+        "amdgpu_driver",
+        FAIL if gpu_expected else WARN,
+        "no amdgpu kernel module loaded",
+        "install the amdgpu-dkms driver (amdgpu-install --usecase=dkms) and reboot; "
+        "without it only cpu images and --local runs work",
+    )
 
 
 def _device_access(host: HostView, path: Path) -> tuple[bool, str]:
@@ -131,9 +145,11 @@ def _device_access(host: HostView, path: Path) -> tuple[bool, str]:
     if host.uid == 0:
         return True, group
     mode = info.st_mode
-    ok = (info.st_uid == host.uid and mode & stat.S_IRUSR and mode & stat.S_IWUSR) or \
-         (info.st_gid in host.groups and mode & stat.S_IRGRP and mode & stat.S_IWGRP) or \
-         (mode & stat.S_IROTH and mode & stat.S_IWOTH)
+    ok = (
+        (info.st_uid == host.uid and mode & stat.S_IRUSR and mode & stat.S_IWUSR)
+        or (info.st_gid in host.groups and mode & stat.S_IRGRP and mode & stat.S_IWGRP)
+        or (mode & stat.S_IROTH and mode & stat.S_IWOTH)
+    )
     return bool(ok), group
 
 
@@ -150,8 +166,12 @@ def _check_devices(host: HostView, gpu_expected: bool) -> Check:
     render_nodes = sorted(dri.glob("renderD*")) if dri.is_dir() else []
     if not kfd.exists() or not render_nodes:
         missing = [str(p) for p, ok in ((kfd, kfd.exists()), (dri / "renderD*", bool(render_nodes))) if not ok]
-        return Check("gpu_devices", FAIL if gpu_expected else WARN, f"missing {', '.join(missing)}",
-                     "load the amdgpu driver (modprobe amdgpu); in a VM pass the GPU through")
+        return Check(
+            "gpu_devices",
+            FAIL if gpu_expected else WARN,
+            f"missing {', '.join(missing)}",
+            "load the amdgpu driver (modprobe amdgpu); in a VM pass the GPU through",
+        )
     denied, groups = [], set()
     for node in (kfd, *render_nodes):
         ok, group = _device_access(host, node)
@@ -160,10 +180,13 @@ def _check_devices(host: HostView, gpu_expected: bool) -> Check:
             denied.append(node.name)
     names = ",".join(sorted(groups))
     if denied:
-        return Check("gpu_devices", FAIL, f"no read-write access to {', '.join(denied)} (owned by group {names})",
-                     f"add yourself to the groups and log in again: sudo usermod -aG {names} $USER")
-    return Check("gpu_devices", PASS, f"/dev/kfd and {len(render_nodes)} render node(s) accessible "
-                 f"(groups {names})")
+        return Check(
+            "gpu_devices",
+            FAIL,
+            f"no read-write access to {', '.join(denied)} (owned by group {names})",
+            f"add yourself to the groups and log in again: sudo usermod -aG {names} $USER",
+        )
+    return Check("gpu_devices", PASS, f"/dev/kfd and {len(render_nodes)} render node(s) accessible (groups {names})")
 
 
 def _check_archs(host: HostView, gpus: list[Gpu], gpu_expected: bool) -> Check:
@@ -175,8 +198,12 @@ def _check_archs(host: HostView, gpus: list[Gpu], gpu_expected: bool) -> Check:
         archs = sorted(set(re.findall(r"^\s*Name:\s+(gfx[0-9a-f]+)\s*$", out, re.M)))
         if archs:
             return Check("gpu_archs", PASS, f"{', '.join(archs)} (rocminfo)")
-    return Check("gpu_archs", FAIL if gpu_expected else WARN, "no GPU in /sys/class/kfd topology",
-                 "check the amdgpu driver (dmesg | grep -i amdgpu) and that the GPU is visible (lspci)")
+    return Check(
+        "gpu_archs",
+        FAIL if gpu_expected else WARN,
+        "no GPU in /sys/class/kfd topology",
+        "check the amdgpu driver (dmesg | grep -i amdgpu) and that the GPU is visible (lspci)",
+    )
 
 
 def runnable_cells(archs: list[str], kernel: str | None) -> dict[str, list[dict]]:
@@ -191,9 +218,16 @@ def runnable_cells(archs: list[str], kernel: str | None) -> dict[str, list[dict]
             found[plan.cell.arch].setdefault(plan.release.version, set()).add(plan.torch.line)
     releases = recipes.load().releases["rocm"]
     return {
-        arch: [{"rocm": version, "torch": sorted(lines, key=recipes.version_key),
-                "kernel_validated": (line in releases[version].host_kernels) if releases[version].host_kernels else None}
-               for version, lines in sorted(by.items(), key=lambda kv: recipes.version_key(kv[0]))]
+        arch: [
+            {
+                "rocm": version,
+                "torch": sorted(lines, key=recipes.version_key),
+                "kernel_validated": (line in releases[version].host_kernels)
+                if releases[version].host_kernels
+                else None,
+            }
+            for version, lines in sorted(by.items(), key=lambda kv: recipes.version_key(kv[0]))
+        ]
         for arch, by in found.items()
     }
 
@@ -207,8 +241,13 @@ def _check_cells(archs: list[str], cells: dict[str, list[dict]]) -> Check:
         runs = ", ".join(f"ROCm {c['rocm']} (torch {', '.join(c['torch'])})" for c in cells.get(arch, []))
         parts.append(f"{arch}{' (' + ', '.join(names) + ')' if names else ''}: {runs or 'no known cell'}")
     if missing:
-        return Check("cells", WARN, "; ".join(parts), f"no recipe covers {', '.join(missing)}: "
-                     "`envbuild recipes list` shows the archs each ROCm release supports")
+        return Check(
+            "cells",
+            WARN,
+            "; ".join(parts),
+            f"no recipe covers {', '.join(missing)}: "
+            "`envbuild recipes list` shows the archs each ROCm release supports",
+        )
     return Check("cells", PASS, "; ".join(parts))
 
 
@@ -218,27 +257,42 @@ def _check_iommu(host: HostView, gpus: list[Gpu]) -> Check:
         return Check("iommu", PASS, f"{len(gpus)} GPU(s): iommu=pt not needed")
     if "iommu=pt" in cmdline:
         return Check("iommu", PASS, f"{len(gpus)} GPUs and iommu=pt set")
-    return Check("iommu", WARN, f"{len(gpus)} GPUs but no iommu=pt on the kernel command line "
-                 "(RCCL collectives can hang: ROCm/rccl#1129)",
-                 'add iommu=pt to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, run update-grub, reboot')
+    return Check(
+        "iommu",
+        WARN,
+        f"{len(gpus)} GPUs but no iommu=pt on the kernel command line (RCCL collectives can hang: ROCm/rccl#1129)",
+        "add iommu=pt to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, run update-grub, reboot",
+    )
 
 
 def _check_engine() -> tuple[Check, Check, dict]:
     try:
         version = docker_client(timeout=10).version()
-        engine = Check("docker_engine", PASS, f"Docker engine {version.get('Version')} "
-                       f"(API {version.get('ApiVersion')})")
+        engine = Check(
+            "docker_engine", PASS, f"Docker engine {version.get('Version')} (API {version.get('ApiVersion')})"
+        )
         info = {"server_version": version.get("Version")}
     except EngineUnavailable as exc:
-        return (Check("docker_engine", FAIL, str(exc).split(" (")[0], "start dockerd or use --local"),
-                Check("buildkit", FAIL, "not checked: no engine", "start the Docker engine first"), {})
+        return (
+            Check("docker_engine", FAIL, str(exc).split(" (")[0], "start dockerd or use --local"),
+            Check("buildkit", FAIL, "not checked: no engine", "start the Docker engine first"),
+            {},
+        )
     try:
         tool = detect_build_tool()
         info["build_tool"] = tool.describe
         return engine, Check("buildkit", PASS, tool.describe), info
     except EngineUnavailable as exc:
-        return engine, Check("buildkit", FAIL, str(exc).split(". ")[0],
-                             "install the buildx plugin (docker-buildx-plugin / docker-buildx)"), info
+        return (
+            engine,
+            Check(
+                "buildkit",
+                FAIL,
+                str(exc).split(". ")[0],
+                "install the buildx plugin (docker-buildx-plugin / docker-buildx)",
+            ),
+            info,
+        )
 
 
 def host_record(host: HostView | None = None, flavor: str = "auto") -> dict:

@@ -93,26 +93,37 @@ class Probe(BaseModel):
 
     def block(self) -> dict:
         """What the result's image block records of the probe."""
-        return {"python": self.python, "machine": self.machine, "torch": self.torch.version if self.torch else None,
-                "torch_hip": self.torch.hip if self.torch else None,
-                "torch_cuda": self.torch.cuda if self.torch else None,
-                "torch_path": self.torch.file if self.torch else None, "rocm_release": self.rocm_release}
+        return {
+            "python": self.python,
+            "machine": self.machine,
+            "torch": self.torch.version if self.torch else None,
+            "torch_hip": self.torch.hip if self.torch else None,
+            "torch_cuda": self.torch.cuda if self.torch else None,
+            "torch_path": self.torch.file if self.torch else None,
+            "rocm_release": self.rocm_release,
+        }
 
 
 def parse_probe(output: str, where: str) -> Probe:
     """The probe's JSON line from `output`; ForeignError when there is none or it is not a probe."""
-    lines = [line[len(PROBE_MARK):] for line in output.splitlines() if line.startswith(PROBE_MARK)]
+    lines = [line[len(PROBE_MARK) :] for line in output.splitlines() if line.startswith(PROBE_MARK)]
     if not lines:
         tail = output.strip()[-600:]
-        raise ForeignError(f"{where}: its Python did not answer the probe ({tail or 'no output'}); pass --python "
-                           "with the interpreter that has torch")
+        raise ForeignError(
+            f"{where}: its Python did not answer the probe ({tail or 'no output'}); pass --python "
+            "with the interpreter that has torch"
+        )
     try:
         probe = Probe.model_validate(json.loads(lines[-1]))
     except (ValueError, ValidationError) as exc:
-        raise ForeignError(f"{where}: the probe's output is not understood ({str(exc).splitlines()[0][:300]})") from None
+        raise ForeignError(
+            f"{where}: the probe's output is not understood ({str(exc).splitlines()[0][:300]})"
+        ) from None
     if probe.torch is None:
-        raise ForeignError(f"{where}: its Python ({probe.executable}) has no usable torch ({probe.torch_error}); "
-                           "pass --python with the interpreter that has torch")
+        raise ForeignError(
+            f"{where}: its Python ({probe.executable}) has no usable torch ({probe.torch_error}); "
+            "pass --python with the interpreter that has torch"
+        )
     return probe
 
 
@@ -123,8 +134,9 @@ def probe_command(python: str) -> list[str]:
 def check_python(python: str) -> str:
     """--python: an interpreter name or absolute path inside the image (it becomes an argv element)."""
     if not re.fullmatch(r"(/[A-Za-z0-9._+-]+)+|[A-Za-z0-9._+-]{1,64}", python or "") or len(python) > 500:
-        raise ForeignError(f"--python {python[:80]!r}: give an interpreter name (python3) or an absolute path "
-                           "inside the image")
+        raise ForeignError(
+            f"--python {python[:80]!r}: give an interpreter name (python3) or an absolute path inside the image"
+        )
     return python
 
 
@@ -137,10 +149,12 @@ def lacking(probe: Probe) -> tuple[str, list[lockfile.Entry]]:
             raise LockError(f"the recipes know no torch {line} line", "missing")
         lock = lockfile.read(loaded, line, python)
     except LockError as exc:
-        raise ForeignError(f"the image's torch {probe.torch.version} / Python {probe.python} has no locked stack "
-                           f"to complete it with ({exc}); install the workload's packages (transformers, peft, "
-                           "accelerate, sentencepiece) in the image, or run a Python whose lock exists "
-                           f"({', '.join(sorted(p.stem for p in (loaded.root / 'locks').glob('*.txt')))})") from None
+        raise ForeignError(
+            f"the image's torch {probe.torch.version} / Python {probe.python} has no locked stack "
+            f"to complete it with ({exc}); install the workload's packages (transformers, peft, "
+            "accelerate, sentencepiece) in the image, or run a Python whose lock exists "
+            f"({', '.join(sorted(p.stem for p in (loaded.root / 'locks').glob('*.txt')))})"
+        ) from None
     never = _NEVER | set(lock.from_torch_index)
     missing = [e for e in lock.entries("stack") if e.name not in never and e.name not in probe.distributions]
     return lock_key(line, python), missing
@@ -176,11 +190,34 @@ def bring_in(probe: Probe, key: str, missing: list[lockfile.Entry], wheels: Path
     work = Path(tempfile.mkdtemp(prefix=".bring-", dir=target.parent))
     try:
         (work / "requirements.txt").write_text(requirements)
-        argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                "--require-hashes", "--only-binary", ":all:", "--target", str(work / "deps"), "--python-version", py,
-                "--implementation", "cp", "--abi", f"cp{py}", "--abi", "abi3", "--abi", "none",
-                *[arg for tag in platforms for arg in ("--platform", tag)], *source,
-                "-r", str(work / "requirements.txt")]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--require-hashes",
+            "--only-binary",
+            ":all:",
+            "--target",
+            str(work / "deps"),
+            "--python-version",
+            py,
+            "--implementation",
+            "cp",
+            "--abi",
+            f"cp{py}",
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+            *[arg for tag in platforms for arg in ("--platform", tag)],
+            *source,
+            "-r",
+            str(work / "requirements.txt"),
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=1800)
         if proc.returncode != 0:
             names = ", ".join(f"{e.name}=={e.version}" for e in missing)
@@ -191,7 +228,8 @@ def bring_in(probe: Probe, key: str, missing: list[lockfile.Entry], wheels: Path
                 f"get them {where}: {tail[0][:300]}. Put their wheels for Python {probe.python} ({probe.machine}) in "
                 f"a folder and pass --wheels DIR (`pip download --no-deps --only-binary :all: --python-version {py} "
                 f"-d DIR {' '.join(f'{e.name}=={e.version}' for e in missing)}` where PyPI is reachable), or install "
-                "them in the image")
+                "them in the image"
+            )
         deps = work / "deps"
         if (deps / "torch").exists():  # --no-deps of a lock without torch: cannot happen unless the lock is wrong
             raise ForeignError(f"bringing in {key}'s packages would add a torch; refusing to shadow the image's own")
@@ -209,8 +247,9 @@ def bring_in(probe: Probe, key: str, missing: list[lockfile.Entry], wheels: Path
 def copy_workload(beside: Path) -> Path:
     """A read-only copy of this envbuild's workload/ package in a new folder beside `beside` (its SRC_MOUNT)."""
     src = Path(tempfile.mkdtemp(prefix=".envbuild-src-", dir=beside))
-    shutil.copytree(Path(workload.__file__).parent, src / "workload",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        Path(workload.__file__).parent, src / "workload", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
     for path in [src, *src.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
     return src
@@ -227,8 +266,13 @@ def run_environment(network: bool) -> dict[str, str]:
     """Environment of the workload in a foreign image: its copy and the brought-in packages importable (after
     nothing of the image: only what the image lacks is there), no bytecode written into them, offline unless
     --network."""
-    env = {"PYTHONPATH": f"{SRC_MOUNT}:{DEPS_MOUNT}", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
-           "PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
+    env = {
+        "PYTHONPATH": f"{SRC_MOUNT}:{DEPS_MOUNT}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp",
+    }
     if not network:
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PIP_NO_INDEX="1")
     return env
@@ -238,8 +282,12 @@ def image_record(probe: Probe, key: str, missing: list[lockfile.Entry], tag: str
     """The result image block's foreign part: origin, the vendor it is recognised as, the probe, what was brought in."""
     from builder.plan.image_origin import vendor_label
 
-    return {"origin": "foreign", "vendor": vendor_label(tag), "probe": probe.block(),
-            "brought_in": {"lock": key, "packages": {e.name: e.version for e in missing}}}
+    return {
+        "origin": "foreign",
+        "vendor": vendor_label(tag),
+        "probe": probe.block(),
+        "brought_in": {"lock": key, "packages": {e.name: e.version for e in missing}},
+    }
 
 
 def host_flavor(flavor: str, host_root: Path = Path("/")) -> str:

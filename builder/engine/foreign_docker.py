@@ -11,8 +11,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from builder.engine import foreign
-from builder.engine.container import (OUT_MOUNT, ContainerRun, RunError, device_options, image_block, input_mounts,
-                                      stream_container, workload_args)
+from builder.engine.container import (
+    OUT_MOUNT,
+    ContainerRun,
+    RunError,
+    device_options,
+    image_block,
+    input_mounts,
+    stream_container,
+    workload_args,
+)
 from builder.engine.doctor import HostView, host_record
 from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
@@ -20,8 +28,15 @@ from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 def probe(client, image_id: str, python: str, where: str) -> foreign.Probe:
     """Run the probe in the image (no network, removed afterwards) and read its answer."""
     try:
-        output = client.containers.run(image_id, command=foreign.probe_command(python)[1:], entrypoint=[python],
-                                       network_mode="none", remove=True, stdout=True, stderr=True)
+        output = client.containers.run(
+            image_id,
+            command=foreign.probe_command(python)[1:],
+            entrypoint=[python],
+            network_mode="none",
+            remove=True,
+            stdout=True,
+            stderr=True,
+        )
     except docker.errors.ContainerError as exc:
         output = exc.stderr or b""
     except docker.errors.APIError as exc:
@@ -36,15 +51,27 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
     where = f"image {request.image}"
     seen = probe(client, image.id, python, where)
     key, missing = foreign.lacking(seen)
-    console.print(escape(f"{where} was not built by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
-                         f"Python {seen.python}; bringing in the workload" +
-                         (f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)"
-                          if missing else "") + ", read-only"))
+    console.print(
+        escape(
+            f"{where} was not built by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
+            f"Python {seen.python}; bringing in the workload"
+            + (
+                f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)"
+                if missing
+                else ""
+            )
+            + ", read-only"
+        )
+    )
     deps = foreign.bring_in(seen, key, missing, request.wheels)
     flavor = foreign.host_flavor(seen.flavor, host.root)
     if flavor != seen.flavor:
-        console.print(escape(f"note: this host has no {seen.flavor.upper()} GPU: the image's {seen.flavor} torch runs on "
-                             "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"))
+        console.print(
+            escape(
+                f"note: this host has no {seen.flavor.upper()} GPU: the image's {seen.flavor} torch runs on "
+                "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"
+            )
+        )
         if request.gpus:
             raise RunError(f"--gpus {request.gpus}: this host has no GPU the image's {seen.flavor} torch can use")
     devices = device_options(flavor, request.gpus, host)
@@ -57,13 +84,34 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
             mounts.append(Mount(foreign.DEPS_MOUNT, str(deps), type="bind", read_only=True))
         command = workload_args(request, model_arg, data_arg, OUT_MOUNT)
         failure_class, failure, started = stream_container(
-            client, request, command, [python, "-m", "workload"], mounts, environment, devices, out_dir, console,
-            flavor, request.network or "none")
+            client,
+            request,
+            command,
+            [python, "-m", "workload"],
+            mounts,
+            environment,
+            devices,
+            out_dir,
+            console,
+            flavor,
+            request.network or "none",
+        )
     finally:
         foreign.remove_copy(src)
-    block = {**image_block(image, request.image), "environment": "docker",
-             **foreign.image_record(seen, key, missing, request.image)}
+    block = {
+        **image_block(image, request.image),
+        "environment": "docker",
+        **foreign.image_record(seen, key, missing, request.image),
+    }
     versions = {"python": seen.python, "torch": seen.torch.version, "hip": seen.torch.hip, "cuda": seen.torch.cuda}
-    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
-                  versions=versions, host=host_record(host), image=block,
-                  invocation=envbuild_invocation(request, request.image))
+    return RunEnd(
+        out_dir,
+        failure_class=failure_class,
+        failure=failure,
+        started=started,
+        finished=time.time(),
+        versions=versions,
+        host=host_record(host),
+        image=block,
+        invocation=envbuild_invocation(request, request.image),
+    )

@@ -11,8 +11,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from builder.engine import foreign
-from builder.engine.apptainer import (OUT_BIND, SifRun, apptainer_binary, bind_source, exec_argv, gpu_flags,
-                                      input_binds, runtime_record, stream_apptainer)
+from builder.engine.apptainer import (
+    OUT_BIND,
+    SifRun,
+    apptainer_binary,
+    bind_source,
+    exec_argv,
+    gpu_flags,
+    input_binds,
+    runtime_record,
+    stream_apptainer,
+)
 from builder.engine.container import RunError, workload_args
 from builder.engine.doctor import HostView, host_record
 from builder.engine.run_result import RunEnd, envbuild_invocation
@@ -20,9 +29,13 @@ from builder.paths import file_sha256
 
 
 def probe(apptainer: str, sif: Path, python: str) -> foreign.Probe:
-    proc = subprocess.run([apptainer, "exec", "--cleanenv", "--containall", "--pwd", "/tmp", str(sif),
-                           *foreign.probe_command(python)], capture_output=True, text=True, errors="replace",
-                          timeout=600)
+    proc = subprocess.run(
+        [apptainer, "exec", "--cleanenv", "--containall", "--pwd", "/tmp", str(sif), *foreign.probe_command(python)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=600,
+    )
     return foreign.parse_probe(proc.stdout + proc.stderr, f"SIF {sif}")
 
 
@@ -35,15 +48,27 @@ def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
     sha256 = file_sha256(sif)
     seen = probe(apptainer, sif, python)
     key, missing = foreign.lacking(seen)
-    console.print(escape(f"{sif.name} was not made by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
-                         f"Python {seen.python}; bringing in the workload" +
-                         (f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)"
-                          if missing else "") + ", read-only"))
+    console.print(
+        escape(
+            f"{sif.name} was not made by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
+            f"Python {seen.python}; bringing in the workload"
+            + (
+                f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)"
+                if missing
+                else ""
+            )
+            + ", read-only"
+        )
+    )
     deps = foreign.bring_in(seen, key, missing, request.wheels)
     flavor = foreign.host_flavor(seen.flavor, host.root)
     if flavor != seen.flavor:
-        console.print(escape(f"note: this host has no {seen.flavor.upper()} GPU: the SIF's {seen.flavor} torch runs on "
-                             "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"))
+        console.print(
+            escape(
+                f"note: this host has no {seen.flavor.upper()} GPU: the SIF's {seen.flavor} torch runs on "
+                "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"
+            )
+        )
         if request.gpus:
             raise RunError(f"--gpus {request.gpus}: this host has no GPU the SIF's {seen.flavor} torch can use")
     gpu_flags(flavor, request.gpus)
@@ -51,19 +76,44 @@ def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
     try:
         binds += [f"{src}:{foreign.SRC_MOUNT}:ro"] + ([f"{deps}:{foreign.DEPS_MOUNT}:ro"] if deps else [])
         env = tuple(f"{k}={v}" for k, v in foreign.run_environment(bool(request.network)).items())
-        argv = exec_argv(apptainer, sif, flavor, request.gpus, binds,
-                         [python, "-m", "workload", *workload_args(request, model_arg, data_arg, OUT_BIND)], env)
-        console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
+        argv = exec_argv(
+            apptainer,
+            sif,
+            flavor,
+            request.gpus,
+            binds,
+            [python, "-m", "workload", *workload_args(request, model_arg, data_arg, OUT_BIND)],
+            env,
+        )
+        console.print(
+            escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}")
+        )
         started = time.time()
         failure_class, failure = stream_apptainer(argv, out_dir, console)
     finally:
         foreign.remove_copy(src)
-    block = {"tag": str(sif), "id": f"sha256:{sha256}", "digest": f"sha256:{sha256}", "manifest": None,
-             "environment": "apptainer", "sif": {"path": str(sif), "sha256": sha256, "route": None},
-             "runtime": runtime_record(apptainer), **foreign.image_record(seen, key, missing, str(sif))}
+    block = {
+        "tag": str(sif),
+        "id": f"sha256:{sha256}",
+        "digest": f"sha256:{sha256}",
+        "manifest": None,
+        "environment": "apptainer",
+        "sif": {"path": str(sif), "sha256": sha256, "route": None},
+        "runtime": runtime_record(apptainer),
+        **foreign.image_record(seen, key, missing, str(sif)),
+    }
     versions = {"python": seen.python, "torch": seen.torch.version, "hip": seen.torch.hip, "cuda": seen.torch.cuda}
     invocation = envbuild_invocation(request, None)
     invocation["envbuild"] = [a if a != "--local" else "--apptainer" for a in invocation["envbuild"]]
     invocation["envbuild"].insert(invocation["envbuild"].index("--apptainer") + 1, sif.name)
-    return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started, finished=time.time(),
-                  versions=versions, host=host_record(host), image=block, invocation=invocation)
+    return RunEnd(
+        out_dir,
+        failure_class=failure_class,
+        failure=failure,
+        started=started,
+        finished=time.time(),
+        versions=versions,
+        host=host_record(host),
+        image=block,
+        invocation=invocation,
+    )

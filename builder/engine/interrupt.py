@@ -28,7 +28,7 @@ class StopSignal:
 
 
 def describe(exc: BaseException) -> str:
-    """"SIGTERM" or "Ctrl-C", for messages and log notes."""
+    """ "SIGTERM" or "Ctrl-C", for messages and log notes."""
     return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
 
 

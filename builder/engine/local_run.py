@@ -15,15 +15,30 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from builder.engine.container import (WORKLOAD_BAD_INPUT, BadWorkloadInput, RunError, RunRequest, check_data,
-                                      input_error_line, resolve_model, workload_args)
+from builder.engine.container import (
+    WORKLOAD_BAD_INPUT,
+    BadWorkloadInput,
+    RunError,
+    RunRequest,
+    check_data,
+    input_error_line,
+    resolve_model,
+    workload_args,
+)
 from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import Terminated, describe, later_ctrl_c_ignored
 from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 LOG_NAME = "workload.log"
-_DISTRIBUTIONS = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
-                  "sentencepiece": "sentencepiece", "safetensors": "safetensors", "numpy": "numpy"}
+_DISTRIBUTIONS = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "peft": "peft",
+    "accelerate": "accelerate",
+    "sentencepiece": "sentencepiece",
+    "safetensors": "safetensors",
+    "numpy": "numpy",
+}
 
 
 def local_versions() -> dict:
@@ -49,7 +64,8 @@ def check_workload_packages() -> None:
             f"a --local run trains in this Python ({sys.executable}), which lacks {', '.join(missing)}: install "
             "envbuild with its workload extra (`pip install 'SRC[workload]'`, `pipx install --force "
             "'SRC[workload]'` or `uv tool install 'SRC[workload]'`, SRC being your envbuild clone or wheel), or run "
-            "in a built image: --image TAG")
+            "in a built image: --image TAG"
+        )
 
 
 def run_local(request: RunRequest, console: Console | None = None, host: HostView | None = None) -> RunEnd:
@@ -58,22 +74,29 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     console = console or Console(stderr=True, soft_wrap=True)
     check_workload_packages()
     if request.gpus:
-        raise RunError("--gpus needs --image or --apptainer: a --local run uses the devices this Python's torch sees "
-                       "(restrict them with CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES)")
+        raise RunError(
+            "--gpus needs --image or --apptainer: a --local run uses the devices this Python's torch sees "
+            "(restrict them with CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES)"
+        )
     hub_id, model_dir = resolve_model(request.model)
     data = check_data(request.data)
     out_dir = check_out_dir(request.out_dir)
     model_arg = str(model_dir) if model_dir else hub_id
-    argv = [sys.executable, "-m", "workload",
-            *workload_args(request, model_arg, str(data) if data else None, str(out_dir))]
+    argv = [
+        sys.executable,
+        "-m",
+        "workload",
+        *workload_args(request, model_arg, str(data) if data else None, str(out_dir)),
+    ]
     console.print(escape(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
     started = time.time()
     failure_class, failure = None, ""
     code, bad_input = None, None
     with contextlib.ExitStack() as stopping:
         with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    errors="replace", bufsize=1)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+            )
             try:
                 bad_input = _tee(proc, log)
                 code = proc.wait()
@@ -89,9 +112,17 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
         if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
             (out_dir / LOG_NAME).unlink(missing_ok=True)
             raise BadWorkloadInput(bad_input)
-        return RunEnd(out_dir, failure_class=failure_class, failure=failure, started=started,
-                      finished=time.time(), versions=local_versions(), host=host_record(host), image=None,
-                      invocation=envbuild_invocation(request, None))
+        return RunEnd(
+            out_dir,
+            failure_class=failure_class,
+            failure=failure,
+            started=started,
+            finished=time.time(),
+            versions=local_versions(),
+            host=host_record(host),
+            image=None,
+            invocation=envbuild_invocation(request, None),
+        )
 
 
 def _exit_failure(code: int) -> tuple[str, str]:
@@ -116,8 +147,7 @@ def _tee(proc: subprocess.Popen, log) -> str | None:
 def _stop(proc: subprocess.Popen, forward: signal.Signals | None) -> None:
     """Let the workload write its `interrupted` result (a terminal's Ctrl-C reached it too; SIGTERM is
     forwarded; else send SIGINT), then kill it if it does not exit."""
-    steps = ((forward, 20), (signal.SIGKILL, 10)) if forward else \
-        ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10))
+    steps = ((forward, 20), (signal.SIGKILL, 10)) if forward else ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10))
     for action, wait_s in steps:
         if action is not None:
             proc.send_signal(action)

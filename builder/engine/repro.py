@@ -25,12 +25,18 @@ from builder.engine.build import BuildOptions, build_image
 from builder.engine.docker import docker_client
 
 #: Paths that may differ between two no-cache builds, each with the reason (mirrored in docs/docker.md).
-ALLOW_LIST: dict[str, str] = {
-}
+ALLOW_LIST: dict[str, str] = {}
 
-_TYPES = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir", tarfile.SYMTYPE: "symlink",
-          tarfile.LNKTYPE: "hardlink", tarfile.CHRTYPE: "chardev", tarfile.BLKTYPE: "blockdev",
-          tarfile.FIFOTYPE: "fifo"}
+_TYPES = {
+    tarfile.REGTYPE: "file",
+    tarfile.AREGTYPE: "file",
+    tarfile.DIRTYPE: "dir",
+    tarfile.SYMTYPE: "symlink",
+    tarfile.LNKTYPE: "hardlink",
+    tarfile.CHRTYPE: "chardev",
+    tarfile.BLKTYPE: "blockdev",
+    tarfile.FIFOTYPE: "fifo",
+}
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,13 @@ def tar_entries(fileobj) -> dict[str, Entry]:
                 digest = member.linkname
             name = member.name[2:] if member.name.startswith("./") else member.name
             path = "/" + name.strip("/")
-            entries[path] = Entry(_TYPES.get(member.type, repr(member.type)), member.mode,
-                                  f"{member.uid}:{member.gid}", member.size if member.isfile() else 0, digest)
+            entries[path] = Entry(
+                _TYPES.get(member.type, repr(member.type)),
+                member.mode,
+                f"{member.uid}:{member.gid}",
+                member.size if member.isfile() else 0,
+                digest,
+            )
     return entries
 
 
@@ -148,13 +159,19 @@ class ReproReport:
         return [d for d in self.differences if d.allowed is None]
 
     def to_json(self) -> dict:
-        return {"tags": list(self.tags), "build_seconds": [round(s, 1) for s in self.seconds],
-                "paths": self.paths, "differing": len(self.differences), "counted": len(self.counted),
-                "differences": [{"path": d.path, "what": d.what, "allowed": d.allowed} for d in self.differences]}
+        return {
+            "tags": list(self.tags),
+            "build_seconds": [round(s, 1) for s in self.seconds],
+            "paths": self.paths,
+            "differing": len(self.differences),
+            "counted": len(self.counted),
+            "differences": [{"path": d.path, "what": d.what, "allowed": d.allowed} for d in self.differences],
+        }
 
 
-def check_reproducible(context_dir: Path, tag: str, options: BuildOptions, console: Console,
-                       log_path: Path, manifest: dict | None) -> ReproReport:
+def check_reproducible(
+    context_dir: Path, tag: str, options: BuildOptions, console: Console, log_path: Path, manifest: dict | None
+) -> ReproReport:
     """Build `context_dir` twice with no cache under two temporary tags, compare, remove both images."""
     suffix = secrets.token_hex(3)
     tags = (f"{tag}-repro-{suffix}-1", f"{tag}-repro-{suffix}-2")
@@ -162,8 +179,14 @@ def check_reproducible(context_dir: Path, tag: str, options: BuildOptions, conso
     seconds, entries = [], []
     try:
         for n, build_tag in enumerate(tags, 1):
-            outcome = build_image(context_dir, build_tag, options, console,
-                                  log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}"), manifest)
+            outcome = build_image(
+                context_dir,
+                build_tag,
+                options,
+                console,
+                log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}"),
+                manifest,
+            )
             seconds.append(outcome.seconds)
         for build_tag in tags:
             console.print(f"reading the filesystem of {build_tag}")

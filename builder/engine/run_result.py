@@ -15,8 +15,19 @@ from pathlib import Path
 from builder.paths import file_sha256, write_text_atomic
 
 RESULT_NAME = "result.json"
-VERSION_KEYS = ("python", "torch", "hip", "cuda", "transformers", "peft", "accelerate",
-                "sentencepiece", "safetensors", "numpy", "workload")
+VERSION_KEYS = (
+    "python",
+    "torch",
+    "hip",
+    "cuda",
+    "transformers",
+    "peft",
+    "accelerate",
+    "sentencepiece",
+    "safetensors",
+    "numpy",
+    "workload",
+)
 
 
 def utc_iso(ts: float) -> str:
@@ -36,11 +47,14 @@ def check_out_dir(out_dir: Path) -> Path:
         with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".envbuild-write-test-"):
             pass
     except OSError as exc:
-        raise PermissionError(f"output dir {out_dir} is not writable ({exc.strerror}); "
-                              "pass --out with a directory you can write") from exc
+        raise PermissionError(
+            f"output dir {out_dir} is not writable ({exc.strerror}); pass --out with a directory you can write"
+        ) from exc
     if (out_dir / RESULT_NAME).exists():
-        raise FileExistsError(f"{out_dir / RESULT_NAME} exists from an earlier run; "
-                              "pass a fresh --out directory (results are never overwritten)")
+        raise FileExistsError(
+            f"{out_dir / RESULT_NAME} exists from an earlier run; "
+            "pass a fresh --out directory (results are never overwritten)"
+        )
     return out_dir
 
 
@@ -49,8 +63,14 @@ def envbuild_invocation(request, image: str | None) -> dict:
     reproduces the run (`envbuild`: `--local` or `--image TAG`, preset, model, data, workload arguments; no
     --out or --db, which are the user's paths) and, for a run that left no result of its own, the preset,
     model and data file (name and sha256) the workload would have recorded."""
-    command = ["envbuild", "run", "workload", *(["--image", image] if image else ["--local"]),
-               "--preset", request.preset]
+    command = [
+        "envbuild",
+        "run",
+        "workload",
+        *(["--image", image] if image else ["--local"]),
+        "--preset",
+        request.preset,
+    ]
     command += ["--model", str(request.model)] if request.model else []
     command += ["--data", Path(request.data).name] if request.data else []
     command += ["--gpus", request.gpus] if request.gpus else []
@@ -60,9 +80,15 @@ def envbuild_invocation(request, image: str | None) -> dict:
         data = {"name": Path(request.data).name, "bundled": False, "sha256": file_sha256(Path(request.data))}
     elif not request.data:
         data = {"name": "emotions.jsonl", "bundled": True, "sha256": None}
-    return {"envbuild": command, "preset": request.preset, "model": request.model or None, "data": data,
-            # unknown without the workload: its own arguments may change the recipe
-            "overrides": None if request.extra_args else {}, "probes": "--no-probes" not in request.extra_args}
+    return {
+        "envbuild": command,
+        "preset": request.preset,
+        "model": request.model or None,
+        "data": data,
+        # unknown without the workload: its own arguments may change the recipe
+        "overrides": None if request.extra_args else {},
+        "probes": "--no-probes" not in request.extra_args,
+    }
 
 
 @dataclass

@@ -46,9 +46,12 @@ def checked_path(value: Path | str, what: str) -> Path:
     """`value` as an absolute path that is safe in the script and in an Apptainer bind; SlurmError naming `what`."""
     text = str(Path(value).absolute()) if str(value) else ""
     if not _PATH.match(text) or "/../" in text + "/":
-        raise SlurmError(f"{what} {str(value)[:200]!r}: a path here may hold only letters, digits and _./+@%=- "
-                         "(no spaces, quotes, newlines, commas, colons or ..)")
+        raise SlurmError(
+            f"{what} {str(value)[:200]!r}: a path here may hold only letters, digits and _./+@%=- "
+            "(no spaces, quotes, newlines, commas, colons or ..)"
+        )
     return Path(text)
+
 
 #: Slurm end state -> (error class, counts as a verdict?). COMPLETED leaves the verdict to the result itself.
 #: Written rules: docs/matrix.md "Slurm end states".
@@ -63,9 +66,25 @@ STATE_CLASSES: dict[str, tuple[str, bool]] = {
     "CANCELLED": ("slurm_cancelled", False),
 }
 #: States of a task that has not ended yet: collected later.
-UNFINISHED = frozenset({"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING",
-                        "STAGE_OUT", "SIGNALING", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED",
-                        "RESV_DEL_HOLD", "REVOKED"})
+UNFINISHED = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "REQUEUED",
+        "RESIZING",
+        "SUSPENDED",
+        "COMPLETING",
+        "CONFIGURING",
+        "STAGE_OUT",
+        "SIGNALING",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "SPECIAL_EXIT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+        "REVOKED",
+    }
+)
 
 
 def _checked_field(value: Path, what: str) -> Path:
@@ -136,8 +155,9 @@ def load_site(options: dict, path: Path | None = None) -> Site:
         return Site(**values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise SlurmError(f"site setting {'.'.join(map(str, first['loc']))}: {first['msg']} "
-                         f"(options, or [slurm] in {path})") from None
+        raise SlurmError(
+            f"site setting {'.'.join(map(str, first['loc']))}: {first['msg']} (options, or [slurm] in {path})"
+        ) from None
 
 
 class Task(BaseModel):
@@ -196,8 +216,9 @@ def parse_configs(values: tuple[str, ...]) -> dict[str, list[str]]:
     for value in values or ("default=",):
         name, sep, args = value.partition("=")
         if not sep or not _CONFIG_NAME.match(name):
-            raise SlurmError(f"--config {value!r}: use NAME=WORKLOAD-ARGS with a lowercase NAME "
-                             "(e.g. smoke='--max-steps 4')")
+            raise SlurmError(
+                f"--config {value!r}: use NAME=WORKLOAD-ARGS with a lowercase NAME (e.g. smoke='--max-steps 4')"
+            )
         if name in configs:
             raise SlurmError(f"--config {name} is given twice")
         try:
@@ -209,12 +230,15 @@ def parse_configs(values: tuple[str, ...]) -> dict[str, list[str]]:
     return configs
 
 
-def plan(submission_id: str, sifs: list[Path], configs: dict[str, list[str]], site: Site,
-         created_at: str) -> Submission:
+def plan(
+    submission_id: str, sifs: list[Path], configs: dict[str, list[str]], site: Site, created_at: str
+) -> Submission:
     """The tasks: every SIF (its record checked) with every configuration, numbered from 0."""
     if site.results_dir is None:
-        raise SlurmError("no results directory: pass --results-dir (a directory the compute nodes can write "
-                         "and this machine can read), or set results_dir in the site file")
+        raise SlurmError(
+            "no results directory: pass --results-dir (a directory the compute nodes can write "
+            "and this machine can read), or set results_dir in the site file"
+        )
     results = checked_path(Path(site.results_dir).resolve(), "results_dir") / submission_id
     tasks, images = [], {}
     for sif in sifs:
@@ -229,14 +253,25 @@ def plan(submission_id: str, sifs: list[Path], configs: dict[str, list[str]], si
         for name, args in configs.items():
             index = len(tasks)
             try:
-                tasks.append(Task(index=index, cell=cell.key, config=name, sif=sif, sif_sha256=record["sha256"],
-                                  flavor=cell.flavor, args=args, out_dir=results / f"{index}-{safe_slug(cell.key)}-{name}"))
+                tasks.append(
+                    Task(
+                        index=index,
+                        cell=cell.key,
+                        config=name,
+                        sif=sif,
+                        sif_sha256=record["sha256"],
+                        flavor=cell.flavor,
+                        args=args,
+                        out_dir=results / f"{index}-{safe_slug(cell.key)}-{name}",
+                    )
+                )
             except ValidationError as exc:
                 raise SlurmError(f"{sif}: {exc.errors()[0]['msg']}") from None
     if not tasks:
         raise SlurmError("no tasks: pass at least one --sif")
-    return Submission(id=submission_id, created_at=created_at, results_dir=results, site=site, tasks=tasks,
-                      images=images)
+    return Submission(
+        id=submission_id, created_at=created_at, results_dir=results, site=site, tasks=tasks, images=images
+    )
 
 
 def _record_cell(sif: Path, manifest: dict) -> Cell:
@@ -248,46 +283,67 @@ def _record_cell(sif: Path, manifest: dict) -> Cell:
             raise ValueError(f"cell_key {key!r} is not the cell its coordinates name")
     except (ValueError, TypeError) as exc:
         first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-        raise SlurmError(f"{sif}: its record names no valid cell ({first[:300]}); make the SIF again with "
-                         "`envbuild sif`") from None
+        raise SlurmError(
+            f"{sif}: its record names no valid cell ({first[:300]}); make the SIF again with `envbuild sif`"
+        ) from None
     return cell
 
 
 def render_script(sub: Submission, array: str | None = None) -> str:
     """The sbatch script: site settings as #SBATCH lines, one `case` branch per task."""
     site = sub.site
-    lines = ["#!/bin/bash",
-             f"# envbuild slurm submission {sub.id}: {len(sub.tasks)} task(s), one per cell x configuration.",
-             "# Each task runs the workload inside its cell's SIF with Apptainer and leaves result.json and",
-             "# container.log in its directory; `envbuild slurm collect JOBID` completes and records them.",
-             f"#SBATCH --job-name=envbuild-{sub.id}",
-             f"#SBATCH --array={array or f'0-{len(sub.tasks) - 1}'}",
-             f"#SBATCH --time={site.time}",
-             f"#SBATCH --output={sub.results_dir.parent}/slurm-{sub.id}-%A_%a.out"]
-    for key, flag in (("partition", "partition"), ("account", "account"), ("gpus", "gpus"), ("gres", "gres"),
-                      ("cpus_per_task", "cpus-per-task"), ("mem", "mem")):
+    lines = [
+        "#!/bin/bash",
+        f"# envbuild slurm submission {sub.id}: {len(sub.tasks)} task(s), one per cell x configuration.",
+        "# Each task runs the workload inside its cell's SIF with Apptainer and leaves result.json and",
+        "# container.log in its directory; `envbuild slurm collect JOBID` completes and records them.",
+        f"#SBATCH --job-name=envbuild-{sub.id}",
+        f"#SBATCH --array={array or f'0-{len(sub.tasks) - 1}'}",
+        f"#SBATCH --time={site.time}",
+        f"#SBATCH --output={sub.results_dir.parent}/slurm-{sub.id}-%A_%a.out",
+    ]
+    for key, flag in (
+        ("partition", "partition"),
+        ("account", "account"),
+        ("gpus", "gpus"),
+        ("gres", "gres"),
+        ("cpus_per_task", "cpus-per-task"),
+        ("mem", "mem"),
+    ):
         if getattr(site, key) is not None:
             lines.append(f"#SBATCH --{flag}={getattr(site, key)}")
     lines += ["set -uo pipefail", ""]
     lines += [f"module load {shlex.quote(name)}" for name in site.modules]
     lines += ['case "$SLURM_ARRAY_TASK_ID" in']
     for task in sub.tasks:
-        argv = exec_argv("apptainer", task.sif, task.flavor, None, [_OUT_BIND_WORD],  # [1:]: "$runtime" runs it
-                         ["python3", "-m", "workload", "train", "--out", OUT_BIND, *task.args])[1:]
+        argv = exec_argv(
+            "apptainer",
+            task.sif,
+            task.flavor,
+            None,
+            [_OUT_BIND_WORD],  # [1:]: "$runtime" runs it
+            ["python3", "-m", "workload", "train", "--out", OUT_BIND, *task.args],
+        )[1:]
         bind_at = argv.index(_OUT_BIND_WORD)  # the bind envbuild wrote; a workload argument equal to it is quoted
         quoted = " ".join(a if i == bind_at else shlex.quote(a) for i, a in enumerate(argv))
-        lines += [f"  {task.index})  # {task.cell} / {task.config}",
-                  f"    out={shlex.quote(str(task.out_dir))}",
-                  f"    cmd=({quoted}) ;;"]
-    lines += ['  *) echo "envbuild: no task $SLURM_ARRAY_TASK_ID in this submission" >&2; exit 2 ;;', "esac",
-              'mkdir -p "$out"',
-              'echo "# envbuild: task $SLURM_ARRAY_TASK_ID of job ${SLURM_ARRAY_JOB_ID:-?} on $(hostname)" '
-              '>"$out/container.log"',
-              "# the node's Apptainer, else its SingularityCE; its --version line goes into the log (and the result)",
-              'runtime=$(command -v apptainer || command -v singularity) || {',
-              f'  echo "FATAL:   {NO_RUNTIME}" >>"$out/container.log"; exit {APPTAINER_FAILED}; }}',
-              f'echo "{RUNTIME_LINE}$("$runtime" --version 2>&1 | head -n 1)" >>"$out/container.log"',
-              '"$runtime" "${cmd[@]}" >>"$out/container.log" 2>&1', ""]
+        lines += [
+            f"  {task.index})  # {task.cell} / {task.config}",
+            f"    out={shlex.quote(str(task.out_dir))}",
+            f"    cmd=({quoted}) ;;",
+        ]
+    lines += [
+        '  *) echo "envbuild: no task $SLURM_ARRAY_TASK_ID in this submission" >&2; exit 2 ;;',
+        "esac",
+        'mkdir -p "$out"',
+        'echo "# envbuild: task $SLURM_ARRAY_TASK_ID of job ${SLURM_ARRAY_JOB_ID:-?} on $(hostname)" '
+        '>"$out/container.log"',
+        "# the node's Apptainer, else its SingularityCE; its --version line goes into the log (and the result)",
+        "runtime=$(command -v apptainer || command -v singularity) || {",
+        f'  echo "FATAL:   {NO_RUNTIME}" >>"$out/container.log"; exit {APPTAINER_FAILED}; }}',
+        f'echo "{RUNTIME_LINE}$("$runtime" --version 2>&1 | head -n 1)" >>"$out/container.log"',
+        '"$runtime" "${cmd[@]}" >>"$out/container.log" 2>&1',
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -339,8 +395,14 @@ def parse_sacct(text: str, job_id: str) -> dict[int, TaskState]:
         state = fields[1].split()[0] if fields[1].split() else ""
         if not re.match(r"^[A-Z_]{2,20}$", state):
             raise SlurmError(f"sacct state {fields[1]!r} of task {fields[0]} is not a Slurm state")
-        states[int(match["index"])] = TaskState(index=int(match["index"]), state=state, exit_code=fields[2],
-                                                start=_time(fields[3]), end=_time(fields[4]), node=fields[5] or None)
+        states[int(match["index"])] = TaskState(
+            index=int(match["index"]),
+            state=state,
+            exit_code=fields[2],
+            start=_time(fields[3]),
+            end=_time(fields[4]),
+            node=fields[5] or None,
+        )
     return states
 
 

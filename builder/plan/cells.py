@@ -13,8 +13,10 @@ _VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z]+){0,3}")
 _FLAVOR = re.compile(r"[a-z]{1,16}")
 _ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,39}")
 #: The key's grammar: versions hold no "-", so the torch and Python parts, and the arch between them, are unique.
-_KEY = re.compile(r"(?P<flavor>[a-z]+)(?P<accel_version>[0-9][^-]*)?-torch(?P<torch>[^-]+)"
-                  r"(?:-(?P<arch>.+?))?-py(?P<python>[^-]+)")
+_KEY = re.compile(
+    r"(?P<flavor>[a-z]+)(?P<accel_version>[0-9][^-]*)?-torch(?P<torch>[^-]+)"
+    r"(?:-(?P<arch>.+?))?-py(?P<python>[^-]+)"
+)
 
 
 class Cell(BaseModel):

@@ -46,14 +46,16 @@ def ci_cells(cells: list[Cell], runners: dict[str, list[str]]) -> list[CiCell]:
         if cell.flavor not in runners:
             raise RecipeCellsError(f"{CI_POLICY} [runners] has no labels for flavor {cell.flavor!r} (cell {cell.key})")
         labels = tuple(label.format(arch=cell.arch or "") for label in runners[cell.flavor])
-        out.append(CiCell(
-            key=cell.key,
-            target=re.sub(r"[^A-Za-z0-9_-]", "_", cell.key),
-            runner=labels,
-            render_args=" ".join(render_args(cell)),
-            context=f"{CONTEXTS_DIR}/{cell.key}",
-            image=f"envbuild/{cell.key}",
-        ))
+        out.append(
+            CiCell(
+                key=cell.key,
+                target=re.sub(r"[^A-Za-z0-9_-]", "_", cell.key),
+                runner=labels,
+                render_args=" ".join(render_args(cell)),
+                context=f"{CONTEXTS_DIR}/{cell.key}",
+                image=f"envbuild/{cell.key}",
+            )
+        )
     return out
 
 
@@ -78,8 +80,9 @@ def upstream_indexes(flavor: str = "rocm") -> list[str]:
     return sorted(index.format(suffix=s) for s in suffixes)
 
 
-def render_ci(out_dir: Path = GENERATED_DIR, cells: list[Cell] | None = None,
-              policy_path: Path = CI_POLICY) -> list[Path]:
+def render_ci(
+    out_dir: Path = GENERATED_DIR, cells: list[Cell] | None = None, policy_path: Path = CI_POLICY
+) -> list[Path]:
     """Write the workflow and the bake file into `out_dir`; returns their paths."""
     policy = load_policy(policy_path)
     cells = recipe_cells() if cells is None else cells
@@ -88,15 +91,27 @@ def render_ci(out_dir: Path = GENERATED_DIR, cells: list[Cell] | None = None,
     jobs = ci_cells(cells, policy.get("runners", {}))
     registry = policy.get("workflow", {}).get("registry", "")
     if not re.fullmatch(r"[a-z0-9.-]+(:\d+)?(/([a-z0-9._-]+|\{owner\}))*", registry):
-        raise RecipeCellsError(f"{policy_path.name} [workflow] registry {registry!r}: give a registry prefix such as "
-                               "ghcr.io/{owner} (lower case, no scheme; {owner} = the repository owner)")
-    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, autoescape=False,
-                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+        raise RecipeCellsError(
+            f"{policy_path.name} [workflow] registry {registry!r}: give a registry prefix such as "
+            "ghcr.io/{owner} (lower case, no scheme; {owner} = the repository owner)"
+        )
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        undefined=StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters["q"] = json.dumps  # a JSON string is a valid YAML and HCL double-quoted string
-    values = {"cells": jobs, "workflow": policy.get("workflow", {}), "contexts_dir": CONTEXTS_DIR,
-              "upstream_indexes": upstream_indexes(),
-              "policy": policy_path.name,
-              "registry": registry.replace("{owner}", "${{ github.repository_owner }}")}
+    values = {
+        "cells": jobs,
+        "workflow": policy.get("workflow", {}),
+        "contexts_dir": CONTEXTS_DIR,
+        "upstream_indexes": upstream_indexes(),
+        "policy": policy_path.name,
+        "registry": registry.replace("{owner}", "${{ github.repository_owner }}"),
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for template, name in (("workflow.yml.j2", WORKFLOW_NAME), ("docker-bake.hcl.j2", BAKE_NAME)):

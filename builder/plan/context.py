@@ -22,6 +22,7 @@ def context_hash_of(labels: dict | None) -> str | None:
     labels = labels or {}
     return labels.get(CONTEXT_HASH_LABEL) or labels.get(LEGACY_CONTEXT_HASH_LABEL) or None
 
+
 #: The build steps that may use the network, and what each fetches (listed in the manifest). Every other
 #: step -- the torch compile (build_torch.sh, with every proxy variable pointing at a closed port) and the
 #: verify step -- works offline; tests/plan/test_render.py greps every RUN of the rendered contexts for network
@@ -196,8 +197,7 @@ def lock_files(plan: Plan, lock: Lock) -> dict[str, str]:
         "requirements.lock": (
             f"# Python stack for {plan.cell.key}, section [stack] of {origin}.\n"
             f"# torch {plan.torch_version} comes from its own stage; what it needs beyond this file comes from its\n"
-            "# index (listed in /opt/envbuild/from-torch-index.txt in the image).\n"
-            + lock.requirements("stack")
+            "# index (listed in /opt/envbuild/from-torch-index.txt in the image).\n" + lock.requirements("stack")
         ),
     }
 
@@ -213,8 +213,9 @@ def expectations(plan: Plan, lock: Lock) -> dict:
         "flavor": plan.flavor.name,
         "backend": plan.flavor.backend,
         "backend_version": backend_version,
-        "accel_wheels": None if accel is None else {k: accel[k] for k in ("packages", "device_packages",
-                                                                           "device_prefixes")},
+        "accel_wheels": None
+        if accel is None
+        else {k: accel[k] for k in ("packages", "device_packages", "device_prefixes")},
         "compile_needs_gpu": plan.compile_needs_gpu or None,
         "arch": plan.cell.arch,
         "torch": {"version": plan.torch_version, "by_path": plan.torch_source == "source"},

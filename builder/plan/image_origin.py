@@ -16,7 +16,7 @@ _LUMI = re.compile(r"^/appl/local/containers/(?:[A-Za-z0-9_+-][A-Za-z0-9._+-]*/)
 
 
 def vendor_label(tag: str | None) -> str | None:
-    """"AMD image rocm/pytorch:…" or "LUMI SIF <name>" for a vendor image's tag or path; None for any other."""
+    """ "AMD image rocm/pytorch:…" or "LUMI SIF <name>" for a vendor image's tag or path; None for any other."""
     if not isinstance(tag, str):
         return None
     if _AMD.match(tag):

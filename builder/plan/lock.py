@@ -223,9 +223,12 @@ def read_build_tools_lock(path: Path, pins: dict[str, str]) -> str:
         found[current] = []
     wanted = {f"{normalize(n)}=={v}" for n, v in pins.items()}
     if set(found) != wanted or not all(found.values()):
-        raise LockError(f"{path} pins {', '.join(sorted(found)) or 'nothing'} but build-tools.toml [torch_build] "
-                        f"pins {', '.join(sorted(wanted))} (each with hashes); resolve it again with the command "
-                        f"in its header", "stale")
+        raise LockError(
+            f"{path} pins {', '.join(sorted(found)) or 'nothing'} but build-tools.toml [torch_build] "
+            f"pins {', '.join(sorted(wanted))} (each with hashes); resolve it again with the command "
+            f"in its header",
+            "stale",
+        )
     return text
 
 
@@ -235,18 +238,25 @@ def read_file(path: Path, line: str, python: str, digest: str, stack: dict[str, 
         stat = path.stat()
         lock = _parsed(str(path), stat.st_mtime_ns, stat.st_size)
     except FileNotFoundError:
-        raise LockError(f"no dependency lock for torch {line} / Python {python} ({path} is missing); "
-                        f"run `{command}` (needs PyPI) and commit the file", "missing") from None
+        raise LockError(
+            f"no dependency lock for torch {line} / Python {python} ({path} is missing); "
+            f"run `{command}` (needs PyPI) and commit the file",
+            "missing",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"cannot read the lock {path}: {exc}") from exc
     if lock.header["inputs-sha256"] != digest:
-        raise LockError(f"{path} is stale: recipes/hf-stack.toml, torch.toml or build-tools.toml changed since it "
-                        f"was resolved; run `{command}` (needs PyPI) and commit the file", "stale")
+        raise LockError(
+            f"{path} is stale: recipes/hf-stack.toml, torch.toml or build-tools.toml changed since it "
+            f"was resolved; run `{command}` (needs PyPI) and commit the file",
+            "stale",
+        )
     locked = lock.versions("stack")
     wrong = {n: v for n, v in stack.items() if locked.get(normalize(n)) != v}
     if wrong:
-        raise LockError(f"{path} does not hold the pins of hf-stack.toml ({', '.join(sorted(wrong))}); "
-                        f"run `{command}`", "stale")
+        raise LockError(
+            f"{path} does not hold the pins of hf-stack.toml ({', '.join(sorted(wrong))}); run `{command}`", "stale"
+        )
     return lock
 
 
@@ -257,6 +267,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> Lock:
 
 
 # --- resolving (envbuild lock): uv pip compile against PyPI -------------------------------------------
+
 
 def _uv_binary() -> str:
     try:
@@ -275,13 +286,27 @@ def _compile(requirements: str, python: str, exclude_newer: str, *extra: str, wo
     """`uv pip compile` of `requirements` for the images' platform; the output text (LockError on failure)."""
     source = work / "requirements.in"
     source.write_text(requirements)
-    command = [_uv_binary(), "pip", "compile", str(source), "--quiet", "--no-header", "--python-version", python,
-               "--exclude-newer", exclude_newer, "--no-config", "--no-python-downloads", *extra]
+    command = [
+        _uv_binary(),
+        "pip",
+        "compile",
+        str(source),
+        "--quiet",
+        "--no-header",
+        "--python-version",
+        python,
+        "--exclude-newer",
+        exclude_newer,
+        "--no-config",
+        "--no-python-downloads",
+        *extra,
+    ]
     proc = subprocess.run(command, capture_output=True, text=True, check=False, cwd=work)
     if proc.returncode != 0:
         detail = "\n".join(proc.stderr.strip().splitlines()[-12:])
-        raise LockError(f"uv could not resolve for Python {python} (exclude-newer {exclude_newer}):\n{detail}",
-                        "resolve")
+        raise LockError(
+            f"uv could not resolve for Python {python} (exclude-newer {exclude_newer}):\n{detail}", "resolve"
+        )
     return proc.stdout.replace(str(source), "requirements.in")
 
 
@@ -313,8 +338,17 @@ def resolve_lock(recipes: Recipes, line: str, python: str, exclude_newer: str) -
         overrides = work / "overrides.txt"
         overrides.write_text("".join(f"{n} ; sys_platform == 'never'\n" for n in from_index))
         wanted = "".join(f"{n}=={v}\n" for n, v in sorted(stack.items())) + f"torch=={torch.version}\n"
-        stack_text = _compile(wanted, python, exclude_newer, *hashes, "--override", str(overrides),
-                              "--no-emit-package", "torch", work=work)
+        stack_text = _compile(
+            wanted,
+            python,
+            exclude_newer,
+            *hashes,
+            "--override",
+            str(overrides),
+            "--no-emit-package",
+            "torch",
+            work=work,
+        )
     header = [
         f"# envbuild dependency lock: torch {line} line (torch {torch.version}), Python {python}, {PLATFORM}",
         f"# Written by `{lock_command(line, python)}` from recipes/hf-stack.toml and build-tools.toml; never edit it",
@@ -327,7 +361,7 @@ def resolve_lock(recipes: Recipes, line: str, python: str, exclude_newer: str) -
         "# [venv] the image venv's pip/setuptools/wheel (build-tools.toml [venv]), installed right after `python -m venv`",
         venv_text.strip(),
         "",
-        f"# [stack] hf-stack.toml [stack.\"{line}\"] and every dependency, torch {torch.version}'s own included; "
+        f'# [stack] hf-stack.toml [stack."{line}"] and every dependency, torch {torch.version}\'s own included; '
         "torch itself comes from its stage",
         stack_text.strip(),
     ]

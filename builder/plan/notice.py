@@ -24,10 +24,13 @@ def source_notice(plan: Plan, recipes: Recipes | None = None) -> list[str]:
     repo = git["repo"].removeprefix("https://github.com/").removesuffix(".git")
     at = f" @ {git['commit']}" if git["commit"] else ""
     where = f"{plan.flavor.label} {plan.release.version}" if plan.flavor.versioned else plan.flavor.name
-    items = [f"{plan.cell.key}: torch {plan.torch.line} builds from source here: {repo} {git['ref']}{at}",
-             f"Public record on torch {plan.torch.line} + {where}:"]
+    items = [
+        f"{plan.cell.key}: torch {plan.torch.line} builds from source here: {repo} {git['ref']}{at}",
+        f"Public record on torch {plan.torch.line} + {where}:",
+    ]
     items += [f"  - {r.says} ({r.source})" for r in plan.evidence] or [
-        "  - none found (recipes/source-builds.toml [[evidence]] lists nothing for this cell)"]
+        "  - none found (recipes/source-builds.toml [[evidence]] lists nothing for this cell)"
+    ]
     if plan.flavor.source_build_estimate:
         items.append(f"Cost: {plan.flavor.source_build_estimate}")
     near = nearest_proven(plan.flavor, plan.release, plan.torch, recipes)

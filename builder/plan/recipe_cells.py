@@ -48,7 +48,9 @@ def load_selection(path: Path = CI_POLICY) -> Selection:
     return Selection(**{k: tuple(select.get(k, ())) for k in ("flavors", "archs", "pythons", "source_cells")})
 
 
-def recipe_cells(selection: Selection | None = None, recipes: Recipes | None = None, *, every: bool = False) -> list[Cell]:
+def recipe_cells(
+    selection: Selection | None = None, recipes: Recipes | None = None, *, every: bool = False
+) -> list[Cell]:
     """The resolver's known cells (`resolve.all_plans`) within `selection` (default: ci/matrix.toml), by key;
     `every`: all of them, every arch and Python (what the report shows)."""
     try:
@@ -66,12 +68,15 @@ def _selected(plan: Plan, selection: Selection, recipes: Recipes) -> bool:
     cell = plan.cell
     if selection.flavors and cell.flavor not in selection.flavors:
         return False
-    if plan.unproven and not any(cell.key == name or cell.key.startswith(f"{name}-") for name in selection.source_cells):
+    if plan.unproven and not any(
+        cell.key == name or cell.key.startswith(f"{name}-") for name in selection.source_cells
+    ):
         return False
     if cell.arch is not None and cell.arch not in (selection.archs or (plan.release.default_arch,)):
         return False
     if selection.pythons:
         return cell.python in selection.pythons
-    default = resolve(Request(flavor=cell.flavor, accel_version=cell.accel_version, torch=cell.torch, arch=cell.arch),
-                      recipes)
+    default = resolve(
+        Request(flavor=cell.flavor, accel_version=cell.accel_version, torch=cell.torch, arch=cell.arch), recipes
+    )
     return cell.python == default.cell.python

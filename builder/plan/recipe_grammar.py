@@ -40,12 +40,18 @@ Version = Annotated[str, _matching(r"[0-9][A-Za-z0-9.+~_!-]{0,63}", "a package v
 OptionalVersion = Annotated[str, _matching(r"[0-9][A-Za-z0-9.+~_!-]{0,63}", "a package version", empty=True)]
 #: A Python or Debian package name (PEP 508 names; Debian names are lower-case with + . -).
 Package = Annotated[str, _matching(r"[A-Za-z0-9](?:[A-Za-z0-9._+-]{0,126}[A-Za-z0-9+])?", "a package name")]
-OptionalPackage = Annotated[str, _matching(r"[A-Za-z0-9](?:[A-Za-z0-9._+-]{0,126}[A-Za-z0-9+])?", "a package name",
-                                           empty=True)]
+OptionalPackage = Annotated[
+    str, _matching(r"[A-Za-z0-9](?:[A-Za-z0-9._+-]{0,126}[A-Za-z0-9+])?", "a package name", empty=True)
+]
 #: A pip requirement or distribution name as the pip-ROCm route writes it ("{arch}" filled in per cell):
 #: rocm[libraries,device-{arch}]==7.14.0, rocm-sdk-device-{arch}.
-Requirement = Annotated[str, _matching(r"[A-Za-z0-9][A-Za-z0-9._\[\],{}=<>!~+-]{0,200}", "a pip requirement such as "
-                                       "rocm[libraries,device-{arch}]==7.14.0")]
+Requirement = Annotated[
+    str,
+    _matching(
+        r"[A-Za-z0-9][A-Za-z0-9._\[\],{}=<>!~+-]{0,200}",
+        "a pip requirement such as rocm[libraries,device-{arch}]==7.14.0",
+    ),
+]
 #: An accelerator arch: gfx90a, sm_90.
 Arch = Annotated[str, _matching(r"gfx[0-9a-f]{3,5}|sm_[0-9]{2,3}[a-z]?", "an arch name such as gfx90a or sm_90")]
 OptionalArch = Annotated[str, _matching(r"gfx[0-9a-f]{3,5}|sm_[0-9]{2,3}[a-z]?", "an arch name", empty=True)]
@@ -58,11 +64,13 @@ Codename = Annotated[str, _matching(r"[a-z][a-z0-9]{1,31}", "a distribution code
 Image = Annotated[str, AfterValidator(_image)]
 #: An https:// URL of printable characters with no space or quote.
 Url = Annotated[str, _matching(r"https://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,500}", "an https:// URL")]
-OptionalUrl = Annotated[str, _matching(r"https://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,500}", "an https:// URL",
-                                       empty=True)]
+OptionalUrl = Annotated[
+    str, _matching(r"https://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,500}", "an https:// URL", empty=True)
+]
 #: An apt source a PPA is added by: ppa:owner/name.
-Ppa = Annotated[str, _matching(r"ppa:[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*", "a PPA such as ppa:owner/name",
-                               empty=True)]
+Ppa = Annotated[
+    str, _matching(r"ppa:[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*", "a PPA such as ppa:owner/name", empty=True)
+]
 #: A git tag or branch: v2.4.1, release/2.5.
 GitRef = Annotated[str, _matching(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}", "a git tag or branch")]
 #: An environment variable name.
@@ -70,8 +78,7 @@ EnvName = Annotated[str, _matching(r"[A-Z_][A-Z0-9_]{0,63}", "an environment var
 #: A value a build environment variable takes: one line of printable characters, no quote or backslash.
 EnvValue = Annotated[str, _matching(r"[A-Za-z0-9._,:;/=+@%-]{0,500}", "one word of a build environment")]
 #: An absolute path in the image.
-ImagePath = Annotated[str, _matching(r"/[A-Za-z0-9._/-]{0,255}", "an absolute path such as /opt/rocm/bin",
-                                     empty=True)]
+ImagePath = Annotated[str, _matching(r"/[A-Za-z0-9._/-]{0,255}", "an absolute path such as /opt/rocm/bin", empty=True)]
 #: A name of a flavor, a table or a file: lower-case word.
 Name = Annotated[str, _matching(r"[a-z][a-z0-9_-]{0,31}", "a name such as rocm")]
 #: Free text (descriptions, sources): one line, no control characters.

@@ -182,8 +182,11 @@ def origin(overlay: Overlay | None, flavor: str, releases_file: str, release: st
     """'site' when the cell's flavor, release or torch line came from the site's folder, else 'packaged'."""
     if overlay is None:
         return "packaged"
-    if (releases_file, "release", release) in overlay.entries or ("torch.toml", "torch", torch_line) in \
-            overlay.entries or ("flavors.toml", "flavor", flavor) in overlay.entries:
+    if (
+        (releases_file, "release", release) in overlay.entries
+        or ("torch.toml", "torch", torch_line) in overlay.entries
+        or ("flavors.toml", "flavor", flavor) in overlay.entries
+    ):
         return "site"
     if releases_file in overlay.files or {flavor, torch_line} & overlay.dropin_names:
         return "site"

@@ -76,7 +76,9 @@ class PipAccel(_Frozen):
     requirements: tuple[g.Requirement, ...]  # installed before torch, e.g. rocm[libraries,device-{arch}]==7.14.0
     packages: tuple[g.Requirement, ...]  # the distributions those requirements bring (the verify step checks each)
     device_packages: tuple[g.Requirement, ...]  # per-arch packages: only the cell's arch's may be installed
-    hip_version: g.OptionalDotted = ""  # major.minor torch.version.hip reports ("" = not verified: only "set" is checked)
+    hip_version: g.OptionalDotted = (
+        ""  # major.minor torch.version.hip reports ("" = not verified: only "set" is checked)
+    )
     source: g.Line
 
     @field_validator("requirements")
@@ -114,7 +116,9 @@ class Release(_Frozen):
     source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
     source_build_packages: tuple[g.Package, ...] = ()  # OS packages a torch source build needs (build and run time)
     wheel_index: g.OptionalUrl = ""  # the torch index of this release when not the flavor's (AMD's own index)
-    pip_accel: PipAccel | None = None  # the userspace as wheels from the torch index (pip-ROCm route), None = in the base
+    pip_accel: PipAccel | None = (
+        None  # the userspace as wheels from the torch index (pip-ROCm route), None = in the base
+    )
     apt_key_url: g.OptionalUrl = ""  # the accelerator apt repository's signing key, fetched again in the base stage
     apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
     source: g.Line
@@ -148,7 +152,9 @@ class TorchLine(_Frozen):
     wheel_only: bool = False  # never built from source: no source build of this line was verified on any release
     # the Triton package the line's wheel pulls when not the flavor's (triton-rocm)
     compile_package: g.OptionalPackage = ""
-    compile_version: g.OptionalVersion = ""  # the compile package's version the official wheel requires ("" = not verified)
+    compile_version: g.OptionalVersion = (
+        ""  # the compile package's version the official wheel requires ("" = not verified)
+    )
     compile_index: g.OptionalLabel = ""  # wheel index suffix that carries it
     compile_checked: g.Line = ""  # where that requirement was read
     # wheel index suffix -> why torch.compile fails on a host with no GPU with that index's wheel (a known
@@ -367,7 +373,7 @@ def _merged(root: Path, file: str, table: str, dropins: list[dict]) -> dict:
     for extra in dropins:
         for name, data in extra.get(table, {}).items():
             if name in merged:
-                raise RecipeError(f"{DROPIN_DIR}/: [{table}.\"{name}\"] is already defined in {file}")
+                raise RecipeError(f'{DROPIN_DIR}/: [{table}."{name}"] is already defined in {file}')
             merged[name] = data
     return merged
 
@@ -385,8 +391,10 @@ def load(root: Path | None = None) -> Recipes:
             try:
                 return _load(root)
             except RecipeError as exc:
-                raise RecipeError(f"{exc} (with the site recipe folder {overlay.source} over the packaged "
-                                  "recipes: fix the value there)") from None
+                raise RecipeError(
+                    f"{exc} (with the site recipe folder {overlay.source} over the packaged "
+                    "recipes: fix the value there)"
+                ) from None
     return _load(root)
 
 
@@ -397,8 +405,10 @@ def _model(cls, where: str, data, **names):
     try:
         return cls(**data, **names)
     except ValidationError as exc:
-        wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'table'}: {e['msg'].removeprefix('Value error, ')}"
-                          for e in exc.errors(include_url=False)[:5])
+        wrong = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'table'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors(include_url=False)[:5]
+        )
         raise RecipeError(f"{where}: {wrong}") from None
 
 
@@ -411,60 +421,86 @@ def _load(root: Path) -> Recipes:
     try:
         dropins = [_toml(path) for path in sorted((root / DROPIN_DIR).glob("*.toml"))]
         flavor_data = _merged(root, "flavors.toml", "flavor", dropins)
-        flavors = {name: _model(Flavor, f"flavors.toml [flavor.{name}]", d, name=name)
-                   for name, d in flavor_data.items()}
+        flavors = {
+            name: _model(Flavor, f"flavors.toml [flavor.{name}]", d, name=name) for name, d in flavor_data.items()
+        }
         releases = {
-            name: {v: _model(Release, f'{f.releases_file} [release."{v}"]', d, version=v)
-                   for v, d in _toml(root / f.releases_file).get("release", {}).items()}
+            name: {
+                v: _model(Release, f'{f.releases_file} [release."{v}"]', d, version=v)
+                for v, d in _toml(root / f.releases_file).get("release", {}).items()
+            }
             for name, f in flavors.items()
         }
-        torch = {line: _model(TorchLine, f'torch.toml [torch."{line}"]', d, line=line)
-                 for line, d in _merged(root, "torch.toml", "torch", dropins).items()}
+        torch = {
+            line: _model(TorchLine, f'torch.toml [torch."{line}"]', d, line=line)
+            for line, d in _merged(root, "torch.toml", "torch", dropins).items()
+        }
         stacks = {line: dict(d) for line, d in _merged(root, "hf-stack.toml", "stack", dropins).items()}
         build_tools = _model(BuildTools, "build-tools.toml", _toml(root / "build-tools.toml"))
         sources = _toml(root / "source-builds.toml")
         where = "source-builds.toml"
-        recipes = _model(Recipes, "hf-stack.toml", {
-            "root": root, "flavors": flavors, "releases": releases, "torch": torch, "stacks": stacks,
-            "build_tools": build_tools,
-            "source_builds": tuple(_model(SourceBuild, f"{where} [[build]]", b) for b in sources["build"]),
-            "source_pins": tuple(_model(SourcePin, f"{where} [[source]]", p) for p in sources.get("source", [])),
-            "evidence": tuple(_model(CellRecord, f"{where} [[evidence]]", e) for e in sources.get("evidence", [])),
-            "failures": tuple(_model(CellRecord, f"{where} [[failure]]", f) for f in sources.get("failure", [])),
-            "steps": _model(EvidenceSteps, f"{where} [step]", sources["step"]), "digest": _digest(root)})
+        recipes = _model(
+            Recipes,
+            "hf-stack.toml",
+            {
+                "root": root,
+                "flavors": flavors,
+                "releases": releases,
+                "torch": torch,
+                "stacks": stacks,
+                "build_tools": build_tools,
+                "source_builds": tuple(_model(SourceBuild, f"{where} [[build]]", b) for b in sources["build"]),
+                "source_pins": tuple(_model(SourcePin, f"{where} [[source]]", p) for p in sources.get("source", [])),
+                "evidence": tuple(_model(CellRecord, f"{where} [[evidence]]", e) for e in sources.get("evidence", [])),
+                "failures": tuple(_model(CellRecord, f"{where} [[failure]]", f) for f in sources.get("failure", [])),
+                "steps": _model(EvidenceSteps, f"{where} [step]", sources["step"]),
+                "digest": _digest(root),
+            },
+        )
     except (KeyError, TypeError, AttributeError) as exc:
         raise RecipeError(f"invalid recipe data under {root}: {type(exc).__name__} {exc}") from None
     for name, f in flavors.items():
         if not f.versioned and len(releases[name]) != 1:  # nothing on the command line could pick one of several
-            raise RecipeError(f"{f.releases_file}: the {name} flavor takes no version, so it has exactly one "
-                              f"[release.*] table, not {len(releases[name])}")
+            raise RecipeError(
+                f"{f.releases_file}: the {name} flavor takes no version, so it has exactly one "
+                f"[release.*] table, not {len(releases[name])}"
+            )
     for name, by_version in releases.items():
         for version, release in by_version.items():
             if release.pip_accel is not None and (not release.archs or release.source_build):
-                raise RecipeError(f"{flavors[name].releases_file} [release.\"{version}\"]: a pip_accel release installs "
-                                  f"one arch's wheels (archs must be listed) and has no source build (source_build = false)")
+                raise RecipeError(
+                    f'{flavors[name].releases_file} [release."{version}"]: a pip_accel release installs '
+                    f"one arch's wheels (archs must be listed) and has no source build (source_build = false)"
+                )
     for line, t in torch.items():
         if line not in stacks:
-            raise RecipeError(f"hf-stack.toml has no [stack.\"{line}\"] for torch line {line}")
+            raise RecipeError(f'hf-stack.toml has no [stack."{line}"] for torch line {line}')
         if unknown := set(t.flavors) - set(flavors):
             raise RecipeError(f"torch.toml [{line}] names unknown flavors {sorted(unknown)}")
         for flavor in t.flavors:
-            if ("source" in flavors[flavor].torch_sources and not t.wheel_only
-                    and not (recipes.patches_dir(line) / "series").exists()):
+            if (
+                "source" in flavors[flavor].torch_sources
+                and not t.wheel_only
+                and not (recipes.patches_dir(line) / "series").exists()
+            ):
                 raise RecipeError(f"torch line {line} can be built from source but has no patches/torch-{line}/series")
         recipes.patch_series(line)  # validates the series now, not at the first render
     for pin in recipes.source_pins:
         if pin.torch not in torch or pin.version != torch[pin.torch].version:
-            raise RecipeError(f"source-builds.toml [[source]] torch {pin.torch}: builds {pin.version}, but torch.toml "
-                              f"pins {torch[pin.torch].version if pin.torch in torch else 'no such line'}")
+            raise RecipeError(
+                f"source-builds.toml [[source]] torch {pin.torch}: builds {pin.version}, but torch.toml "
+                f"pins {torch[pin.torch].version if pin.torch in torch else 'no such line'}"
+            )
     source_builds = recipes.source_builds
     for build in source_builds:
         where = f"source-builds.toml [{build.flavor} {build.release} torch {build.torch}]"
         if build.flavor not in flavors or build.release not in releases[build.flavor] or build.torch not in torch:
             raise RecipeError(f"{where}: unknown flavor, release or torch line")
         if build.version != torch[build.torch].version:
-            raise RecipeError(f"{where}: builds {build.version}, but torch.toml pins {torch[build.torch].version} for "
-                              f"the line (the lock and the verify step expect that version)")
+            raise RecipeError(
+                f"{where}: builds {build.version}, but torch.toml pins {torch[build.torch].version} for "
+                f"the line (the lock and the verify step expect that version)"
+            )
     keys = [(b.flavor, b.release, b.torch) for b in source_builds]
     if len(set(keys)) != len(keys):
         raise RecipeError("source-builds.toml lists one (flavor, release, torch) twice")

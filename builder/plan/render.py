@@ -21,8 +21,7 @@ from builder.paths import IMAGES_DIR, WORKLOAD_DIR, file_sha256
 from builder.plan.context import FETCH_STEPS, expectations, labels, lock_files, template_vars
 from builder.plan.lock import TORCH_BUILD_LOCK, Lock, LockError, for_plan, read_build_tools_lock
 from builder.plan.resolve import Plan
-from builder.plan.wheelhouse import (KEEP, WHEELHOUSE, WheelhouseError, hashes, stage, torch_origin,
-                                     wheels_in)
+from builder.plan.wheelhouse import KEEP, WHEELHOUSE, WheelhouseError, hashes, stage, torch_origin, wheels_in
 
 MANIFEST = "manifest.json"
 DOCKERFILE, DEFINITION = "Dockerfile", "cell.def"
@@ -140,8 +139,9 @@ def _recipes(plan: Plan, context_hash: str, lock: Lock) -> dict[str, bytes]:
     return {name: _templates().get_template(template).render(variables).encode() for name, template in RECIPES.items()}
 
 
-def context_files(plan: Plan, static: StaticFiles | None = None,
-                  wheelhouse: dict[str, str] | None = None) -> tuple[dict[str, bytes], dict]:
+def context_files(
+    plan: Plan, static: StaticFiles | None = None, wheelhouse: dict[str, str] | None = None
+) -> tuple[dict[str, bytes], dict]:
     """The whole build context in memory: {relative path: bytes} (manifest.json included) and the manifest.
 
     The context hash covers every file except manifest.json, with the `io.envbuild.context-hash` label of the
@@ -152,8 +152,11 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
     """
     try:
         lock = for_plan(plan)
-        build_lock = (read_build_tools_lock(plan.lock_path.parent.parent / TORCH_BUILD_LOCK,
-                                            plan.build_tools.torch_build) if plan.torch_source == "source" else None)
+        build_lock = (
+            read_build_tools_lock(plan.lock_path.parent.parent / TORCH_BUILD_LOCK, plan.build_tools.torch_build)
+            if plan.torch_source == "source"
+            else None
+        )
     except LockError as exc:
         raise RenderError(str(exc)) from exc
     static = static or StaticFiles.read()
@@ -183,13 +186,17 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
         **plan.pinned(),
         "recipe_hash": plan.recipe_hash,
         "labels": labels(plan, context_hash, lock),
-        "lock": {"file": f"recipes/locks/{lock.key}.txt", "sha256": lock.sha256,
-                 "exclude_newer": lock.header.get("exclude-newer"), "packages": lock.versions("stack"),
-                 "venv": lock.versions("venv"),
-                 # what PyPI's torch (a CUDA build) requires on Linux and the lock therefore leaves out (nvidia-*,
-                 # triton): never installed in a ROCm or CPU image, whose torch index supplies its own (e.g.
-                 # pytorch-triton-rocm; the image lists it in /opt/envbuild/from-torch-index.txt)
-                 "left_out_cuda_requirements": list(lock.from_torch_index)},
+        "lock": {
+            "file": f"recipes/locks/{lock.key}.txt",
+            "sha256": lock.sha256,
+            "exclude_newer": lock.header.get("exclude-newer"),
+            "packages": lock.versions("stack"),
+            "venv": lock.versions("venv"),
+            # what PyPI's torch (a CUDA build) requires on Linux and the lock therefore leaves out (nvidia-*,
+            # triton): never installed in a ROCm or CPU image, whose torch index supplies its own (e.g.
+            # pytorch-triton-rocm; the image lists it in /opt/envbuild/from-torch-index.txt)
+            "left_out_cuda_requirements": list(lock.from_torch_index),
+        },
         "files": file_hashes(files, known),
         "torch_origin": torch_origin(plan, wheelhouse),
         "fetch_steps": {name: what for name, what in FETCH_STEPS.items() if f"common/{name}" in files},
@@ -200,8 +207,9 @@ def context_files(plan: Plan, static: StaticFiles | None = None,
     return files, manifest
 
 
-def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None,
-           wheelhouse: Path | None = None) -> Rendered:
+def render(
+    plan: Plan, out_dir: Path | str, static: StaticFiles | None = None, wheelhouse: Path | None = None
+) -> Rendered:
     """Write the build context of `plan` to `out_dir` (replacing an earlier envbuild context there).
 
     `wheelhouse`: a dir whose wheels become the context's wheelhouse/ (hard-linked or copied); without it,
@@ -216,8 +224,11 @@ def render(plan: Plan, out_dir: Path | str, static: StaticFiles | None = None,
         wheels = wheels_in(wheelhouse) if wheelhouse is not None else []
     except WheelhouseError as exc:
         raise RenderError(str(exc)) from exc
-    wheel_hashes = ({f"{WHEELHOUSE}/{w.name}": file_sha256(w) for w in wheels} if wheelhouse is not None
-                    else hashes(out_dir / WHEELHOUSE))
+    wheel_hashes = (
+        {f"{WHEELHOUSE}/{w.name}": file_sha256(w) for w in wheels}
+        if wheelhouse is not None
+        else hashes(out_dir / WHEELHOUSE)
+    )
     files, manifest = context_files(plan, static, wheel_hashes)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))

@@ -13,8 +13,19 @@ from pydantic import BaseModel, ConfigDict
 from builder.plan import gpu_names, wheel_hashes
 from builder.plan.cells import Cell
 from builder.plan.lock_names import lock_path
-from builder.plan.recipes import (BuildTools, Flavor, PatchEntry, Recipes, Record, Release, SourceBuild, SourcePin,
-                                  TorchLine, load, version_key)
+from builder.plan.recipes import (
+    BuildTools,
+    Flavor,
+    PatchEntry,
+    Recipes,
+    Record,
+    Release,
+    SourceBuild,
+    SourcePin,
+    TorchLine,
+    load,
+    version_key,
+)
 
 
 class ResolveError(Exception):
@@ -103,13 +114,34 @@ class Plan(BaseModel):
             return None
         build, pin = self.source_build, self.source_pin
         if build is None and pin is None:
-            return {"repo": self.torch.git_url, "ref": self.torch.git_tag, "commit": "", "fork": False,
-                    "proof": "unproven", "peer": None, "checked": None}
+            return {
+                "repo": self.torch.git_url,
+                "ref": self.torch.git_tag,
+                "commit": "",
+                "fork": False,
+                "proof": "unproven",
+                "peer": None,
+                "checked": None,
+            }
         if build is None:
-            return {"repo": pin.repo, "ref": pin.ref, "commit": pin.commit, "fork": False,
-                    "proof": "unproven", "peer": None, "checked": pin.checked}
-        return {"repo": build.repo, "ref": build.ref, "commit": build.commit, "fork": build.fork,
-                "proof": "peer-built", "peer": build.peer, "checked": build.checked}
+            return {
+                "repo": pin.repo,
+                "ref": pin.ref,
+                "commit": pin.commit,
+                "fork": False,
+                "proof": "unproven",
+                "peer": None,
+                "checked": pin.checked,
+            }
+        return {
+            "repo": build.repo,
+            "ref": build.ref,
+            "commit": build.commit,
+            "fork": build.fork,
+            "proof": "peer-built",
+            "peer": build.peer,
+            "checked": build.checked,
+        }
 
     @property
     def wheel_triton(self) -> dict | None:
@@ -130,11 +162,14 @@ class Plan(BaseModel):
         if accel is None or self.torch_source != "wheel":
             return None
         fill = {"arch": self.cell.arch or "", "torch": self.torch_version}
-        return {"requirements": [r.format(**fill) for r in accel.requirements],
-                "packages": [p.format(**fill) for p in accel.packages],
-                "device_packages": [p.format(**fill) for p in accel.device_packages],
-                "device_prefixes": [p.removesuffix("{arch}") for p in accel.device_packages],
-                "hip_version": accel.hip_version or None, "source": accel.source}
+        return {
+            "requirements": [r.format(**fill) for r in accel.requirements],
+            "packages": [p.format(**fill) for p in accel.packages],
+            "device_packages": [p.format(**fill) for p in accel.device_packages],
+            "device_prefixes": [p.removesuffix("{arch}") for p in accel.device_packages],
+            "hip_version": accel.hip_version or None,
+            "source": accel.source,
+        }
 
     @property
     def compile_needs_gpu(self) -> str:
@@ -168,9 +203,12 @@ class Plan(BaseModel):
                 "requirement": self.torch_requirement,
                 "expected_version": self.torch_version,
                 "backend": self.flavor.backend or None,
-                "compile": {"available": not self.compile_unavailable, "reason": self.compile_unavailable or None,
-                            "requirement": self.compile_requirement or None,
-                            "checked": self.torch.compile_checked if self.compile_requirement else None},
+                "compile": {
+                    "available": not self.compile_unavailable,
+                    "reason": self.compile_unavailable or None,
+                    "requirement": self.compile_requirement or None,
+                    "checked": self.torch.compile_checked if self.compile_requirement else None,
+                },
                 "wheel_pulls": self.wheel_triton,
                 "compile_needs_gpu": self.compile_needs_gpu or None,
                 "wheel_index_url": self.wheel_index_url or None,
@@ -181,10 +219,13 @@ class Plan(BaseModel):
             "stack": dict(sorted(self.stack.items())),
             "accel_wheels": self.accel_wheels,
             "os_packages": list(self.os_packages),
-            "build_tools": {"venv": dict(sorted(self.build_tools.venv.items())),
-                            "torch_build": dict(sorted(self.build_tools.torch_build.items()))
-                            if self.torch_source == "source" else {},
-                            "source_date_epoch": self.build_tools.source_date_epoch},
+            "build_tools": {
+                "venv": dict(sorted(self.build_tools.venv.items())),
+                "torch_build": dict(sorted(self.build_tools.torch_build.items()))
+                if self.torch_source == "source"
+                else {},
+                "source_date_epoch": self.build_tools.source_date_epoch,
+            },
             "patches": [p.model_dump() for p in self.patches],
             "stages": list(self.stages),
             "evidence": {"step": self.evidence_step, "record": [r.model_dump() for r in self.evidence]},
@@ -200,8 +241,11 @@ class Plan(BaseModel):
         """(field, value) rows for printing a plan."""
         rows = [
             ("cell", self.cell.key),
-            *([("arch", f"{self.cell.arch} (--arch {self.arch_name}: recipes/gpu-names.toml)")]
-              if self.arch_name else []),
+            *(
+                [("arch", f"{self.cell.arch} (--arch {self.arch_name}: recipes/gpu-names.toml)")]
+                if self.arch_name
+                else []
+            ),
             ("base image", self.base_image),
         ]
         if self.amdgpu_install:
@@ -214,14 +258,23 @@ class Plan(BaseModel):
         if self.wheel_index_url:
             rows.append(("torch index", self.wheel_index_url))
         if accel := self.accel_wheels:
-            rows.append((f"{self.flavor.label} wheels", f"{' '.join(accel['requirements'])} (this arch's device "
-                                                         f"packages only: {', '.join(accel['device_packages'])})"))
+            rows.append(
+                (
+                    f"{self.flavor.label} wheels",
+                    f"{' '.join(accel['requirements'])} (this arch's device "
+                    f"packages only: {', '.join(accel['device_packages'])})",
+                )
+            )
         if triton := self.wheel_triton:
             rows.append(("triton", f"{triton['package']}=={triton['version']} (pulled by the wheel from its index)"))
         if (git := self.git_source) is not None:
             origin = "fork" if git["fork"] else "upstream"
-            rows.append(("torch source", f"{git['repo']} {git['ref']}{' @ ' + git['commit'] if git['commit'] else ''}"
-                                         f" ({origin})"))
+            rows.append(
+                (
+                    "torch source",
+                    f"{git['repo']} {git['ref']}{' @ ' + git['commit'] if git['commit'] else ''} ({origin})",
+                )
+            )
             rows.append(("peer build", git["peer"] or "none: the first passing build is the proof"))
             rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
             if self.flavor.source_build_estimate:
@@ -245,8 +298,11 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     flavor = _pick("flavor", request.flavor, recipes.flavors)
     notes: list[str] = []
     release = _release(request, flavor, recipes.releases[flavor.name], notes)
-    torch = (_torch(request.torch, flavor, recipes) if request.torch is not None
-             else _default_torch(flavor, release, recipes, notes))
+    torch = (
+        _torch(request.torch, flavor, recipes)
+        if request.torch is not None
+        else _default_torch(flavor, release, recipes, notes)
+    )
     arch = _arch(request.arch, flavor, release)
     python = _python(request.python, release, torch, flavor)
     source, reason, suffix = _torch_source(request.torch_source, flavor, release, torch, recipes)
@@ -254,8 +310,10 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     unproven = source == "source" and source_build is None
     failure = recipes.cell_record("failure", flavor.name, release.version, torch.line)
     if failure and request.torch_source != "source":
-        raise KnownFailureError(f"torch {torch.line} on {flavor.label} {release.version} is refused: {failure.says} "
-                                f"({failure.source}); --torch-source source builds it anyway")
+        raise KnownFailureError(
+            f"torch {torch.line} on {flavor.label} {release.version} is refused: {failure.says} "
+            f"({failure.source}); --torch-source source builds it anyway"
+        )
     evidence = recipes.cell_record("evidence", flavor.name, release.version, torch.line)
     base_image, amdgpu_install = _base(request, flavor, release)
     if source == "wheel":
@@ -296,17 +354,26 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         source_build=source_build,
         source_pin=recipes.source_pin(torch.line) if unproven else None,
         evidence=evidence.record if evidence and source == "source" else (),
-        evidence_step=(recipes.steps.unproven if unproven else recipes.steps.peer if source == "source"
-                       else recipes.steps.wheel),
+        evidence_step=(
+            recipes.steps.unproven if unproven else recipes.steps.peer if source == "source" else recipes.steps.wheel
+        ),
         notes=tuple(notes),
         wheel_hashes=_wheel_hashes(recipes, requirement, python) if source == "wheel" else {},
         patches=tuple(recipes.patch_series(torch.line)) if source == "source" else (),
         patch_dir=recipes.patches_dir(torch.line) if source == "source" else None,
         lock_path=lock_path(recipes, torch.line, python),
         arch_name=gpu_names.canonical(request.arch)[1] if request.arch and flavor.name == "rocm" else "",
-        stages=("base", "torch-src", "torch-source-build", "torch-source",
-                *(("torch-compile",) if compile_requirement else ()), "sentencepiece", "runtime")
-        if source == "source" else ("base", "torch-wheel", "sentencepiece", "runtime"),
+        stages=(
+            "base",
+            "torch-src",
+            "torch-source-build",
+            "torch-source",
+            *(("torch-compile",) if compile_requirement else ()),
+            "sentencepiece",
+            "runtime",
+        )
+        if source == "source"
+        else ("base", "torch-wheel", "sentencepiece", "runtime"),
     )
     if plan.unproven and request.proven_only:
         raise UnprovenSourceError(plan)
@@ -359,11 +426,15 @@ def _release(request: Request, flavor: Flavor, releases: dict[str, Release], not
             raise ResolveError(f"the {flavor.name} flavor takes no accelerator version (got {request.accel_version!r})")
         return releases[known[0]]
     if request.accel_version is None:
-        raise ResolveError(f"--{flavor.name} VERSION is required for the {flavor.name} flavor; choose one of {', '.join(known)}")
+        raise ResolveError(
+            f"--{flavor.name} VERSION is required for the {flavor.name} flavor; choose one of {', '.join(known)}"
+        )
     patches = [v for v in known if v.startswith(f"{request.accel_version}.")]
     if request.accel_version not in releases and patches:  # --rocm 6.1: the newest 6.1.x envbuild knows
-        notes.append(f"--{flavor.name} {request.accel_version} means {flavor.label} {patches[-1]}, the newest "
-                     f"{request.accel_version} release envbuild knows")
+        notes.append(
+            f"--{flavor.name} {request.accel_version} means {flavor.label} {patches[-1]}, the newest "
+            f"{request.accel_version} release envbuild knows"
+        )
         return releases[patches[-1]]
     if request.accel_version not in releases:
         raise ResolveError(
@@ -379,8 +450,10 @@ def _torch(value: str, flavor: Flavor, recipes: Recipes) -> TorchLine:
     release_line = ".".join(value.split(".")[:2])
     if line not in lines and release_line in lines:
         pinned = recipes.torch[release_line].version
-        raise ResolveError(f"torch {value} is not the release envbuild pins for line {release_line} ({pinned}); "
-                           f"use --torch {release_line}")
+        raise ResolveError(
+            f"torch {value} is not the release envbuild pins for line {release_line} ({pinned}); "
+            f"use --torch {release_line}"
+        )
     if line not in lines:
         raise ResolveError(
             f"unknown torch {value!r} for the {flavor.name} flavor (known lines: {', '.join(lines)}); "
@@ -393,8 +466,11 @@ def _default_torch(flavor: Flavor, release: Release, recipes: Recipes, notes: li
     """The newest torch line with an official wheel for `release` (else the newest it can build), noted."""
     lines = recipes.torch_lines(flavor.name)
     wheel = [line for line in lines if set(recipes.torch[line].wheel_suffixes) & set(release.wheel_suffixes)]
-    source = [line for line in lines if not recipes.torch[line].wheel_only
-              and "source" in flavor.torch_sources and release.source_build]
+    source = [
+        line
+        for line in lines
+        if not recipes.torch[line].wheel_only and "source" in flavor.torch_sources and release.source_build
+    ]
     where = f"{flavor.label} {release.version}" if flavor.versioned else f"the {flavor.name} flavor"
     if not (wheel or source):
         raise NoSuchCellError(f"no torch line is known for {where}; give --torch")
@@ -413,9 +489,11 @@ def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
     arch = arch or release.default_arch
     if arch not in release.archs and not name and flavor.name == "rocm" and gpu_names.looks_like_a_name(arch):
         near = gpu_names.suggestions(arch, list(release.archs))  # a GPU name gets GPU names, not gfx targets
-        raise ResolveError(f"unknown GPU {arch!r} (recipes/gpu-names.toml); nearest known GPU names on "
-                           f"{flavor.label} {release.version}: {', '.join(near) or 'none'}; or give a gfx target: "
-                           f"{', '.join(sorted(release.archs))}")
+        raise ResolveError(
+            f"unknown GPU {arch!r} (recipes/gpu-names.toml); nearest known GPU names on "
+            f"{flavor.label} {release.version}: {', '.join(near) or 'none'}; or give a gfx target: "
+            f"{', '.join(sorted(release.archs))}"
+        )
     if arch not in release.archs:
         given = f"{name} ({arch})" if name else repr(arch)
         raise ResolveError(
@@ -430,11 +508,15 @@ def _python(value: str | None, release: Release, torch: TorchLine, flavor: Flavo
     usable = [p for p in release.pythons if torch.supports_python(p)]
     low, high = torch.python
     if value is None and not usable:
-        raise NoSuchCellError(f"no Python of {where} ({', '.join(release.pythons)}) is in torch {torch.line}'s range "
-                              f"{low}-{high}: pick another --torch or release")
+        raise NoSuchCellError(
+            f"no Python of {where} ({', '.join(release.pythons)}) is in torch {torch.line}'s range "
+            f"{low}-{high}: pick another --torch or release"
+        )
     python = value or (release.system_python if release.system_python in usable else usable[-1])
     if python not in release.pythons:
-        raise ResolveError(f"Python {python} is not available on {where}; {_choices(python, usable or list(release.pythons))}")
+        raise ResolveError(
+            f"Python {python} is not available on {where}; {_choices(python, usable or list(release.pythons))}"
+        )
     if not torch.supports_python(python):
         raise ResolveError(
             f"Python {python} is outside torch {torch.line}'s range {low}-{high}; {_choices(python, usable)}"
@@ -451,18 +533,23 @@ def _torch_source(
     if wanted == "source" and "source" not in flavor.torch_sources:
         raise ResolveError(f"the {flavor.name} flavor has no torch source build; use --torch-source wheel or auto")
     if wanted == "source" and torch.wheel_only:
-        raise ResolveError(f"torch {torch.line} is offered as an official wheel only (recipes/torch.toml: no source "
-                           f"build of it was verified); use --torch-source auto or wheel")
+        raise ResolveError(
+            f"torch {torch.line} is offered as an official wheel only (recipes/torch.toml: no source "
+            f"build of it was verified); use --torch-source auto or wheel"
+        )
     if wanted == "source" and not release.source_build:
-        raise ResolveError(f"no torch source build on {where}: what such a build needs there is not verified "
-                           f"(recipes/{flavor.releases_file}: source_build = false); use --torch-source auto")
+        raise ResolveError(
+            f"no torch source build on {where}: what such a build needs there is not verified "
+            f"(recipes/{flavor.releases_file}: source_build = false); use --torch-source auto"
+        )
     if wanted == "source":
         return "source", "source build requested", ""
     if suffix and "wheel" in flavor.torch_sources:
         reason = f"official wheel from the {suffix} index"
         return "wheel", reason + (" (auto: a wheel exists)" if wanted == "auto" else ""), suffix
     with_wheel = [
-        line for line in recipes.torch_lines(flavor.name)
+        line
+        for line in recipes.torch_lines(flavor.name)
         if set(recipes.torch[line].wheel_suffixes) & set(release.wheel_suffixes)
     ]
     no_wheel = (
@@ -470,10 +557,15 @@ def _torch_source(
         f"(torch {torch.line} wheels: {', '.join(torch.wheel_suffixes)}; {where} takes: {', '.join(release.wheel_suffixes)})"
     )
     if torch.wheel_only:
-        carry = [v for v, r in sorted(recipes.releases[flavor.name].items(), key=lambda kv: version_key(kv[0]))
-                 if set(r.wheel_suffixes) & set(torch.wheel_suffixes)]
-        raise NoSuchCellError(f"{no_wheel}; torch {torch.line} is offered as an official wheel only; releases whose "
-                           f"index carries it: {', '.join(carry) or 'none'}")
+        carry = [
+            v
+            for v, r in sorted(recipes.releases[flavor.name].items(), key=lambda kv: version_key(kv[0]))
+            if set(r.wheel_suffixes) & set(torch.wheel_suffixes)
+        ]
+        raise NoSuchCellError(
+            f"{no_wheel}; torch {torch.line} is offered as an official wheel only; releases whose "
+            f"index carries it: {', '.join(carry) or 'none'}"
+        )
     if wanted == "auto" and "source" in flavor.torch_sources and release.source_build:
         return "source", f"{no_wheel}; auto chose a source build", ""
     options = ["--torch-source source"] if "source" in flavor.torch_sources and release.source_build else []
@@ -532,8 +624,12 @@ def all_plans(recipes: Recipes | None = None, flavor: str | None = None, proven_
                         if not recipes.torch[line].supports_python(python):
                             continue
                         request = Request(
-                            flavor=name, accel_version=version if fl.versioned else None,
-                            torch=line, arch=arch, python=python, proven_only=proven_only,
+                            flavor=name,
+                            accel_version=version if fl.versioned else None,
+                            torch=line,
+                            arch=arch,
+                            python=python,
+                            proven_only=proven_only,
                         )
                         try:
                             plans.append(resolve(request, recipes))

@@ -21,8 +21,10 @@ from builder import bounded_read
 from builder.plan.recipes import Recipes, version_key
 
 #: torch-2.11.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl -> version 2.11.0, local rocm7.2
-_TORCH_WHEEL = re.compile(r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>rocm\d+(?:\.\d+){0,2})-"
-                          r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl$")
+_TORCH_WHEEL = re.compile(
+    r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>rocm\d+(?:\.\d+){0,2})-"
+    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl$"
+)
 #: AMD's per-arch torch device packages (TheRock multi-arch index): amd-torch-device-gfx942
 _DEVICE_PROJECT = re.compile(r"^amd-torch-device-(?P<arch>gfx[0-9a-f]{3,4})$")
 _RELEASE_TAG = re.compile(r"\b(?:rocm|therock)-(?P<version>\d+\.\d+(?:\.\d+)?)\b")
@@ -93,8 +95,9 @@ def anchors(page: str, where: str = "the page") -> list[str]:
         parser.feed(page)
         parser.close()
     except (AssertionError, ValueError, IndexError) as exc:  # html.parser's refusals (e.g. an unknown "<![")
-        raise UpstreamError(f"{where}: not an HTML index page the parser can read ({exc or type(exc).__name__})"
-                            ) from None
+        raise UpstreamError(
+            f"{where}: not an HTML index page the parser can read ({exc or type(exc).__name__})"
+        ) from None
     return parser.names
 
 

@@ -19,8 +19,10 @@ VENDOR_DIR = RECIPES_DIR / "vendor"
 HISTORICAL = "compatibility-matrix-historical-6.0.csv"
 CURRENT = "rocm-current.csv"
 #: Where the copies come from (the report cites these).
-HISTORICAL_SOURCE = ("https://github.com/ROCm/ROCm/blob/e396b4898f459db094bfd60b876f419f77eb9f09/"
-                     "docs/compatibility/compatibility-matrix-historical-6.0.csv")
+HISTORICAL_SOURCE = (
+    "https://github.com/ROCm/ROCm/blob/e396b4898f459db094bfd60b876f419f77eb9f09/"
+    "docs/compatibility/compatibility-matrix-historical-6.0.csv"
+)
 CURRENT_SOURCE = "https://github.com/ROCm/legacy-rocm-build/blob/develop/docs/compatibility/compatibility-matrix.rst"
 
 _GFX = re.compile(r"\bgfx[0-9a-f]{3,4}\b")

@@ -17,8 +17,10 @@ from pathlib import Path
 from builder.plan.recipes import Recipes
 
 FILE = "wheel-hashes.toml"
-_WHEEL = re.compile(r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>[a-z]+\d+(?:\.\d+){0,2})-"
-                    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl$")
+_WHEEL = re.compile(
+    r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>[a-z]+\d+(?:\.\d+){0,2})-"
+    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl$"
+)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -54,8 +56,9 @@ def pinned_hashes(page: str, recipes: Recipes, flavor: str = "rocm", where: str 
         parser.feed(page)
         parser.close()
     except (AssertionError, ValueError, IndexError) as exc:  # html.parser's refusals (e.g. an unknown "<![")
-        raise UpstreamError(f"{where}: not an HTML index page the parser can read ({exc or type(exc).__name__})"
-                            ) from None
+        raise UpstreamError(
+            f"{where}: not an HTML index page the parser can read ({exc or type(exc).__name__})"
+        ) from None
     found = {}
     for text, href in parser.links:
         name = urllib.parse.unquote(text)
@@ -91,8 +94,12 @@ def read(root: Path) -> dict[str, str]:
 def record(root: Path, hashes: dict[str, str]) -> Path:
     """Merge `hashes` into root/wheel-hashes.toml; returns its path."""
     merged = {**read(root), **hashes}
-    lines = ["# sha256 of official torch wheels the recipes pin, as their PyTorch index lists them (PEP 503",
-             "# #sha256= links), recorded by `envbuild recipes check-upstream --record`.", "", "[wheel]"]
+    lines = [
+        "# sha256 of official torch wheels the recipes pin, as their PyTorch index lists them (PEP 503",
+        "# #sha256= links), recorded by `envbuild recipes check-upstream --record`.",
+        "",
+        "[wheel]",
+    ]
     lines += [f'"{name}" = "{digest}"' for name, digest in sorted(merged.items())]
     path = root / FILE
     path.write_text("\n".join(lines) + "\n")

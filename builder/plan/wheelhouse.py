@@ -58,15 +58,23 @@ def torch_origin(plan: Plan, wheel_hashes: dict[str, str]) -> dict:
     """Where the image's torch comes from, as images/common/install_torch.sh decides it."""
     if plan.torch_source == "source":
         git = plan.git_source
-        return {"from": "source-build", "repo": git["repo"], "ref": git["ref"], "commit": git["commit"] or None,
-                "proof": git["proof"]}
+        return {
+            "from": "source-build",
+            "repo": git["repo"],
+            "ref": git["ref"],
+            "commit": git["commit"] or None,
+            "proof": git["proof"],
+        }
     pytag = "cp" + plan.cell.python.replace(".", "")
     prefix = f"{WHEELHOUSE}/torch-{plan.torch_version}-{pytag}-"
     matches = sorted(p for p in wheel_hashes if p.startswith(prefix) and p.endswith(".whl"))
     if matches:  # the script takes the first match of its glob, which bash sorts the same way
         return {"from": "wheelhouse", "file": matches[0], "sha256": wheel_hashes[matches[0]]}
-    return {"from": "index", "index_url": plan.wheel_index_url or "https://pypi.org/simple",
-            "requirement": f"torch=={plan.torch_version}"}
+    return {
+        "from": "index",
+        "index_url": plan.wheel_index_url or "https://pypi.org/simple",
+        "requirement": f"torch=={plan.torch_version}",
+    }
 
 
 def origin_text(origin: dict) -> str:
@@ -86,10 +94,17 @@ def check(context_dir: Path, manifest: dict) -> None:
     found = hashes(Path(context_dir) / WHEELHOUSE)
     if found != recorded:
         changed = sorted(p for p in recorded.keys() & found.keys() if recorded[p] != found[p])
-        parts = [f"{label}: {', '.join(paths)}" for label, paths in (
-            ("added", sorted(found.keys() - recorded.keys())), ("removed", sorted(recorded.keys() - found.keys())),
-            ("changed", changed)) if paths]
+        parts = [
+            f"{label}: {', '.join(paths)}"
+            for label, paths in (
+                ("added", sorted(found.keys() - recorded.keys())),
+                ("removed", sorted(recorded.keys() - found.keys())),
+                ("changed", changed),
+            )
+            if paths
+        ]
         raise WheelhouseError(
             f"{context_dir}/wheelhouse/ is not what its manifest.json hashed ({'; '.join(parts)}); the image tag "
             "would not describe what gets built. Re-render the context (`envbuild render ... -o DIR`, or "
-            "`envbuild image ... --wheelhouse DIR`) so the content hash covers the wheels.")
+            "`envbuild image ... --wheelhouse DIR`) so the content hash covers the wheels."
+        )

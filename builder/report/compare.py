@@ -41,9 +41,12 @@ def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list
         for result in sorted(newest.get(summary.key, []), key=lambda r: not run_config.of_result(r).decides):
             price = gpu_prices.price_for(result)
             profile = diff.profile(result, price.usd_per_gpu_hour if price else None)
-            bounded = {**profile, "train_loss": downsample(profile["train_loss"], CURVE_POINTS),
-                       "versions": page_bounds.mapping(profile["versions"]),
-                       "probes": page_bounds.mapping(profile["probes"])}
+            bounded = {
+                **profile,
+                "train_loss": downsample(profile["train_loss"], CURVE_POINTS),
+                "versions": page_bounds.mapping(profile["versions"]),
+                "probes": page_bounds.mapping(profile["probes"]),
+            }
             out.setdefault(summary.key, []).append(_rounded(bounded))
     return out
 
@@ -77,8 +80,15 @@ def write(root: Path, html: Environment, store: MatrixStore, summaries: list[Cel
     (root / FOLDER).mkdir()
     for key in keys:
         (root / files[key]).write_text(script_file(key, data[key]))
-    (root / "compare.html").write_text(html.get_template("compare.html.j2").render(
-        keys=keys, first=keys[0] if keys else "", second=keys[1] if len(keys) > 1 else "",
-        files=script_json(files), sections=[(s, diff.SECTION_TITLES[s]) for s in diff.SECTIONS],
-        metrics=script_json({name: [diff.label(name), kind] for name, (_, _, _, kind) in diff.METRICS.items()}),
-        root="", **common))
+    (root / "compare.html").write_text(
+        html.get_template("compare.html.j2").render(
+            keys=keys,
+            first=keys[0] if keys else "",
+            second=keys[1] if len(keys) > 1 else "",
+            files=script_json(files),
+            sections=[(s, diff.SECTION_TITLES[s]) for s in diff.SECTIONS],
+            metrics=script_json({name: [diff.label(name), kind] for name, (_, _, _, kind) in diff.METRICS.items()}),
+            root="",
+            **common,
+        )
+    )

@@ -36,7 +36,6 @@ def thin_run_json(text: str, limit: int = REPORT_POINTS) -> str:
     long = {name: len(points) for name, points in curves.items() if isinstance(points, list) and len(points) > limit}
     if not long:
         return text
-    metrics["curves"] = {name: downsample(points, limit) if name in long else points
-                         for name, points in curves.items()}
+    metrics["curves"] = {name: downsample(points, limit) if name in long else points for name, points in curves.items()}
     metrics["curves_points"] = long
     return json.dumps(run, sort_keys=True)

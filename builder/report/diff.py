@@ -13,8 +13,13 @@ from dataclasses import asdict, dataclass
 from builder.store import run_config
 
 SECTIONS = ("versions", "learning", "speed", "memory", "probes")
-SECTION_TITLES = {"versions": "Versions and hardware", "learning": "Learning: eval accuracy",
-                  "speed": "Speed and cost", "memory": "Memory", "probes": "Probes: measured values"}
+SECTION_TITLES = {
+    "versions": "Versions and hardware",
+    "learning": "Learning: eval accuracy",
+    "speed": "Speed and cost",
+    "memory": "Memory",
+    "probes": "Probes: measured values",
+}
 #: name -> (section, label, unit, kind); kind says how a value reads: num, int, fraction (a %), bytes (GiB), usd
 METRICS = {
     "eval_before_accuracy": ("learning", "eval accuracy before training", "fraction correct", "num"),
@@ -97,8 +102,11 @@ def profile(result: dict, cost_per_gpu_hour: float | None = None) -> dict:
     host = result.get("host") or {}
     image = result.get("image") or {}
     manifest = image.get("manifest") or {}
-    gpu = ("CPU only" if hardware.get("device_type") == "cpu"
-           else f"{hardware.get('gpu_name') or '-'} x {hardware.get('gpu_count') or 0}")
+    gpu = (
+        "CPU only"
+        if hardware.get("device_type") == "cpu"
+        else f"{hardware.get('gpu_name') or '-'} x {hardware.get('gpu_count') or 0}"
+    )
     versions |= {
         "gpu": gpu,
         "arch": hardware.get("arch"),
@@ -130,10 +138,18 @@ def profile(result: dict, cost_per_gpu_hour: float | None = None) -> dict:
     for name, value in throughput.items():
         if value is not None:
             measured[METRICS[name][0]][name] = value
-    return {"run_id": result.get("run_id"), "preset": (result.get("config") or {}).get("preset"),
-            "configuration": run_config.of_result(result).label,
-            "status": result.get("status"), "finished_at": result.get("finished_at"),
-            "versions": versions, **measured, "probes": probes, "probe_status": status, "train_loss": curve}
+    return {
+        "run_id": result.get("run_id"),
+        "preset": (result.get("config") or {}).get("preset"),
+        "configuration": run_config.of_result(result).label,
+        "status": result.get("status"),
+        "finished_at": result.get("finished_at"),
+        "versions": versions,
+        **measured,
+        "probes": probes,
+        "probe_status": status,
+        "train_loss": curve,
+    }
 
 
 def compare(a: dict, b: dict) -> list[Row]:
@@ -150,8 +166,11 @@ def compare(a: dict, b: dict) -> list[Row]:
                 probe = name.split(".", 1)[0]
                 failed = [side for side, p in (("A", a), ("B", b)) if p["probe_status"].get(probe) == "fail"]
                 out = " and ".join(failed)
-            section_rows.append(Row(section, name, va, vb, va != vb, ratio, out, label(name),
-                                    value_text(name, va), value_text(name, vb)))
+            section_rows.append(
+                Row(
+                    section, name, va, vb, va != vb, ratio, out, label(name), value_text(name, va), value_text(name, vb)
+                )
+            )
         rows += sorted(section_rows, key=lambda r: (not r.differs, r.name))
     return rows
 
@@ -159,6 +178,7 @@ def compare(a: dict, b: dict) -> list[Row]:
 def pick_runs(runs_a: list[dict], runs_b: list[dict], preset: str | None = None) -> tuple[dict, dict]:
     """The results to compare (newest first lists of results): A's newest run (of `preset` when given) and
     B's newest run of the same preset, else B's newest. Raises ValueError naming what is missing."""
+
     def newest(runs: list[dict], wanted: str | None) -> dict | None:
         return next((r for r in runs if wanted is None or (r.get("config") or {}).get("preset") == wanted), None)
 
@@ -174,7 +194,9 @@ def pick_runs(runs_a: list[dict], runs_b: list[dict], preset: str | None = None)
 
 def as_json(a: dict, b: dict) -> dict:
     """The whole comparison as plain data (`envbuild matrix diff --json`)."""
-    return {"a": {k: a[k] for k in ("run_id", "preset", "status", "finished_at")},
-            "b": {k: b[k] for k in ("run_id", "preset", "status", "finished_at")},
-            "rows": [asdict(r) for r in compare(a, b)],
-            "train_loss": {"a": a["train_loss"], "b": b["train_loss"]}}
+    return {
+        "a": {k: a[k] for k in ("run_id", "preset", "status", "finished_at")},
+        "b": {k: b[k] for k in ("run_id", "preset", "status", "finished_at")},
+        "rows": [asdict(r) for r in compare(a, b)],
+        "train_loss": {"a": a["train_loss"], "b": b["train_loss"]},
+    }

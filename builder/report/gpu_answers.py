@@ -33,14 +33,24 @@ def answers(entries: list) -> list[GpuAnswer]:
     out = []
     for arch, name in sorted(set(gpu_names.names().values()), key=lambda pair: (pair[0], pair[1])):
         mine = [e for e in entries if e.arch == arch or name in e.gpus]
-        measured = sorted((e for e in mine if e.status in ("pass", "partial")),
-                          key=lambda e: (e.status != "pass", _SIGNED_FIRST.get(e.provenance, 9), _neg(e.last_at)))
+        measured = sorted(
+            (e for e in mine if e.status in ("pass", "partial")),
+            key=lambda e: (e.status != "pass", _SIGNED_FIRST.get(e.provenance, 9), _neg(e.last_at)),
+        )
         rest = [e for e in mine if e not in measured]
         claimed = [e for e in rest if e.ladder.steps[0].state == DONE]
         renders = [e for e in rest if e not in claimed and e.ladder.steps[1].state == DONE]
         key = lambda e: (e.status == "fail", [-int(x) for x in e.torch.split(".") if x.isdigit()])  # noqa: E731
-        out.append(GpuAnswer(name, arch, safe_slug(name.replace(" ", "-")), tuple(measured),
-                             tuple(sorted(claimed, key=key)), tuple(sorted(renders, key=key))))
+        out.append(
+            GpuAnswer(
+                name,
+                arch,
+                safe_slug(name.replace(" ", "-")),
+                tuple(measured),
+                tuple(sorted(claimed, key=key)),
+                tuple(sorted(renders, key=key)),
+            )
+        )
     return out
 
 

@@ -19,8 +19,14 @@ from builder.store.run_config import SPEED_PRESET
 from builder.plan import image_origin
 from builder.plan.cells import Cell
 
-NAMES = ("vendor claims", "renders and locks", "image built", "verify passed in the image", "verdict on hardware",
-         "standard speed measured")
+NAMES = (
+    "vendor claims",
+    "renders and locks",
+    "image built",
+    "verify passed in the image",
+    "verdict on hardware",
+    "standard speed measured",
+)
 #: Step states: reached; reached with a bad outcome (a failed build, a failed verdict); not reached; does not apply
 #: (a `--local` cell has no image to build or verify).
 DONE, FAILED, OPEN, SKIPPED = "done", "failed", "open", "n/a"
@@ -66,7 +72,8 @@ class Ladder:
 def vendor_claim(vendor: vendor_support.VendorSupport, recipe: Recipe | None) -> str:
     """The index's short word for step 1: "AMD docs + official wheel", "official wheel", "AMD docs" or "none"."""
     parts = (["AMD docs"] if vendor.status == "listed" else []) + (
-        ["official wheel"] if recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url else [])
+        ["official wheel"] if recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url else []
+    )
     return " + ".join(parts) or "none"
 
 
@@ -81,17 +88,30 @@ class Recipe:
     locked: bool
 
 
-def ladder(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | None, builds: list[dict],
-           verdict_run: dict | None, verdict_row: dict | None, speed: dict | None, speed_row: dict | None,
-           speed_link: str | None = None) -> Ladder:
+def ladder(
+    cell: Cell,
+    vendor: vendor_support.VendorSupport,
+    recipe: Recipe | None,
+    builds: list[dict],
+    verdict_run: dict | None,
+    verdict_row: dict | None,
+    speed: dict | None,
+    speed_row: dict | None,
+    speed_link: str | None = None,
+) -> Ladder:
     """The ladder of one cell. `builds`: its store rows (oldest first); `verdict_run` / `verdict_row`: the latest
     verdict-configuration result and its store row (provenance); `speed` / `speed_row`: the latest `speed` preset run."""
     image = (verdict_run or {}).get("image") if isinstance((verdict_run or {}).get("image"), dict) else {}
     local = bool(verdict_run) and not (image.get("tag") or image.get("digest")) and not builds
     foreign = None if builds else foreign_image(image)
-    steps = (_vendor(cell, vendor, recipe), _renders(cell, recipe), _built(builds, local, image, foreign),
-             _verified(builds, local or bool(foreign)),
-             _verdict(verdict_run, verdict_row), _speed(speed, speed_row, speed_link))
+    steps = (
+        _vendor(cell, vendor, recipe),
+        _renders(cell, recipe),
+        _built(builds, local, image, foreign),
+        _verified(builds, local or bool(foreign)),
+        _verdict(verdict_run, verdict_row),
+        _speed(speed, speed_row, speed_link),
+    )
     return Ladder(steps, _commands(cell, steps, builds, local, recipe is not None, foreign))
 
 
@@ -122,27 +142,48 @@ def _renders(cell: Cell, recipe: Recipe | None) -> Step:
         return Step(2, NAMES[1], OPEN, "the recipes do not resolve this cell (recipes/)")
     if not recipe.locked:
         return Step(2, NAMES[1], OPEN, f"renders, but its lock file {recipe.lock} is missing (`envbuild lock`)")
-    return Step(2, NAMES[1], DONE, f"every input pinned by the recipes; dependencies locked with hashes in {recipe.lock}",
-                (Evidence(recipe.lock),))
+    return Step(
+        2,
+        NAMES[1],
+        DONE,
+        f"every input pinned by the recipes; dependencies locked with hashes in {recipe.lock}",
+        (Evidence(recipe.lock),),
+    )
 
 
 def _built(builds: list[dict], local: bool, ran_in: dict, foreign: tuple[str, str] | None) -> Step:
     passed = [b for b in builds if b.get("status") == "pass"]
     if passed:
         b = passed[-1]
-        return Step(3, NAMES[2], DONE, f"built {b.get('created_at') or '?'} as {b.get('image_tag') or '?'}"
-                    f" ({len(passed)} image(s) built in all)", (Evidence(b.get("image_digest") or "no digest"),))
+        return Step(
+            3,
+            NAMES[2],
+            DONE,
+            f"built {b.get('created_at') or '?'} as {b.get('image_tag') or '?'} ({len(passed)} image(s) built in all)",
+            (Evidence(b.get("image_digest") or "no digest"),),
+        )
     if builds:
         b = builds[-1]
-        return Step(3, NAMES[2], FAILED, f"the latest build failed: {b.get('failure_class') or '?'}",
-                    (Evidence(b.get("created_at") or "?"),))
+        return Step(
+            3,
+            NAMES[2],
+            FAILED,
+            f"the latest build failed: {b.get('failure_class') or '?'}",
+            (Evidence(b.get("created_at") or "?"),),
+        )
     if foreign:
         who = image_origin.vendor_label(foreign[1]) or f"{foreign[1]} (not built by envbuild)"
-        return Step(3, NAMES[2], SKIPPED, f"measured as it is in {who}",
-                    (Evidence(str(ran_in.get("digest") or "no digest")),))
+        return Step(
+            3, NAMES[2], SKIPPED, f"measured as it is in {who}", (Evidence(str(ran_in.get("digest") or "no digest")),)
+        )
     if ran_in.get("tag") or ran_in.get("digest"):  # built where no build was recorded into this matrix
-        return Step(3, NAMES[2], DONE, f"the verdict ran in the image {ran_in.get('tag') or '?'} (its build is not"
-                    " recorded here)", (Evidence(str(ran_in.get("digest") or "no digest")),))
+        return Step(
+            3,
+            NAMES[2],
+            DONE,
+            f"the verdict ran in the image {ran_in.get('tag') or '?'} (its build is not recorded here)",
+            (Evidence(str(ran_in.get("digest") or "no digest")),),
+        )
     if local:
         return Step(3, NAMES[2], SKIPPED, "measured with `run workload --local` (no container image)")
     return Step(3, NAMES[2], OPEN, "no image built yet")
@@ -152,8 +193,13 @@ def _verified(builds: list[dict], local: bool) -> Step:
     for b in reversed([b for b in builds if b.get("status") == "pass"]):
         checks = b["verify_checks"] if "verify_checks" in b else _verify_checks(b.get("manifest"))
         if checks is not None:
-            return Step(4, NAMES[3], DONE, f"{checks} checks passed in the image at the end of its build (no GPU)",
-                        (Evidence(f"image {b.get('image_tag') or '?'}"),))
+            return Step(
+                4,
+                NAMES[3],
+                DONE,
+                f"{checks} checks passed in the image at the end of its build (no GPU)",
+                (Evidence(f"image {b.get('image_tag') or '?'}"),),
+            )
     if any(b.get("failure_class") == "image_verify_failed" for b in builds):
         return Step(4, NAMES[3], FAILED, "the image did not match its manifest (build:image_verify_failed)")
     if local:
@@ -216,8 +262,9 @@ def _signer(row: dict | None) -> str | None:
     return provenance.label(row.get("provenance") or provenance.UNSIGNED, row.get("signer"))
 
 
-def _commands(cell: Cell, steps: tuple[Step, ...], builds: list[dict], local: bool, known: bool,
-              foreign: tuple[str, str] | None) -> tuple[str, ...]:
+def _commands(
+    cell: Cell, steps: tuple[Step, ...], builds: list[dict], local: bool, known: bool, foreign: tuple[str, str] | None
+) -> tuple[str, ...]:
     """The commands that take the cell further, from its first open step on (a `--local` cell: run it so again; an
     image envbuild did not build: run it again). Render and build commands only for a cell the recipes resolve: a
     suggested command never exits 2."""

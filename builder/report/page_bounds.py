@@ -36,8 +36,14 @@ def probes(items: list[dict]) -> list[dict]:
     """At most MAX_PROBES probes, each with at most MAX_PROBE_ROWS value rows."""
     shown = [{**p, "values": rows(p["values"], MAX_PROBE_ROWS)} for p in items[:MAX_PROBES]]
     if len(items) > MAX_PROBES:
-        shown.append({"name": "…", "status": "", "message": f"{len(items) - MAX_PROBES} more probes in the "
-                      "cell's data file", "values": []})
+        shown.append(
+            {
+                "name": "…",
+                "status": "",
+                "message": f"{len(items) - MAX_PROBES} more probes in the cell's data file",
+                "values": [],
+            }
+        )
     return shown
 
 

@@ -30,8 +30,11 @@ class Panel:
 
     def svg(self, x0: float) -> str:
         xs = [x for _, pts in self.series for x, _ in pts] + [x for x, _, _ in self.band]
-        ys = ([y for _, pts in self.series for _, y in pts] + [v for _, lo, hi in self.band for v in (lo, hi)]
-              + [v for _, b, a in self.bars for v in (b, a)])
+        ys = (
+            [y for _, pts in self.series for _, y in pts]
+            + [v for _, lo, hi in self.band for v in (lo, hi)]
+            + [v for _, b, a in self.bars for v in (b, a)]
+        )
         if self.bars:
             xs = [0, len(self.bars)]
         x_lo, x_hi = (min(xs), max(xs)) if xs else (0, 1)
@@ -47,18 +50,27 @@ class Panel:
         def py(y):
             return _TOP + ph - (y - y_lo) / (y_hi - y_lo) * ph
 
-        out = [f'<text x="{x0 + _W / 2}" y="17" class="t">{escape(self.title)}</text>',
-               f'<rect x="{x0 + _LEFT}" y="{_TOP}" width="{pw}" height="{ph}" class="frame"/>']
+        out = [
+            f'<text x="{x0 + _W / 2}" y="17" class="t">{escape(self.title)}</text>',
+            f'<rect x="{x0 + _LEFT}" y="{_TOP}" width="{pw}" height="{ph}" class="frame"/>',
+        ]
         for y in y_ticks:
-            out.append(f'<line x1="{x0 + _LEFT}" x2="{x0 + _LEFT + pw}" y1="{py(y):.1f}" y2="{py(y):.1f}" class="grid"/>'
-                       f'<text x="{x0 + _LEFT - 5}" y="{py(y) + 4:.1f}" class="yt">{_fmt(y)}</text>')
-        ticks = self.x_ticks if self.x_ticks is not None else [(x, _fmt(x)) for x in _nice_ticks(x_lo, x_hi)
-                                                                  if x_lo <= x <= x_hi]
+            out.append(
+                f'<line x1="{x0 + _LEFT}" x2="{x0 + _LEFT + pw}" y1="{py(y):.1f}" y2="{py(y):.1f}" class="grid"/>'
+                f'<text x="{x0 + _LEFT - 5}" y="{py(y) + 4:.1f}" class="yt">{_fmt(y)}</text>'
+            )
+        ticks = (
+            self.x_ticks
+            if self.x_ticks is not None
+            else [(x, _fmt(x)) for x in _nice_ticks(x_lo, x_hi) if x_lo <= x <= x_hi]
+        )
         for x, label in ticks:
             out.append(f'<text x="{px(x):.1f}" y="{_TOP + ph + 15}" class="xt">{escape(label)}</text>')
         out.append(f'<text x="{x0 + _LEFT + pw / 2}" y="{_H - 8}" class="axis">{escape(self.x_label)}</text>')
-        out.append(f'<text transform="translate({x0 + 14},{_TOP + ph / 2}) rotate(-90)" class="axis">'
-                   f'{escape(self.y_label)}</text>')
+        out.append(
+            f'<text transform="translate({x0 + 14},{_TOP + ph / 2}) rotate(-90)" class="axis">'
+            f"{escape(self.y_label)}</text>"
+        )
         if self.band:
             upper = " ".join(f"{px(x):.1f},{py(hi):.1f}" for x, _, hi in self.band)
             lower = " ".join(f"{px(x):.1f},{py(lo):.1f}" for x, lo, _ in reversed(self.band))
@@ -70,30 +82,40 @@ class Panel:
             if len(pts) <= 40:
                 out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}"/>' for x, y in pts]
             if len(self.series) > 1 or self.band:
-                out.append(f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14 + 14 * i}" class="legend" fill="{color}">'
-                           f'{escape(label)}</text>')
+                out.append(
+                    f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14 + 14 * i}" class="legend" fill="{color}">'
+                    f"{escape(label)}</text>"
+                )
         if self.band:
-            out.append(f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14 + 14 * len(self.series)}" class="legend"'
-                       ' fill="#57606a">shaded: lowest to highest run of the day</text>')
+            out.append(
+                f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14 + 14 * len(self.series)}" class="legend"'
+                ' fill="#57606a">shaded: lowest to highest run of the day</text>'
+            )
         for i, (label, before, after) in enumerate(self.bars):
             for j, value in enumerate((before, after)):
                 x, w = px(i + 0.15 + 0.36 * j), pw / len(self.bars) * 0.34
-                out.append(f'<rect x="{x:.1f}" y="{py(value):.1f}" width="{w:.1f}" height="{py(y_lo) - py(value):.1f}"'
-                           f' fill="{_COLORS[j]}"/><text x="{x + w / 2:.1f}" y="{py(value) - 3:.1f}" class="xt">'
-                           f'{value:.2f}</text>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{py(value):.1f}" width="{w:.1f}" height="{py(y_lo) - py(value):.1f}"'
+                    f' fill="{_COLORS[j]}"/><text x="{x + w / 2:.1f}" y="{py(value) - 3:.1f}" class="xt">'
+                    f"{value:.2f}</text>"
+                )
             out.append(f'<text x="{px(i + 0.5):.1f}" y="{_TOP + ph + 15}" class="xt">{escape(label)}</text>')
         if self.bars:
-            out.append(f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14}" class="legend" fill="{_COLORS[0]}">before</text>'
-                       f'<text x="{x0 + _LEFT + 60}" y="{_TOP + 14}" class="legend" fill="{_COLORS[1]}">after</text>')
+            out.append(
+                f'<text x="{x0 + _LEFT + 6}" y="{_TOP + 14}" class="legend" fill="{_COLORS[0]}">before</text>'
+                f'<text x="{x0 + _LEFT + 60}" y="{_TOP + 14}" class="legend" fill="{_COLORS[1]}">after</text>'
+            )
         return "\n".join(out)
 
 
 def training_curves(result: dict, path: Path) -> Path | None:
     """Train loss and grad norm against the optimizer step; None when the run has no curves."""
-    curves = ((result.get("metrics") or {}).get("curves") or {})
+    curves = (result.get("metrics") or {}).get("curves") or {}
     panels = []
-    for name, title, unit in (("train_loss", "train loss", "loss (nats per token)"),
-                              ("grad_norm", "gradient norm", "grad norm (L2, before clipping)")):
+    for name, title, unit in (
+        ("train_loss", "train loss", "loss (nats per token)"),
+        ("grad_norm", "gradient norm", "grad norm (L2, before clipping)"),
+    ):
         points = downsample([(float(s), float(v)) for s, v in curves.get(name) or [] if _finite(v)])
         if points:
             panel = Panel(title, "optimizer step", unit)
@@ -109,8 +131,7 @@ def accuracy_before_after(result: dict, path: Path) -> Path | None:
     names = [n for n in ("accuracy", "macro_f1") if before.get(n) is not None or after.get(n) is not None]
     if not names:
         return None
-    panel = Panel("eval before / after fine-tuning", "metric", "score (fraction, 1 = perfect)",
-                  x_ticks=[])
+    panel = Panel("eval before / after fine-tuning", "metric", "score (fraction, 1 = perfect)", x_ticks=[])
     panel.bars = [(n.replace("_", " "), before.get(n) or 0.0, after.get(n) or 0.0) for n in names]
     panel.y_max = 1.0
     return _save([panel], path)
@@ -130,8 +151,10 @@ def throughput_history(runs: list[dict], path: Path) -> Path | None:
     ticks = [(i, d[5:] if one_year else d) for i, d in enumerate(order) if i % step == 0]
     x_label = f"run day ({order[0][:4]}, MM-DD, UTC)" if one_year else "run day (UTC)"
     panels = []
-    for key, title, unit, scale in (("samples_per_s", "training throughput", "samples/s", 1),
-                                    ("mfu", "model FLOPs utilization", "MFU (% of peak)", 100)):
+    for key, title, unit, scale in (
+        ("samples_per_s", "training throughput", "samples/s", 1),
+        ("mfu", "model FLOPs utilization", "MFU (% of peak)", 100),
+    ):
         rows = [(i, [scale * m[key] for m in days[d] if _finite(m.get(key))]) for i, d in enumerate(order)]
         rows = [(i, v) for i, v in rows if v]
         if not rows:
@@ -151,10 +174,11 @@ def _save(panels: list[Panel], path: Path) -> Path:
     path.write_text(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{_H}" viewBox="0 0 {width} {_H}"'
         ' font-family="system-ui, sans-serif" font-size="11">\n<style>'
-        '.t{font-size:13px;font-weight:600;text-anchor:middle}.axis{text-anchor:middle;fill:#57606a}'
-        '.xt{text-anchor:middle;fill:#57606a}.yt{text-anchor:end;fill:#57606a}.legend{font-size:11px}'
-        '.frame{fill:#fff;stroke:#d0d7de}.grid{stroke:#eaeef2}.band{fill:#0969da;opacity:.18}</style>\n'
-        f'<rect width="{width}" height="{_H}" fill="#fff"/>\n{body}\n</svg>\n')
+        ".t{font-size:13px;font-weight:600;text-anchor:middle}.axis{text-anchor:middle;fill:#57606a}"
+        ".xt{text-anchor:middle;fill:#57606a}.yt{text-anchor:end;fill:#57606a}.legend{font-size:11px}"
+        ".frame{fill:#fff;stroke:#d0d7de}.grid{stroke:#eaeef2}.band{fill:#0969da;opacity:.18}</style>\n"
+        f'<rect width="{width}" height="{_H}" fill="#fff"/>\n{body}\n</svg>\n'
+    )
     return path
 
 

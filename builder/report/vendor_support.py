@@ -37,8 +37,13 @@ def load(path=VENDOR_SUPPORT_FILE) -> dict:
     points = vendor_matrix.load() if vendor_matrix.VENDOR_DIR.is_dir() else {}
     data["amd"] = {version: vendor_matrix.for_release(version, points) for version in recipes.releases.get("rocm", {})}
     data["pytorch"] = {
-        version: {line: f"torch {t.version}+{suffix}" for line, t in recipes.torch.items() if "rocm" in t.flavors
-                  for suffix in t.wheel_suffixes if suffix in release.wheel_suffixes}
+        version: {
+            line: f"torch {t.version}+{suffix}"
+            for line, t in recipes.torch.items()
+            if "rocm" in t.flavors
+            for suffix in t.wheel_suffixes
+            if suffix in release.wheel_suffixes
+        }
         for version, release in recipes.releases.get("rocm", {}).items()
     }
     return data
@@ -53,8 +58,9 @@ def support_of(cell: Cell, data: dict) -> VendorSupport:
     pytorch = f"PyTorch: official wheel {wheel}" if wheel else f"PyTorch: no official torch {cell.torch} wheel"
     amd, sources = _amd_claim(cell, data)
     if amd is None:
-        return VendorSupport("wheel only" if wheel else "not listed",
-                             f"AMD: no cited table for ROCm {version}; {pytorch}", sources)
+        return VendorSupport(
+            "wheel only" if wheel else "not listed", f"AMD: no cited table for ROCm {version}; {pytorch}", sources
+        )
     listed, text = amd
     status = "listed" if listed else ("wheel only" if wheel else "not listed")
     return VendorSupport(status, f"AMD: {text}; {pytorch}", sources)

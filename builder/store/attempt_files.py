@@ -36,8 +36,12 @@ def attempt_log(db: Path, attempt_dir: str | None, names: tuple[str, ...] = LOG_
         return None, ""
     stored = Path(attempt_dir)
     root = attempt_root(db)
-    if stored.is_absolute() or len(stored.parts) != 2 or stored.parts[0] != ATTEMPTS_DIR \
-            or not _ATTEMPT_NAME.fullmatch(stored.parts[1]):
+    if (
+        stored.is_absolute()
+        or len(stored.parts) != 2
+        or stored.parts[0] != ATTEMPTS_DIR
+        or not _ATTEMPT_NAME.fullmatch(stored.parts[1])
+    ):
         return None, f"attempt directory {attempt_dir!r} is not one this matrix file's store created"
     folder = root / stored.parts[1]
     for name in names:
@@ -107,8 +111,7 @@ def adopt_attempt(source_db: Path, attempt_dir: str | None, target_db: Path, ide
     target = attempt_root(target_db) / stored.parts[1]
     if os.path.lexists(target):
         return str(stored) if ident is not None and _recorded_id(target_db, str(stored)) == ident else None
-    files = [path for name in ADOPTED_NAMES
-             if (path := attempt_log(source_db, str(stored), (name,))[0]) is not None]
+    files = [path for name in ADOPTED_NAMES if (path := attempt_log(source_db, str(stored), (name,))[0]) is not None]
     if not files:
         return None
     target.mkdir(parents=True)

@@ -34,8 +34,10 @@ def new_attempt(db: Path, kind: str, ident: str) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=False)
     except OSError as exc:
-        raise StoreError(f"cannot create the attempt record {path} ({exc.strerror}); the matrix file's folder"
-                         f" must be writable: point --db / ${DB_ENV_VAR} elsewhere, or pass --no-record") from exc
+        raise StoreError(
+            f"cannot create the attempt record {path} ({exc.strerror}); the matrix file's folder"
+            f" must be writable: point --db / ${DB_ENV_VAR} elsewhere, or pass --no-record"
+        ) from exc
     return path
 
 

@@ -21,8 +21,9 @@ GPU_PRINCIPAL = "envbuild-gpu"  # the GPU machines lent to this project (H100 or
 #: one here, and a retired key stays, its window closed there, so that what it signed keeps its meaning).
 PROJECT_SIGNERS: dict[str, frozenset[str]] = {
     CI_PRINCIPAL: frozenset({"SHA256:FECsrWa6jC7PHB9Hd4yXStYqqX3WwMA7VxBMhEcL/qo"}),
-    H200_PRINCIPAL: frozenset({"SHA256:Xp/Rf5tpNNNHyc0BVEJ3t1IfdEXqwWiL04tgPUMCvSo",
-                               "SHA256:QpybVeOHF9kRFzZ3CQ4Wa0aqgl5mDgLQIGRZxMnnXFs"}),
+    H200_PRINCIPAL: frozenset(
+        {"SHA256:Xp/Rf5tpNNNHyc0BVEJ3t1IfdEXqwWiL04tgPUMCvSo", "SHA256:QpybVeOHF9kRFzZ3CQ4Wa0aqgl5mDgLQIGRZxMnnXFs"}
+    ),
     GPU_PRINCIPAL: frozenset({"SHA256:KJJQ91t2yvVRZgIfEuTCMB8D0QGJoPhmY7cl3rRzS1Q"}),
 }
 CI, CONTRIBUTED, UNSIGNED, REVOKED = "ci", "contributed", "unsigned", "revoked"

@@ -23,8 +23,18 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      ValidationError, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 SCHEMA_VERSIONS = (1,)
 MAX_DEPTH = 16  # nested objects/arrays (the image manifest is 4 deep)
@@ -73,8 +83,11 @@ def _timestamp(value: str) -> str:
 Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME)]
 Ident = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME, pattern=_IDENT)]
 Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
-Timestamp = Annotated[StrictStr, Field(max_length=40, description="RFC 3339 UTC (…Z), 2020-01-01 … now + 1 day"),
-                      AfterValidator(_timestamp)]
+Timestamp = Annotated[
+    StrictStr,
+    Field(max_length=40, description="RFC 3339 UTC (…Z), 2020-01-01 … now + 1 day"),
+    AfterValidator(_timestamp),
+]
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
 NonNegative = Annotated[StrictInt | StrictFloat, Field(ge=0, le=MAX_NUMBER, allow_inf_nan=False)]
 Fraction = Annotated[StrictInt | StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -137,8 +150,13 @@ Rate = Annotated[NonNegative, AfterValidator(_rate)]
 class Metrics(_Block):
     eval_before: Evaluation | None = None
     eval_after: Evaluation | None = None
-    curves: Annotated[dict[Name, list[CurvePoint]], Field(description="name -> [step, value] pairs, value null"
-                                                                   " where the loss diverged")] | None = None
+    curves: (
+        Annotated[
+            dict[Name, list[CurvePoint]],
+            Field(description="name -> [step, value] pairs, value null where the loss diverged"),
+        ]
+        | None
+    ) = None
     steps: Count | None = None
     train_seconds: NonNegative | None = None
     samples_per_s: Rate | None = None
@@ -380,8 +398,11 @@ def rules_markdown() -> str:
             refs = [o["$ref"].rsplit("/", 1)[1] for o in options if "$ref" in o]
             types = refs or [_type_name(o) for o in options]
             required = name in node.get("required", ())
-            rule = "; ".join(filter(None, ["required" if required else "", *(_rule(o) for o in options),
-                                           prop.get("description", "")]))
+            rule = "; ".join(
+                filter(
+                    None, ["required" if required else "", *(_rule(o) for o in options), prop.get("description", "")]
+                )
+            )
             rows.append(f"| `{path}` | {' or '.join(types)}{' or null' if nullable else ''} | {rule or '-'} |")
             for ref in refs:
                 walk(f"{path}.", schema["$defs"][ref])
@@ -417,8 +438,11 @@ def _rule(option: dict) -> str:
         parts.append(f"≤ {option['maxLength']} characters")
     low, high = option.get("minimum", option.get("ge")), option.get("maximum", option.get("le"))
     if low is not None or high is not None:
-        parts.append(f"{low if low is not None else '-∞'} … {high if high is not None else '∞'}"
-                     .replace("1000000000000000.0", "1e15").replace("9223372036854775807", "2^63-1"))
+        parts.append(
+            f"{low if low is not None else '-∞'} … {high if high is not None else '∞'}".replace(
+                "1000000000000000.0", "1e15"
+            ).replace("9223372036854775807", "2^63-1")
+        )
     if option.get("type") == "array" and option.get("maxItems"):
         parts.append(f"≤ {option['maxItems']} items")
     if option.get("description"):

@@ -26,13 +26,26 @@ LEGACY_SMOKE_BAR = 0.45
 
 #: The result fields the rule reads, as SQLite JSON paths (`MatrixStore.run_events` extracts them, guarded by
 #: json_valid so a damaged row is read without them).
-FIELDS = ("$.command", "$.invocation.preset", "$.invocation.model", "$.invocation.overrides",
-          "$.invocation.data.bundled", "$.invocation.probes", "$.config.preset", "$.model.id",
-          "$.config.max_steps", "$.config.min_accuracy", "$.dataset.path", "$.invocation", "$.invocation.data.name")
+FIELDS = (
+    "$.command",
+    "$.invocation.preset",
+    "$.invocation.model",
+    "$.invocation.overrides",
+    "$.invocation.data.bundled",
+    "$.invocation.probes",
+    "$.config.preset",
+    "$.model.id",
+    "$.config.max_steps",
+    "$.config.min_accuracy",
+    "$.dataset.path",
+    "$.invocation",
+    "$.invocation.data.name",
+)
 #: One json_extract with every path parses the stored JSON once (one call per path parsed it 12 times: most of
 #: `matrix list`'s time at 10,000 runs); it returns the values as one JSON array.
 SQL = "CASE WHEN json_valid(result_json) THEN json_extract(result_json, {}) END".format(
-    ", ".join(f"'{path}'" for path in FIELDS))
+    ", ".join(f"'{path}'" for path in FIELDS)
+)
 
 
 @dataclass(frozen=True)
@@ -60,10 +73,21 @@ def of_result(result: dict) -> RunConfiguration:
     config = result.get("config") if isinstance(result.get("config"), dict) else {}
     model = result.get("model") if isinstance(result.get("model"), dict) else {}
     dataset = result.get("dataset") if isinstance(result.get("dataset"), dict) else {}
-    return _configuration(result.get("command"), invocation is not None, (invocation or {}).get("preset"),
-                          (invocation or {}).get("model"), (invocation or {}).get("overrides"), data.get("bundled"),
-                          (invocation or {}).get("probes"), config.get("preset"), model.get("id"),
-                          config.get("max_steps"), config.get("min_accuracy"), dataset.get("path"), data.get("name"))
+    return _configuration(
+        result.get("command"),
+        invocation is not None,
+        (invocation or {}).get("preset"),
+        (invocation or {}).get("model"),
+        (invocation or {}).get("overrides"),
+        data.get("bundled"),
+        (invocation or {}).get("probes"),
+        config.get("preset"),
+        model.get("id"),
+        config.get("max_steps"),
+        config.get("min_accuracy"),
+        dataset.get("path"),
+        data.get("name"),
+    )
 
 
 def of_row(extracted: str | None) -> RunConfiguration:
@@ -71,8 +95,21 @@ def of_row(extracted: str | None) -> RunConfiguration:
     if extracted is None:
         return UNKNOWN
     try:
-        (command, preset, model, overrides, bundled, probes, config_preset, model_id, max_steps, min_accuracy,
-         path, invocation, data_name) = json.loads(extracted)
+        (
+            command,
+            preset,
+            model,
+            overrides,
+            bundled,
+            probes,
+            config_preset,
+            model_id,
+            max_steps,
+            min_accuracy,
+            path,
+            invocation,
+            data_name,
+        ) = json.loads(extracted)
     except (ValueError, TypeError):
         return UNKNOWN
     if isinstance(overrides, str):  # json_extract returns an object as its JSON text
@@ -80,12 +117,38 @@ def of_row(extracted: str | None) -> RunConfiguration:
             overrides = json.loads(overrides)
         except ValueError:
             overrides = None
-    return _configuration(command, invocation is not None, preset, model, overrides, bundled, probes,
-                          config_preset, model_id, max_steps, min_accuracy, path, data_name)
+    return _configuration(
+        command,
+        invocation is not None,
+        preset,
+        model,
+        overrides,
+        bundled,
+        probes,
+        config_preset,
+        model_id,
+        max_steps,
+        min_accuracy,
+        path,
+        data_name,
+    )
 
 
-def _configuration(command, has_invocation, preset, model, overrides, bundled, probes, config_preset, model_id,
-                   max_steps, min_accuracy, path, data_name=None) -> RunConfiguration:
+def _configuration(
+    command,
+    has_invocation,
+    preset,
+    model,
+    overrides,
+    bundled,
+    probes,
+    config_preset,
+    model_id,
+    max_steps,
+    min_accuracy,
+    path,
+    data_name=None,
+) -> RunConfiguration:
     if command == "probe":
         return RunConfiguration("probe", "-", False)
     preset = _text(preset if has_invocation else config_preset)
@@ -94,12 +157,21 @@ def _configuration(command, has_invocation, preset, model, overrides, bundled, p
         model = VERDICT_MODEL
     if has_invocation:
         # SQLite's json_extract gives JSON booleans as 1 / 0
-        decides = (preset == VERDICT_PRESET and model == VERDICT_MODEL and overrides == {} and bundled in (True, 1)
-                   and probes not in (False, 0))
+        decides = (
+            preset == VERDICT_PRESET
+            and model == VERDICT_MODEL
+            and overrides == {}
+            and bundled in (True, 1)
+            and probes not in (False, 0)
+        )
     else:  # written before `invocation`: the preset as it stands shows in its config, model and data file
-        decides = (preset in (None, VERDICT_PRESET) and model in (None, VERDICT_MODEL) and max_steps is None
-                   and min_accuracy in (None, LEGACY_SMOKE_BAR)
-                   and (path is None or posixpath.basename(str(path)) == BUNDLED_DATA))
+        decides = (
+            preset in (None, VERDICT_PRESET)
+            and model in (None, VERDICT_MODEL)
+            and max_steps is None
+            and min_accuracy in (None, LEGACY_SMOKE_BAR)
+            and (path is None or posixpath.basename(str(path)) == BUNDLED_DATA)
+        )
     if decides:
         return RunConfiguration(preset or VERDICT_PRESET, model or VERDICT_MODEL, True)
     if has_invocation:
@@ -108,9 +180,11 @@ def _configuration(command, has_invocation, preset, model, overrides, bundled, p
         changes += () if own_data else (f"data={_short(data_name) if data_name else '?'}",)
         changes += ("no probes",) if probes in (False, 0) else ()
     else:
-        changes = tuple(f"{name}={_short(value)}" for name, value in (("max_steps", max_steps),
-                                                                      ("min_accuracy", min_accuracy))
-                        if value is not None and not (name == "min_accuracy" and value == LEGACY_SMOKE_BAR))
+        changes = tuple(
+            f"{name}={_short(value)}"
+            for name, value in (("max_steps", max_steps), ("min_accuracy", min_accuracy))
+            if value is not None and not (name == "min_accuracy" and value == LEGACY_SMOKE_BAR)
+        )
         if path is not None and posixpath.basename(str(path)) != BUNDLED_DATA:
             changes += (f"data={_short(posixpath.basename(str(path)))}",)
     return RunConfiguration(preset or "?", model or "?", False, changes)
@@ -134,7 +208,7 @@ def _override_changes(overrides) -> tuple[str, ...]:
 def _short(value) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     text = " ".join(text.split())
-    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…"
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
 def _text(value) -> str | None:

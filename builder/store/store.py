@@ -13,16 +13,45 @@ writes (store_writes) and the reads (store_reads); import everything from here.
 from __future__ import annotations
 
 from builder.store.store_reads import DamagedRow, StoreReads
-from builder.store.store_schema import (BUILD_STATUSES, BUSY_TIMEOUT_MS, DB_ENV_VAR, DEFAULT_DB_NAME, MIGRATIONS,
-                                         RESULT_SCHEMA_VERSIONS, RUN_STATUSES, SCHEMA_VERSION, InvalidResultError,
-                                         RunConflictError, StoreError, canonical_json, default_db_path,
-                                         validate_result)
+from builder.store.store_schema import (
+    BUILD_STATUSES,
+    BUSY_TIMEOUT_MS,
+    DB_ENV_VAR,
+    DEFAULT_DB_NAME,
+    MIGRATIONS,
+    RESULT_SCHEMA_VERSIONS,
+    RUN_STATUSES,
+    SCHEMA_VERSION,
+    InvalidResultError,
+    RunConflictError,
+    StoreError,
+    canonical_json,
+    default_db_path,
+    validate_result,
+)
 from builder.store.store_writes import RecordedRun, StoreWrites, utc_now
 
-__all__ = ["BUILD_STATUSES", "BUSY_TIMEOUT_MS", "DB_ENV_VAR", "DEFAULT_DB_NAME", "MIGRATIONS", "RESULT_SCHEMA_VERSIONS",
-           "RUN_STATUSES", "SCHEMA_VERSION", "DamagedRow", "InvalidResultError", "MatrixStore", "RecordedRun",
-           "RunConflictError", "StoreError", "canonical_json", "default_db_path", "read_mergeable", "utc_now",
-           "validate_result"]
+__all__ = [
+    "BUILD_STATUSES",
+    "BUSY_TIMEOUT_MS",
+    "DB_ENV_VAR",
+    "DEFAULT_DB_NAME",
+    "MIGRATIONS",
+    "RESULT_SCHEMA_VERSIONS",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "DamagedRow",
+    "InvalidResultError",
+    "MatrixStore",
+    "RecordedRun",
+    "RunConflictError",
+    "StoreError",
+    "canonical_json",
+    "default_db_path",
+    "read_mergeable",
+    "utc_now",
+    "validate_result",
+]
 
 
 class MatrixStore(StoreWrites, StoreReads):

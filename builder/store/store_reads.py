@@ -13,8 +13,19 @@ from typing import Any
 from builder import bounded_read
 from builder.store import result_schema, run_config
 from builder.store.provenance import KINDS, PUBLISHED, REVOKED, UNSIGNED
-from builder.store.store_schema import (RUN_STATUSES, DamagedRow, InvalidResultError, ReadBudget, StoreConnection,
-                                         StoreError, _first_error, _is_result, _quoted, _short, validate_result)
+from builder.store.store_schema import (
+    RUN_STATUSES,
+    DamagedRow,
+    InvalidResultError,
+    ReadBudget,
+    StoreConnection,
+    StoreError,
+    _first_error,
+    _is_result,
+    _quoted,
+    _short,
+    validate_result,
+)
 from builder.plan.cells import Cell
 
 
@@ -25,7 +36,8 @@ class StoreReads(StoreConnection):
         """Every cell that has a build or a run recorded, ordered by key (unreadable coordinates skipped)."""
         out = []
         for row_id, key, *coords in self._rows(
-                "SELECT id, key, flavor, accel_version, torch, arch, python FROM cells ORDER BY key"):
+            "SELECT id, key, flavor, accel_version, torch, arch, python FROM cells ORDER BY key"
+        ):
             try:
                 cell = Cell(**dict(zip(("flavor", "accel_version", "torch", "arch", "python"), coords)))
                 if cell.key != key:
@@ -41,32 +53,58 @@ class StoreReads(StoreConnection):
 
         `last`: only the newest `last` runs of each cell (what a page shows; full history: `runs_json`).
         """
-        sql = ("SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
-               " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts, runs.provenance, runs.signer,"
-               " runs.attestation_json, runs.schema_checked FROM runs JOIN cells ON cells.id = runs.cell_id"
-               " WHERE 1")
+        sql = (
+            "SELECT runs.id, runs.run_id, cells.key, runs.build_id, CAST(runs.result_json AS BLOB),"
+            " runs.source, runs.recorded_at, runs.attempt_dir, runs.counts, runs.provenance, runs.signer,"
+            " runs.attestation_json, runs.schema_checked FROM runs JOIN cells ON cells.id = runs.cell_id"
+            " WHERE 1"
+        )
         args: list = []
         if cell_key is not None:
             sql += " AND cells.key = ?"
             args.append(cell_key)
         if last is not None:
-            sql += (" AND runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id"
-                    " ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs) WHERE n <= ?)")
+            sql += (
+                " AND runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id"
+                " ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs) WHERE n <= ?)"
+            )
             args.append(last)
         sql += " ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id"
         out = []
-        for (row_id, run_id, key, build_id, blob, source, recorded_at, attempt_dir, counts, provenance, signer,
-             attestation, checked) in self._rows(sql, args):
+        for (
+            row_id,
+            run_id,
+            key,
+            build_id,
+            blob,
+            source,
+            recorded_at,
+            attempt_dir,
+            counts,
+            provenance,
+            signer,
+            attestation,
+            checked,
+        ) in self._rows(sql, args):
             result = self._result(row_id, run_id, blob, checked)
             if row_id in self.provenance_now:  # derived again from the current signer files
                 provenance, signer = self.provenance_now[row_id].kind, self.provenance_now[row_id].signer
             if result is not None:
-                out.append({"row_id": row_id, "cell_key": key, "build_id": build_id, "source": source,
-                            "recorded_at": recorded_at, "attempt_dir": attempt_dir, "counts": bool(counts),
-                            "provenance": provenance if provenance in KINDS else UNSIGNED,
-                            "signer": signer if provenance in (*PUBLISHED, REVOKED) else None,
-                            "attestation": attestation,
-                            "result": result})
+                out.append(
+                    {
+                        "row_id": row_id,
+                        "cell_key": key,
+                        "build_id": build_id,
+                        "source": source,
+                        "recorded_at": recorded_at,
+                        "attempt_dir": attempt_dir,
+                        "counts": bool(counts),
+                        "provenance": provenance if provenance in KINDS else UNSIGNED,
+                        "signer": signer if provenance in (*PUBLISHED, REVOKED) else None,
+                        "attestation": attestation,
+                        "result": result,
+                    }
+                )
         return out
 
     def runs_json(self, cell_key: str, *, host_keys: tuple[str, ...] | None = None) -> list[str]:
@@ -78,16 +116,19 @@ class StoreReads(StoreConnection):
         args: list = []
         if host_keys is not None:
             pairs = ", ".join("?, runs.result_json -> ?" for _ in host_keys)
-            column = (f"CASE WHEN json_type(runs.result_json, '$.host') = 'object' THEN json_set(runs.result_json,"
-                      f" '$.host', json_object({pairs}, 'gpu_count',"
-                      " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END")
+            column = (
+                f"CASE WHEN json_type(runs.result_json, '$.host') = 'object' THEN json_set(runs.result_json,"
+                f" '$.host', json_object({pairs}, 'gpu_count',"
+                " COALESCE(json_array_length(runs.result_json, '$.host.gpus'), 0))) ELSE runs.result_json END"
+            )
             for key in host_keys:
                 args += [key, f"$.host.{key}"]
         cur = self._rows(
             f"SELECT json_valid(runs.result_json), runs.id, runs.run_id,"
             f" CASE WHEN json_valid(runs.result_json) THEN {column} END FROM runs JOIN cells ON cells.id = runs.cell_id"
             " WHERE cells.key = ? ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
-            [*args, cell_key])
+            [*args, cell_key],
+        )
         out = []
         for valid, row_id, run_id, text in cur:
             if valid:
@@ -104,7 +145,8 @@ class StoreReads(StoreConnection):
             " JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER"
             " (PARTITION BY cell_id, preset ORDER BY COALESCE(finished_at, recorded_at) DESC, id DESC) AS n"
             " FROM runs) WHERE n = 1)"
-            " ORDER BY cells.key, COALESCE(runs.finished_at, runs.recorded_at) DESC, runs.id DESC")
+            " ORDER BY cells.key, COALESCE(runs.finished_at, runs.recorded_at) DESC, runs.id DESC"
+        )
         out: dict[str, list[dict]] = {}
         for row_id, run_id, key, blob, checked in cur:
             result = self._result(row_id, run_id, blob, checked)
@@ -120,7 +162,8 @@ class StoreReads(StoreConnection):
             " runs.provenance, runs.signer FROM runs JOIN cells ON cells.id = runs.cell_id WHERE runs.id IN"
             " (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_id ORDER BY"
             " COALESCE(finished_at, recorded_at) DESC, id DESC) AS n FROM runs WHERE preset = ?) WHERE n = 1)",
-            (preset,))
+            (preset,),
+        )
         out: dict[str, dict] = {}
         for row_id, run_id, key, blob, checked, kind, signer in cur:
             result = self._result(row_id, run_id, blob, checked)
@@ -138,9 +181,19 @@ class StoreReads(StoreConnection):
             f" runs.samples_per_s, runs.mfu, {run_config.SQL.replace('result_json', 'runs.result_json')},"
             " CASE WHEN json_valid(runs.result_json) THEN json_type(runs.result_json, '$.conditions.contended') END"
             " FROM runs JOIN cells ON cells.id = runs.cell_id"
-            " WHERE runs.command = 'train' ORDER BY at, runs.id")
-        return [{"cell_key": k, "at": at, "samples_per_s": sps, "mfu": mfu, "configuration": run_config.of_row(c),
-                 "contended": flag == "true"} for k, at, sps, mfu, c, flag in cur]
+            " WHERE runs.command = 'train' ORDER BY at, runs.id"
+        )
+        return [
+            {
+                "cell_key": k,
+                "at": at,
+                "samples_per_s": sps,
+                "mfu": mfu,
+                "configuration": run_config.of_row(c),
+                "contended": flag == "true",
+            }
+            for k, at, sps, mfu, c, flag in cur
+        ]
 
     def run_events(self, cell_key: str | None = None) -> list[dict]:
         """Every run as the few columns a verdict needs, oldest first: fast, the result.json is not read.
@@ -157,9 +210,23 @@ class StoreReads(StoreConnection):
             " runs.counts, runs.base_image, runs.base_digest, runs.context_hash, runs.attempt_dir,"
             f" {run_config.SQL}"
             " FROM runs JOIN cells ON cells.id = runs.cell_id WHERE ? IS NULL OR cells.key = ? ORDER BY at, runs.id",
-            (cell_key, cell_key))
-        names = ("cell_key", "run_id", "status", "error_class", "error", "at", "failed_probes", "counts",
-                 "base_image", "base_digest", "context_hash", "attempt_dir", "configuration")
+            (cell_key, cell_key),
+        )
+        names = (
+            "cell_key",
+            "run_id",
+            "status",
+            "error_class",
+            "error",
+            "at",
+            "failed_probes",
+            "counts",
+            "base_image",
+            "base_digest",
+            "context_hash",
+            "attempt_dir",
+            "configuration",
+        )
         events = []
         for row_id, *row in cur:
             event = dict(zip(names, row))
@@ -180,15 +247,22 @@ class StoreReads(StoreConnection):
         # a fixed list of our own schema, never names read from the file
         columns = ", ".join(f"builds.{c}" for c in _BUILD_READ_COLUMNS)
         manifest = "CAST(builds.manifest_json AS BLOB)" if manifests else "NULL"
-        facts = "" if manifests else (
-            ", CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.torch.git.proof')"
-            " = 'text' THEN json_extract(builds.manifest_json, '$.torch.git.proof') END AS torch_proof,"
-            " CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.verify.checks')"
-            " = 'array' THEN json_array_length(builds.manifest_json, '$.verify.checks') END AS verify_checks,"
-            " builds.manifest_json IS NOT NULL AND NOT json_valid(builds.manifest_json) AS manifest_damaged")
-        sql = (f"SELECT {columns}, {manifest} AS manifest_blob{facts}, cells.key AS cell_key,"
-               " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
-               " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id")
+        facts = (
+            ""
+            if manifests
+            else (
+                ", CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.torch.git.proof')"
+                " = 'text' THEN json_extract(builds.manifest_json, '$.torch.git.proof') END AS torch_proof,"
+                " CASE WHEN json_valid(builds.manifest_json) AND json_type(builds.manifest_json, '$.verify.checks')"
+                " = 'array' THEN json_array_length(builds.manifest_json, '$.verify.checks') END AS verify_checks,"
+                " builds.manifest_json IS NOT NULL AND NOT json_valid(builds.manifest_json) AS manifest_damaged"
+            )
+        )
+        sql = (
+            f"SELECT {columns}, {manifest} AS manifest_blob{facts}, cells.key AS cell_key,"
+            " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
+            " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id"
+        )
         args: tuple = ()
         if cell_key is not None:
             sql += " WHERE cells.key = ?"
@@ -201,13 +275,17 @@ class StoreReads(StoreConnection):
             build = dict(zip(names, row))
             blob = build.pop("manifest_blob")
             if build.pop("manifest_damaged", 0):  # manifests=False: named as damaged all the same
-                self.damaged.append(DamagedRow("builds", build["id"], str(build["build_uid"]), "manifest_json",
-                                               "not valid JSON"))
+                self.damaged.append(
+                    DamagedRow("builds", build["id"], str(build["build_uid"]), "manifest_json", "not valid JSON")
+                )
             build["manifest"] = None
             if blob is not None:  # a damaged manifest is named in `damaged`; the build's own columns still count
-                build["manifest"] = self._json("builds", build["id"], build["build_uid"], "manifest_json", blob,
-                                               lambda v: isinstance(v, dict))
-            build["cell"] = {name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")}
+                build["manifest"] = self._json(
+                    "builds", build["id"], build["build_uid"], "manifest_json", blob, lambda v: isinstance(v, dict)
+                )
+            build["cell"] = {
+                name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")
+            }
             out.append(build)
         return out
 
@@ -220,13 +298,17 @@ class StoreReads(StoreConnection):
     def signed_runs(self) -> list[tuple[int, str, str | None, str | None]]:
         """(row id, run_id, signer, attestation envelope) of every run stored as signed (ci or contributed)."""
         marks = ", ".join("?" for _ in PUBLISHED)
-        return list(self._rows(f"SELECT id, run_id, signer, attestation_json FROM runs WHERE provenance IN ({marks})",
-                               PUBLISHED))
+        return list(
+            self._rows(
+                f"SELECT id, run_id, signer, attestation_json FROM runs WHERE provenance IN ({marks})", PUBLISHED
+            )
+        )
 
     def probe_rows(self, run_row: int) -> list[dict]:
         cur = self._rows(
             "SELECT name, status, message, CAST(values_json AS BLOB) FROM probes WHERE run_row = ? ORDER BY name",
-            (run_row,))
+            (run_row,),
+        )
         out = []
         for name, status, message, blob in cur:
             values = self._json("probes", run_row, name, "values_json", blob or b"{}", lambda v: isinstance(v, dict))
@@ -239,14 +321,16 @@ class StoreReads(StoreConnection):
         self.damaged = []
         self.cells()
         for row_id, run_id in self._conn.execute(  # in SQL: no result is parsed in Python (fast at any size)
-                "SELECT id, run_id FROM runs WHERE NOT json_valid(result_json) OR json_type(result_json, '$.run_id')"
-                " IS NOT 'text' OR json_type(result_json, '$.status') IS NOT 'text'"
-                " OR json_type(result_json, '$.command') IS NOT 'text' ORDER BY id"):
+            "SELECT id, run_id FROM runs WHERE NOT json_valid(result_json) OR json_type(result_json, '$.run_id')"
+            " IS NOT 'text' OR json_type(result_json, '$.status') IS NOT 'text'"
+            " OR json_type(result_json, '$.command') IS NOT 'text' ORDER BY id"
+        ):
             self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json", "not a JSON result object"))
         self.builds()
         for row_id, name in self._conn.execute(
-                "SELECT run_row, name FROM probes WHERE values_json IS NOT NULL AND (NOT json_valid(values_json)"
-                " OR json_type(values_json) IS NOT 'object') ORDER BY run_row"):
+            "SELECT run_row, name FROM probes WHERE values_json IS NOT NULL AND (NOT json_valid(values_json)"
+            " OR json_type(values_json) IS NOT 'object') ORDER BY run_row"
+        ):
             self.damaged.append(DamagedRow("probes", row_id, str(name), "values_json", "not a JSON object"))
         self._check_text()
         unique = {(d.table, d.row_id, d.column): d for d in reversed(self.damaged)}  # first finding per column
@@ -259,17 +343,27 @@ class StoreReads(StoreConnection):
             columns = [row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")]
             quoted = [_quoted(c) for c in columns]  # the shape check knows them; quoted all the same
             row_key = "run_row" if table == "probes" else "id"
-            cur = self._conn.execute(f"SELECT {row_key}, CAST({ident} AS BLOB), "
-                                     + ", ".join(f"CAST({c} AS BLOB)" for c in quoted)
-                                     + f" FROM {table} WHERE " + " OR ".join(f"typeof({c}) = 'text'" for c in quoted))
+            cur = self._conn.execute(
+                f"SELECT {row_key}, CAST({ident} AS BLOB), "
+                + ", ".join(f"CAST({c} AS BLOB)" for c in quoted)
+                + f" FROM {table} WHERE "
+                + " OR ".join(f"typeof({c}) = 'text'" for c in quoted)
+            )
             for row_id, name, *values in cur:
                 for column, value in zip(columns, values):
                     if isinstance(value, bytes):
                         try:
                             value.decode("utf-8")
                         except UnicodeDecodeError as exc:
-                            self.damaged.append(DamagedRow(table, row_id, bytes(name or b"").decode("utf-8", "replace"),
-                                                           column, f"not UTF-8 ({exc.reason} at byte {exc.start})"))
+                            self.damaged.append(
+                                DamagedRow(
+                                    table,
+                                    row_id,
+                                    bytes(name or b"").decode("utf-8", "replace"),
+                                    column,
+                                    f"not UTF-8 ({exc.reason} at byte {exc.start})",
+                                )
+                            )
 
     def integrity_ok(self) -> bool:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -283,8 +377,9 @@ class StoreReads(StoreConnection):
         try:
             return result_schema.validate(result)
         except result_schema.ResultSchemaError as exc:
-            self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json",
-                                           f"breaks the result schema: {exc.problems[0]}"))
+            self.damaged.append(
+                DamagedRow("runs", row_id, str(run_id), "result_json", f"breaks the result schema: {exc.problems[0]}")
+            )
             return None
 
     @classmethod
@@ -310,8 +405,9 @@ class StoreReads(StoreConnection):
                     why = budget.stopped or str(exc)
                     raise StoreError(f"{other}: cannot be merged ({why.replace(str(copy), str(other))})") from None
         if damaged:
-            raise InvalidResultError(f"{other}: {damaged[0]}; `envbuild matrix check --db {other}` lists"
-                                     " every such row")
+            raise InvalidResultError(
+                f"{other}: {damaged[0]}; `envbuild matrix check --db {other}` lists every such row"
+            )
         builds = []
         for build in raw_builds:
             try:
@@ -320,18 +416,23 @@ class StoreReads(StoreConnection):
                     raise ValueError(f"cell key {build['cell_key']!r} does not name its coordinates ({cell.key})")
                 clean = result_schema.validate_build({k: build[k] for k in _BUILD_COLUMNS})
             except (ValueError, TypeError) as exc:
-                raise InvalidResultError(f"builds row {build['id']} ({_short(build.get('build_uid'))}):"
-                                         f" {_first_error(exc)}") from None
+                raise InvalidResultError(
+                    f"builds row {build['id']} ({_short(build.get('build_uid'))}): {_first_error(exc)}"
+                ) from None
             builds.append((build["id"], cell, clean))
         runs = []
         for row in raw_runs:
             try:
                 result = validate_result(row["result"])
             except InvalidResultError as exc:
-                raise InvalidResultError(f"runs row {row['row_id']} ({_short(row['result'].get('run_id'))}): {exc}") from None
+                raise InvalidResultError(
+                    f"runs row {row['row_id']} ({_short(row['result'].get('run_id'))}): {exc}"
+                ) from None
             if Cell.from_result(result).key != row["cell_key"]:
-                raise InvalidResultError(f"runs row {row['row_id']}: stored under cell {row['cell_key']}, but its"
-                                         f" result names {Cell.from_result(result).key}")
+                raise InvalidResultError(
+                    f"runs row {row['row_id']}: stored under cell {row['cell_key']}, but its"
+                    f" result names {Cell.from_result(result).key}"
+                )
             runs.append({**row, "result": result})
         return builds, runs
 
@@ -350,9 +451,25 @@ class StoreReads(StoreConnection):
 
 #: What a merge may spend reading another matrix file (a CI job's is read in well under a second).
 MERGE_READ_SECONDS = 300
-_BUILD_READ_COLUMNS = ("id", "build_uid", "cell_id", "recipe_hash", "context_hash", "image_tag", "image_digest",
-                       "duration_s", "log_path", "status", "failure_class", "error", "created_at", "counts",
-                       "attempt_dir", "base_image", "base_digest")
+_BUILD_READ_COLUMNS = (
+    "id",
+    "build_uid",
+    "cell_id",
+    "recipe_hash",
+    "context_hash",
+    "image_tag",
+    "image_digest",
+    "duration_s",
+    "log_path",
+    "status",
+    "failure_class",
+    "error",
+    "created_at",
+    "counts",
+    "attempt_dir",
+    "base_image",
+    "base_digest",
+)
 
 
 #: What another matrix file (and its -wal) may weigh: a CI job's holds a few runs (kilobytes to megabytes).
@@ -373,13 +490,28 @@ def _private_copy(source: Path, folder: Path) -> Path:
                 continue
             raise StoreError(f"{source}: no such file") from None
         except bounded_read.BoundedReadError as exc:
-            raise StoreError(f"{path}: {exc}; a matrix file to merge is a regular file of at most "
-                             f"{MAX_MERGE_BYTES >> 20} MiB") from None
+            raise StoreError(
+                f"{path}: {exc}; a matrix file to merge is a regular file of at most {MAX_MERGE_BYTES >> 20} MiB"
+            ) from None
         except OSError as exc:
             raise StoreError(f"{path}: cannot be read ({exc.strerror})") from None
     return target
 
 
-_BUILD_COLUMNS = ("build_uid", "status", "failure_class", "error", "recipe_hash", "context_hash", "image_tag",
-                  "image_digest", "base_image", "base_digest", "duration_s", "log_path", "attempt_dir", "manifest",
-                  "created_at")
+_BUILD_COLUMNS = (
+    "build_uid",
+    "status",
+    "failure_class",
+    "error",
+    "recipe_hash",
+    "context_hash",
+    "image_tag",
+    "image_digest",
+    "base_image",
+    "base_digest",
+    "duration_s",
+    "log_path",
+    "attempt_dir",
+    "manifest",
+    "created_at",
+)

@@ -224,8 +224,9 @@ class StoreConnection:
             store.close()
 
     @classmethod
-    def connect(cls: type[_Store], path: str | os.PathLike | None = None, *, readonly: bool = False,
-                progress=None) -> _Store:
+    def connect(
+        cls: type[_Store], path: str | os.PathLike | None = None, *, readonly: bool = False, progress=None
+    ) -> _Store:
         """Like `open`, without the context manager: call `close()` yourself. `progress` (read-only only): an
         SQLite progress handler set before the first query (ReadBudget)."""
         db = Path(path) if path is not None else default_db_path()
@@ -269,8 +270,10 @@ class StoreConnection:
             return db
         folder = next((p for p in (db.parent, *db.parent.parents) if p.exists()), Path("."))
         if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-            raise StoreError(f"cannot create matrix database {db}: {folder} is not a writable folder;"
-                             f" point --db / ${DB_ENV_VAR} elsewhere")
+            raise StoreError(
+                f"cannot create matrix database {db}: {folder} is not a writable folder;"
+                f" point --db / ${DB_ENV_VAR} elsewhere"
+            )
         return db
 
     @classmethod
@@ -328,7 +331,8 @@ def validate_result(result: Any) -> dict:
     if version not in RESULT_SCHEMA_VERSIONS:
         raise InvalidResultError(
             f"result schema_version {_short(version)} is not one this envbuild reads {RESULT_SCHEMA_VERSIONS};"
-            " upgrade envbuild or re-run the workload with a matching version")
+            " upgrade envbuild or re-run the workload with a matching version"
+        )
     missing = [k for k in ("run_id", "command", "status", "versions") if not result.get(k)]
     if missing:
         raise InvalidResultError(f"result is missing {', '.join(missing)} (docs/result-schema.md)")
@@ -352,7 +356,6 @@ def validate_result(result: Any) -> dict:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:60] + "…"
-
 
 
 def _wal(conn: sqlite3.Connection) -> None:
@@ -380,7 +383,8 @@ def _check_header(db: Path) -> None:
     if head != _SQLITE_MAGIC:
         raise StoreError(
             f"{db} is not an SQLite database (corrupt or another file); nothing was changed."
-            f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
+            f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path"
+        )
 
 
 class ReadBudget:
@@ -434,8 +438,9 @@ class ReadBudget:
                 raise KeyboardInterrupt
 
 
-def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool = False,
-                      progress=None) -> sqlite3.Connection | None:
+def _connect_readonly(
+    db: Path, *, require_current: bool = True, allow_new: bool = False, progress=None
+) -> sqlite3.Connection | None:
     """A read-only connection to an existing, intact matrix file; StoreError otherwise (file untouched).
 
     `allow_new`: a file another process is creating right now (schema 0 and no tables yet) gives None.
@@ -443,10 +448,13 @@ def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool
     if not db.exists():
         raise StoreError(
             f"no matrix database at {db}: record a run (`envbuild run workload`), import results"
-            f" (`envbuild matrix import`), or point --db / ${DB_ENV_VAR} at an existing one")
+            f" (`envbuild matrix import`), or point --db / ${DB_ENV_VAR} at an existing one"
+        )
     if db.stat().st_size == 0:
-        raise StoreError(f"{db} is empty (0 bytes), not a matrix database; nothing was changed."
-                         f" Remove it, or point --db / ${DB_ENV_VAR} at an existing matrix")
+        raise StoreError(
+            f"{db} is empty (0 bytes), not a matrix database; nothing was changed."
+            f" Remove it, or point --db / ${DB_ENV_VAR} at an existing matrix"
+        )
     try:
         conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
@@ -460,11 +468,15 @@ def _connect_readonly(db: Path, *, require_current: bool = True, allow_new: bool
             conn.close()
             return None
         if version == 0:
-            raise StoreError(f"{db} is an SQLite file but not a matrix database; nothing was changed."
-                             f" Point --db / ${DB_ENV_VAR} at a matrix")
+            raise StoreError(
+                f"{db} is an SQLite file but not a matrix database; nothing was changed."
+                f" Point --db / ${DB_ENV_VAR} at a matrix"
+            )
         if require_current and version < SCHEMA_VERSION:
-            raise StoreError(f"{db} has the older matrix schema {version} (this envbuild: {SCHEMA_VERSION});"
-                             " `envbuild matrix import` into it once upgrades it")
+            raise StoreError(
+                f"{db} has the older matrix schema {version} (this envbuild: {SCHEMA_VERSION});"
+                " `envbuild matrix import` into it once upgrades it"
+            )
     except BaseException:
         conn.close()
         raise
@@ -490,21 +502,27 @@ def _check_readable(conn: sqlite3.Connection, db: Path) -> tuple[int, bool]:
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{db} has matrix schema version {version}, newer than this envbuild knows ({SCHEMA_VERSION});"
-                    " nothing was changed. Upgrade envbuild, or use another --db path")
+                    " nothing was changed. Upgrade envbuild, or use another --db path"
+                )
             if problems != ["ok"]:
                 raise StoreError(
                     f"{db} failed its integrity check ({'; '.join(problems[:3])}); nothing was changed."
-                    f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path")
+                    f" Restore it from a backup, or point --db / ${DB_ENV_VAR} at a new path"
+                )
             if version > 0:
                 check_shape(conn, db)
             return version, empty
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
-                                 f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+                raise StoreError(
+                    f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
+                    f" or point --db / ${DB_ENV_VAR} at a new path"
+                ) from exc
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
-                             f" or point --db / ${DB_ENV_VAR} at a new path") from exc
+            raise StoreError(
+                f"{db} is corrupt ({exc}); nothing was changed. Restore it from a backup,"
+                f" or point --db / ${DB_ENV_VAR} at a new path"
+            ) from exc
         finally:
             conn.execute("ROLLBACK")
         time.sleep(0.05)
@@ -548,8 +566,9 @@ def check_shape(conn: sqlite3.Connection, db: Path) -> None:
         conn.execute("BEGIN")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        virtual = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
-                               ).fetchall()
+        virtual = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%'"
+        ).fetchall()
         objects, columns = _shape(conn)
     finally:
         if own:
@@ -561,12 +580,20 @@ def check_shape(conn: sqlite3.Connection, db: Path) -> None:
     missing = sorted(f"{kind} {name!r}" for kind, name, _ in want_objects - objects)
     changed = sorted(name for name in want_columns if name in columns and columns[name] != want_columns[name])
     if virtual or extra or missing or changed:
-        what = "; ".join(x for x in (f"virtual tables {[v[0] for v in virtual]}" if virtual else "",
-                                     f"unknown {', '.join(extra)[:300]}" if extra else "",
-                                     f"missing {', '.join(missing)[:300]}" if missing else "",
-                                     f"other columns in {', '.join(changed)[:200]}" if changed else "") if x)
-        raise StoreError(f"{db} is not a matrix file of schema {version} as envbuild writes it ({what}); nothing "
-                         "was read. Export it with the envbuild that made it, or import its result.json files")
+        what = "; ".join(
+            x
+            for x in (
+                f"virtual tables {[v[0] for v in virtual]}" if virtual else "",
+                f"unknown {', '.join(extra)[:300]}" if extra else "",
+                f"missing {', '.join(missing)[:300]}" if missing else "",
+                f"other columns in {', '.join(changed)[:200]}" if changed else "",
+            )
+            if x
+        )
+        raise StoreError(
+            f"{db} is not a matrix file of schema {version} as envbuild writes it ({what}); nothing "
+            "was read. Export it with the envbuild that made it, or import its result.json files"
+        )
 
 
 def _migrate(conn: sqlite3.Connection, db: Path) -> None:

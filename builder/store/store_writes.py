@@ -15,8 +15,15 @@ from typing import Any
 
 from builder.store import attempt_files, verdict_rules
 from builder.store.provenance import PUBLISHED, UNSIGNED, Provenance
-from builder.store.store_schema import (BUILD_STATUSES, InvalidResultError, RunConflictError, StoreConnection,
-                                         StoreError, canonical_json, validate_result)
+from builder.store.store_schema import (
+    BUILD_STATUSES,
+    InvalidResultError,
+    RunConflictError,
+    StoreConnection,
+    StoreError,
+    canonical_json,
+    validate_result,
+)
 from builder.plan.cells import Cell
 
 
@@ -88,25 +95,45 @@ class StoreWrites(StoreConnection):
                 "INSERT INTO builds (build_uid, cell_id, recipe_hash, context_hash, image_tag, image_digest,"
                 " duration_s, log_path, status, failure_class, error, manifest_json, created_at, counts,"
                 " attempt_dir, base_image, base_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (build_uid, cell_id, recipe_hash, context_hash, image_tag, image_digest, duration_s,
-                 str(log_path) if log_path is not None else None, status, failure_class, error,
-                 json.dumps(manifest, sort_keys=True) if manifest is not None else None,
-                 created_at or utc_now(), int(verdict_rules.counts("build", status, failure_class)),
-                 str(attempt_dir) if attempt_dir is not None else None,
-                 base_image or (manifest or {}).get("base_image"), base_digest),
+                (
+                    build_uid,
+                    cell_id,
+                    recipe_hash,
+                    context_hash,
+                    image_tag,
+                    image_digest,
+                    duration_s,
+                    str(log_path) if log_path is not None else None,
+                    status,
+                    failure_class,
+                    error,
+                    json.dumps(manifest, sort_keys=True) if manifest is not None else None,
+                    created_at or utc_now(),
+                    int(verdict_rules.counts("build", status, failure_class)),
+                    str(attempt_dir) if attempt_dir is not None else None,
+                    base_image or (manifest or {}).get("base_image"),
+                    base_digest,
+                ),
             )
             return cur.lastrowid
 
     def classify_run(self, result: dict) -> str:
-        """"new", "identical" (same run_id, same content) or "conflict" (same run_id, other content)."""
+        """ "new", "identical" (same run_id, same content) or "conflict" (same run_id, other content)."""
         row = self._conn.execute("SELECT result_json FROM runs WHERE run_id = ?", (result["run_id"],)).fetchone()
         if row is None:
             return "new"
         return "identical" if row[0] == canonical_json(validate_result(result)) else "conflict"
 
-    def record_run(self, result: dict, *, build_id: int | None = None, source: str | None = None,
-                   replace: bool = False, attempt_dir: str | os.PathLike | None = None,
-                   provenance: Provenance | None = None) -> RecordedRun:
+    def record_run(
+        self,
+        result: dict,
+        *,
+        build_id: int | None = None,
+        source: str | None = None,
+        replace: bool = False,
+        attempt_dir: str | os.PathLike | None = None,
+        provenance: Provenance | None = None,
+    ) -> RecordedRun:
         """Record a result.json (as a dict). Idempotent on `result["run_id"]`: the same content again writes nothing.
 
         The same run_id with other content raises RunConflictError, unless `replace` (the new content
@@ -123,17 +150,21 @@ class StoreWrites(StoreConnection):
         content = canonical_json(result)
         outcome = "new"
         with self._write() as conn:
-            existing = conn.execute("SELECT id, result_json, provenance FROM runs WHERE run_id = ?",
-                                    (result["run_id"],)).fetchone()
+            existing = conn.execute(
+                "SELECT id, result_json, provenance FROM runs WHERE run_id = ?", (result["run_id"],)
+            ).fetchone()
             if existing and existing[1] == content:
                 if provenance.kind != UNSIGNED and existing[2] == UNSIGNED:
-                    conn.execute("UPDATE runs SET provenance = ?, signer = ?, attestation_json = ? WHERE id = ?",
-                                 (provenance.kind, provenance.signer, provenance.attestation, existing[0]))
+                    conn.execute(
+                        "UPDATE runs SET provenance = ?, signer = ?, attestation_json = ? WHERE id = ?",
+                        (provenance.kind, provenance.signer, provenance.attestation, existing[0]),
+                    )
                 return RecordedRun(existing[0], result["run_id"], cell.key, outcome="identical")
             if existing and not replace:
                 raise RunConflictError(
                     f"run {result['run_id']} is already recorded with other content; nothing was changed."
-                    " Pass --replace to overwrite it with this one")
+                    " Pass --replace to overwrite it with this one"
+                )
             if existing:  # its probes go with it (ON DELETE CASCADE)
                 conn.execute("DELETE FROM runs WHERE id = ?", (existing[0],))
                 outcome = "replaced"
@@ -141,15 +172,20 @@ class StoreWrites(StoreConnection):
             if build_id is None and image.get("digest"):
                 row = conn.execute(
                     "SELECT id FROM builds WHERE image_digest = ? AND cell_id = ? ORDER BY id DESC LIMIT 1",
-                    (image["digest"], cell_id)).fetchone()
+                    (image["digest"], cell_id),
+                ).fetchone()
                 build_id = row[0] if row else None
             elif build_id is not None:
-                row = conn.execute("SELECT cells.id, cells.key FROM builds JOIN cells ON cells.id = builds.cell_id"
-                                   " WHERE builds.id = ?", (build_id,)).fetchone()
+                row = conn.execute(
+                    "SELECT cells.id, cells.key FROM builds JOIN cells ON cells.id = builds.cell_id"
+                    " WHERE builds.id = ?",
+                    (build_id,),
+                ).fetchone()
                 if row is None or row[0] != cell_id:
                     raise InvalidResultError(
                         f"run {result['run_id']} is of cell {cell.key}, but build {build_id} is of cell"
-                        f" {row[1] if row else '(none)'}; nothing was recorded")
+                        f" {row[1] if row else '(none)'}; nothing was recorded"
+                    )
             manifest = image.get("manifest") if isinstance(image.get("manifest"), dict) else {}
             metrics = result.get("metrics") or {}  # typed by the schema: numbers or null
             base_digest = conn.execute("SELECT base_digest FROM builds WHERE id = ?", (build_id,)).fetchone()
@@ -159,22 +195,43 @@ class StoreWrites(StoreConnection):
                 " counts, attempt_dir, base_image, base_digest, context_hash, provenance, signer, attestation_json,"
                 " preset, samples_per_s, mfu, schema_checked)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                (result["run_id"], cell_id, build_id, result["command"], result["status"],
-                 result.get("error_class"), result.get("error"), result.get("started_at"),
-                 result.get("finished_at"), result.get("wall_time_s"), image.get("tag"), image.get("digest"),
-                 json.dumps(result["host"], sort_keys=True) if result.get("host") is not None else None,
-                 content, source, utc_now(),
-                 int(verdict_rules.counts("run", result["status"], result.get("error_class"))),
-                 str(attempt_dir) if attempt_dir is not None else None, _text(manifest.get("base_image")),
-                 base_digest[0] if base_digest else None, _text(manifest.get("context_hash")),
-                 provenance.kind, provenance.signer, provenance.attestation,
-                 (result.get("config") or {}).get("preset"), metrics.get("samples_per_s"), metrics.get("mfu")),
+                (
+                    result["run_id"],
+                    cell_id,
+                    build_id,
+                    result["command"],
+                    result["status"],
+                    result.get("error_class"),
+                    result.get("error"),
+                    result.get("started_at"),
+                    result.get("finished_at"),
+                    result.get("wall_time_s"),
+                    image.get("tag"),
+                    image.get("digest"),
+                    json.dumps(result["host"], sort_keys=True) if result.get("host") is not None else None,
+                    content,
+                    source,
+                    utc_now(),
+                    int(verdict_rules.counts("run", result["status"], result.get("error_class"))),
+                    str(attempt_dir) if attempt_dir is not None else None,
+                    _text(manifest.get("base_image")),
+                    base_digest[0] if base_digest else None,
+                    _text(manifest.get("context_hash")),
+                    provenance.kind,
+                    provenance.signer,
+                    provenance.attestation,
+                    (result.get("config") or {}).get("preset"),
+                    metrics.get("samples_per_s"),
+                    metrics.get("mfu"),
+                ),
             )
             row_id = cur.lastrowid
             conn.executemany(
                 "INSERT OR REPLACE INTO probes (run_row, name, status, message, values_json) VALUES (?, ?, ?, ?, ?)",
-                [(row_id, p["name"], p["status"], p.get("message") or "", json.dumps(p.get("values") or {}))
-                 for p in result.get("probes") or []],
+                [
+                    (row_id, p["name"], p["status"], p.get("message") or "", json.dumps(p.get("values") or {}))
+                    for p in result.get("probes") or []
+                ],
             )
             return RecordedRun(row_id, result["run_id"], cell.key, outcome=outcome)
 
@@ -197,16 +254,27 @@ class StoreWrites(StoreConnection):
         for source_id, cell, build in builds:
             before = self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build["build_uid"],)).fetchone()
             source_attempt = build.pop("attempt_dir")
-            attempt = attempt_files.adopt_attempt(Path(other), source_attempt, self.path,
-                                                  build["build_uid"]) if before is None else None
+            attempt = (
+                attempt_files.adopt_attempt(Path(other), source_attempt, self.path, build["build_uid"])
+                if before is None
+                else None
+            )
             id_map[source_id] = self.record_build(cell, **build, attempt_dir=attempt)
             added_builds += before is None
         for row in runs:
             new = self.classify_run(row["result"]) != "identical"
-            attempt = attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path,
-                                                  row["result"]["run_id"]) if new else None
-            recorded = self.record_run(row["result"], build_id=id_map.get(row["build_id"]), source=row["source"],
-                                       replace=replace, attempt_dir=attempt)
+            attempt = (
+                attempt_files.adopt_attempt(Path(other), row["attempt_dir"], self.path, row["result"]["run_id"])
+                if new
+                else None
+            )
+            recorded = self.record_run(
+                row["result"],
+                build_id=id_map.get(row["build_id"]),
+                source=row["source"],
+                replace=replace,
+                attempt_dir=attempt,
+            )
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
@@ -225,13 +293,19 @@ class StoreWrites(StoreConnection):
         copy = sqlite3.connect(target)
         try:
             self._conn.backup(copy)
-            copy.executemany("UPDATE runs SET provenance = ?, signer = ? WHERE id = ?",
-                             [(p.kind, p.signer, row_id) for row_id, p in (provenance_now or {}).items()])
+            copy.executemany(
+                "UPDATE runs SET provenance = ?, signer = ? WHERE id = ?",
+                [(p.kind, p.signer, row_id) for row_id, p in (provenance_now or {}).items()],
+            )
             marks = ", ".join("?" for _ in PUBLISHED)
-            copy.execute(f"DELETE FROM probes WHERE run_row IN (SELECT id FROM runs WHERE provenance NOT IN ({marks}))",
-                         PUBLISHED)
+            copy.execute(
+                f"DELETE FROM probes WHERE run_row IN (SELECT id FROM runs WHERE provenance NOT IN ({marks}))",
+                PUBLISHED,
+            )
             copy.execute(f"DELETE FROM runs WHERE provenance NOT IN ({marks})", PUBLISHED)
-            copy.execute("DELETE FROM cells WHERE id NOT IN (SELECT cell_id FROM runs UNION SELECT cell_id FROM builds)")
+            copy.execute(
+                "DELETE FROM cells WHERE id NOT IN (SELECT cell_id FROM runs UNION SELECT cell_id FROM builds)"
+            )
             copy.commit()
         finally:
             copy.close()
@@ -241,19 +315,24 @@ def _ensure_cell(conn: sqlite3.Connection, cell: Cell) -> int:
     """The row of `cell`, inserted if new. A row with its key but other coordinates (written by an older
     envbuild, whose keys could collide) is never joined: InvalidResultError."""
     coords = (cell.flavor, cell.accel_version, cell.torch, cell.arch, cell.python)
-    row = conn.execute("SELECT id, flavor, accel_version, torch, arch, python FROM cells WHERE key = ?",
-                       (cell.key,)).fetchone()
+    row = conn.execute(
+        "SELECT id, flavor, accel_version, torch, arch, python FROM cells WHERE key = ?", (cell.key,)
+    ).fetchone()
     if row is None:
         try:
-            return conn.execute("INSERT INTO cells (key, flavor, accel_version, torch, arch, python)"
-                                " VALUES (?, ?, ?, ?, ?, ?)", (cell.key, *coords)).lastrowid
+            return conn.execute(
+                "INSERT INTO cells (key, flavor, accel_version, torch, arch, python) VALUES (?, ?, ?, ?, ?, ?)",
+                (cell.key, *coords),
+            ).lastrowid
         except sqlite3.IntegrityError:
-            raise InvalidResultError(f"cell {cell.key}: its coordinates are stored under another key;"
-                                     " `envbuild matrix check` lists the row") from None
+            raise InvalidResultError(
+                f"cell {cell.key}: its coordinates are stored under another key; `envbuild matrix check` lists the row"
+            ) from None
     if tuple(row[1:]) != coords:
         raise InvalidResultError(
             f"cell key {cell.key} in the matrix names other coordinates ({', '.join(map(str, row[1:]))});"
-            " the run was not recorded. `envbuild matrix check` lists that row")
+            " the run was not recorded. `envbuild matrix check` lists that row"
+        )
     return row[0]
 
 

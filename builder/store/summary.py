@@ -149,8 +149,12 @@ class CellSummary:
     @property
     def flips(self) -> list[tuple[Event, Event]]:
         """Consecutive verdicts of one environment that differ (e.g. pass -> fail), oldest first."""
-        pairs = [(a, b) for env in self.environments for a, b in _pairs(self.environment_verdicts(env))
-                 if a.verdict != b.verdict]
+        pairs = [
+            (a, b)
+            for env in self.environments
+            for a, b in _pairs(self.environment_verdicts(env))
+            if a.verdict != b.verdict
+        ]
         return sorted(pairs, key=lambda pair: pair[1].at)
 
     @property
@@ -186,9 +190,15 @@ class CellSummary:
         return None
 
 
-def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = (), *,
-              with_runs: bool = True, runs_per_cell: int | None = None, cell_key: str | None = None,
-              with_manifests: bool | None = None) -> list[CellSummary]:
+def summarize(
+    store: MatrixStore,
+    recipe_cells: list[Cell] | tuple[Cell, ...] = (),
+    *,
+    with_runs: bool = True,
+    runs_per_cell: int | None = None,
+    cell_key: str | None = None,
+    with_manifests: bool | None = None,
+) -> list[CellSummary]:
     """A summary per cell: every recorded cell plus every recipe cell, ordered by key.
 
     Verdicts come from the runs' columns; `with_runs` also loads the runs' full result.json
@@ -198,8 +208,9 @@ def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = 
     `with_runs`): the builds' parsed manifests; without them each build has `torch_proof` and `verify_checks`.
     """
     with_manifests = with_runs if with_manifests is None else with_manifests
-    summaries: dict[str, CellSummary] = {c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells
-                                         if cell_key in (None, c.key)}
+    summaries: dict[str, CellSummary] = {
+        c.key: CellSummary(cell=c, in_recipes=True) for c in recipe_cells if cell_key in (None, c.key)
+    }
     for cell in store.cells():
         if cell_key in (None, cell.key):
             summaries.setdefault(cell.key, CellSummary(cell=cell))
@@ -222,8 +233,9 @@ def summarize(store: MatrixStore, recipe_cells: list[Cell] | tuple[Cell, ...] = 
 def completed(result: dict) -> bool:
     """A train run whose training finished: optimizer steps ran and the model was evaluated after them."""
     metrics = result.get("metrics") if isinstance(result.get("metrics"), dict) else {}
-    return (result.get("command") == "train" and bool(metrics.get("steps"))
-            and isinstance(metrics.get("eval_after"), dict))
+    return (
+        result.get("command") == "train" and bool(metrics.get("steps")) and isinstance(metrics.get("eval_after"), dict)
+    )
 
 
 def export_data(summaries: list[CellSummary]) -> dict:
@@ -236,11 +248,20 @@ def summary_record(s: CellSummary, *, with_runs: bool = True) -> dict:
     record = {
         **summary_line(s),
         "cell": s.cell.model_dump(),
-        "history": [{"at": e.at, "verdict": e.verdict, "kind": e.kind, "id": e.ident,
-                     "failure_class": e.failure_class, "note": e.note, "environment": e.environment,
-                     "attempt_dir": e.attempt_dir} for e in s.events],
-        "flips": [{"at": b.at, "from": a.verdict, "to": b.verdict, "environment": b.environment}
-                  for a, b in s.flips],
+        "history": [
+            {
+                "at": e.at,
+                "verdict": e.verdict,
+                "kind": e.kind,
+                "id": e.ident,
+                "failure_class": e.failure_class,
+                "note": e.note,
+                "environment": e.environment,
+                "attempt_dir": e.attempt_dir,
+            }
+            for e in s.events
+        ],
+        "flips": [{"at": b.at, "from": a.verdict, "to": b.verdict, "environment": b.environment} for a, b in s.flips],
         "builds": s.builds,
     }
     if with_runs:
@@ -257,13 +278,23 @@ def _torch_proof(manifest: object) -> str | None:
 
 
 def summary_line(s: CellSummary) -> dict:
-    return {"key": s.key, "status": s.status, "failure_class": s.failure_class, "note": s.note,
-            "unproven": s.unproven,
-            "runs": s.run_count, "builds": len(s.builds), "attempts": len(s.attempts),
-            "last_pass_at": s.last_pass_at, "last_event_at": s.last_event_at, "flaky": s.flaky,
-            "environment": s.environment, "environments": [environment_line(s, env) for env in s.environments],
-            "configuration": run_config.VERDICT_LABEL,
-            "measurements": [configuration_line(s, c) for c in s.configurations]}
+    return {
+        "key": s.key,
+        "status": s.status,
+        "failure_class": s.failure_class,
+        "note": s.note,
+        "unproven": s.unproven,
+        "runs": s.run_count,
+        "builds": len(s.builds),
+        "attempts": len(s.attempts),
+        "last_pass_at": s.last_pass_at,
+        "last_event_at": s.last_event_at,
+        "flaky": s.flaky,
+        "environment": s.environment,
+        "environments": [environment_line(s, env) for env in s.environments],
+        "configuration": run_config.VERDICT_LABEL,
+        "measurements": [configuration_line(s, c) for c in s.configurations],
+    }
 
 
 def configuration_line(s: CellSummary, configuration: str) -> dict:
@@ -274,9 +305,17 @@ def configuration_line(s: CellSummary, configuration: str) -> dict:
     for e in events:
         by_env.setdefault(e.environment, []).append(e)
     flips = sum(a.verdict != b.verdict for env in by_env.values() for a, b in _pairs(env))
-    return {"configuration": configuration, "status": latest.verdict, "failure_class": latest.failure_class,
-            "note": latest.note, "runs": len(events), "flips": flips, "flaky": _flaky(by_env[latest.environment]),
-            "last_at": latest.at, "environment": latest.environment}
+    return {
+        "configuration": configuration,
+        "status": latest.verdict,
+        "failure_class": latest.failure_class,
+        "note": latest.note,
+        "runs": len(events),
+        "flips": flips,
+        "flaky": _flaky(by_env[latest.environment]),
+        "last_at": latest.at,
+        "environment": latest.environment,
+    }
 
 
 def environment_line(s: CellSummary, environment: str) -> dict:
@@ -284,9 +323,16 @@ def environment_line(s: CellSummary, environment: str) -> dict:
     verdicts = s.environment_verdicts(environment)
     flips = [(a, b) for a, b in _pairs(verdicts) if a.verdict != b.verdict]
     latest = verdicts[-1]
-    return {"environment": environment, "status": latest.verdict, "failure_class": latest.failure_class,
-            "note": latest.note, "verdicts": len(verdicts), "flips": len(flips), "flaky": _flaky(verdicts),
-            "last_pass_at": next((e.at for e in reversed(verdicts) if e.verdict == "pass"), None)}
+    return {
+        "environment": environment,
+        "status": latest.verdict,
+        "failure_class": latest.failure_class,
+        "note": latest.note,
+        "verdicts": len(verdicts),
+        "flips": len(flips),
+        "flaky": _flaky(verdicts),
+        "last_pass_at": next((e.at for e in reversed(verdicts) if e.verdict == "pass"), None),
+    }
 
 
 def _run_event(row: dict) -> Event:
@@ -298,20 +344,34 @@ def _run_event(row: dict) -> Event:
     else:
         verdict, note = "pass", ""
     config = row.get("configuration") or run_config.UNKNOWN
-    return Event(at=row["at"], verdict=verdict if row["counts"] else ATTEMPT, kind="run", ident=row["run_id"],
-                 failure_class=row["error_class"], note=note, attempt_dir=row["attempt_dir"],
-                 configuration=config.label if not config.decides else run_config.VERDICT_LABEL,
-                 decides=config.decides,
-                 environment=verdict_rules.environment(row["base_image"], row["base_digest"], row["context_hash"]))
+    return Event(
+        at=row["at"],
+        verdict=verdict if row["counts"] else ATTEMPT,
+        kind="run",
+        ident=row["run_id"],
+        failure_class=row["error_class"],
+        note=note,
+        attempt_dir=row["attempt_dir"],
+        configuration=config.label if not config.decides else run_config.VERDICT_LABEL,
+        decides=config.decides,
+        environment=verdict_rules.environment(row["base_image"], row["base_digest"], row["context_hash"]),
+    )
 
 
 def _build_event(build: dict) -> Event:
     """A failed build: a `build:<class>` fail, or an attempt when the rules say it is not a verdict."""
-    return Event(at=build["created_at"], verdict="fail" if build["counts"] else ATTEMPT, kind="build",
-                 ident=build["build_uid"], failure_class=f"build:{build['failure_class']}",
-                 note=_first_line(build.get("error") or ""), attempt_dir=build.get("attempt_dir"),
-                 environment=verdict_rules.environment(build.get("base_image"), build.get("base_digest"),
-                                                       build.get("context_hash")))
+    return Event(
+        at=build["created_at"],
+        verdict="fail" if build["counts"] else ATTEMPT,
+        kind="build",
+        ident=build["build_uid"],
+        failure_class=f"build:{build['failure_class']}",
+        note=_first_line(build.get("error") or ""),
+        attempt_dir=build.get("attempt_dir"),
+        environment=verdict_rules.environment(
+            build.get("base_image"), build.get("base_digest"), build.get("context_hash")
+        ),
+    )
 
 
 def _fill_verdict(summary: CellSummary, events: list[Event]) -> None:
@@ -324,8 +384,10 @@ def _fill_verdict(summary: CellSummary, events: list[Event]) -> None:
         summary.status, summary.failure_class, summary.note = latest.verdict, latest.failure_class, latest.note
         summary.environment = latest.environment
     elif summary.measurements:
-        summary.note = (f"no {run_config.VERDICT_LABEL} run yet: {len(summary.measurements)} measurement(s) of "
-                        f"{', '.join(summary.configurations)}")
+        summary.note = (
+            f"no {run_config.VERDICT_LABEL} run yet: {len(summary.measurements)} measurement(s) of "
+            f"{', '.join(summary.configurations)}"
+        )
     elif events:
         last = events[-1]
         summary.note = f"no verdict yet: {len(events)} attempt(s), the last {last.failure_class or last.kind}"

@@ -13,9 +13,23 @@ BUILD_ATTEMPT_CLASSES = frozenset({"base_image_unavailable", "build_context_erro
 #: The slurm_* classes are tasks the scheduler ended (time limit, node failure, preemption, cancellation, any
 #: other end state) or whose result.json did not belong to it: about the site or the request, never the
 #: environment (docs/matrix.md "Slurm end states").
-RUN_ATTEMPT_CLASSES = frozenset({"interrupted", "data_error", "model_error", "usage_error", "input_error",
-                                 "container_error", "did_not_train", "slurm_timeout", "slurm_node_fail", "slurm_preempted",
-                                 "slurm_cancelled", "slurm_lost", "slurm_result_mismatch"})
+RUN_ATTEMPT_CLASSES = frozenset(
+    {
+        "interrupted",
+        "data_error",
+        "model_error",
+        "usage_error",
+        "input_error",
+        "container_error",
+        "did_not_train",
+        "slurm_timeout",
+        "slurm_node_fail",
+        "slurm_preempted",
+        "slurm_cancelled",
+        "slurm_lost",
+        "slurm_result_mismatch",
+    }
+)
 #: The label of an environment known by nothing but its cell (a `--local` run, a build without manifest).
 UNKNOWN_ENVIRONMENT = "local"
 

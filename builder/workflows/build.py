@@ -49,8 +49,9 @@ def start_attempt(db: Path, context: BuildContext, tag: str, log_path: Path | No
     return BuildAttempt.start(db, context.directory, context.manifest, tag, log_path)
 
 
-def build(context: BuildContext, tag: str, options: BuildOptions, console: Console,
-          log_path: Path | None) -> BuildOutcome:
+def build(
+    context: BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path | None
+) -> BuildOutcome:
     """Build `context` as `tag` (BuildError, BuildInterrupted and EngineUnavailable pass through)."""
     return build_image(context.directory, tag, options, console, log_path, manifest=context.manifest)
 
@@ -60,8 +61,9 @@ def verify_record(outcome: BuildOutcome) -> dict | None:
     return None if outcome.skipped else read_verify(outcome.tag)
 
 
-def record_pass(attempt: BuildAttempt, context: BuildContext, outcome: BuildOutcome, verify: dict | None,
-                console: Console) -> None:
+def record_pass(
+    attempt: BuildAttempt, context: BuildContext, outcome: BuildOutcome, verify: dict | None, console: Console
+) -> None:
     """File a finished build: a skipped one is not an attempt (its directory goes), a built one is recorded
     with its verify record in the manifest (StoreError passes through)."""
     if outcome.skipped:
@@ -72,7 +74,8 @@ def record_pass(attempt: BuildAttempt, context: BuildContext, outcome: BuildOutc
     attempt.finish("pass", None, None, outcome, console)
 
 
-def reproducible(context: BuildContext, tag: str, options: BuildOptions, console: Console,
-                 log_path: Path) -> ReproReport:
+def reproducible(
+    context: BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path
+) -> ReproReport:
     """Two no-cache builds of `context`, compared file by file (engine.repro)."""
     return check_reproducible(context.directory, tag, options, console, log_path, context.manifest)

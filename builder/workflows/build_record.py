@@ -31,22 +31,31 @@ class BuildAttempt:
     uid: str
 
     @classmethod
-    def start(cls, db: Path, context_dir: Path, manifest: dict | None, tag: str,
-              log_path: Path | None) -> "BuildAttempt | None":
+    def start(
+        cls, db: Path, context_dir: Path, manifest: dict | None, tag: str, log_path: Path | None
+    ) -> "BuildAttempt | None":
         """A new attempt directory, or None when the manifest names no cell (such a build is not recorded)."""
         if not (manifest or {}).get("cell"):
             return None
         uid = uuid.uuid4().hex
         directory = new_attempt(db, "build", uid)
-        return cls(Path(db), directory, Path(context_dir), manifest, tag,
-                   Path(log_path) if log_path else directory / LOG_NAME, uid)
+        return cls(
+            Path(db),
+            directory,
+            Path(context_dir),
+            manifest,
+            tag,
+            Path(log_path) if log_path else directory / LOG_NAME,
+            uid,
+        )
 
     def discard(self) -> None:
         """Nothing was attempted (no engine, a bad option, an existing image): no record."""
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def finish(self, status: str, failure_class: str | None, error: str | None, outcome: BuildOutcome | None,
-               console: Console) -> None:
+    def finish(
+        self, status: str, failure_class: str | None, error: str | None, outcome: BuildOutcome | None, console: Console
+    ) -> None:
         """Copy the context and log into the attempt, write attempt.json, record the build (StoreError raises)."""
         keep_context(self.context_dir, self.directory)
         log = self.directory / LOG_NAME
@@ -55,17 +64,38 @@ class BuildAttempt:
         base = self.manifest.get("base_image")
         digest = base_digest(base, log)
         image_id = outcome.image_id if outcome else None
-        record = {"kind": "build", "id": self.uid, "cell": self.manifest["cell"], "status": status,
-                  "failure_class": failure_class, "error": error, "image_tag": self.tag, "image_id": image_id,
-                  "context_hash": self.manifest.get("context_hash"), "base_image": base, "base_digest": digest,
-                  "finished_at": utc_now(), "context": str(self.context_dir.resolve())}
+        record = {
+            "kind": "build",
+            "id": self.uid,
+            "cell": self.manifest["cell"],
+            "status": status,
+            "failure_class": failure_class,
+            "error": error,
+            "image_tag": self.tag,
+            "image_id": image_id,
+            "context_hash": self.manifest.get("context_hash"),
+            "base_image": base,
+            "base_digest": digest,
+            "finished_at": utc_now(),
+            "context": str(self.context_dir.resolve()),
+        }
         write_record(self.directory, record)
         with MatrixStore.open(self.db) as store:
             store.record_build(
-                Cell(**self.manifest["cell"]), status=status, failure_class=failure_class, error=error,
-                recipe_hash=self.manifest.get("recipe_hash"), context_hash=self.manifest.get("context_hash"),
-                image_tag=self.tag, image_digest=image_id,
+                Cell(**self.manifest["cell"]),
+                status=status,
+                failure_class=failure_class,
+                error=error,
+                recipe_hash=self.manifest.get("recipe_hash"),
+                context_hash=self.manifest.get("context_hash"),
+                image_tag=self.tag,
+                image_digest=image_id,
                 duration_s=round(outcome.seconds, 1) if outcome else None,
-                log_path=str(log) if log.is_file() else None, manifest=self.manifest, build_uid=self.uid,
-                attempt_dir=relative_to_db(self.db, self.directory), base_image=base, base_digest=digest)
+                log_path=str(log) if log.is_file() else None,
+                manifest=self.manifest,
+                build_uid=self.uid,
+                attempt_dir=relative_to_db(self.db, self.directory),
+                base_image=base,
+                base_digest=digest,
+            )
         console.print(f"recorded the build in {escape(str(self.db))}; attempt: {escape(str(self.directory))}")

@@ -11,8 +11,15 @@ from builder.store.store import MatrixStore, RecordedRun
 from builder.workflows.run_result import finalize, keep_run
 
 
-def run_workload(request: dict, image: str | None, sif: Path | None, shm_size: str, network: str | None,
-                 console: Console, foreign: dict | None = None) -> dict:
+def run_workload(
+    request: dict,
+    image: str | None,
+    sif: Path | None,
+    shm_size: str,
+    network: str | None,
+    console: Console,
+    foreign: dict | None = None,
+) -> dict:
     """Run the workload (`request`: RunRequest's fields) in `image`, in `sif` or here, and return its final
     result.json. An image or SIF envbuild did not build is measured as it is (`foreign`: the options of that
     route, builder.engine.foreign). The engine's RunError (bad input), EngineUnavailable and interrupts pass
@@ -24,9 +31,11 @@ def run_workload(request: dict, image: str | None, sif: Path | None, shm_size: s
     if sif:
         from builder.engine.any_image import run_sif
         from builder.engine.apptainer import SifRun
+
         end = run_sif(SifRun(**request, sif=sif, network=network, **foreign), console)
     elif image:
         from builder.engine.any_image import run_image
+
         end = run_image(ContainerRun(**request, image=image, shm_size=shm_size, network=network, **foreign), console)
     else:
         end = run_local(RunRequest(**request), console)

@@ -24,8 +24,7 @@ def _load(path: Path) -> tuple[dict | None, str | None]:
     return result, None
 
 
-def error_result(error_class: str, message: str, *, started: float, finished: float,
-                 versions: dict) -> dict:
+def error_result(error_class: str, message: str, *, started: float, finished: float, versions: dict) -> dict:
     """The envelope written when the workload left no usable result."""
     return {
         "schema_version": 1,
@@ -38,8 +37,13 @@ def error_result(error_class: str, message: str, *, started: float, finished: fl
         "finished_at": utc_iso(finished),
         "wall_time_s": round(finished - started, 3),
         "versions": {key: versions.get(key) for key in VERSION_KEYS},
-        "hardware": None, "model": None, "dataset": None, "config": None, "metrics": None,
-        "probes": [], "artifacts": {},
+        "hardware": None,
+        "model": None,
+        "dataset": None,
+        "config": None,
+        "metrics": None,
+        "probes": [],
+        "artifacts": {},
     }
 
 
@@ -61,11 +65,9 @@ def finalize(end: RunEnd) -> dict:
         error_class = failure_class or ("invalid_result" if invalid else "no_result")
         detail = invalid or "the workload wrote no result.json"
         message = f"{failure}; {detail}" if failure_class else detail
-        result = error_result(error_class, message, started=end.started, finished=end.finished,
-                              versions=end.versions)
+        result = error_result(error_class, message, started=end.started, finished=end.finished, versions=end.versions)
     elif failure_class and result["status"] == "pass":
-        result.update(status="error", error_class=failure_class,
-                      error=f"{failure} after the workload reported pass")
+        result.update(status="error", error_class=failure_class, error=f"{failure} after the workload reported pass")
     if invocation is not None:
         own = result.get("invocation") if isinstance(result.get("invocation"), dict) else None
         result["invocation"] = {**own, "envbuild": invocation["envbuild"]} if own else invocation
@@ -82,7 +84,16 @@ def keep_run(db: Path, out_dir: Path, result: dict) -> str:
     attempt = new_attempt(db, "run", result["run_id"])
     for name in (RESULT_NAME, "container.log", "workload.log", "third-party.log"):
         keep_file(Path(out_dir) / name, attempt)
-    write_record(attempt, {"kind": "run", "id": result["run_id"], "status": result["status"],
-                           "error_class": result.get("error_class"), "error": result.get("error"),
-                           "out_dir": str(Path(out_dir).resolve()), "image": (result.get("image") or {}).get("tag")})
+    write_record(
+        attempt,
+        {
+            "kind": "run",
+            "id": result["run_id"],
+            "status": result["status"],
+            "error_class": result.get("error_class"),
+            "error": result.get("error"),
+            "out_dir": str(Path(out_dir).resolve()),
+            "image": (result.get("image") or {}).get("tag"),
+        },
+    )
     return relative_to_db(db, attempt)

@@ -11,8 +11,16 @@ from datetime import datetime, timezone
 from builder import strict_json
 from builder.engine.apptainer import LOG_NAME, runtime_of
 from builder.engine.run_result import RESULT_NAME, RunEnd, write_json_atomic
-from builder.engine.slurm import (RUNTIME_LINE, STATE_CLASSES, UNFINISHED, SlurmError, Submission, Task, TaskState,
-                                  end_class)
+from builder.engine.slurm import (
+    RUNTIME_LINE,
+    STATE_CLASSES,
+    UNFINISHED,
+    SlurmError,
+    Submission,
+    Task,
+    TaskState,
+    end_class,
+)
 from builder.plan.cells import Cell
 from builder.store.store import InvalidResultError, MatrixStore, validate_result
 from builder.workflows.run_result import finalize, keep_run
@@ -46,18 +54,37 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
     failure_class, failure = end_class(state, log_text)
     if refused is not None:
         failure_class, failure = MISMATCH_CLASS, f"the task's result.json was refused: {refused}"
-    image = dict(sub.images[task.sif_sha256], environment="apptainer",
-                 sif={"path": str(task.sif), "sha256": task.sif_sha256})
-    said = [line[len(RUNTIME_LINE):].strip() for line in log_text.splitlines()[:20] if line.startswith(RUNTIME_LINE)]
+    image = dict(
+        sub.images[task.sif_sha256], environment="apptainer", sif={"path": str(task.sif), "sha256": task.sif_sha256}
+    )
+    said = [line[len(RUNTIME_LINE) :].strip() for line in log_text.splitlines()[:20] if line.startswith(RUNTIME_LINE)]
     if said:  # the job script's line: which runtime the node ran the task with
         image["runtime"] = runtime_of(said[0][:200], None)
     cell = image["manifest"].get("cell") or {}
     started = _epoch(state.start) or time.time()
     finished = _epoch(state.end) or started
-    host = {"hostname": state.node, "slurm": {"job_id": job_id, "task": task.index, "state": state.state,
-                                              "exit_code": state.exit_code, "config": task.config}}
-    result = finalize(RunEnd(task.out_dir, failure_class=failure_class, failure=failure, started=started, finished=finished,
-                             versions={k: cell.get(k) for k in ("python", "torch")}, host=host, image=image))
+    host = {
+        "hostname": state.node,
+        "slurm": {
+            "job_id": job_id,
+            "task": task.index,
+            "state": state.state,
+            "exit_code": state.exit_code,
+            "config": task.config,
+        },
+    }
+    result = finalize(
+        RunEnd(
+            task.out_dir,
+            failure_class=failure_class,
+            failure=failure,
+            started=started,
+            finished=finished,
+            versions={k: cell.get(k) for k in ("python", "torch")},
+            host=host,
+            image=image,
+        )
+    )
     if state.state in STATE_CLASSES and result.get("error_class") == "interrupted":
         # the workload wrote `interrupted` on the SIGTERM Slurm sent it: the end state says why it came
         result.update(error_class=failure_class, error=f"{failure}; the workload reported: {result.get('error')}")
@@ -79,8 +106,12 @@ def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskSt
         return str(exc)[:300]
     slurm = clean["host"].get("slurm") if isinstance(clean.get("host"), dict) else None
     jobs = {j.get("job_id") for j in sub.jobs if task.index in (j.get("tasks") or [])}
-    if (not isinstance(slurm, dict) or slurm.get("job_id") not in jobs
-            or type(slurm.get("task")) is not int or slurm["task"] != task.index):  # not true/0.0 for task 1/0
+    if (
+        not isinstance(slurm, dict)
+        or slurm.get("job_id") not in jobs
+        or type(slurm.get("task")) is not int
+        or slurm["task"] != task.index
+    ):  # not true/0.0 for task 1/0
         return f"it names job {_short(slurm, 'job_id')} task {_short(slurm, 'task')}, not a job of task {task.index}"
     sif = ((clean.get("image") or {}).get("sif") or {}).get("sha256")
     if sif != task.sif_sha256:
@@ -88,8 +119,9 @@ def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskSt
     cell = Cell.from_result(clean).key
     if cell != task.cell:
         return f"it names cell {cell}, but task {task.index} ran {task.cell}"
-    if slurm.get("job_id") == job_id and (slurm.get("state") != state.state
-                                          or (state.state != "COMPLETED" and clean["status"] == "pass")):
+    if slurm.get("job_id") == job_id and (
+        slurm.get("state") != state.state or (state.state != "COMPLETED" and clean["status"] == "pass")
+    ):
         return f"it says {_short(slurm, 'state')} / {clean['status']}, but Slurm ended the task as {state.state}"
     return None
 

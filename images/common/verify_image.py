@@ -71,12 +71,22 @@ def check_torch(expect: dict, checks: list) -> None:
 
     want = expect["torch"]["version"]
     installed = md.version("torch")
-    checks.append(("torch version", installed == want == torch.__version__,
-                   f"expected {want}; metadata {installed}, torch.__version__ {torch.__version__}"))
+    checks.append(
+        (
+            "torch version",
+            installed == want == torch.__version__,
+            f"expected {want}; metadata {installed}, torch.__version__ {torch.__version__}",
+        )
+    )
     if expect["torch"]["by_path"]:
         url = _direct_url("torch")
-        checks.append(("torch installed by path", url.startswith("file://"),
-                       f"expected the built wheel from a file; direct_url.json says {url or 'an index'}"))
+        checks.append(
+            (
+                "torch installed by path",
+                url.startswith("file://"),
+                f"expected the built wheel from a file; direct_url.json says {url or 'an index'}",
+            )
+        )
     backend, prefix = expect["backend"], expect.get("backend_version")
     hip, cuda = torch.version.hip, torch.version.cuda
     if backend == "hip":
@@ -89,9 +99,14 @@ def check_torch(expect: dict, checks: list) -> None:
         checks.append(("cpu-only torch", hip is None and cuda is None, f"found hip={hip} cuda={cuda}"))
     if expect.get("arch"):
         archs = compiled_archs(torch)
-        checks.append((f"compiled for {expect['arch']}", expect["arch"] in archs,
-                       f"torch was compiled for {', '.join(archs) or 'no GPU arch'}; kernels on {expect['arch']} "
-                       "would fail with 'HIP error: invalid device function'"))
+        checks.append(
+            (
+                f"compiled for {expect['arch']}",
+                expect["arch"] in archs,
+                f"torch was compiled for {', '.join(archs) or 'no GPU arch'}; kernels on {expect['arch']} "
+                "would fail with 'HIP error: invalid device function'",
+            )
+        )
 
 
 def check_compile_package(expect: dict, checks: list) -> None:
@@ -111,8 +126,13 @@ def check_compile_package(expect: dict, checks: list) -> None:
         imported = ""
     except Exception as exc:  # noqa: BLE001 - any import failure means torch.compile would fail
         imported = f"; import {package['import']} failed: {type(exc).__name__}: {exc}"
-    checks.append((f"{name}=={want} for torch.compile", got == want and not imported,
-                   f"expected {name} {want}; found {got or 'nothing'}{imported}"))
+    checks.append(
+        (
+            f"{name}=={want} for torch.compile",
+            got == want and not imported,
+            f"expected {name} {want}; found {got or 'nothing'}{imported}",
+        )
+    )
 
 
 def check_accel_wheels(expect: dict, checks: list) -> None:
@@ -122,13 +142,22 @@ def check_accel_wheels(expect: dict, checks: list) -> None:
         return
     installed = _installed()
     missing = [p for p in accel["packages"] if _name(p) not in installed]
-    checks.append((f"{len(accel['packages'])} accelerator wheels installed", not missing,
-                   f"missing: {', '.join(missing)}"))
+    checks.append(
+        (f"{len(accel['packages'])} accelerator wheels installed", not missing, f"missing: {', '.join(missing)}")
+    )
     mine = {_name(p) for p in accel["device_packages"]}
-    others = sorted(f"{n}=={v}" for n, v in installed.items()
-                    if n not in mine and any(n.startswith(_name(prefix)) for prefix in accel["device_prefixes"]))
-    checks.append((f"only {', '.join(sorted(mine))} of the per-arch device packages", not others,
-                   f"device code of other archs is installed (device-all?): {', '.join(others)}"))
+    others = sorted(
+        f"{n}=={v}"
+        for n, v in installed.items()
+        if n not in mine and any(n.startswith(_name(prefix)) for prefix in accel["device_prefixes"])
+    )
+    checks.append(
+        (
+            f"only {', '.join(sorted(mine))} of the per-arch device packages",
+            not others,
+            f"device code of other archs is installed (device-all?): {', '.join(others)}",
+        )
+    )
 
 
 def compile_note(expect: dict, notes: list) -> None:
@@ -145,9 +174,14 @@ def compile_note(expect: dict, notes: list) -> None:
 def check_sentencepiece(expect: dict, checks: list) -> None:
     version, tags, url = md.version("sentencepiece"), _wheel_tags("sentencepiece"), _direct_url("sentencepiece")
     built_here = url.startswith("file://") and bool(tags) and not any("manylinux" in t for t in tags)
-    checks.append(("sentencepiece built here", built_here and version == expect["sentencepiece"],
-                   f"expected {expect['sentencepiece']} from the wheel built in the image; found {version}, "
-                   f"tags {tags}, from {url or 'an index'}"))
+    checks.append(
+        (
+            "sentencepiece built here",
+            built_here and version == expect["sentencepiece"],
+            f"expected {expect['sentencepiece']} from the wheel built in the image; found {version}, "
+            f"tags {tags}, from {url or 'an index'}",
+        )
+    )
 
 
 def _installed() -> dict[str, str]:
@@ -166,8 +200,13 @@ def check_lock(expect: dict, checks: list) -> None:
     installed = _installed()
     pins = _locked(expect)
     wrong = {n: (v, installed.get(n)) for n, v in pins.items() if installed.get(n) != v}
-    checks.append((f"{len(pins)} pins of the lock installed", not wrong,
-                   "; ".join(f"{n}: pinned {v}, installed {got or 'nothing'}" for n, (v, got) in wrong.items())))
+    checks.append(
+        (
+            f"{len(pins)} pins of the lock installed",
+            not wrong,
+            "; ".join(f"{n}: pinned {v}, installed {got or 'nothing'}" for n, (v, got) in wrong.items()),
+        )
+    )
 
 
 def check_complete(expect: dict, checks: list) -> list[str] | None:
@@ -184,8 +223,13 @@ def check_complete(expect: dict, checks: list) -> list[str] | None:
     for name, version in sorted(_installed().items()):
         if name != "torch" and name not in locked:
             (unlocked if name in torch_needs else stray).append(f"{name}=={version}")
-    checks.append(("every installed distribution is locked", not stray,
-                   f"not in the lock and not a requirement of torch: {', '.join(stray)}"))
+    checks.append(
+        (
+            "every installed distribution is locked",
+            not stray,
+            f"not in the lock and not a requirement of torch: {', '.join(stray)}",
+        )
+    )
     return unlocked
 
 
@@ -198,9 +242,14 @@ def arch_coverage(expect: dict, checks: list, notes: list) -> dict | None:
     arch = expect["arch"]
     loaded, other = loaded_split(*library_dirs(), arch)
     if loaded.verdict != "unknown":
-        checks.append((f"code objects for {arch} in what torch loads", loaded.verdict == "present",
-                       f"missing in {', '.join(loaded.missing_in())} (loaded by torch); found "
-                       f"{', '.join(loaded.archs) or 'no arch'}"))
+        checks.append(
+            (
+                f"code objects for {arch} in what torch loads",
+                loaded.verdict == "present",
+                f"missing in {', '.join(loaded.missing_in())} (loaded by torch); found "
+                f"{', '.join(loaded.archs) or 'no arch'}",
+            )
+        )
     if other.missing_in():
         notes.append(f"{arch} is missing in {', '.join(other.missing_in())}, which torch does not load")
     return {**loaded.to_json(), "not_loaded": other.to_json()}
@@ -222,13 +271,20 @@ def main(expect_path: str, out_path: str) -> int:
         print(f"verify: {'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"))
     for note in notes:
         print(f"verify: note {note}")
-    record = {"cell": expect["cell"], "ok": all(ok for _, ok, _ in checks),
-              "checks": [{"name": n, "ok": ok, "detail": None if ok else d} for n, ok, d in checks],
-              "unlocked": unlocked, "arch_coverage": coverage, "notes": notes}
+    record = {
+        "cell": expect["cell"],
+        "ok": all(ok for _, ok, _ in checks),
+        "checks": [{"name": n, "ok": ok, "detail": None if ok else d} for n, ok, d in checks],
+        "unlocked": unlocked,
+        "arch_coverage": coverage,
+        "notes": notes,
+    }
     Path(out_path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     if not record["ok"]:
-        print(f"verify: the image does not match its manifest ({expect['cell']}); see the FAIL lines above",
-              file=sys.stderr)
+        print(
+            f"verify: the image does not match its manifest ({expect['cell']}); see the FAIL lines above",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

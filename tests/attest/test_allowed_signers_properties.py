@@ -14,17 +14,57 @@ from builder.store.provenance import PROJECT_SIGNERS
 
 ED25519 = base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + bytes(range(32))).decode()
 CERT = base64.b64encode(b"\x00\x00\x00\x1cssh-ed25519-cert-v01@openssh.com" + bytes(40)).decode()
-PRINCIPALS = st.one_of(st.sampled_from(["alice", "envbuild-ci", "envbuild-h200", "*", "envbuild-*", "envbuild-c?",
-                                        "!bob", "alice,envbuild-ci", '"envbuild-ci"', '" envbuild-ci,*"', ",alice",
-                                        "alice@example.org", "a b", "ENVBUILD-CI", "envbuild-ci\u200b"]),
-                       st.text(alphabet="abc-*?!,\" \t@.", min_size=1, max_size=12))
-OPTIONS = st.lists(st.sampled_from(['namespaces="envbuild"', 'namespaces="git"', 'namespaces="envbuild,git"',
-                                    "namespaces=envbuild", "cert-authority", 'valid-after="20261201"',
-                                    'valid-before="20300101Z"', 'valid-after="2026"', "no-touch-required",
-                                    'principals="envbuild-ci"', 'verify-required', 'namespaces="*"']),
-                   max_size=4).map(",".join)
-KEYS = st.sampled_from([f"ssh-ed25519 {ED25519}", f"ssh-ed25519-cert-v01@openssh.com {CERT}",
-                        f"ssh-rsa {ED25519}", f"ssh-ed25519 {ED25519[:-4]}", "ssh-ed25519", f"ssh-ed25519 {ED25519} c"])
+PRINCIPALS = st.one_of(
+    st.sampled_from(
+        [
+            "alice",
+            "envbuild-ci",
+            "envbuild-h200",
+            "*",
+            "envbuild-*",
+            "envbuild-c?",
+            "!bob",
+            "alice,envbuild-ci",
+            '"envbuild-ci"',
+            '" envbuild-ci,*"',
+            ",alice",
+            "alice@example.org",
+            "a b",
+            "ENVBUILD-CI",
+            "envbuild-ci\u200b",
+        ]
+    ),
+    st.text(alphabet='abc-*?!," \t@.', min_size=1, max_size=12),
+)
+OPTIONS = st.lists(
+    st.sampled_from(
+        [
+            'namespaces="envbuild"',
+            'namespaces="git"',
+            'namespaces="envbuild,git"',
+            "namespaces=envbuild",
+            "cert-authority",
+            'valid-after="20261201"',
+            'valid-before="20300101Z"',
+            'valid-after="2026"',
+            "no-touch-required",
+            'principals="envbuild-ci"',
+            "verify-required",
+            'namespaces="*"',
+        ]
+    ),
+    max_size=4,
+).map(",".join)
+KEYS = st.sampled_from(
+    [
+        f"ssh-ed25519 {ED25519}",
+        f"ssh-ed25519-cert-v01@openssh.com {CERT}",
+        f"ssh-rsa {ED25519}",
+        f"ssh-ed25519 {ED25519[:-4]}",
+        "ssh-ed25519",
+        f"ssh-ed25519 {ED25519} c",
+    ]
+)
 SPACE = st.sampled_from([" ", "\t", "  ", " \t "])
 
 

@@ -36,8 +36,9 @@ def public_line(key: Path) -> str:
 
 
 def key_fingerprint(key: Path) -> str:
-    return subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True,
-                          check=True).stdout.split()[1]
+    return subprocess.run(
+        ["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
 
 
 @pytest.fixture()
@@ -50,8 +51,9 @@ def run(tmp_path, monkeypatch):
     keys = tmp_path / "keys"
     keys.mkdir()
     key = make_key(keys, "ci")
-    monkeypatch.setitem(provenance.PROJECT_SIGNERS, "envbuild-ci",
-                        provenance.PROJECT_SIGNERS["envbuild-ci"] | {key_fingerprint(key)})
+    monkeypatch.setitem(
+        provenance.PROJECT_SIGNERS, "envbuild-ci", provenance.PROJECT_SIGNERS["envbuild-ci"] | {key_fingerprint(key)}
+    )
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f'envbuild-ci namespaces="envbuild" {public_line(key)}\n')
     return folder, key, allowed
@@ -83,8 +85,9 @@ def test_good_signature_verifies_and_names_signer(run):
     assert path == folder / attest.ATTESTATION_NAME
     verified = attest.verify(path, allowed)
     assert verified.principal == "envbuild-ci"
-    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True,
-                                 check=True).stdout.split()[1]
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
     assert verified.fingerprint == fingerprint
     statement = verified.statement
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
@@ -97,12 +100,20 @@ def test_good_signature_verifies_and_names_signer(run):
     assert predicate["hardware"]["gpu_count"] == 0 and predicate["hardware"]["kernel"].startswith("6.")
     # the signature is over the DSSE PAE: ssh-keygen itself accepts it for those bytes
     env = envelope_of(path)
-    pae = b"DSSEv1 %d %b %d %b" % (len(env["payloadType"]), env["payloadType"].encode(),
-                                   len(base64.b64decode(env["payload"])), base64.b64decode(env["payload"]))
+    pae = b"DSSEv1 %d %b %d %b" % (
+        len(env["payloadType"]),
+        env["payloadType"].encode(),
+        len(base64.b64decode(env["payload"])),
+        base64.b64decode(env["payload"]),
+    )
     sig = folder / "sig"
     sig.write_text(attest._armor(base64.b64decode(env["signatures"][0]["sig"])))
-    subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", "envbuild-ci", "-n", "envbuild",
-                    "-s", str(sig)], input=pae, check=True, capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-Y", "verify", "-f", str(allowed), "-I", "envbuild-ci", "-n", "envbuild", "-s", str(sig)],
+        input=pae,
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_tampered_result_one_byte(run):
@@ -119,8 +130,9 @@ def test_tampered_result_one_byte(run):
 def test_swapped_image_digest(run):
     folder, key, allowed = run
     other = "0" * 64
-    statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
-                                      image_sha256=other)
+    statement = attest.make_statement(
+        folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0", image_sha256=other
+    )
     path = folder / attest.ATTESTATION_NAME
     attest.write_attestation(attest.sign_statement(statement, key), path)
     with pytest.raises(attest.ImageDigestMismatch, match=f"attested image {other}"):
@@ -150,8 +162,9 @@ def test_validity_is_checked_at_signing_time(run):
     result = json.loads((folder / "result.json").read_text())
     result["finished_at"] = "2025-12-31T23:00:00Z"
     (folder / "result.json").write_text(json.dumps(result))
-    statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
-                                      signed_at="2026-01-01T00:00:00Z")
+    statement = attest.make_statement(
+        folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0", signed_at="2026-01-01T00:00:00Z"
+    )
     path = folder / attest.ATTESTATION_NAME
     attest.write_attestation(attest.sign_statement(statement, key), path)
     allowed.write_text(f'envbuild-ci namespaces="envbuild",valid-before="20260601" {public_line(key)}\n')
@@ -178,10 +191,15 @@ def test_signature_made_with_another_namespace(run):
     folder, key, allowed = run
     statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0")
     envelope = attest.sign_statement(statement, key)
-    pae = b"DSSEv1 %d %b %d %b" % (len(attest.PAYLOAD_TYPE), attest.PAYLOAD_TYPE.encode(),
-                                   len(base64.b64decode(envelope["payload"])), base64.b64decode(envelope["payload"]))
-    proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(key)], input=pae,
-                          capture_output=True, check=True)
+    pae = b"DSSEv1 %d %b %d %b" % (
+        len(attest.PAYLOAD_TYPE),
+        attest.PAYLOAD_TYPE.encode(),
+        len(base64.b64decode(envelope["payload"])),
+        base64.b64decode(envelope["payload"]),
+    )
+    proc = subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-n", "git", "-f", str(key)], input=pae, capture_output=True, check=True
+    )
     envelope["signatures"][0]["sig"] = base64.b64encode(attest._dearmor(proc.stdout.decode())).decode()
     path = folder / attest.ATTESTATION_NAME
     attest.write_attestation(envelope, path)
@@ -218,8 +236,10 @@ def test_bad_signature_over_an_edited_payload(run):
         attest.verify(path, allowed)
 
 
-@pytest.mark.parametrize("content", ["", "not json\n", '{"payload": "x"}\n', "{}\n{}\n",
-                                     '{"payload": "!!", "payloadType": "a", "signatures": []}\n'])
+@pytest.mark.parametrize(
+    "content",
+    ["", "not json\n", '{"payload": "x"}\n', "{}\n{}\n", '{"payload": "!!", "payloadType": "a", "signatures": []}\n'],
+)
 def test_unparseable_envelope_is_bad_input(run, content):
     folder, _, allowed = run
     path = folder / attest.ATTESTATION_NAME
@@ -250,46 +270,77 @@ def _signed(folder: Path, key: Path, statement) -> Path:
 def _edit_subjects(*subjects):
     def edit(statement):
         statement["subject"] = list(subjects)
+
     return edit
 
 
 _HEX = "ab" * 32
 _BAD_STATEMENTS = {
-    "an in-toto v0.1 statement": (lambda s: s.update(_type="https://in-toto.io/Statement/v0.1"),
-                                  "not an in-toto Statement v1"),
+    "an in-toto v0.1 statement": (
+        lambda s: s.update(_type="https://in-toto.io/Statement/v0.1"),
+        "not an in-toto Statement v1",
+    ),
     "no _type": (lambda s: s.pop("_type"), "not an in-toto Statement v1"),
-    "a predicate type sorting before ours": (lambda s: s.update(predicateType="https://slsa.dev/provenance/v1"),
-                                             "predicateType is 'https://slsa.dev/provenance/v1', not"),
-    "a predicate type sorting after ours": (lambda s: s.update(predicateType="urn:example:run:v1"),
-                                            "predicateType is 'urn:example:run:v1', not"),
+    "a predicate type sorting before ours": (
+        lambda s: s.update(predicateType="https://slsa.dev/provenance/v1"),
+        "predicateType is 'https://slsa.dev/provenance/v1', not",
+    ),
+    "a predicate type sorting after ours": (
+        lambda s: s.update(predicateType="urn:example:run:v1"),
+        "predicateType is 'urn:example:run:v1', not",
+    ),
     "no predicate type": (lambda s: s.pop("predicateType"), "predicateType is None, not"),
     "no subjects": (lambda s: s.pop("subject"), "subjects are not name + sha256"),
-    "subjects not a list": (lambda s: s.update(subject={"name": "result.json", "digest": {"sha256": _HEX}}),
-                            "subjects are not name + sha256"),
+    "subjects not a list": (
+        lambda s: s.update(subject={"name": "result.json", "digest": {"sha256": _HEX}}),
+        "subjects are not name + sha256",
+    ),
     "an empty subject list": (_edit_subjects(), "subjects are not name + sha256"),
     "a subject that is a string": (_edit_subjects("result.json"), "subjects are not name + sha256"),
     "a subject without a name": (_edit_subjects({"digest": {"sha256": _HEX}}), "subjects are not name + sha256"),
-    "a subject named by a number": (_edit_subjects({"name": 7, "digest": {"sha256": _HEX}}),
-                                    "subjects are not name + sha256"),
-    "a digest that is a string": (_edit_subjects({"name": "result.json", "digest": _HEX}),
-                                  "subjects are not name + sha256"),
-    "a digest without sha256": (_edit_subjects({"name": "result.json", "digest": {"sha512": _HEX * 2}}),
-                                "subjects are not name + sha256"),
-    "a sha256 that is a number": (_edit_subjects({"name": "result.json", "digest": {"sha256": 12}}),
-                                  "subjects are not name + sha256"),
-    "a sha256 in capitals": (_edit_subjects({"name": "result.json", "digest": {"sha256": _HEX.upper()}}),
-                             "subjects are not name + sha256"),
-    "a sha256 one digit long": (_edit_subjects({"name": "result.json", "digest": {"sha256": _HEX + "0"}}),
-                                "subjects are not name + sha256"),
-    "a sha256 one digit short": (_edit_subjects({"name": "result.json", "digest": {"sha256": _HEX[:-1]}}),
-                                 "subjects are not name + sha256"),
-    "two result.json subjects": (_edit_subjects({"name": "result.json", "digest": {"sha256": _HEX}},
-                                                {"name": "result.json", "digest": {"sha256": "cd" * 32}}),
-                                 "needs one result.json subject and no duplicate names"),
-    "two image subjects": (lambda s: s["subject"].extend([{"name": "image", "digest": {"sha256": _HEX}}] * 2),
-                           "needs one result.json subject and no duplicate names"),
-    "no result.json subject": (_edit_subjects({"name": "results.json", "digest": {"sha256": _HEX}}),
-                               "needs one result.json subject"),
+    "a subject named by a number": (
+        _edit_subjects({"name": 7, "digest": {"sha256": _HEX}}),
+        "subjects are not name + sha256",
+    ),
+    "a digest that is a string": (
+        _edit_subjects({"name": "result.json", "digest": _HEX}),
+        "subjects are not name + sha256",
+    ),
+    "a digest without sha256": (
+        _edit_subjects({"name": "result.json", "digest": {"sha512": _HEX * 2}}),
+        "subjects are not name + sha256",
+    ),
+    "a sha256 that is a number": (
+        _edit_subjects({"name": "result.json", "digest": {"sha256": 12}}),
+        "subjects are not name + sha256",
+    ),
+    "a sha256 in capitals": (
+        _edit_subjects({"name": "result.json", "digest": {"sha256": _HEX.upper()}}),
+        "subjects are not name + sha256",
+    ),
+    "a sha256 one digit long": (
+        _edit_subjects({"name": "result.json", "digest": {"sha256": _HEX + "0"}}),
+        "subjects are not name + sha256",
+    ),
+    "a sha256 one digit short": (
+        _edit_subjects({"name": "result.json", "digest": {"sha256": _HEX[:-1]}}),
+        "subjects are not name + sha256",
+    ),
+    "two result.json subjects": (
+        _edit_subjects(
+            {"name": "result.json", "digest": {"sha256": _HEX}},
+            {"name": "result.json", "digest": {"sha256": "cd" * 32}},
+        ),
+        "needs one result.json subject and no duplicate names",
+    ),
+    "two image subjects": (
+        lambda s: s["subject"].extend([{"name": "image", "digest": {"sha256": _HEX}}] * 2),
+        "needs one result.json subject and no duplicate names",
+    ),
+    "no result.json subject": (
+        _edit_subjects({"name": "results.json", "digest": {"sha256": _HEX}}),
+        "needs one result.json subject",
+    ),
     "no predicate": (lambda s: s.pop("predicate"), "the statement has no predicate"),
     "a predicate that is a list": (lambda s: s.update(predicate=[]), "the statement has no predicate"),
 }
@@ -332,8 +383,17 @@ def _with_sshsig(path: Path, blob: bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["nothing after the version", "public key cut short", "length of the public key cut short",
-                                  "namespace cut short", "namespace one byte short", "length of the namespace cut short"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "nothing after the version",
+        "public key cut short",
+        "length of the public key cut short",
+        "namespace cut short",
+        "namespace one byte short",
+        "length of the namespace cut short",
+    ],
+)
 def test_a_truncated_ssh_signature_is_a_bad_signature(run, case):
     """SSHSIG blobs (OpenSSH PROTOCOL.sshsig) whose strings run past the end: refused as malformed, never read
     short."""
@@ -341,11 +401,17 @@ def test_a_truncated_ssh_signature_is_a_bad_signature(run, case):
     path = sign(folder, key)
     public_blob = attest._parse_sshsig(base64.b64decode(envelope_of(path)["signatures"][0]["sig"]))[0]
     head = b"SSHSIG" + (1).to_bytes(4, "big")
-    blob = {"nothing after the version": head, "public key cut short": head + _string(public_blob)[:-1],
-            "length of the public key cut short": head + b"\x00\x00\x01",
-            "namespace cut short": head + _string(public_blob) + (len(b"envbuild") + 9).to_bytes(4, "big") + b"envbuild",
-            "namespace one byte short": head + _string(public_blob) + (len(b"envbuild") + 1).to_bytes(4, "big") + b"envbuild",
-            "length of the namespace cut short": head + _string(public_blob) + b"\x00\x00\x00"}[case]
+    blob = {
+        "nothing after the version": head,
+        "public key cut short": head + _string(public_blob)[:-1],
+        "length of the public key cut short": head + b"\x00\x00\x01",
+        "namespace cut short": head + _string(public_blob) + (len(b"envbuild") + 9).to_bytes(4, "big") + b"envbuild",
+        "namespace one byte short": head
+        + _string(public_blob)
+        + (len(b"envbuild") + 1).to_bytes(4, "big")
+        + b"envbuild",
+        "length of the namespace cut short": head + _string(public_blob) + b"\x00\x00\x00",
+    }[case]
     with pytest.raises(attest.BadSignature, match=re.escape("the SSH signature is malformed (truncated)")):
         attest.verify(_with_sshsig(path, blob), allowed)
 
@@ -374,17 +440,22 @@ def test_an_image_digest_on_one_side_only_is_named_in_the_message(run, tmp_path)
     digest = result["image"]["digest"].removeprefix("sha256:")
     statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0")
     statement["subject"] = [s for s in statement["subject"] if s["name"] != attest.IMAGE_SUBJECT]
-    with pytest.raises(attest.ImageDigestMismatch,
-                       match=re.escape(f"the result's image digest {digest} is not the attested image (none)")):
+    with pytest.raises(
+        attest.ImageDigestMismatch,
+        match=re.escape(f"the result's image digest {digest} is not the attested image (none)"),
+    ):
         attest.verify(_signed(folder, key, statement), allowed)
     local = tmp_path / "local"
     local.mkdir()
     del result["image"]
     (local / "result.json").write_text(json.dumps(result))
-    statement = attest.make_statement(local / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
-                                      image_sha256=digest)
-    with pytest.raises(attest.ImageDigestMismatch,
-                       match=re.escape(f"the result's image digest (none) is not the attested image {digest}")):
+    statement = attest.make_statement(
+        local / "result.json", commands=COMMANDS, envbuild_version="0.1.0", image_sha256=digest
+    )
+    with pytest.raises(
+        attest.ImageDigestMismatch,
+        match=re.escape(f"the result's image digest (none) is not the attested image {digest}"),
+    ):
         attest.verify(_signed(local, key, statement), allowed)
 
 
@@ -394,8 +465,11 @@ def test_our_armor_is_the_one_ssh_keygen_writes(run, tmp_path):
     for size in (1, 500, 5000):
         data = tmp_path / "data"
         data.write_bytes(b"x" * size)
-        subprocess.run(["ssh-keygen", "-q", "-Y", "sign", "-n", "envbuild", "-f", str(key), str(data)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-Y", "sign", "-n", "envbuild", "-f", str(key), str(data)],
+            check=True,
+            capture_output=True,
+        )
         written = Path(f"{data}.sig").read_text()
         assert attest._armor(attest._dearmor(written)) == written
         Path(f"{data}.sig").unlink()
@@ -407,12 +481,18 @@ def test_armor_and_dearmor_round_trip(blob):
     assert attest._dearmor(attest._armor(blob)) == blob
 
 
-@pytest.mark.parametrize("text", ["", "-----BEGIN SSH SIGNATURE-----\n-----END SSH SIGNATURE-----\n",
-                                  "-----BEGIN PGP SIGNATURE-----\nAQ==\n-----END SSH SIGNATURE-----\n",
-                                  "-----BEGIN SSH SIGNATURE----- v2\nAQ==\n-----END SSH SIGNATURE-----\n",
-                                  "-----BEGIN SSH SIGNATURE-----\nAQ==\n-----END PGP SIGNATURE-----\n",
-                                  "-----BEGIN SSH SIGNATURE-----\nAQ==\n-----END SSH SIGNATURE----- v2\n",
-                                  "Enter passphrase:\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "-----BEGIN SSH SIGNATURE-----\n-----END SSH SIGNATURE-----\n",
+        "-----BEGIN PGP SIGNATURE-----\nAQ==\n-----END SSH SIGNATURE-----\n",
+        "-----BEGIN SSH SIGNATURE----- v2\nAQ==\n-----END SSH SIGNATURE-----\n",
+        "-----BEGIN SSH SIGNATURE-----\nAQ==\n-----END PGP SIGNATURE-----\n",
+        "-----BEGIN SSH SIGNATURE-----\nAQ==\n-----END SSH SIGNATURE----- v2\n",
+        "Enter passphrase:\n",
+    ],
+)
 def test_output_of_ssh_keygen_that_is_no_signature_is_refused(text):
     with pytest.raises(attest.AttestationInputError, match="ssh-keygen wrote no SSH signature"):
         attest._dearmor(text)
@@ -450,23 +530,42 @@ def test_the_statement_names_the_run_the_hardware_and_a_sif(run, tmp_path):
     result = json.loads((folder / "result.json").read_text())
     sif = tmp_path / "cpu.sif"
     sif.write_bytes(b"SIF image bytes")
-    statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
-                                      sif_path=sif, signed_at="2026-12-03T00:00:00Z")
-    assert attest.subject_digests(statement) == {"result.json": file_sha256(folder / "result.json"),
-                                                 "image": result["image"]["digest"].removeprefix("sha256:"),
-                                                 "sif": file_sha256(sif)}
+    statement = attest.make_statement(
+        folder / "result.json",
+        commands=COMMANDS,
+        envbuild_version="0.1.0",
+        sif_path=sif,
+        signed_at="2026-12-03T00:00:00Z",
+    )
+    assert attest.subject_digests(statement) == {
+        "result.json": file_sha256(folder / "result.json"),
+        "image": result["image"]["digest"].removeprefix("sha256:"),
+        "sif": file_sha256(sif),
+    }
     hardware, host = result["hardware"], result["host"]
     predicate = statement["predicate"]
     assert predicate == {
-        "envbuild_version": "0.1.0", "commands": COMMANDS, "run_id": result["run_id"], "status": result["status"],
-        "measured_at": result["finished_at"], "signed_at": "2026-12-03T00:00:00Z",
-        "hardware": {"gpu_model": hardware["gpu_name"], "gpu_count": hardware["gpu_count"], "arch": hardware["arch"],
-                     "vendor": hardware["vendor"], "driver": host["amdgpu_version"], "kernel": host["kernel"],
-                     "os": host["os"]}}
+        "envbuild_version": "0.1.0",
+        "commands": COMMANDS,
+        "run_id": result["run_id"],
+        "status": result["status"],
+        "measured_at": result["finished_at"],
+        "signed_at": "2026-12-03T00:00:00Z",
+        "hardware": {
+            "gpu_model": hardware["gpu_name"],
+            "gpu_count": hardware["gpu_count"],
+            "arch": hardware["arch"],
+            "vendor": hardware["vendor"],
+            "driver": host["amdgpu_version"],
+            "kernel": host["kernel"],
+            "os": host["os"],
+        },
+    }
     assert attest.verify(_signed(folder, key, statement), allowed).statement == statement
     with pytest.raises(attest.AttestationInputError, match="no-such.sif"):
-        attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
-                              sif_path=tmp_path / "no-such.sif")
+        attest.make_statement(
+            folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0", sif_path=tmp_path / "no-such.sif"
+        )
 
 
 @pytest.mark.parametrize("edit", [{"hardware": None, "host": "box"}, {"hardware": [1], "host": None}])
@@ -478,9 +577,20 @@ def test_a_result_without_hardware_or_host_objects_has_a_summary_of_nulls(run, e
     assert set(statement["predicate"]["hardware"].values()) == {None}
 
 
-@pytest.mark.parametrize("image", [None, "box", {"digest": None}, {"digest": 12}, {"digest": "sha256:" + "ab" * 31},
-                                   {"digest": "sha512:" + "ab" * 32}, {"digest": "sha256:" + "AB" * 32},
-                                   {"digest": "sha256:" + "ab" * 32 + "0"}, {"digest": "ab" * 32}])
+@pytest.mark.parametrize(
+    "image",
+    [
+        None,
+        "box",
+        {"digest": None},
+        {"digest": 12},
+        {"digest": "sha256:" + "ab" * 31},
+        {"digest": "sha512:" + "ab" * 32},
+        {"digest": "sha256:" + "AB" * 32},
+        {"digest": "sha256:" + "ab" * 32 + "0"},
+        {"digest": "ab" * 32},
+    ],
+)
 def test_a_result_without_a_well_formed_image_digest_has_no_image_subject(run, image):
     folder, _, _ = run
     result = {**json.loads((folder / "result.json").read_text()), "image": image}
@@ -513,8 +623,9 @@ def test_signed_at_may_precede_the_finish_by_the_clock_allowance_and_no_more(run
     """The run finished at 21:57:02; CLOCK_SKEW_S (300 s) earlier is the earliest signed_at that verifies."""
     folder, key, allowed = run
     assert json.loads((folder / "result.json").read_text())["finished_at"] == "2026-12-02T21:57:02Z"
-    statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
-                                      signed_at=signed)
+    statement = attest.make_statement(
+        folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0", signed_at=signed
+    )
     path = _signed(folder, key, statement)
     if verifies:
         assert attest.verify(path, allowed).statement["predicate"]["signed_at"] == signed
@@ -529,8 +640,9 @@ def test_signed_at_may_lie_ahead_of_this_clock_by_the_allowance_only(run, ahead,
 
     folder, key, allowed = run
     signed = (datetime.now(timezone.utc) + timedelta(seconds=ahead)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0",
-                                      signed_at=signed)
+    statement = attest.make_statement(
+        folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0", signed_at=signed
+    )
     statement["predicate"]["signed_at"] = signed
     path = _signed(folder, key, statement)
     if verifies:
@@ -549,14 +661,18 @@ def test_a_statement_without_a_signed_at_time_is_refused(run, signed):
         attest.verify(_signed(folder, key, statement), allowed)
 
 
-@pytest.mark.parametrize(("key", "value"), [("run_id", "0" * 32), ("run_id", "f" * 32), ("run_id", None),
-                                            ("status", "skip"), ("status", "fail")])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("run_id", "0" * 32), ("run_id", "f" * 32), ("run_id", None), ("status", "skip"), ("status", "fail")],
+)
 def test_a_statement_naming_another_run_or_status_is_refused(run, key, value):
     """Values sorting before and after the result's alike."""
     folder, signing_key, allowed = run
     statement = attest.make_statement(folder / "result.json", commands=COMMANDS, envbuild_version="0.1.0")
     statement["predicate"][key] = value
-    with pytest.raises(attest.InvalidStatement, match=re.escape(f"the statement's {key} {value!r} is not the result's")):
+    with pytest.raises(
+        attest.InvalidStatement, match=re.escape(f"the statement's {key} {value!r} is not the result's")
+    ):
         attest.verify(_signed(folder, signing_key, statement), allowed)
 
 
@@ -609,10 +725,15 @@ def test_an_attestation_over_a_mebibyte_is_refused_and_one_just_under_verifies(r
         attest.verify(path, allowed)
 
 
-@pytest.mark.parametrize("content", ['[{"payload": "eA==", "payloadType": "a", "signatures": []}]\n',
-                                     '{"payload": "eA==", "payloadType": "a", "signatures": {}}\n',
-                                     '{"payload": "eA==", "payloadType": "a", "signatures": "sig"}\n',
-                                     '{"payload": "eA==", "payloadType": "a"}\n'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        '[{"payload": "eA==", "payloadType": "a", "signatures": []}]\n',
+        '{"payload": "eA==", "payloadType": "a", "signatures": {}}\n',
+        '{"payload": "eA==", "payloadType": "a", "signatures": "sig"}\n',
+        '{"payload": "eA==", "payloadType": "a"}\n',
+    ],
+)
 def test_an_envelope_of_the_wrong_shape_is_bad_input(run, content):
     folder, _, allowed = run
     path = folder / attest.ATTESTATION_NAME
@@ -625,7 +746,9 @@ def test_two_envelopes_in_one_file_are_bad_input(run):
     folder, key, allowed = run
     path = sign(folder, key)
     path.write_text(path.read_text() * 2)
-    with pytest.raises(attest.AttestationInputError, match=r"expected one DSSE envelope \(one JSON line\), found 2 lines"):
+    with pytest.raises(
+        attest.AttestationInputError, match=r"expected one DSSE envelope \(one JSON line\), found 2 lines"
+    ):
         attest.verify(path, allowed)
 
 
@@ -633,8 +756,11 @@ def test_two_envelopes_in_one_file_are_bad_input(run):
 def test_an_envelope_without_exactly_one_signature_is_bad_input(run, tmp_path, count):
     folder, key, allowed = run
     envelope = envelope_of(sign(folder, key))
-    envelope["signatures"] = [] if count == 0 else (
-        envelope["signatures"] + envelope_of(sign(folder, make_key(tmp_path / "keys", "second")))["signatures"])
+    envelope["signatures"] = (
+        []
+        if count == 0
+        else (envelope["signatures"] + envelope_of(sign(folder, make_key(tmp_path / "keys", "second")))["signatures"])
+    )
     path = folder / attest.ATTESTATION_NAME
     attest.write_attestation(envelope, path)
     with pytest.raises(attest.AttestationInputError, match=f"expected exactly one signature, found {count}"):
@@ -649,8 +775,12 @@ def test_a_signed_payload_that_is_not_strict_json_is_an_invalid_statement(run):
     folder, key, allowed = run
     payload = b'{"_type": "x", "_type": "https://in-toto.io/Statement/v1"}'
     envelope = Envelope(payload=payload, payload_type=attest.PAYLOAD_TYPE, signatures={})
-    proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-n", "envbuild", "-f", str(key)], input=envelope.pae(),
-                          capture_output=True, check=True)
+    proc = subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-n", "envbuild", "-f", str(key)],
+        input=envelope.pae(),
+        capture_output=True,
+        check=True,
+    )
     blob = attest._dearmor(proc.stdout.decode())
     envelope.signatures["k"] = Signature(keyid="k", sig=blob.hex())
     path = folder / attest.ATTESTATION_NAME
@@ -678,13 +808,16 @@ def test_a_stored_attestation_is_checked_again_against_its_run(run, tmp_path):
         attest.reverify_stored(text, run_id, allowed, tmp_path / "other")
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda e: e["signatures"][0].pop("keyid"), r"'signatures\[0\]\.keyid' is missing .*SHA256 fingerprint"),
-    (lambda e: e["signatures"][0].update(sig=7), r"'signatures\[0\]\.sig' is missing or not a string"),
-    (lambda e: e.update(payload=e["payload"][:-1]), r"'payload' is not standard base64 \(Incorrect padding\)"),
-    (lambda e: e.update(payload="!!!!"), r"'payload' is not standard base64"),
-    (lambda e: e.pop("payloadType"), r"'payloadType' is missing"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda e: e["signatures"][0].pop("keyid"), r"'signatures\[0\]\.keyid' is missing .*SHA256 fingerprint"),
+        (lambda e: e["signatures"][0].update(sig=7), r"'signatures\[0\]\.sig' is missing or not a string"),
+        (lambda e: e.update(payload=e["payload"][:-1]), r"'payload' is not standard base64 \(Incorrect padding\)"),
+        (lambda e: e.update(payload="!!!!"), r"'payload' is not standard base64"),
+        (lambda e: e.pop("payloadType"), r"'payloadType' is missing"),
+    ],
+)
 def test_a_damaged_envelope_names_the_field_and_the_fix(run, damage, words):
     folder, key, allowed = run
     path = sign(folder, key)
@@ -713,20 +846,27 @@ def test_a_key_listed_on_two_lines_verifies_inside_either_window(run):
     path = sign(folder, key)
     expired, current = 'valid-before="20200101"', 'valid-after="20200101"'
     for first, second in ((expired, current), (current, expired)):
-        allowed.write_text(f'envbuild-ci namespaces="envbuild",{first} {public_line(key)}\n'
-                           f'envbuild-ci namespaces="envbuild",{second} {public_line(key)}\n')
+        allowed.write_text(
+            f'envbuild-ci namespaces="envbuild",{first} {public_line(key)}\n'
+            f'envbuild-ci namespaces="envbuild",{second} {public_line(key)}\n'
+        )
         assert attest.verify(path, allowed).principal == "envbuild-ci"
-    allowed.write_text(f'envbuild-ci namespaces="envbuild",{expired} {public_line(key)}\n'
-                       f'envbuild-ci namespaces="envbuild",valid-after="29990101" {public_line(key)}\n')
+    allowed.write_text(
+        f'envbuild-ci namespaces="envbuild",{expired} {public_line(key)}\n'
+        f'envbuild-ci namespaces="envbuild",valid-after="29990101" {public_line(key)}\n'
+    )
     with pytest.raises(attest.KeyOutsideValidity, match=re.escape("(valid-after/valid-before of line 1)")):
         attest.verify(path, allowed)
 
 
-@pytest.mark.parametrize("killed, error, message", [
-    ("-Y sign", attest.AttestationInputError, "ssh-keygen could not sign with"),
-    ("-Y verify", attest.BadSignature, "does not match the envelope: ssh-keygen -Y verify failed"),
-    ("-r", attest.RevokedKey, "is revoked"),  # the revocation check
-])
+@pytest.mark.parametrize(
+    "killed, error, message",
+    [
+        ("-Y sign", attest.AttestationInputError, "ssh-keygen could not sign with"),
+        ("-Y verify", attest.BadSignature, "does not match the envelope: ssh-keygen -Y verify failed"),
+        ("-r", attest.RevokedKey, "is revoked"),  # the revocation check
+    ],
+)
 def test_an_ssh_keygen_killed_by_a_signal_is_a_failed_step(run, tmp_path, monkeypatch, killed, error, message):
     """A step that ends by a signal (a negative return code) failed: no signature, no match, not cleared."""
     folder, key, allowed = run
@@ -734,8 +874,11 @@ def test_an_ssh_keygen_killed_by_a_signal_is_a_failed_step(run, tmp_path, monkey
     real = shutil.which("ssh-keygen")
     stand_in = tmp_path / "bin" / "ssh-keygen"
     stand_in.parent.mkdir()
-    test = {"-Y sign": '[ "$1 $2" = "-Y sign" ]', "-Y verify": '[ "$1 $2" = "-Y verify" ]',
-            "-r": 'case " $* " in *" -r "*) true ;; *) false ;; esac'}[killed]
+    test = {
+        "-Y sign": '[ "$1 $2" = "-Y sign" ]',
+        "-Y verify": '[ "$1 $2" = "-Y verify" ]',
+        "-r": 'case " $* " in *" -r "*) true ;; *) false ;; esac',
+    }[killed]
     stand_in.write_text(f'#!/bin/sh\n{test} && kill -KILL $$\nexec {real} "$@"\n')
     stand_in.chmod(0o755)
     monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")

@@ -52,8 +52,11 @@ def sign(folder: Path, key: Path, **kwargs) -> Path:
 
 def verify_and_import(tmp_path: Path, folder: Path, allowed: Path):
     db = tmp_path / "m.db"
-    return invoke("matrix", "verify", folder, "--allowed-signers", allowed), \
-        invoke("matrix", "import", "--db", db, folder, "--allowed-signers", allowed), db
+    return (
+        invoke("matrix", "verify", folder, "--allowed-signers", allowed),
+        invoke("matrix", "import", "--db", db, folder, "--allowed-signers", allowed),
+        db,
+    )
 
 
 def test_a_certificate_from_a_contributor_ca_never_verifies_as_the_project_ci(tmp_path):
@@ -61,8 +64,10 @@ def test_a_certificate_from_a_contributor_ca_never_verifies_as_the_project_ci(tm
     keys = tmp_path / "keys"
     keys.mkdir()
     ca, user = make_key(keys / "ca"), make_key(keys / "user")
-    subprocess.run(["ssh-keygen", "-q", "-s", str(ca), "-I", "forged", "-n", f"{CI_PRINCIPAL},{H200_PRINCIPAL}",
-                    f"{user}.pub"], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-s", str(ca), "-I", "forged", "-n", f"{CI_PRINCIPAL},{H200_PRINCIPAL}", f"{user}.pub"],
+        check=True,
+    )
     folder = run_folder(tmp_path)
     sign(folder, keys / "user-cert.pub")
     allowed = tmp_path / "allowed_signers"
@@ -73,19 +78,24 @@ def test_a_certificate_from_a_contributor_ca_never_verifies_as_the_project_ci(tm
     # the same CA listed for a plain principal (no pattern, no option) still does not make its certificates count
     allowed.write_text(f'mallory namespaces="envbuild" {public(ca)}\n')
     verified, imported, db = verify_and_import(tmp_path, folder, allowed)
-    assert verified.exit_code == 1 and "[signer]" in verified.output and "measured by this project" not in verified.output
+    assert (
+        verified.exit_code == 1 and "[signer]" in verified.output and "measured by this project" not in verified.output
+    )
     assert imported.exit_code == 1 and not db.exists()
 
 
-@pytest.mark.parametrize("principal", ['" envbuild-ci,*"', "envbuild-ci,*", "*", "envbuild-?i", "!alice,*",
-                                       '"envbuild-ci"', ",alice"])
+@pytest.mark.parametrize(
+    "principal", ['" envbuild-ci,*"', "envbuild-ci,*", "*", "envbuild-?i", "!alice,*", '"envbuild-ci"', ",alice"]
+)
 def test_a_pattern_or_list_principal_is_refused_naming_the_line(tmp_path, principal):
     key = make_key(tmp_path / "k")
     folder = run_folder(tmp_path)
     sign(folder, key)
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f'# comment\nalice namespaces="envbuild" {public(make_key(tmp_path / "a"))}\n'
-                       f'{principal} namespaces="envbuild" {public(key)}\n')
+    allowed.write_text(
+        f'# comment\nalice namespaces="envbuild" {public(make_key(tmp_path / "a"))}\n'
+        f'{principal} namespaces="envbuild" {public(key)}\n'
+    )
     verified, imported, db = verify_and_import(tmp_path, folder, allowed)
     assert verified.exit_code == 2, verified.output
     assert "line 3: principal" in verified.output and "not one plain name" in verified.output
@@ -134,9 +144,18 @@ def test_a_retired_project_key_signs_nothing_new_and_what_it_signed_keeps_verify
     assert [s.valid_before for s in current] == [None]
 
 
-@pytest.mark.parametrize("options", ['namespaces="envbuild",no-touch-required', 'namespaces="envbuild",verify-required',
-                                     'namespaces="git"', "", 'namespaces="envbuild",namespaces="envbuild"',
-                                     'namespaces="envbuild",valid-after="2026"', 'namespaces="envbuild",'])
+@pytest.mark.parametrize(
+    "options",
+    [
+        'namespaces="envbuild",no-touch-required',
+        'namespaces="envbuild",verify-required',
+        'namespaces="git"',
+        "",
+        'namespaces="envbuild",namespaces="envbuild"',
+        'namespaces="envbuild",valid-after="2026"',
+        'namespaces="envbuild",',
+    ],
+)
 def test_unknown_or_missing_options_are_refused(tmp_path, options):
     key = make_key(tmp_path / "k")
     folder = run_folder(tmp_path)
@@ -179,13 +198,20 @@ def test_a_backdated_signed_at_does_not_revive_an_expired_key(tmp_path):
     key = make_key(tmp_path / "k")
     folder = run_folder(tmp_path)
     sign(folder, key, signed_at="2026-01-01T00:00:00Z")
-    verified = invoke("matrix", "verify", folder, "--allowed-signers", _allowed(tmp_path, key, ',valid-before="20260601"'))
+    verified = invoke(
+        "matrix", "verify", folder, "--allowed-signers", _allowed(tmp_path, key, ',valid-before="20260601"')
+    )
     assert verified.exit_code == 1 and "[statement]" in verified.output and "before the run finished" in verified.output
 
 
-@pytest.mark.parametrize("stamp, words", [("2999-01-01T00:00:00Z", "lies in the future"),
-                                          ("2026-13-01T00:00:00Z", "not a valid time"),
-                                          ("yesterday", "no signed_at time")])
+@pytest.mark.parametrize(
+    "stamp, words",
+    [
+        ("2999-01-01T00:00:00Z", "lies in the future"),
+        ("2026-13-01T00:00:00Z", "not a valid time"),
+        ("yesterday", "no signed_at time"),
+    ],
+)
 def test_signed_at_in_the_future_or_malformed_is_refused(tmp_path, stamp, words):
     key = make_key(tmp_path / "k")
     folder = run_folder(tmp_path)
@@ -206,8 +232,11 @@ def test_duplicate_keys_and_a_bom_are_refused_alike_by_verify_and_import(tmp_pat
     key = make_key(tmp_path / "k")
     folder = run_folder(tmp_path)
     raw = (folder / "result.json").read_bytes()
-    raw = raw.replace(b'"status": "pass"', b'"status": "fail", "status": "pass"', 1) if edit == "duplicate" \
+    raw = (
+        raw.replace(b'"status": "pass"', b'"status": "fail", "status": "pass"', 1)
+        if edit == "duplicate"
         else b"\xef\xbb\xbf" + raw
+    )
     (folder / "result.json").write_bytes(raw)
     statement = attest.make_statement(CPU_RUN / "result.json", commands=COMMANDS, envbuild_version="0.1.0")
     statement["subject"][0]["digest"]["sha256"] = hashlib.sha256(raw).hexdigest()
@@ -218,8 +247,9 @@ def test_duplicate_keys_and_a_bom_are_refused_alike_by_verify_and_import(tmp_pat
     assert imported.exit_code == 2 and words in imported.output and not db.exists()
 
 
-@pytest.mark.parametrize("change", [{"payload": 12}, {"sig": 5}, {"payloadType": None}, {"signatures": [5]},
-                                    {"sig": "zz"}, {"keyid": 7}])
+@pytest.mark.parametrize(
+    "change", [{"payload": 12}, {"sig": 5}, {"payloadType": None}, {"signatures": [5]}, {"sig": "zz"}, {"keyid": 7}]
+)
 def test_malformed_envelopes_are_bad_input_not_tracebacks(tmp_path, change):
     key = make_key(tmp_path / "k")
     folder = run_folder(tmp_path)
@@ -249,10 +279,22 @@ def test_one_bad_attestation_in_an_artifact_import_is_reported_and_the_rest_impo
     envelope["payload"] = 12
     (bad / attest.ATTESTATION_NAME).write_text(json.dumps(envelope) + "\n")
     db = tmp_path / "m.db"
-    imported = invoke("matrix", "import", "--db", db, tmp_path / "results", "--skip-invalid",
-                      "--allowed-signers", _allowed(tmp_path, key))
+    imported = invoke(
+        "matrix",
+        "import",
+        "--db",
+        db,
+        tmp_path / "results",
+        "--skip-invalid",
+        "--allowed-signers",
+        _allowed(tmp_path, key),
+    )
     assert imported.exit_code == 0, imported.output
-    assert "skipped" in imported.output and "bad/result.json" in imported.output and "imported 1 new run" in imported.output
+    assert (
+        "skipped" in imported.output
+        and "bad/result.json" in imported.output
+        and "imported 1 new run" in imported.output
+    )
     with MatrixStore.open(db, readonly=True) as store:
         assert [r["provenance"] for r in store.runs()] == ["contributed"]
 

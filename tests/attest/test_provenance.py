@@ -34,8 +34,9 @@ def make_key(path: Path, comment: str) -> Path:
 
 
 def fingerprint(key: Path) -> str:
-    return subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True,
-                          check=True).stdout.split()[1]
+    return subprocess.run(
+        ["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
 
 
 @pytest.fixture()
@@ -47,8 +48,12 @@ def keys(tmp_path, monkeypatch):
     alice, ci = make_key(folder / "alice", "alice"), make_key(folder / "ci", "ci")
     monkeypatch.setitem(PROJECT_SIGNERS, CI_PRINCIPAL, PROJECT_SIGNERS[CI_PRINCIPAL] | {fingerprint(ci)})
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text("".join(f'{name} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n'
-                               for name, key in (("alice@example.org", alice), (CI_PRINCIPAL, ci))))
+    allowed.write_text(
+        "".join(
+            f'{name} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n'
+            for name, key in (("alice@example.org", alice), (CI_PRINCIPAL, ci))
+        )
+    )
     return alice, ci, allowed
 
 
@@ -67,8 +72,19 @@ def local_run(tmp_path: Path, source: Path = CPU_RUN) -> Path:
 def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, keys):
     alice, _, allowed = keys
     results = tmp_path / "results"
-    published = invoke("matrix", "publish", local_run(tmp_path), "--name", "alice-smoke", "-o", results,
-                       "--sign", alice, "--command", "envbuild run workload --image envbuild/cpu:x --out run-smoke")
+    published = invoke(
+        "matrix",
+        "publish",
+        local_run(tmp_path),
+        "--name",
+        "alice-smoke",
+        "-o",
+        results,
+        "--sign",
+        alice,
+        "--command",
+        "envbuild run workload --image envbuild/cpu:x --out run-smoke",
+    )
     assert published.exit_code == 0, published.output
     folder = results / CPU_KEY / "alice-smoke"
     assert sorted(p.name for p in folder.iterdir()) == ["container.log", "result.json", "result.json.intoto.jsonl"]
@@ -89,7 +105,8 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
     with MatrixStore.open(db, readonly=True) as store:
         assert {r["cell_key"]: (r["provenance"], r["signer"]) for r in store.runs()} == {
             CPU_KEY: ("contributed", f"alice@example.org ({fingerprint(alice)})"),
-            "cuda13.0-torch2.11-sm_90-py3.12": ("unsigned", None)}
+            "cuda13.0-torch2.11-sm_90-py3.12": ("unsigned", None),
+        }
 
     site = tmp_path / "site"
     assert invoke("report", "--db", db, "--no-recipes", "-o", site, "--allowed-signers", allowed).exit_code == 0
@@ -99,13 +116,20 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
     link = re.search(r'href="\.\./(attestations/[0-9a-f]+\.intoto\.jsonl)"', row).group(1)
     assert (site / link).read_text() == (folder / "result.json.intoto.jsonl").read_text()
     index = (site / "index.html").read_text()
-    assert f'data-cell="{CPU_KEY}" data-status="pass" data-arch="none" data-release="cpu" data-provenance="contributed"' in index
+    assert (
+        f'data-cell="{CPU_KEY}" data-status="pass" data-arch="none" data-release="cpu" data-provenance="contributed"'
+        in index
+    )
     assert '<option value="unsigned">unsigned</option>' in index
     assert "unsigned, imported locally" in index
 
     public = tmp_path / "public"
-    assert invoke("report", "--db", db, "--no-recipes", "--published", "-o", public,
-                  "--allowed-signers", allowed).exit_code == 0
+    assert (
+        invoke(
+            "report", "--db", db, "--no-recipes", "--published", "-o", public, "--allowed-signers", allowed
+        ).exit_code
+        == 0
+    )
     index = (public / "index.html").read_text()
     assert "unsigned" not in index and label.replace("'", "&#39;") in index
     unsigned_id = json.loads(unsigned.read_text())["run_id"]
@@ -117,8 +141,22 @@ def test_publish_sign_verify_import_and_the_provenance_in_the_report(tmp_path, k
 def test_import_verifies_first_and_imports_nothing_when_a_result_was_tampered(tmp_path, keys):
     alice, _, allowed = keys
     results = tmp_path / "results"
-    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "a", "-o", results, "--sign", alice,
-                  "--command", "envbuild run workload").exit_code == 0
+    assert (
+        invoke(
+            "matrix",
+            "publish",
+            local_run(tmp_path),
+            "--name",
+            "a",
+            "-o",
+            results,
+            "--sign",
+            alice,
+            "--command",
+            "envbuild run workload",
+        ).exit_code
+        == 0
+    )
     good = tmp_path / "good"
     shutil.copytree(H200_RUN, good)  # signed by this project's H200 key, which `allowed` does not list
     result = results / CPU_KEY / "a" / "result.json"
@@ -138,8 +176,22 @@ def test_import_verifies_first_and_imports_nothing_when_a_result_was_tampered(tm
 def test_verify_exit_codes_name_the_check(tmp_path, keys):
     alice, _, allowed = keys
     results = tmp_path / "results"
-    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "a", "-o", results, "--sign", alice,
-                  "--command", "envbuild run workload").exit_code == 0
+    assert (
+        invoke(
+            "matrix",
+            "publish",
+            local_run(tmp_path),
+            "--name",
+            "a",
+            "-o",
+            results,
+            "--sign",
+            alice,
+            "--command",
+            "envbuild run workload",
+        ).exit_code
+        == 0
+    )
     folder = results / CPU_KEY / "a"
     assert invoke("matrix", "verify", folder / "result.json", "--allowed-signers", allowed).exit_code == 0
     revoked = tmp_path / "revoked"
@@ -169,13 +221,37 @@ def test_publish_refuses_to_sign_without_commands_or_with_a_bad_key_and_leaves_n
 def test_report_check_fails_on_a_committed_result_without_a_verifying_attestation(tmp_path, keys):
     _, ci, allowed = keys
     results = tmp_path / "results"
-    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "ci-smoke", "-o", results, "--sign", ci,
-                  "--command", "envbuild run workload").exit_code == 0
+    assert (
+        invoke(
+            "matrix",
+            "publish",
+            local_run(tmp_path),
+            "--name",
+            "ci-smoke",
+            "-o",
+            results,
+            "--sign",
+            ci,
+            "--command",
+            "envbuild run workload",
+        ).exit_code
+        == 0
+    )
     db = tmp_path / "m.db"
     assert invoke("matrix", "import", "--db", db, results, "--allowed-signers", allowed).exit_code == 0
     summary = tmp_path / "compatibility.md"
-    common = ("report", "--db", db, "--no-recipes", "--markdown", summary, "--results", results,
-              "--allowed-signers", allowed)
+    common = (
+        "report",
+        "--db",
+        db,
+        "--no-recipes",
+        "--markdown",
+        summary,
+        "--results",
+        results,
+        "--allowed-signers",
+        allowed,
+    )
     assert invoke(*common[:-4], *common[-2:]).exit_code == 0
     assert "measured by this project's CI" in summary.read_text()
     ok = invoke(*common, "--check")
@@ -195,7 +271,10 @@ def test_a_signed_import_upgrades_an_unsigned_copy_and_merged_runs_come_in_unsig
         assert store.record_run(result).outcome == "identical"  # an unsigned copy never downgrades it
         (row,) = store.runs()
         assert (row["provenance"], row["signer"], row["attestation"]) == (
-            "contributed", "alice@example.org (SHA256:x)", '{"payload": "..."}')
+            "contributed",
+            "alice@example.org (SHA256:x)",
+            '{"payload": "..."}',
+        )
     with MatrixStore.open(tmp_path / "merged.db") as store:
         store.merge_from(tmp_path / "job.db")
         (row,) = store.runs()
@@ -221,8 +300,13 @@ def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
         store.record_run(cpu, provenance=Provenance.signed(CI_PRINCIPAL, min(PROJECT_SIGNERS[CI_PRINCIPAL]), "{}"))
         store.record_run(h200, provenance=Provenance.signed("alice@example.org", "SHA256:al", "{}"))
         store.record_run(make_result(finished_at="2026-12-01T10:00:00Z"))
-        index = build_report(store, summarize(store, [untested]), tmp_path / "site", generated_at="2026-12-03T00:00:00Z")
-    page = inspect_page(index.as_uri(), tmp_path / "provenance.png", """(() => {
+        index = build_report(
+            store, summarize(store, [untested]), tmp_path / "site", generated_at="2026-12-03T00:00:00Z"
+        )
+    page = inspect_page(
+        index.as_uri(),
+        tmp_path / "provenance.png",
+        """(() => {
       const f = document.getElementById('filters');
       const rows = () => Array.from(document.querySelectorAll('#cells tbody tr')).filter(r => !r.hidden).map(r => r.dataset.cell);
       const out = {options: Array.from(f.provenance.options).map(o => o.value)};
@@ -230,7 +314,8 @@ def test_index_filters_by_provenance_in_chromium(tmp_path, keys):
         f.provenance.value = kind; f.dispatchEvent(new Event('change')); out[kind] = rows();
       }
       return out;
-    })()""")
+    })()""",
+    )
     assert page.errors == []
     v = page.value
     assert v["options"] == ["", "ci", "contributed", "unsigned", "none"]
@@ -244,8 +329,22 @@ def _signed_by_a_contributor(tmp_path, key: str, principal: str) -> list[dict]:
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f'{principal} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n')
     results = tmp_path / "results"
-    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "contributed", "-o", results, "--sign", key,
-                  "--command", "envbuild run workload").exit_code == 0
+    assert (
+        invoke(
+            "matrix",
+            "publish",
+            local_run(tmp_path),
+            "--name",
+            "contributed",
+            "-o",
+            results,
+            "--sign",
+            key,
+            "--command",
+            "envbuild run workload",
+        ).exit_code
+        == 0
+    )
     verified = invoke("matrix", "verify", results, "--allowed-signers", allowed)
     assert verified.exit_code == 0, verified.output
     assert f"contributed, signed by {principal} ({fingerprint(key)}), verified" in verified.output
@@ -260,12 +359,14 @@ def test_a_signer_whose_name_starts_like_the_ci_is_a_contributor(tmp_path):
     """`envbuild-ci-bob` is not this project's CI: only the exact CI principal is labelled as measured by it."""
     bob = make_key(tmp_path / "bob", "bob")
     runs = _signed_by_a_contributor(tmp_path, bob, f"{CI_PRINCIPAL}-bob")
-    assert [(r["provenance"], r["signer"]) for r in runs] == [("contributed", f"{CI_PRINCIPAL}-bob ({fingerprint(bob)})")]
+    assert [(r["provenance"], r["signer"]) for r in runs] == [
+        ("contributed", f"{CI_PRINCIPAL}-bob ({fingerprint(bob)})")
+    ]
 
 
 @pytest.mark.parametrize("principal", ["alice@example.org", "zoe@example.org"])
 def test_the_ci_key_listed_under_another_principal_is_a_contributor(tmp_path, keys, principal):
-    """"Measured by this project's CI" takes both the CI principal and one of its bound keys: the CI key on a line
+    """ "Measured by this project's CI" takes both the CI principal and one of its bound keys: the CI key on a line
     of another name (sorting before or after `envbuild-ci`) is that contributor's key."""
     _, ci, _ = keys
     runs = _signed_by_a_contributor(tmp_path, ci, principal)
@@ -276,8 +377,22 @@ def test_a_ci_run_in_the_published_report_is_measured_by_this_projects_ci(tmp_pa
     """The published report reads each run's kind back from its own copy of the database."""
     _, ci, allowed = keys
     results = tmp_path / "results"
-    assert invoke("matrix", "publish", local_run(tmp_path), "--name", "ci-smoke", "-o", results, "--sign", ci,
-                  "--command", "envbuild run workload").exit_code == 0
+    assert (
+        invoke(
+            "matrix",
+            "publish",
+            local_run(tmp_path),
+            "--name",
+            "ci-smoke",
+            "-o",
+            results,
+            "--sign",
+            ci,
+            "--command",
+            "envbuild run workload",
+        ).exit_code
+        == 0
+    )
     db = tmp_path / "m.db"
     assert invoke("matrix", "import", "--db", db, results, "--allowed-signers", allowed).exit_code == 0
     public = tmp_path / "public"
@@ -293,24 +408,29 @@ def test_labels_of_runs_read_back_from_the_store(tmp_path):
     from builder.store import provenance
     from matrix_fixtures import make_result
 
-    stored = {"ci": Provenance.signed(CI_PRINCIPAL, min(PROJECT_SIGNERS[CI_PRINCIPAL]), "{}"),
-              "alice": Provenance.signed("alice@example.org", "SHA256:al", "{}"),
-              "revoked": Provenance(provenance.REVOKED, "mallory (SHA256:ma)", "{}"),
-              "revoked, signer lost": Provenance(provenance.REVOKED, None, "{}"),
-              "unsigned": Provenance()}
+    stored = {
+        "ci": Provenance.signed(CI_PRINCIPAL, min(PROJECT_SIGNERS[CI_PRINCIPAL]), "{}"),
+        "alice": Provenance.signed("alice@example.org", "SHA256:al", "{}"),
+        "revoked": Provenance(provenance.REVOKED, "mallory (SHA256:ma)", "{}"),
+        "revoked, signer lost": Provenance(provenance.REVOKED, None, "{}"),
+        "unsigned": Provenance(),
+    }
     names = {}
     with MatrixStore.open(tmp_path / "m.db") as store:
         for name, signed in stored.items():
             result = make_result()
             names[result["run_id"]] = name
             assert store.record_run(result, provenance=signed).outcome == "new"
-        labels = {names[row["result"]["run_id"]]: provenance.label(row["provenance"], row["signer"])
-                  for row in store.runs()}
-    assert labels == {"ci": "measured by this project's CI",
-                      "alice": "contributed, signed by alice@example.org (SHA256:al), verified",
-                      "revoked": "revoked: signed by mallory (SHA256:ma), which no longer verifies",
-                      "revoked, signer lost": "revoked: signed by an unknown key, which no longer verifies",
-                      "unsigned": "unsigned, imported locally"}
+        labels = {
+            names[row["result"]["run_id"]]: provenance.label(row["provenance"], row["signer"]) for row in store.runs()
+        }
+    assert labels == {
+        "ci": "measured by this project's CI",
+        "alice": "contributed, signed by alice@example.org (SHA256:al), verified",
+        "revoked": "revoked: signed by mallory (SHA256:ma), which no longer verifies",
+        "revoked, signer lost": "revoked: signed by an unknown key, which no longer verifies",
+        "unsigned": "unsigned, imported locally",
+    }
 
 
 @pytest.mark.parametrize("kind", ["bogus", "ci-bob", "CI", "pending", "revoked-later", ""])
@@ -334,8 +454,16 @@ def test_a_signed_provenance_names_its_signer_and_an_unsigned_one_none(kind, sig
         Provenance(_fresh(kind), signer, "{}")
 
 
-@pytest.mark.parametrize(("kind", "signer"), [("ci", "envbuild-ci (SHA256:c)"), ("contributed", "alice (SHA256:al)"),
-                                              ("unsigned", None), ("revoked", "alice (SHA256:al)"), ("revoked", None)])
+@pytest.mark.parametrize(
+    ("kind", "signer"),
+    [
+        ("ci", "envbuild-ci (SHA256:c)"),
+        ("contributed", "alice (SHA256:al)"),
+        ("unsigned", None),
+        ("revoked", "alice (SHA256:al)"),
+        ("revoked", None),
+    ],
+)
 def test_provenances_that_hold_together_are_made_and_stay_as_checked(kind, signer):
     """A revoked run may have lost its signer; a provenance cannot be changed after its checks ran."""
     import dataclasses

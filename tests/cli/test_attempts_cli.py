@@ -76,9 +76,25 @@ def processes_naming(text: str) -> list[int]:
 @pytest.mark.docker
 def test_a_typo_d_base_image_is_an_attempt_with_its_own_record(tmp_path, docker_engine):
     db = passing_cell(tmp_path)
-    builds = [envbuild("image", "--flavor", "cpu", "--torch", "2.13", "--base-image", "does-not-exist:1",
-                       "-o", str(tmp_path / "ctx"), "--network", "host", "--db", str(db), cwd=tmp_path)
-              for _ in range(2)]
+    builds = [
+        envbuild(
+            "image",
+            "--flavor",
+            "cpu",
+            "--torch",
+            "2.13",
+            "--base-image",
+            "does-not-exist:1",
+            "-o",
+            str(tmp_path / "ctx"),
+            "--network",
+            "host",
+            "--db",
+            str(db),
+            cwd=tmp_path,
+        )
+        for _ in range(2)
+    ]
     for build in builds:
         assert build.returncode == 1, build.stderr[-2000:]
         assert "base_image_unavailable" in build.stderr
@@ -93,8 +109,11 @@ def test_a_typo_d_base_image_is_an_attempt_with_its_own_record(tmp_path, docker_
         assert (folder / "build.log").read_text().startswith("# builder: ")
         assert "does-not-exist:1" in (folder / "context" / "Dockerfile").read_text()
         record = json.loads((folder / "attempt.json").read_text())
-        assert (record["status"], record["failure_class"], record["id"]) == ("fail", "base_image_unavailable",
-                                                                            attempt["id"])
+        assert (record["status"], record["failure_class"], record["id"]) == (
+            "fail",
+            "base_image_unavailable",
+            attempt["id"],
+        )
 
 
 def test_an_unknown_preset_is_bad_input_and_leaves_the_cell_alone(tmp_path):
@@ -102,8 +121,18 @@ def test_an_unknown_preset_is_bad_input_and_leaves_the_cell_alone(tmp_path):
     (not process_died, not a verdict, not even an attempt); the passing cell stays as it was."""
     db = passing_cell(tmp_path)
     before = records(db)
-    run = envbuild("run", "workload", "--local", "--preset", "nosuch", "--out", str(tmp_path / "out"),
-                   "--db", str(db), cwd=tmp_path)
+    run = envbuild(
+        "run",
+        "workload",
+        "--local",
+        "--preset",
+        "nosuch",
+        "--out",
+        str(tmp_path / "out"),
+        "--db",
+        str(db),
+        cwd=tmp_path,
+    )
     assert run.returncode == 2, run.stderr[-2000:]
     assert "invalid choice: 'nosuch'" in run.stderr and "nothing recorded" in run.stderr
     assert not (tmp_path / "out" / "result.json").exists()
@@ -116,8 +145,9 @@ def test_bad_data_is_bad_input_and_leaves_the_cell_alone(tmp_path):
     db = passing_cell(tmp_path)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "no label here"}\n' * 20)
-    run = envbuild("run", "workload", "--local", "--data", str(bad), "--out", str(tmp_path / "out"),
-                   "--db", str(db), cwd=tmp_path)
+    run = envbuild(
+        "run", "workload", "--local", "--data", str(bad), "--out", str(tmp_path / "out"), "--db", str(db), cwd=tmp_path
+    )
     assert run.returncode == 2, run.stderr[-2000:]
     assert "bad.jsonl:1: missing column(s) ['label']" in run.stderr
     assert not (tmp_path / "out" / "result.json").exists()
@@ -127,9 +157,13 @@ def test_bad_data_is_bad_input_and_leaves_the_cell_alone(tmp_path):
 
 def start_training(tmp_path: Path, db: Path) -> subprocess.Popen:
     """`envbuild run workload --local` recording into `db`, returned once training steps are printed."""
-    proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / "out"),
-                             "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=tmp_path)
+    proc = subprocess.Popen(
+        [*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / "out"), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )
     deadline, seen = time.monotonic() + 180, ""
     while time.monotonic() < deadline and "step" not in seen:
         seen += proc.stdout.readline()
@@ -157,8 +191,9 @@ def test_a_stopped_local_run_is_an_attempt(tmp_path, sig, code, how):
 
 @pytest.mark.docker
 @pytest.mark.parametrize("sig, code, how", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
-def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(tmp_path, local_base, docker_engine,
-                                                                          sig, code, how):
+def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(
+    tmp_path, local_base, docker_engine, sig, code, how
+):
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     dockerfile = sleeper_dockerfile(local_base)
@@ -167,9 +202,13 @@ def test_a_stopped_build_stops_its_client_tags_nothing_and_is_an_attempt(tmp_pat
     (ctx / "manifest.json").write_text(json.dumps({"cell": cell, "base_image": local_base, "context_hash": "f" * 64}))
     tag = f"envbuild-test/sigterm:{os.getpid()}-{time.time_ns()}"
     db = tmp_path / "m.db"
-    proc = subprocess.Popen([*ENVBUILD, "image", "--context", str(ctx), "--tag", tag, "--network", "host",
-                             "--force", "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [*ENVBUILD, "image", "--context", str(ctx), "--tag", tag, "--network", "host", "--force", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )
     deadline, log = time.monotonic() + 120, None
     while time.monotonic() < deadline:
         logs = list((tmp_path / "envbuild-attempts").glob("*/build.log"))
@@ -215,8 +254,9 @@ def test_an_unwritable_attempts_folder_is_bad_input_before_building(tmp_path):
     elif subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
         pytest.skip("running as root without chattr: no way to make a directory unwritable")
     try:
-        result = CliRunner().invoke(main, ["image", "--context", str(ctx), "--tag", "envbuild-test/never:1",
-                                           "--db", str(tmp_path / "m.db")])
+        result = CliRunner().invoke(
+            main, ["image", "--context", str(ctx), "--tag", "envbuild-test/never:1", "--db", str(tmp_path / "m.db")]
+        )
     finally:
         subprocess.run(["chattr", "-i", str(locked)], capture_output=True)
         locked.chmod(0o755)

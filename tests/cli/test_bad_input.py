@@ -27,18 +27,27 @@ DATA_CASES = {
     "not-an-object": ("d.jsonl", b"[1, 2]\n", [], "d.jsonl:1: each line must be a JSON object"),
     "missing-label-column": ("d.jsonl", _jsonl([{"text": "a"}] * 4), [], "d.jsonl:1: missing column(s) ['label']"),
     "csv-missing-column": ("d.csv", b"sentence,label\nhello,joy\n", [], "d.csv:1: missing column(s) ['text']"),
-    "single-class": ("d.jsonl", _jsonl([{"text": f"t{i}", "label": "joy"} for i in range(6)]), [],
-                     "d.jsonl:1: only one label ('joy')"),
-    "non-utf8": ("d.jsonl", _jsonl(ROWS[:2]) + b'{"text": "caf\xe9", "label": "joy"}\n', [],
-                 "d.jsonl:3: not valid UTF-8"),
+    "single-class": (
+        "d.jsonl",
+        _jsonl([{"text": f"t{i}", "label": "joy"} for i in range(6)]),
+        [],
+        "d.jsonl:1: only one label ('joy')",
+    ),
+    "non-utf8": (
+        "d.jsonl",
+        _jsonl(ROWS[:2]) + b'{"text": "caf\xe9", "label": "joy"}\n',
+        [],
+        "d.jsonl:3: not valid UTF-8",
+    ),
     "unknown-label": ("d.jsonl", _jsonl(ROWS), ["--labels", "joy,fear"], "d.jsonl:5: unknown label 'anger'"),
     "wrong-file-type": ("d.txt", b"hello\n", [], "d.txt: unknown file type '.txt'"),
 }
 
 
 def _workload(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "workload", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "workload", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def _bad_input_line(stderr: str) -> str:
@@ -60,21 +69,38 @@ def test_workload_train_refuses_bad_data_with_exit_2(tmp_path, case):
     assert not out.exists()  # nothing written, not even the out dir
 
 
-@pytest.mark.parametrize("args,message", [
-    (["train", "--model", "MODEL_DIR"], "no config.json in it"),
-    (["train", "--model", "./no/such/model"], "--model ./no/such/model: no such directory"),
-    (["train", "--model", "tiny-gema"], "--model tiny-gema: not a tiny model, a local directory or a hub id "
-                                        "(owner/name); did you mean tiny-gemma?"),
-    (["train", "--data", "./no-such.jsonl"], "no-such.jsonl: no such file"),
-    (["train", "--preset", "smok"], "invalid choice: 'smok'"),
-    (["train", "--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
-    (["train", "--bogus"], "unrecognized arguments: --bogus"),
-    (["train", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
-    (["probe", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
-    (["predict", "--adapter", "/nonexistent", "hi"], "--adapter /nonexistent: no such directory"),
-    (["predict", "--adapter", "MODEL_DIR", "hi"], "not a workload adapter"),
-], ids=["model-dir-without-config", "missing-model-dir", "typo-tiny-model", "missing-data", "typo-preset", "bad-arg-value",
-        "unknown-arg", "train-out-proc", "probe-out-proc", "predict-missing-adapter", "predict-not-an-adapter"])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["train", "--model", "MODEL_DIR"], "no config.json in it"),
+        (["train", "--model", "./no/such/model"], "--model ./no/such/model: no such directory"),
+        (
+            ["train", "--model", "tiny-gema"],
+            "--model tiny-gema: not a tiny model, a local directory or a hub id (owner/name); did you mean tiny-gemma?",
+        ),
+        (["train", "--data", "./no-such.jsonl"], "no-such.jsonl: no such file"),
+        (["train", "--preset", "smok"], "invalid choice: 'smok'"),
+        (["train", "--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+        (["train", "--bogus"], "unrecognized arguments: --bogus"),
+        (["train", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
+        (["probe", "--out", "/proc/x"], "--out /proc/x: cannot write there"),
+        (["predict", "--adapter", "/nonexistent", "hi"], "--adapter /nonexistent: no such directory"),
+        (["predict", "--adapter", "MODEL_DIR", "hi"], "not a workload adapter"),
+    ],
+    ids=[
+        "model-dir-without-config",
+        "missing-model-dir",
+        "typo-tiny-model",
+        "missing-data",
+        "typo-preset",
+        "bad-arg-value",
+        "unknown-arg",
+        "train-out-proc",
+        "probe-out-proc",
+        "predict-missing-adapter",
+        "predict-not-an-adapter",
+    ],
+)
 def test_workload_refuses_bad_paths_and_arguments_with_exit_2(tmp_path, args, message):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -93,18 +119,37 @@ def test_envbuild_run_refuses_bad_data_with_exit_2_and_records_nothing(tmp_path,
     data = tmp_path / name
     data.write_bytes(content)
     out, db = tmp_path / "out", tmp_path / "m.db"
-    result = CliRunner().invoke(main, ["run", "workload", "--local", "--data", str(data), "--out", str(out),
-                                       "--db", str(db), "--", "--labels", "auto"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "workload",
+            "--local",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--db",
+            str(db),
+            "--",
+            "--labels",
+            "auto",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert message in result.output and "nothing recorded" in result.output
     assert not out.exists() and not db.exists()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--preset", "smok"], "invalid choice: 'smok'"),
-    (["--", "--max-steps", "many"], "argument --max-steps: invalid int value: 'many'"),
-    (["--model", "MODEL_DIR"], "no config.json in it"),
-], ids=["typo-preset", "bad-workload-args", "model-dir-without-config"])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--preset", "smok"], "invalid choice: 'smok'"),
+        (["--", "--max-steps", "many"], "argument --max-steps: invalid int value: 'many'"),
+        (["--model", "MODEL_DIR"], "no config.json in it"),
+    ],
+    ids=["typo-preset", "bad-workload-args", "model-dir-without-config"],
+)
 def test_envbuild_run_refuses_bad_arguments_with_exit_2(tmp_path, args, message):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -116,20 +161,31 @@ def test_envbuild_run_refuses_bad_arguments_with_exit_2(tmp_path, args, message)
     assert not out.exists() and not db.exists()
 
 
-@pytest.mark.parametrize("db,message", [
-    ("/proc/x/m.db", "cannot use the matrix database /proc/x/m.db (--db / $ENVBUILD_DB): No such file or directory"),
-    ("DIR", "Invalid value for '--db': File 'TMP' is a directory."),
-    ("NOT_SQLITE", "TMP/not.db is not an SQLite database"),
-    ("EMPTY", "TMP/empty.db is empty (0 bytes)"),
-    ("READ_ONLY_DIR/m.db", "cannot use the matrix database READ_ONLY_DIR/m.db"),
-])
+@pytest.mark.parametrize(
+    "db,message",
+    [
+        (
+            "/proc/x/m.db",
+            "cannot use the matrix database /proc/x/m.db (--db / $ENVBUILD_DB): No such file or directory",
+        ),
+        ("DIR", "Invalid value for '--db': File 'TMP' is a directory."),
+        ("NOT_SQLITE", "TMP/not.db is not an SQLite database"),
+        ("EMPTY", "TMP/empty.db is empty (0 bytes)"),
+        ("READ_ONLY_DIR/m.db", "cannot use the matrix database READ_ONLY_DIR/m.db"),
+    ],
+)
 def test_envbuild_run_checks_the_matrix_before_training(tmp_path, read_only_dir, db, message):
     (tmp_path / "not.db").write_text("not a database")
     (tmp_path / "empty.db").write_bytes(b"")
-    db = {"DIR": str(tmp_path), "NOT_SQLITE": str(tmp_path / "not.db"), "EMPTY": str(tmp_path / "empty.db"),
-          "READ_ONLY_DIR/m.db": str(read_only_dir / "m.db")}.get(db, db)
-    result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(tmp_path / "out")],
-                                env={"ENVBUILD_DB": db})
+    db = {
+        "DIR": str(tmp_path),
+        "NOT_SQLITE": str(tmp_path / "not.db"),
+        "EMPTY": str(tmp_path / "empty.db"),
+        "READ_ONLY_DIR/m.db": str(read_only_dir / "m.db"),
+    }.get(db, db)
+    result = CliRunner().invoke(
+        main, ["run", "workload", "--local", "--out", str(tmp_path / "out")], env={"ENVBUILD_DB": db}
+    )
     assert result.exit_code == 2, result.output
     expected = message.replace("READ_ONLY_DIR", str(read_only_dir)).replace("TMP", str(tmp_path))
     assert expected in " ".join(result.output.split()), result.output
@@ -172,8 +228,24 @@ def test_a_device_typo_is_bad_input_before_the_run_and_the_matrix_is_unchanged(t
         store.record_run(cpu_result())  # a matrix with one measurement in it already
     before = _matrix_rows(db)
     assert before["runs"]
-    result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(out), "--db", str(db),
-                                       "--", "--device", device, "--max-steps", "1", "--no-probes"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "workload",
+            "--local",
+            "--out",
+            str(out),
+            "--db",
+            str(db),
+            "--",
+            "--device",
+            device,
+            "--max-steps",
+            "1",
+            "--no-probes",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert f"--device {device}: must be auto, cpu, cuda or cuda:N" in result.output
     assert "nothing recorded" in result.output and "Traceback" not in result.output
@@ -181,13 +253,16 @@ def test_a_device_typo_is_bad_input_before_the_run_and_the_matrix_is_unchanged(t
     assert not out.exists()
 
 
-@pytest.mark.parametrize("command", [
-    ["run", "workload", "--local", "--out", "LONG"],
-    ["run", "workload", "--local", "--data", "LONG"],
-    ["run", "workload", "--local", "--model", "LONG"],
-    ["render", "--rocm", "6.2", "--torch", "2.5", "-o", "LONG"],
-    ["report", "-o", "LONG/site"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "workload", "--local", "--out", "LONG"],
+        ["run", "workload", "--local", "--data", "LONG"],
+        ["run", "workload", "--local", "--model", "LONG"],
+        ["render", "--rocm", "6.2", "--torch", "2.5", "-o", "LONG"],
+        ["report", "-o", "LONG/site"],
+    ],
+)
 def test_a_path_the_file_system_cannot_name_is_bad_input_and_nothing_is_left(tmp_path, command):
     """A part of a path over the file system's 255-byte limit is the user's path: exit 2 naming it, no traceback,
     no matrix, marker or output folder left behind."""

@@ -9,7 +9,9 @@ from builder.cli import main
 
 def test_dry_run_of_a_rocm_source_build(tmp_path):
     out = tmp_path / "ctx"
-    result = CliRunner().invoke(main, ["image", "--rocm", "6.2", "--torch", "2.4", "--unproven", "-o", str(out), "--dry-run"])
+    result = CliRunner().invoke(
+        main, ["image", "--rocm", "6.2", "--torch", "2.4", "--unproven", "-o", str(out), "--dry-run"]
+    )
     assert result.exit_code == 0, result.output
     assert "rocm6.2-torch2.4-gfx90a" in result.output
     assert "torch-source" in result.output.split("stages:")[1]  # no official 2.4 wheel for ROCm 6.2

@@ -26,8 +26,10 @@ ENVBUILD_MISSING = {
     "report --db": (["report", "-o", "OUT", "--db", "MISSING"], "no matrix database at MISSING"),
     "matrix export --db": (["matrix", "export", "--json", "--db", "MISSING"], "no matrix database at MISSING"),
     "matrix import": (["matrix", "import", "MISSING"], "'MISSING' does not exist"),
-    "run workload --data": (["run", "workload", "--local", "--data", "MISSING", "--out", "OUT"],
-                            "--data MISSING: no such file or directory"),
+    "run workload --data": (
+        ["run", "workload", "--local", "--data", "MISSING", "--out", "OUT"],
+        "--data MISSING: no such file or directory",
+    ),
 }
 WORKLOAD_MISSING = {
     "train --data": (["train", "--data", "MISSING", "--out", "OUT"], "MISSING: no such file"),
@@ -65,8 +67,12 @@ def test_envbuild_unwritable_output_is_exit_2_before_any_work(tmp_path, read_onl
 @pytest.mark.parametrize("command", sorted(WORKLOAD_OUTPUTS))
 def test_workload_unwritable_output_is_exit_2_before_any_work(tmp_path, read_only_dir, command, kind):
     out = _unwritable(kind, read_only_dir)
-    proc = subprocess.run([sys.executable, "-m", "workload", *_fill(WORKLOAD_OUTPUTS[command], OUT=out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workload", *_fill(WORKLOAD_OUTPUTS[command], OUT=out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"bad input: --out {out}: cannot write there" in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == ""
@@ -87,8 +93,12 @@ def test_envbuild_missing_input_is_one_clear_line(tmp_path, command):
 def test_workload_missing_input_is_one_clear_line(tmp_path, command):
     args, message = WORKLOAD_MISSING[command]
     missing = str(tmp_path / "missing")
-    proc = subprocess.run([sys.executable, "-m", "workload", *_fill(args, MISSING=missing, OUT=str(tmp_path / "out"))],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workload", *_fill(args, MISSING=missing, OUT=str(tmp_path / "out"))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert message.replace("MISSING", missing) in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()

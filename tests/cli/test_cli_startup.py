@@ -22,18 +22,23 @@ def _modules_after(code: str) -> set[str]:
     return {name.split(".")[0] for name in json.loads(proc.stdout.splitlines()[-1])}
 
 
-@pytest.mark.parametrize("code", [
-    "import builder.cli",
-    "from builder.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
-], ids=["import", "envbuild --help"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import builder.cli",
+        "from builder.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+    ],
+    ids=["import", "envbuild --help"],
+)
 def test_the_cli_loads_no_heavy_module(code):
     loaded = _modules_after(code)
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
 def test_render_help_loads_neither_docker_nor_matplotlib_nor_pydantic():
-    loaded = _modules_after("from builder.cli import main\ntry:\n    main(['render', '--help'])\n"
-                            "except SystemExit:\n    pass")
+    loaded = _modules_after(
+        "from builder.cli import main\ntry:\n    main(['render', '--help'])\nexcept SystemExit:\n    pass"
+    )
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
@@ -59,6 +64,7 @@ def test_group_help_lists_every_command_in_full():
 
 def test_matrix_commands_that_neither_sign_nor_verify_load_no_signing_library():
     """securesystemslib (~0.1 s to import) loads only when an attestation is made or read."""
-    loaded = _modules_after("from builder.cli import main\ntry:\n    main(['matrix', 'list', '--help'])\n"
-                            "except SystemExit:\n    pass")
+    loaded = _modules_after(
+        "from builder.cli import main\ntry:\n    main(['matrix', 'list', '--help'])\nexcept SystemExit:\n    pass"
+    )
     assert "securesystemslib" not in loaded

@@ -30,8 +30,12 @@ def _python_without_torch(root: Path) -> Path:
             (deps / entry.name).symlink_to(entry)
     venv.create(root / "venv", with_pip=False)
     python = root / "venv" / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(purelib) / "deps.pth").write_text(f"{REPO_ROOT}\n{deps}\n")
     return python
 
@@ -39,8 +43,24 @@ def _python_without_torch(root: Path) -> Path:
 def test_a_local_run_without_the_workload_extra_names_the_install_command(tmp_path):
     python = _python_without_torch(tmp_path)
     assert subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode != 0
-    proc = subprocess.run([str(python), "-m", "builder", "run", "workload", "--local", "--out", str(tmp_path / "run"),
-                           "--db", str(tmp_path / "m.db")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "builder",
+            "run",
+            "workload",
+            "--local",
+            "--out",
+            str(tmp_path / "run"),
+            "--db",
+            str(tmp_path / "m.db"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "lacks torch" in proc.stderr and "[workload]" in proc.stderr and "pip install" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -49,12 +69,19 @@ def test_a_local_run_without_the_workload_extra_names_the_install_command(tmp_pa
 
 def test_a_db_in_a_missing_folder_is_created_with_a_message(tmp_path):
     result = REPO_ROOT / "results" / "cpu-torch2.13-py3.11" / "container-smoke" / "result.json"
-    for name, args in (("run", ["run", "workload", "--local", "--out", str(tmp_path / "run")]),
-                       ("import", ["matrix", "import", str(result)])):
+    for name, args in (
+        ("run", ["run", "workload", "--local", "--out", str(tmp_path / "run")]),
+        ("import", ["matrix", "import", str(result)]),
+    ):
         db = tmp_path / f"new-folder-{name}" / "m.db"
-        proc = subprocess.run([sys.executable, "-m", "builder", *args, "--db", str(db)], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        proc = subprocess.run(
+            [sys.executable, "-m", "builder", *args, "--db", str(db)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )
         assert proc.returncode == 0, (args, proc.stdout + proc.stderr)
         assert f"creating the folder {db.parent} for the matrix database" in proc.stderr, proc.stderr
         assert db.is_file()
@@ -63,9 +90,14 @@ def test_a_db_in_a_missing_folder_is_created_with_a_message(tmp_path):
 @pytest.mark.parametrize("delay", [0.3, 1.0, 2.5])
 def test_ctrl_c_while_the_workload_starts_prints_no_traceback(tmp_path, delay):
     """SIGINT at several moments of start-up (imports, argument checks, model set-up): one line, no traceback."""
-    proc = subprocess.Popen([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--out",
-                             str(tmp_path / "run")], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workload", "train", "--preset", "smoke", "--out", str(tmp_path / "run")],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
@@ -103,8 +135,14 @@ def test_a_ctrl_c_a_library_swallows_still_ends_the_run_interrupted_not_with_a_v
     """Seen in CI under load: SIGINT landed inside numpy's lazy import under transformers, which swallowed the
     KeyboardInterrupt; the run went on and recorded `error (exception)`. A signalled run ends `interrupted`."""
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", SWALLOWING_LIBRARY, str(out)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", SWALLOWING_LIBRARY, str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     result = json.loads((out / "result.json").read_text())
     assert (result["status"], result["error_class"]) == ("error", "interrupted"), result["error"]
     assert "swallowed by a library" in result["error"] and "Traceback" not in proc.stderr

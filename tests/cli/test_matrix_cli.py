@@ -58,7 +58,9 @@ def test_ci_job_databases_merge_builds_and_runs_once(tmp_path):
     assert first.exit_code == 0, first.output
     assert "imported 1 new run(s), 1 already recorded, 0 replaced, 2 new build(s)" in first.output
     again = _invoke("matrix", "import", str(tmp_path / "artifacts"), db=db)
-    assert "imported 0 new run(s), 2 already recorded, 0 replaced, 0 new build(s)" in again.output  # the .db copy counts too
+    assert (
+        "imported 0 new run(s), 2 already recorded, 0 replaced, 0 new build(s)" in again.output
+    )  # the .db copy counts too
     with MatrixStore.open(db) as store:
         summaries = {s.key: s for s in summarize(store)}
         (merged_run,) = store.runs()
@@ -115,12 +117,15 @@ def test_corrupt_database_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "not an SQLite database" in result.output
 
 
-@pytest.mark.parametrize("results, status, failure_class", [
-    ([make_result()], "pass", None),
-    ([with_probe_failure(make_result())], "partial", None),
-    ([make_result(), failed_result("oom", "HIP out of memory")], "fail", "oom"),
-    ([failed_result(), make_result()], "pass", None),
-])
+@pytest.mark.parametrize(
+    "results, status, failure_class",
+    [
+        ([make_result()], "pass", None),
+        ([with_probe_failure(make_result())], "partial", None),
+        ([make_result(), failed_result("oom", "HIP out of memory")], "fail", "oom"),
+        ([failed_result(), make_result()], "pass", None),
+    ],
+)
 def test_cell_status_is_the_latest_verdict(tmp_path, results, status, failure_class):
     with MatrixStore.open(tmp_path / "m.db") as store:
         for i, result in enumerate(results):
@@ -136,8 +141,13 @@ def test_history_has_last_pass_and_flips_and_build_failures(tmp_path):
         store.record_run(make_result(finished_at="2026-12-01T10:00:00Z"))
         store.record_run(failed_result("nan_loss", "loss NaN at step 3", finished_at="2026-12-01T11:00:00Z"))
         store.record_run(make_result(finished_at="2026-12-01T12:00:00Z"))
-        store.record_build(cell, status="fail", failure_class="compile", error="hipcc: fatal error\nmore",
-                           created_at="2026-12-01T13:00:00Z")
+        store.record_build(
+            cell,
+            status="fail",
+            failure_class="compile",
+            error="hipcc: fatal error\nmore",
+            created_at="2026-12-01T13:00:00Z",
+        )
         recipe_only = Cell(flavor="rocm", accel_version="6.1.2", torch="2.3", arch="gfx90a", python="3.10")
         summaries = {s.key: s for s in summarize(store, [recipe_only])}
     s = summaries[ROCM_KEY]
@@ -157,8 +167,11 @@ def test_reading_commands_do_not_create_a_missing_database(tmp_path, args, monke
 
 
 def _on_base(base: str, status: str = "pass", finished_at: str = "2026-12-02T10:00:00Z") -> dict:
-    manifest = {"cell": {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10"},
-                "base_image": base, "context_hash": base.encode().hex().ljust(64, "0")}
+    manifest = {
+        "cell": {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10"},
+        "base_image": base,
+        "context_hash": base.encode().hex().ljust(64, "0"),
+    }
     image = {"tag": f"envbuild/x:{base[-1]}", "digest": f"sha256:{base[-1] * 64}", "manifest": manifest}
     if status == "pass":
         return make_result(image=image, finished_at=finished_at)
@@ -173,7 +186,9 @@ def test_two_bases_are_two_environments_not_a_flip(tmp_path):
     (line,) = json.loads(_invoke("matrix", "list", "--json", db=db).output)
     assert (line["status"], line["failure_class"], line["flaky"]) == ("fail", "nan_loss", False)
     assert [(e["status"], e["flips"], e["environment"].split(" ")[0]) for e in line["environments"]] == [
-        ("pass", 0, "rocm/dev-ubuntu-22.04:6.2"), ("fail", 0, "my/custom-base:1")]
+        ("pass", 0, "rocm/dev-ubuntu-22.04:6.2"),
+        ("fail", 0, "my/custom-base:1"),
+    ]
     table = _invoke("matrix", "list", db=db, terminal_width=250).output
     rows = [r for r in table.splitlines() if ROCM_KEY in r]
     assert len(rows) == 2 and "rocm/dev-ubuntu-22.04:6.2" in rows[1] and "pass" in rows[1]
@@ -185,12 +200,16 @@ def test_two_bases_are_two_environments_not_a_flip(tmp_path):
     assert _report_flaky(tmp_path / "site2", db) is True
     shown = json.loads(_invoke("matrix", "show", ROCM_KEY, "--json", db=db).output)
     assert [(f["from"], f["to"], f["environment"].split(" ")[0]) for f in shown["flips"]] == [
-        ("fail", "pass", "my/custom-base:1")]
+        ("fail", "pass", "my/custom-base:1")
+    ]
 
 
 def _report_flaky(site, db) -> bool:
     """The report's flaky marker for the rocm cell: data.json and the index row agree."""
-    assert CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes", "--no-results"]).exit_code == 0
+    assert (
+        CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-recipes", "--no-results"]).exit_code
+        == 0
+    )
     (cell,) = json.loads((site / "data.json").read_text())["cells"]
     marked = '<span class="flaky"' in (site / "index.html").read_text().split("<table", 1)[1]
     assert cell["flaky"] == marked

@@ -21,8 +21,13 @@ def piped(*args: str) -> str:
     """`envbuild ARGS` with stdout a pipe and no COLUMNS (what `| grep` or `> file` gives)."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "from builder.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -17,15 +17,26 @@ def invoke(*args):
 BAD_REQUESTS = {
     "unknown-rocm": (["--rocm", "6.5", "--torch", "2.4"], ["unknown ROCm release '6.5'", "6.4"]),
     "unknown-torch": (["--rocm", "6.2", "--torch", "2.19"], ["unknown torch '2.19'", "2.11"]),
-    "wheel-only-line": (["--rocm", "6.2", "--torch", "2.9"], ["torch 2.9 is offered as an official wheel only",
-                                                              "releases whose index carries it: 6.4"]),
-    "no-source-on-7x": (["--rocm", "7.2", "--torch", "2.6", "--torch-source", "source"],
-                        ["no torch source build on ROCm 7.2", "source_build = false"]),
-    "unpinned-torch-release": (["--rocm", "6.2", "--torch", "2.4.0"],
-                               ["not the release envbuild pins for line 2.4 (2.4.1)", "--torch 2.4"]),
-    "unknown-arch": (["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90"], ["'gfx90' is not supported by ROCm 6.2", "gfx90a"]),
-    "arch-not-in-release": (["--rocm", "6.1.2", "--torch", "2.3", "--arch", "gfx1201"],
-                            ["not supported by ROCm 6.1.2", "gfx1100"]),
+    "wheel-only-line": (
+        ["--rocm", "6.2", "--torch", "2.9"],
+        ["torch 2.9 is offered as an official wheel only", "releases whose index carries it: 6.4"],
+    ),
+    "no-source-on-7x": (
+        ["--rocm", "7.2", "--torch", "2.6", "--torch-source", "source"],
+        ["no torch source build on ROCm 7.2", "source_build = false"],
+    ),
+    "unpinned-torch-release": (
+        ["--rocm", "6.2", "--torch", "2.4.0"],
+        ["not the release envbuild pins for line 2.4 (2.4.1)", "--torch 2.4"],
+    ),
+    "unknown-arch": (
+        ["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90"],
+        ["'gfx90' is not supported by ROCm 6.2", "gfx90a"],
+    ),
+    "arch-not-in-release": (
+        ["--rocm", "6.1.2", "--torch", "2.3", "--arch", "gfx1201"],
+        ["not supported by ROCm 6.1.2", "gfx1100"],
+    ),
     "unknown-python": (["--rocm", "6.2", "--torch", "2.4", "--python", "3.7"], ["Python 3.7 is not available", "3.9"]),
     "python-outside-torch-range": (
         ["--rocm", "6.1.2", "--torch", "2.3", "--python", "3.12"],
@@ -66,8 +77,13 @@ def test_render_writes_a_context_and_says_how_torch_is_obtained(tmp_path):
     assert manifest["image_tag"] in result.stdout
     git = manifest["torch"]["git"]
     assert {k: v for k, v in git.items() if k != "checked"} == {
-        "repo": "https://github.com/pytorch/pytorch.git", "ref": "v2.4.1",
-        "commit": "38b96d3399a695e704ed39b60dac733c3fbf20e2", "fork": False, "proof": "unproven", "peer": None}
+        "repo": "https://github.com/pytorch/pytorch.git",
+        "ref": "v2.4.1",
+        "commit": "38b96d3399a695e704ed39b60dac733c3fbf20e2",
+        "fork": False,
+        "proof": "unproven",
+        "peer": None,
+    }
     assert "torch-2.4.1-cp310-none-macosx_11_0_arm64.whl" in git["checked"]
     assert manifest["labels"]["io.envbuild.torch-proof"] == "unproven"
     assert manifest["labels"]["io.envbuild.torch-git-origin"] == "upstream"
@@ -84,8 +100,15 @@ def test_auto_takes_the_official_wheel_where_one_exists(tmp_path):
 
 def test_cpu_render_with_local_base_image(tmp_path):
     result = invoke(
-        "render", "--flavor", "cpu", "--torch", "2.13", "--base-image", "envbuild-local/debian:bookworm",
-        "-o", str(tmp_path / "ctx"),
+        "render",
+        "--flavor",
+        "cpu",
+        "--torch",
+        "2.13",
+        "--base-image",
+        "envbuild-local/debian:bookworm",
+        "-o",
+        str(tmp_path / "ctx"),
     )
     assert result.exit_code == 0, result.output
     dockerfile = (tmp_path / "ctx" / "Dockerfile").read_text()
@@ -132,11 +155,18 @@ def test_recipes_list_fits_the_terminal(width, monkeypatch):
     assert any(line.split()[:1] == ["rocm6.2-torch2.5-gfx942-py3.12"] for line in lines)  # cell keys never cut
 
 
-@pytest.mark.parametrize("given, target, name", [("MI250X", "gfx90a", "MI250X"), ("instinct mi-300x", "gfx942", "MI300X"),
-                                                 ("AMD Instinct MI355X", "gfx950", "MI355X"),
-                                                 ("RX 9070 XT", "gfx1201", "RX 9070 XT"),
-                                                 ("MI325X", "gfx942", "MI325X"), ("mi350x", "gfx950", "MI350X"),
-                                                 ("Radeon RX 7900 XTX", "gfx1100", "RX 7900 XTX")])
+@pytest.mark.parametrize(
+    "given, target, name",
+    [
+        ("MI250X", "gfx90a", "MI250X"),
+        ("instinct mi-300x", "gfx942", "MI300X"),
+        ("AMD Instinct MI355X", "gfx950", "MI355X"),
+        ("RX 9070 XT", "gfx1201", "RX 9070 XT"),
+        ("MI325X", "gfx942", "MI325X"),
+        ("mi350x", "gfx950", "MI350X"),
+        ("Radeon RX 7900 XTX", "gfx1100", "RX 7900 XTX"),
+    ],
+)
 def test_marketing_names_are_aliases_and_are_echoed_back(given, target, name, tmp_path):
     """--arch takes AMD's marketing names (recipes/gpu-names.toml): the cell is the gfx target's, byte for byte, and
     the plan says which name was given."""
@@ -161,8 +191,10 @@ def test_an_unknown_gpu_name_gets_gpu_names_not_gfx_targets():
     result = invoke("render", "--rocm", "7.14", "--torch", "2.14", "--arch", "MI400", "-o", "/nonexistent/ctx")
     assert result.exit_code == 2 and "Traceback" not in result.output
     message = " ".join(result.output.split())
-    assert "unknown GPU 'MI400' (recipes/gpu-names.toml); nearest known GPU names on ROCm 7.14: MI100 (gfx908), " \
-           "MI300X (gfx942), MI300A (gfx942); or give a gfx target:" in message
+    assert (
+        "unknown GPU 'MI400' (recipes/gpu-names.toml); nearest known GPU names on ROCm 7.14: MI100 (gfx908), "
+        "MI300X (gfx942), MI300A (gfx942); or give a gfx target:" in message
+    )
     near = message.split("nearest known GPU names on ROCm 7.14: ")[1].split("; or give")[0]
     assert "gfx1" not in near  # no Radeon target offered for an Instinct-like name
     unknown = invoke("render", "--rocm", "6.4", "--torch", "2.8", "--arch", "gfx999", "-o", "/nonexistent/ctx")
@@ -174,9 +206,14 @@ def test_recipes_list_has_torch_through_2_14_and_the_pip_rocm_releases(monkeypat
     result = invoke("recipes", "list")
     assert result.exit_code == 0, result.output
     keys = {line.split()[0] for line in result.output.splitlines() if line.strip().startswith("rocm")}
-    assert {"rocm7.1-torch2.12-gfx942-py3.12", "rocm7.2-torch2.13-gfx942-py3.12", "rocm7.2-torch2.14-gfx942-py3.12",
-            "rocm7.14-torch2.14-gfx942-py3.12", "rocm7.14-torch2.14-gfx1151-py3.12",
-            "rocm10.0-torch2.13-gfx950-py3.12"} <= keys
+    assert {
+        "rocm7.1-torch2.12-gfx942-py3.12",
+        "rocm7.2-torch2.13-gfx942-py3.12",
+        "rocm7.2-torch2.14-gfx942-py3.12",
+        "rocm7.14-torch2.14-gfx942-py3.12",
+        "rocm7.14-torch2.14-gfx1151-py3.12",
+        "rocm10.0-torch2.13-gfx950-py3.12",
+    } <= keys
 
 
 def test_render_of_the_pip_rocm_route_writes_one_archs_wheels_in_both_recipes(tmp_path):

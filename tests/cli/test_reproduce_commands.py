@@ -63,16 +63,36 @@ def test_the_command_a_run_recorded_makes_the_same_cell_and_configuration(tmp_pa
     data = tmp_path / "two.jsonl"
     rows = [{"text": f"{word} text {i}", "label": word} for word in ("up", "down") for i in range(8)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    first = envbuild(["run", "workload", "--local", "--data", str(data), "--out", str(tmp_path / "a"),
-                      "--db", str(tmp_path / "m.db"), "--", "--labels", "auto", "--max-steps", "2", "--no-probes"],
-                     tmp_path)
+    first = envbuild(
+        [
+            "run",
+            "workload",
+            "--local",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "a"),
+            "--db",
+            str(tmp_path / "m.db"),
+            "--",
+            "--labels",
+            "auto",
+            "--max-steps",
+            "2",
+            "--no-probes",
+        ],
+        tmp_path,
+    )
     assert first.returncode in (0, 1), first.stderr[-2000:]
     site = tmp_path / "site"
-    assert envbuild(["report", "-o", str(site), "--db", str(tmp_path / "m.db"), "--no-recipes"], tmp_path).returncode == 0
+    assert (
+        envbuild(["report", "-o", str(site), "--db", str(tmp_path / "m.db"), "--no-recipes"], tmp_path).returncode == 0
+    )
     page = (site / "cells" / "cpu-torch2.13-py3.11.html").read_text()
     printed = html.unescape(re.search(r'id="measurements".*?<code>([^<]*)</code>', page, re.S).group(1))
-    assert printed == ("envbuild run workload --local --preset smoke --data two.jsonl -- --labels auto "
-                       "--max-steps 2 --no-probes")
+    assert printed == (
+        "envbuild run workload --local --preset smoke --data two.jsonl -- --labels auto --max-steps 2 --no-probes"
+    )
     again_dir = tmp_path / "again"
     again_dir.mkdir()
     shutil.copy(data, again_dir / "two.jsonl")  # the command names the data file; it runs where the file is

@@ -28,7 +28,7 @@ def _notice(stderr: str) -> list[str]:
     lines = stderr.splitlines()
     start = next(i for i, line in enumerate(lines) if "builds from source here" in line)
     end = next(i for i, line in enumerate(lines) if line.startswith("Evidence: "))
-    return lines[start:end + 1]
+    return lines[start : end + 1]
 
 
 def test_the_headline_cell_renders_with_no_flag_and_says_its_record_cost_and_neighbours(tmp_path):
@@ -52,7 +52,10 @@ def test_the_headline_cell_renders_with_no_flag_and_says_its_record_cost_and_nei
     sources = [r["source"] for r in manifest["evidence"]["record"]]
     assert sources[:1] == ["ROCm/ROCm@e396b48 compatibility-matrix-historical-6.0.csv"]
     assert manifest["base_image_pin"] == "tag only" and manifest["torch"]["wheel_hashes"] is None
-    assert "ARG TORCH_GIT_COMMIT=38b96d3399a695e704ed39b60dac733c3fbf20e2\n" in (tmp_path / "ctx" / "Dockerfile").read_text()
+    assert (
+        "ARG TORCH_GIT_COMMIT=38b96d3399a695e704ed39b60dac733c3fbf20e2\n"
+        in (tmp_path / "ctx" / "Dockerfile").read_text()
+    )
 
 
 def test_unproven_is_accepted_and_changes_nothing(tmp_path):
@@ -80,8 +83,10 @@ def test_proven_only_takes_a_wheel_cell(tmp_path):
     assert "builds from source" not in result.stderr
     manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
     assert manifest["torch"]["wheel_hashes"] == "unhashed" and manifest["base_image_pin"] == "tag only"
-    assert manifest["evidence"] == {"step": "official wheel: PyTorch's own build of this torch, from its index",
-                                    "record": []}
+    assert manifest["evidence"] == {
+        "step": "official wheel: PyTorch's own build of this torch, from its index",
+        "record": [],
+    }
 
 
 def test_image_dry_run_plans_the_headline_cell_with_no_flag():

@@ -30,9 +30,13 @@ def keep(name: str, out: Path) -> None:
 
 def stopped(out: Path, how) -> None:
     """`envbuild run workload --local` stopped by `how(proc)` once training has started."""
-    proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--local", "--out", str(out), "--no-record"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # also from a background job
+    proc = subprocess.Popen(
+        [*ENVBUILD, "run", "workload", "--local", "--out", str(out), "--no-record"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # also from a background job
     seen = ""
     while "step" not in seen:
         seen += proc.stdout.readline()
@@ -47,8 +51,9 @@ def kill_workload(proc) -> None:
 
 def main() -> None:
     tmp = Path(tempfile.mkdtemp())
-    subprocess.run([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--out", str(tmp / "pass")],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "workload", "train", "--preset", "smoke", "--out", str(tmp / "pass")], check=True
+    )
     keep("smoke-pass", tmp / "pass")
     stopped(tmp / "killed", kill_workload)
     keep("killed", tmp / "killed")

@@ -18,8 +18,9 @@ from tests.engine.test_slurm_injection import make_sif
 
 
 def run_sif(tmp_path: Path, *args: str):
-    return CliRunner().invoke(main, ["run", "workload", "--apptainer", str(make_sif(tmp_path / "sif")),
-                                     "--no-record", *args])
+    return CliRunner().invoke(
+        main, ["run", "workload", "--apptainer", str(make_sif(tmp_path / "sif")), "--no-record", *args]
+    )
 
 
 @pytest.mark.parametrize("name", ["o,/root", "o:/etc", "o\nx", "o:ro"])
@@ -31,8 +32,9 @@ def test_an_out_dir_with_bind_syntax_is_refused_naming_the_option(tmp_path, name
     assert not out.exists()
 
 
-@pytest.mark.parametrize("option, name", [("--data", "d,/root"), ("--data", "d:/etc"), ("--model", "m,/root"),
-                                          ("--model", "m:rw")])
+@pytest.mark.parametrize(
+    "option, name", [("--data", "d,/root"), ("--data", "d:/etc"), ("--model", "m,/root"), ("--model", "m:rw")]
+)
 def test_a_data_or_model_path_with_bind_syntax_is_refused_naming_the_option(tmp_path, option, name):
     path = tmp_path / name
     path.mkdir(parents=True)
@@ -58,8 +60,10 @@ def test_a_gpus_value_that_is_not_indices_never_reaches_the_env_assignment(tmp_p
     monkeypatch.delenv("ENVBUILD_APPTAINER", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     sif = make_sif(tmp_path / "sif", cell_key=Cell(**ROCM).key, cell=ROCM)
-    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(sif), "--no-record", "--gpus", gpus,
-                                    "--out", str(tmp_path / "out")])
+    ran = CliRunner().invoke(
+        main,
+        ["run", "workload", "--apptainer", str(sif), "--no-record", "--gpus", gpus, "--out", str(tmp_path / "out")],
+    )
     if gpus == "0,1":
         assert ran.exit_code == 1 and "apptainer is not installed here" in ran.output, ran.output
     else:

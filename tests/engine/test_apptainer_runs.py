@@ -51,6 +51,7 @@ case "$MODE" in
 esac
 """
 
+
 @pytest.fixture
 def apptainer(tmp_path, monkeypatch) -> Path:
     """The stand-in as $ENVBUILD_APPTAINER; returns the folder its argv is recorded in."""
@@ -60,8 +61,9 @@ def apptainer(tmp_path, monkeypatch) -> Path:
     binary = tmp_path / "bin" / "apptainer"
     binary.write_text(STAND_IN)
     binary.chmod(0o755)
-    (tmp_path / "own.json").write_text(json.dumps({k: v for k, v in json.loads(RECORDED.read_text()).items()
-                                                   if k not in ("host", "image")}))
+    (tmp_path / "own.json").write_text(
+        json.dumps({k: v for k, v in json.loads(RECORDED.read_text()).items() if k not in ("host", "image")})
+    )
     monkeypatch.setenv("ENVBUILD_APPTAINER", str(binary))
     monkeypatch.setenv("RECORD_DIR", str(record))
     monkeypatch.setenv("RESULT", str(tmp_path / "own.json"))
@@ -75,8 +77,11 @@ def argv(record: Path) -> list[str]:
 def run(tmp_path: Path, mode: str, monkeypatch, *args: str, sif: Path | None = None):
     monkeypatch.setenv("MODE", mode)
     sif = sif or make_sif(tmp_path / "sif")
-    return CliRunner().invoke(main, ["run", "workload", "--apptainer", str(sif), "--out", str(tmp_path / "out"),
-                                     "--no-record", *args], env={"COLUMNS": "300"})
+    return CliRunner().invoke(
+        main,
+        ["run", "workload", "--apptainer", str(sif), "--out", str(tmp_path / "out"), "--no-record", *args],
+        env={"COLUMNS": "300"},
+    )
 
 
 def test_a_run_passes_with_a_clean_contained_apptainer_exec(tmp_path, monkeypatch, apptainer):
@@ -84,35 +89,66 @@ def test_a_run_passes_with_a_clean_contained_apptainer_exec(tmp_path, monkeypatc
     assert ran.exit_code == 0, ran.output
     sif = (tmp_path / "sif" / "cell.sif").resolve()
     out = (tmp_path / "out").resolve()
-    assert argv(apptainer) == ["exec", "--cleanenv", "--containall", "--pwd", "/tmp", "--env", "PYTHONUNBUFFERED=1",
-                               "--env", "HOME=/tmp", "--bind", f"{out}:/out", str(sif), "python3", "-m", "workload",
-                               "train", "--preset", "smoke", "--out", "/out", "--max-steps", "4"]
+    assert argv(apptainer) == [
+        "exec",
+        "--cleanenv",
+        "--containall",
+        "--pwd",
+        "/tmp",
+        "--env",
+        "PYTHONUNBUFFERED=1",
+        "--env",
+        "HOME=/tmp",
+        "--bind",
+        f"{out}:/out",
+        str(sif),
+        "python3",
+        "-m",
+        "workload",
+        "train",
+        "--preset",
+        "smoke",
+        "--out",
+        "/out",
+        "--max-steps",
+        "4",
+    ]
     assert "running cell.sif (cpu) with apptainer: exec --cleanenv" in ran.output
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "pass" and result["image"]["environment"] == "apptainer"
     record = json.loads((tmp_path / "sif" / "cell.sif.json").read_text())
     assert result["image"]["sif"] == {"path": str(sif), "sha256": record["sha256"], "route": None}
     assert result["image"]["manifest"] == record["image"]["manifest"]
-    assert result["image"]["runtime"] == {"name": "apptainer", "version": "1.3.4",
-                                          "version_line": "apptainer version 1.3.4",
-                                          "path": str(tmp_path / "bin" / "apptainer")}
+    assert result["image"]["runtime"] == {
+        "name": "apptainer",
+        "version": "1.3.4",
+        "version_line": "apptainer version 1.3.4",
+        "path": str(tmp_path / "bin" / "apptainer"),
+    }
     assert (out / "container.log").read_text() == "[workload] training\n[workload] pass\n"
     assert "[workload] pass" in ran.output
 
 
-@pytest.mark.parametrize("cell, gpus, options", [
-    (ROCM, None, ["--rocm"]),
-    (ROCM, "all", ["--rocm"]),
-    (ROCM, "0,1", ["--rocm", "--env", "PYTHONUNBUFFERED=1", "--env", "HOME=/tmp", "--env", "ROCR_VISIBLE_DEVICES=0,1"]),
-    (CUDA, "3", ["--nv", "--env", "PYTHONUNBUFFERED=1", "--env", "HOME=/tmp", "--env", "CUDA_VISIBLE_DEVICES=3"]),
-    (CUDA, "all", ["--nv"]),
-])
+@pytest.mark.parametrize(
+    "cell, gpus, options",
+    [
+        (ROCM, None, ["--rocm"]),
+        (ROCM, "all", ["--rocm"]),
+        (
+            ROCM,
+            "0,1",
+            ["--rocm", "--env", "PYTHONUNBUFFERED=1", "--env", "HOME=/tmp", "--env", "ROCR_VISIBLE_DEVICES=0,1"],
+        ),
+        (CUDA, "3", ["--nv", "--env", "PYTHONUNBUFFERED=1", "--env", "HOME=/tmp", "--env", "CUDA_VISIBLE_DEVICES=3"]),
+        (CUDA, "all", ["--nv"]),
+    ],
+)
 def test_the_gpus_of_the_sifs_flavor_reach_apptainer(tmp_path, monkeypatch, apptainer, cell, gpus, options):
     sif = make_sif(tmp_path / "sif", cell_key=Cell(**cell).key, cell=cell)
     ran = run(tmp_path, "pass", monkeypatch, *(["--gpus", gpus] if gpus else []), sif=sif)
     assert ran.exit_code == 0, ran.output
     given = argv(apptainer)
-    assert given[5:5 + len(options)] == options
+    assert given[5 : 5 + len(options)] == options
     assert sum(a.endswith("VISIBLE_DEVICES=" + (gpus or "")) for a in given) == (gpus not in (None, "all"))
 
 
@@ -141,16 +177,25 @@ def test_data_and_model_are_bound_read_only_and_named_inside(tmp_path, monkeypat
     assert ran.exit_code == 0, ran.output
     given = argv(apptainer)
     assert [given[i + 1] for i, a in enumerate(given) if a == "--bind"][1:] == [
-        f"{data_file.resolve()}:/data/mine.jsonl:ro"]
+        f"{data_file.resolve()}:/data/mine.jsonl:ro"
+    ]
     assert given[-4:] == ["--model", "google/gemma-2b", "--data", "/data/mine.jsonl"]
 
 
-@pytest.mark.parametrize("mode, code, error_class, words", [
-    ("fatal", 1, "container_error", "apptainer could not run the SIF (FATAL:   container creation failed: mount "
-                                    "/proc/self/fd/3->/var/lib/apptainer: permission denied)"),
-    ("usage", 1, "usage_error", "the workload refused its arguments (exit code 2; see container.log)"),
-    ("died", 1, "container_died", "apptainer exec exited with code 137"),
-])
+@pytest.mark.parametrize(
+    "mode, code, error_class, words",
+    [
+        (
+            "fatal",
+            1,
+            "container_error",
+            "apptainer could not run the SIF (FATAL:   container creation failed: mount "
+            "/proc/self/fd/3->/var/lib/apptainer: permission denied)",
+        ),
+        ("usage", 1, "usage_error", "the workload refused its arguments (exit code 2; see container.log)"),
+        ("died", 1, "container_died", "apptainer exec exited with code 137"),
+    ],
+)
 def test_how_the_container_ended_names_the_error(tmp_path, monkeypatch, apptainer, mode, code, error_class, words):
     ran = run(tmp_path, mode, monkeypatch)
     assert ran.exit_code == code, ran.output
@@ -166,25 +211,34 @@ def test_the_workloads_bad_input_line_is_bad_input_and_writes_no_result(tmp_path
     assert not (tmp_path / "out" / "result.json").exists()
 
 
-@pytest.mark.parametrize("code, log, expected", [
-    (255, "INFO: x\nFATAL: first\nFATAL:   last one \n", ("container_error", "apptainer could not run the SIF "
-                                                                           "(FATAL:   last one)")),
-    (255, "[workload] training\nFATAL: out of memory\n", ("container_died", "apptainer exec exited with code 255")),
-    (255, "no fatal line\n", ("container_died", "apptainer exec exited with code 255")),
-    (254, "FATAL: x\n", ("container_died", "apptainer exec exited with code 254")),
-    (2, "FATAL: x\n", ("usage_error", "the workload refused its arguments (exit code 2; see container.log)")),
-    (1, "", ("container_died", "apptainer exec exited with code 1")),
-])
+@pytest.mark.parametrize(
+    "code, log, expected",
+    [
+        (
+            255,
+            "INFO: x\nFATAL: first\nFATAL:   last one \n",
+            ("container_error", "apptainer could not run the SIF (FATAL:   last one)"),
+        ),
+        (255, "[workload] training\nFATAL: out of memory\n", ("container_died", "apptainer exec exited with code 255")),
+        (255, "no fatal line\n", ("container_died", "apptainer exec exited with code 255")),
+        (254, "FATAL: x\n", ("container_died", "apptainer exec exited with code 254")),
+        (2, "FATAL: x\n", ("usage_error", "the workload refused its arguments (exit code 2; see container.log)")),
+        (1, "", ("container_died", "apptainer exec exited with code 1")),
+    ],
+)
 def test_exit_codes_of_apptainer_exec(code, log, expected):
     assert exit_failure(code, log) == expected
 
 
-@pytest.mark.parametrize("line, name, version", [
-    ("apptainer version 1.3.4", "apptainer", "1.3.4"),
-    ("singularity-ce version 4.1.0-jammy", "singularity-ce", "4.1.0-jammy"),
-    ("singularity version 3.8.7-1.el8", "singularity", "3.8.7-1.el8"),
-    ("podman version 4.9.3", None, None),
-])
+@pytest.mark.parametrize(
+    "line, name, version",
+    [
+        ("apptainer version 1.3.4", "apptainer", "1.3.4"),
+        ("singularity-ce version 4.1.0-jammy", "singularity-ce", "4.1.0-jammy"),
+        ("singularity version 3.8.7-1.el8", "singularity", "3.8.7-1.el8"),
+        ("podman version 4.9.3", None, None),
+    ],
+)
 def test_the_runtime_is_named_by_its_version_line(tmp_path, monkeypatch, apptainer, line, name, version):
     monkeypatch.setenv("VERSION_LINE", line)
     binary = str(tmp_path / "bin" / "apptainer")
@@ -200,19 +254,30 @@ def test_a_runtime_whose_version_fails_has_no_line(tmp_path, monkeypatch, apptai
     assert runtime_record(binary)["version_line"] is None
 
 
-@pytest.mark.parametrize("ok, code, expected_ok", [("true", 0, True), ("false", 0, False), ("true", 1, False),
-                                                   ('"yes"', 0, False)])
-def test_verify_in_sif_runs_the_images_own_check_and_reads_its_report(tmp_path, monkeypatch, apptainer, ok, code,
-                                                                      expected_ok):
+@pytest.mark.parametrize(
+    "ok, code, expected_ok", [("true", 0, True), ("false", 0, False), ("true", 1, False), ('"yes"', 0, False)]
+)
+def test_verify_in_sif_runs_the_images_own_check_and_reads_its_report(
+    tmp_path, monkeypatch, apptainer, ok, code, expected_ok
+):
     monkeypatch.setenv("MODE", "verify")
     monkeypatch.setenv("VERIFY_OK", ok)
     monkeypatch.setenv("VERIFY_CODE", str(code))
     (tmp_path / "work").mkdir()
     outcome = verify_in_sif(str(tmp_path / "bin" / "apptainer"), tmp_path / "x.sif", tmp_path / "work")
     assert (outcome["ok"], outcome["exit_code"], outcome["checks"]) == (expected_ok, code, 2)
-    assert argv(apptainer) == ["exec", "--cleanenv", "--containall", "--bind", f"{tmp_path / 'work' / 'verify'}:/out",
-                               str(tmp_path / "x.sif"), "python3", "/opt/envbuild/verify_image.py",
-                               "/opt/envbuild/expect.json", "/out/verify.json"]
+    assert argv(apptainer) == [
+        "exec",
+        "--cleanenv",
+        "--containall",
+        "--bind",
+        f"{tmp_path / 'work' / 'verify'}:/out",
+        str(tmp_path / "x.sif"),
+        "python3",
+        "/opt/envbuild/verify_image.py",
+        "/opt/envbuild/expect.json",
+        "/out/verify.json",
+    ]
     assert (tmp_path / "work" / "verify").stat().st_mode & 0o777 == 0o777  # whoever apptainer runs as writes it
 
 
@@ -228,10 +293,13 @@ def test_the_sif_record_is_checked_before_it_is_used(tmp_path):
     assert read_sidecar(sif)["image"]["manifest"]["cell_key"] == "cpu-torch2.13-py3.11"
     side = sif.with_name("cell.sif.json")
     record = json.loads(side.read_text())
-    for broken, words in ((json.dumps({**record, "image": {"tag": "x"}}), "is not a SIF record of `envbuild sif`"),
-                          (json.dumps({**record, "sha256": None}), "is not a SIF record of `envbuild sif`"),
-                          (json.dumps([record]), "is not a SIF record of `envbuild sif`"),
-                          ("{", "is not a readable SIF record"), ("\xff", "is not a readable SIF record")):
+    for broken, words in (
+        (json.dumps({**record, "image": {"tag": "x"}}), "is not a SIF record of `envbuild sif`"),
+        (json.dumps({**record, "sha256": None}), "is not a SIF record of `envbuild sif`"),
+        (json.dumps([record]), "is not a SIF record of `envbuild sif`"),
+        ("{", "is not a readable SIF record"),
+        ("\xff", "is not a readable SIF record"),
+    ):
         side.write_bytes(broken.encode("latin-1") if broken == "\xff" else broken.encode())
         with pytest.raises(RunError, match=words):
             read_sidecar(sif)
@@ -254,8 +322,9 @@ def test_a_runtime_killed_while_it_answers_version_has_no_line(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("ok, kill, expected_ok", [("1", "", False), ("true", "1", False), ("true", "", True)])
-def test_verify_passes_only_on_a_report_of_true_from_a_check_that_exited_0(tmp_path, monkeypatch, apptainer, ok, kill,
-                                                                           expected_ok):
+def test_verify_passes_only_on_a_report_of_true_from_a_check_that_exited_0(
+    tmp_path, monkeypatch, apptainer, ok, kill, expected_ok
+):
     """`"ok": 1` is not true; a check killed by a signal (exit code -9) after writing `"ok": true` did not pass."""
     monkeypatch.setenv("MODE", "verify")
     monkeypatch.setenv("VERIFY_OK", ok)
@@ -318,9 +387,23 @@ def _start_slow_run(tmp_path: Path, monkeypatch) -> subprocess.Popen:
     container's first line is in container.log (the log is written line by line while the container runs)."""
     monkeypatch.setenv("MODE", "slow")
     monkeypatch.setenv("GO", str(tmp_path / "go"))
-    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "run", "workload",
-                             "--apptainer", str(make_sif(tmp_path / "sif")), "--out", str(tmp_path / "out"),
-                             "--no-record"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from builder.cli import main; main()",
+            "run",
+            "workload",
+            "--apptainer",
+            str(make_sif(tmp_path / "sif")),
+            "--out",
+            str(tmp_path / "out"),
+            "--no-record",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     log, deadline = tmp_path / "out" / "container.log", time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and "[workload] step 1" in log.read_text()):
         time.sleep(0.1)
@@ -344,5 +427,8 @@ def test_ctrl_c_stops_apptainer_and_the_run_ends_interrupted(tmp_path, monkeypat
     assert "Traceback" not in output
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert (result["status"], result["error_class"]) == ("error", "interrupted")
-    assert (tmp_path / "out" / "container.log").read_text().endswith("# envbuild: interrupted (Ctrl-C); stopping "
-                                                                     "apptainer\n")
+    assert (
+        (tmp_path / "out" / "container.log")
+        .read_text()
+        .endswith("# envbuild: interrupted (Ctrl-C); stopping apptainer\n")
+    )

@@ -54,8 +54,9 @@ def test_missing_base_image(tmp_path, docker_engine):
 
 
 def test_network_failure_shows_step_tail_and_class(tmp_path, local_base, docker_engine):
-    ctx = context(tmp_path, f"FROM {local_base}\n"
-                            "RUN apt-get -o APT::Update::Error-Mode=any -o Acquire::Retries=0 update\n")
+    ctx = context(
+        tmp_path, f"FROM {local_base}\nRUN apt-get -o APT::Update::Error-Mode=any -o Acquire::Retries=0 update\n"
+    )
     result = build_cli(ctx, "envbuild-test/no-network:1", "--network", "none")
     assert result.exit_code == 1
     assert "network_pip_index" in result.output
@@ -65,22 +66,30 @@ def test_network_failure_shows_step_tail_and_class(tmp_path, local_base, docker_
 
 
 def test_patch_that_does_not_apply(tmp_path, tools_image):
-    patch = ("diff --git a/hello.txt b/hello.txt\n--- a/hello.txt\n+++ b/hello.txt\n"
-             "@@ -1 +1 @@\n-goodbye\n+hello, patched\n")
-    ctx = context(tmp_path, f"FROM {tools_image}\n"
-                            "RUN mkdir /src && cd /src && git init -q && echo hello > hello.txt\n"
-                            "COPY fix.patch /fix.patch\n"
-                            "RUN cd /src && git apply --check /fix.patch\n", **{"fix.patch": patch})
+    patch = (
+        "diff --git a/hello.txt b/hello.txt\n--- a/hello.txt\n+++ b/hello.txt\n@@ -1 +1 @@\n-goodbye\n+hello, patched\n"
+    )
+    ctx = context(
+        tmp_path,
+        f"FROM {tools_image}\n"
+        "RUN mkdir /src && cd /src && git init -q && echo hello > hello.txt\n"
+        "COPY fix.patch /fix.patch\n"
+        "RUN cd /src && git apply --check /fix.patch\n",
+        **{"fix.patch": patch},
+    )
     result = build_cli(ctx, "envbuild-test/bad-patch:1", "--network", "host")
     assert result.exit_code == 1
     assert "patch_does_not_apply" in result.output and "patch does not apply" in result.output
 
 
 def test_pip_package_not_on_index(tmp_path, tools_image):
-    ctx = context(tmp_path, f"FROM {tools_image}\n"
-                            "RUN --mount=type=secret,id=envbuild_ca python3 -m pip install "
-                            "--break-system-packages --cert /run/secrets/envbuild_ca --retries 1 "
-                            "envbuild-no-such-package-4c9e2\n")
+    ctx = context(
+        tmp_path,
+        f"FROM {tools_image}\n"
+        "RUN --mount=type=secret,id=envbuild_ca python3 -m pip install "
+        "--break-system-packages --cert /run/secrets/envbuild_ca --retries 1 "
+        "envbuild-no-such-package-4c9e2\n",
+    )
     result = build_cli(ctx, "envbuild-test/bad-pip:1", "--network", "host", "--ca-cert", str(CA))
     assert result.exit_code == 1
     assert "network_pip_index" in result.output
@@ -88,15 +97,19 @@ def test_pip_package_not_on_index(tmp_path, tools_image):
 
 
 def test_ca_secret_reaches_run_but_no_layer(tmp_path, local_base, docker_engine):
-    ctx = context(tmp_path, f"FROM {local_base}\n"
-                            "RUN --mount=type=secret,id=envbuild_ca sha256sum /run/secrets/envbuild_ca "
-                            "| cut -d' ' -f1 > /ca.sha256\n")
+    ctx = context(
+        tmp_path,
+        f"FROM {local_base}\n"
+        "RUN --mount=type=secret,id=envbuild_ca sha256sum /run/secrets/envbuild_ca "
+        "| cut -d' ' -f1 > /ca.sha256\n",
+    )
     tag = "envbuild-test/ca-secret:1"
     outcome = build_image(ctx, tag, BuildOptions(ca_cert=CA, network="host", force=True), manifest=read_manifest(ctx))
     assert not outcome.skipped and outcome.log_path.is_file()
     try:
         seen = docker_engine.containers.run(
-            tag, ["sh", "-c", "cat /ca.sha256; ls /run/secrets 2>/dev/null | wc -l"], remove=True).decode()
+            tag, ["sh", "-c", "cat /ca.sha256; ls /run/secrets 2>/dev/null | wc -l"], remove=True
+        ).decode()
         digest, secrets_left = seen.split()
         assert digest == hashlib.sha256(CA.read_bytes()).hexdigest()
         assert secrets_left == "0"
@@ -110,7 +123,7 @@ def test_proxies_pass_through_without_appearing_in_the_log(tmp_path, local_base,
     proxy = "http://user:s3cret@proxy.invalid:3128"
     monkeypatch.setenv("HTTPS_PROXY", proxy)
     monkeypatch.setenv("no_proxy", "localhost,.internal")
-    ctx = context(tmp_path, f"FROM {local_base}\nRUN echo \"$HTTPS_PROXY|$no_proxy\" > /proxies\n")
+    ctx = context(tmp_path, f'FROM {local_base}\nRUN echo "$HTTPS_PROXY|$no_proxy" > /proxies\n')
     tag = "envbuild-test/proxies:1"
     outcome = build_image(ctx, tag, BuildOptions(network="host", force=True), manifest=read_manifest(ctx))
     try:
@@ -161,20 +174,31 @@ def test_a_wheel_added_after_rendering_is_refused_before_building(tmp_path, dock
     assert result.exit_code == 2 and "Re-render the context" in result.output
 
 
-@pytest.mark.parametrize("output, expected", [
-    ("c++: fatal error: Killed signal terminated program cc1plus", "compiler_out_of_memory"),
-    ('  File "/src/pytorch/torch/utils/hipify/hipify_python.py", line 812, in preprocessor\n'
-     "KeyError: 'cudaFoo'", "hipify_error"),
-    ("ERROR: Cannot install a==1 and b==2 because these package versions have conflicting dependencies.\n"
-     "ERROR: ResolutionImpossible: for help visit ...", "dependency_conflict"),
-    ("CMake Error at CMakeLists.txt:3 (project):", "compile_error"),
-    ("something odd happened", "unknown"),
-])
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("c++: fatal error: Killed signal terminated program cc1plus", "compiler_out_of_memory"),
+        (
+            '  File "/src/pytorch/torch/utils/hipify/hipify_python.py", line 812, in preprocessor\n'
+            "KeyError: 'cudaFoo'",
+            "hipify_error",
+        ),
+        (
+            "ERROR: Cannot install a==1 and b==2 because these package versions have conflicting dependencies.\n"
+            "ERROR: ResolutionImpossible: for help visit ...",
+            "dependency_conflict",
+        ),
+        ("CMake Error at CMakeLists.txt:3 (project):", "compile_error"),
+        ("something odd happened", "unknown"),
+    ],
+)
 def test_classification_of_step_output(output, expected):
     log = PlainLog()
-    for line in ["#7 [builder 4/9] RUN python tools/amd_build/build_amd.py && python setup.py bdist_wheel",
-                 *(f"#7 12.5 {text}" for text in output.splitlines()),
-                 "#7 ERROR: executor failed running [/bin/sh -c ...]: exit code: 1"]:
+    for line in [
+        "#7 [builder 4/9] RUN python tools/amd_build/build_amd.py && python setup.py bdist_wheel",
+        *(f"#7 12.5 {text}" for text in output.splitlines()),
+        "#7 ERROR: executor failed running [/bin/sh -c ...]: exit code: 1",
+    ]:
         log.feed(line)
     failure = diagnose(log)
     assert failure.failure_class == expected
@@ -192,9 +216,12 @@ def test_no_engine_is_a_clear_error(tmp_path, monkeypatch):
 def test_ctrl_c_stops_the_build_and_tags_nothing(tmp_path, local_base, docker_engine):
     ctx = context(tmp_path, sleeper_dockerfile(local_base))
     tag = f"envbuild-test/interrupted:{os.getpid()}-{time.time_ns()}"  # never one an earlier run left
-    proc = subprocess.Popen([*ENVBUILD, "image", "--context", str(ctx), "--tag", tag,
-                             "--network", "host", "--no-record", "--force"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*ENVBUILD, "image", "--context", str(ctx), "--tag", tag, "--network", "host", "--no-record", "--force"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     log = tmp_path / "ctx.build.log"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and step_started(log.read_text())):
@@ -209,26 +236,44 @@ def test_ctrl_c_stops_the_build_and_tags_nothing(tmp_path, local_base, docker_en
 
 def test_cause_lines_are_picked_out_of_a_long_step():
     log = PlainLog()
-    lines = ["-- Detecting CXX compile features - done",
-             "CMake Error at ExternalProject.cmake:2790 (message):",
-             "  error: could not find git for clone of abseil-cpp-populate",
-             *[f'  File "/usr/lib/python3.11/x{i}.py", line {i}, in run' for i in range(40)],
-             "ERROR: Failed building wheel for sentencepiece"]
+    lines = [
+        "-- Detecting CXX compile features - done",
+        "CMake Error at ExternalProject.cmake:2790 (message):",
+        "  error: could not find git for clone of abseil-cpp-populate",
+        *[f'  File "/usr/lib/python3.11/x{i}.py", line {i}, in run' for i in range(40)],
+        "ERROR: Failed building wheel for sentencepiece",
+    ]
     log.feed("#9 [sentencepiece 2/2] RUN pip wheel --no-binary sentencepiece sentencepiece")
     for line in lines:
         log.feed(f"#9 98.0 {line}")
     log.feed("#9 ERROR: executor failed running [/bin/sh -c pip wheel]: exit code: 1")
     failure = diagnose(log)
     assert failure.failure_class == "compile_error"
-    assert failure.evidence == ("CMake Error at ExternalProject.cmake:2790 (message):",
-                                "error: could not find git for clone of abseil-cpp-populate")
+    assert failure.evidence == (
+        "CMake Error at ExternalProject.cmake:2790 (message):",
+        "error: could not find git for clone of abseil-cpp-populate",
+    )
     assert len(failure.tail) == 25 and failure.tail[-1] == lines[-1]
 
 
 def test_push_to_an_unreachable_registry_fails_clearly(tmp_path, local_base, docker_engine):
     ctx = context(tmp_path, f"FROM {local_base}\nRUN echo push-me > /p\n")
-    result = CliRunner().invoke(main, ["image", "--context", str(ctx), "--tag", "envbuild-test/push:1",
-                                       "--registry", "localhost:1", "--network", "host", "--push", "--no-record"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "image",
+            "--context",
+            str(ctx),
+            "--tag",
+            "envbuild-test/push:1",
+            "--registry",
+            "localhost:1",
+            "--network",
+            "host",
+            "--push",
+            "--no-record",
+        ],
+    )
     try:
         assert result.exit_code == 1
         assert "push of localhost:1/envbuild-test/push:1 failed" in result.output
@@ -241,12 +286,19 @@ def test_push_to_an_unreachable_registry_fails_clearly(tmp_path, local_base, doc
 def test_inline_cache_export_and_import(tmp_path, local_base, docker_engine):
     ctx = context(tmp_path, f"FROM {local_base}\nRUN echo cache-me > /c\n")
     try:
-        first = build_image(ctx, "envbuild-test/cache:1", BuildOptions(network="host", force=True,
-                                                                     cache_to=("type=inline",)), manifest=read_manifest(ctx))
+        first = build_image(
+            ctx,
+            "envbuild-test/cache:1",
+            BuildOptions(network="host", force=True, cache_to=("type=inline",)),
+            manifest=read_manifest(ctx),
+        )
         assert "exporting cache" in first.log_path.read_text()
-        second = build_image(ctx, "envbuild-test/cache:2", BuildOptions(network="host", force=True,
-                                                                      cache_from=("envbuild-test/cache:1",)),
-                             manifest=read_manifest(ctx))
+        second = build_image(
+            ctx,
+            "envbuild-test/cache:2",
+            BuildOptions(network="host", force=True, cache_from=("envbuild-test/cache:1",)),
+            manifest=read_manifest(ctx),
+        )
         assert "importing cache manifest from envbuild-test/cache:1" in second.log_path.read_text()
     finally:
         for tag in ("envbuild-test/cache:1", "envbuild-test/cache:2"):

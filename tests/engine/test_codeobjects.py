@@ -42,9 +42,13 @@ def fat_binary(tmp_path_factory) -> Path:
         _require("hipcc")
     work = tmp_path_factory.mktemp("hip")
     (work / "k.hip").write_text(KERNEL)
-    proc = subprocess.run(["hipcc", "--offload-arch=gfx90a", "--offload-arch=gfx908", "-o", str(work / "k"),
-                           str(work / "k.hip")], env={**os.environ, "HIP_PLATFORM": "amd"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["hipcc", "--offload-arch=gfx90a", "--offload-arch=gfx908", "-o", str(work / "k"), str(work / "k.hip")],
+        env={**os.environ, "HIP_PLATFORM": "amd"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return work / "k"
 
@@ -61,10 +65,10 @@ def test_scan_agrees_with_clang_offload_bundler(fat_binary, tmp_path):
     if not BUNDLER.exists():
         _require("clang-offload-bundler")
     section = tmp_path / "fatbin"
-    subprocess.run(["objcopy", "-O", "binary", "--only-section=.hip_fatbin", str(fat_binary), str(section)],
-                   check=True)
-    listed = subprocess.run([str(BUNDLER), "--list", "--type=o", f"--input={section}"], check=True,
-                            capture_output=True, text=True).stdout.split()
+    subprocess.run(["objcopy", "-O", "binary", "--only-section=.hip_fatbin", str(fat_binary), str(section)], check=True)
+    listed = subprocess.run(
+        [str(BUNDLER), "--list", "--type=o", f"--input={section}"], check=True, capture_output=True, text=True
+    ).stdout.split()
     gpu = sorted(t.rsplit("-", 1)[-1] for t in listed if "amdgcn" in t)
     assert scan_binary(fat_binary).targets == gpu == ["gfx908", "gfx90a"]
 
@@ -115,8 +119,10 @@ def test_kernel_library_dirs_count_files_per_arch(fat_binary, tmp_path):
     cov = coverage([tmp_path / "lib"], "gfx90a")
     assert cov.library_files == {str(library): {"gfx908": 1, "gfx90a": 2}}
     assert cov.verdict == "present"
-    assert coverage([tmp_path / "lib"], "gfx942").missing_in() == [str(tmp_path / "lib" / "libfake_hip.so"),
-                                                                  str(library)]
+    assert coverage([tmp_path / "lib"], "gfx942").missing_in() == [
+        str(tmp_path / "lib" / "libfake_hip.so"),
+        str(library),
+    ]
 
 
 def test_a_stray_magic_string_with_no_valid_header_is_not_a_bundle(tmp_path):
@@ -146,17 +152,21 @@ def test_probe_fails_when_the_device_arch_has_no_code_objects(fat_binary, tmp_pa
     lib.mkdir()
     shutil.copy(fat_binary, lib / "libtorch_hip.so")
     monkeypatch.setattr(torch.version, "hip", "6.2.41133-dd7f95766", raising=False)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda i: types.SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-"))
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-")
+    )
     monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: "gfx90a gfx908", raising=False)
     monkeypatch.setattr(probe, "library_dirs", lambda: (lib, []))
     record = probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))
     assert record["status"] == "fail"
     assert record["values"]["arch"] == "gfx942" and record["values"]["code_object_archs"] == ["gfx908", "gfx90a"]
     assert f"no gfx942 code objects in {lib / 'libtorch_hip.so'}" in record["message"]
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda i: types.SimpleNamespace(gcnArchName="gfx90a:sramecc+:xnack-"))
-    assert probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))["status"] == "pass"
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(gcnArchName="gfx90a:sramecc+:xnack-")
+    )
+    assert (
+        probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))["status"] == "pass"
+    )
     monkeypatch.undo()
     assert run_probes("cpu", only=["arch_code_objects"])[0]["status"] == "skip"
 
@@ -172,7 +182,10 @@ def test_dt_needed_of_this_python_agrees_with_readelf_and_broken_files_read_as_n
     dynamic = subprocess.run(["readelf", "-d", str(python)], check=True, capture_output=True, text=True).stdout
     assert needed(python) == re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic) != []
     data = python.read_bytes()
-    for name, content in {"truncated": data[:4096], "header only": data[:64], "junk": b"\x7fELF" + b"\xff" * 60}.items():
+    for name, content in {
+        "truncated": data[:4096],
+        "header only": data[:64],
+        "junk": b"\x7fELF" + b"\xff" * 60,
+    }.items():
         (tmp_path / name).write_bytes(content)
         assert needed(tmp_path / name) == [], name
-

@@ -20,19 +20,30 @@ def _write(root: Path, path: str, text: str) -> Path:
     return target
 
 
-def fake_gpu_host(root: Path, *, gpus: tuple[int, ...] = (90010, 90010), cmdline: str = "ro quiet",
-                  kernel: str = "5.15.0-119-generic", driver: str | None = "6.8.5") -> Path:
+def fake_gpu_host(
+    root: Path,
+    *,
+    gpus: tuple[int, ...] = (90010, 90010),
+    cmdline: str = "ro quiet",
+    kernel: str = "5.15.0-119-generic",
+    driver: str | None = "6.8.5",
+) -> Path:
     """A host with the given GPUs (gfx_target_version each) in the KFD topology, devices and groups."""
     _write(root, "/proc/sys/kernel/osrelease", kernel + "\n")
     _write(root, "/proc/cmdline", cmdline + "\n")
     if driver:
         _write(root, "/sys/module/amdgpu/version", driver + "\n")
-    _write(root, "/sys/class/kfd/kfd/topology/nodes/0/properties",
-           "cpu_cores_count 64\nsimd_count 0\ngfx_target_version 0\n")
+    _write(
+        root,
+        "/sys/class/kfd/kfd/topology/nodes/0/properties",
+        "cpu_cores_count 64\nsimd_count 0\ngfx_target_version 0\n",
+    )
     for i, target in enumerate(gpus, start=1):
-        _write(root, f"/sys/class/kfd/kfd/topology/nodes/{i}/properties",
-               f"cpu_cores_count 0\nsimd_count 416\ngfx_target_version {target}\n"
-               f"drm_render_minor {127 + i}\n")
+        _write(
+            root,
+            f"/sys/class/kfd/kfd/topology/nodes/{i}/properties",
+            f"cpu_cores_count 0\nsimd_count 416\ngfx_target_version {target}\ndrm_render_minor {127 + i}\n",
+        )
         _write(root, f"/dev/dri/renderD{127 + i}", "")
     _write(root, "/dev/kfd", "")
     for node in [root / "dev/kfd", *(root / "dev/dri").glob("renderD*")]:
@@ -46,8 +57,9 @@ def checks(record: dict) -> dict[str, str]:
     return {c["name"]: c["status"] for c in record["checks"]}
 
 
-@pytest.mark.parametrize("target, name", [(90010, "gfx90a"), (90402, "gfx942"), (90008, "gfx908"),
-                                          (110000, "gfx1100"), (100300, "gfx1030")])
+@pytest.mark.parametrize(
+    "target, name", [(90010, "gfx90a"), (90402, "gfx942"), (90008, "gfx908"), (110000, "gfx1100"), (100300, "gfx1030")]
+)
 def test_gfx_target_version_names(target, name):
     assert gfx_name(target) == name
 
@@ -56,8 +68,14 @@ def test_two_gpus_without_iommu_pt_warn(tmp_path):
     root = fake_gpu_host(tmp_path, cmdline="BOOT_IMAGE=/vmlinuz ro quiet")
     host = HostView(root=root, uid=0, groups=(0,), check_engine=False)
     record = host_record(host)
-    assert checks(record) == {"kernel": "pass", "amdgpu_driver": "pass", "gpu_devices": "pass",
-                              "gpu_archs": "pass", "iommu": "warn", "cells": "pass"}
+    assert checks(record) == {
+        "kernel": "pass",
+        "amdgpu_driver": "pass",
+        "gpu_devices": "pass",
+        "gpu_archs": "pass",
+        "iommu": "warn",
+        "cells": "pass",
+    }
     assert record["gpu_archs"] == ["gfx90a"] and record["amdgpu_version"] == "6.8.5"
     iommu = next(c for c in record["checks"] if c["name"] == "iommu")
     assert "iommu=pt" in iommu["hint"] and "rccl#1129" in iommu["detail"]
@@ -123,12 +141,15 @@ def test_cli_reports_missing_engine(tmp_path, monkeypatch):
     assert result.exit_code == 1 and engine["status"] == "fail" and "no-such-docker.sock" in engine["detail"]
 
 
-@pytest.mark.parametrize("os_release,expected", [
-    ('ID=debian\nVERSION_ID="12"\n', "apt-get install docker.io"),
-    ('ID=pop\nID_LIKE="ubuntu debian"\n', "apt-get install docker.io"),
-    ('ID="rocky"\nID_LIKE="rhel centos fedora"\n', "dnf install"),
-    ('ID=arch\n', "your package manager"),
-])
+@pytest.mark.parametrize(
+    "os_release,expected",
+    [
+        ('ID=debian\nVERSION_ID="12"\n', "apt-get install docker.io"),
+        ('ID=pop\nID_LIKE="ubuntu debian"\n', "apt-get install docker.io"),
+        ('ID="rocky"\nID_LIKE="rhel centos fedora"\n', "dnf install"),
+        ("ID=arch\n", "your package manager"),
+    ],
+)
 def test_the_missing_engine_hint_fits_the_os(tmp_path, os_release, expected):
     from builder.engine.docker import start_hint
 
@@ -154,8 +175,9 @@ def test_doctor_maps_the_host_gpus_to_the_cells_it_can_run(tmp_path):
     assert [c["rocm"] for c in cells["gfx1201"]] == ["7.0", "7.1", "7.2", "7.14", "10.0"]
     check = next(c for c in record["checks"] if c["name"] == "cells")
     assert check["status"] == "pass" and "gfx942 (MI300A, MI300X, MI325X): ROCm 6.1.2" in check["detail"]
-    odd = host_record(HostView(root=fake_gpu_host(tmp_path / "b", gpus=(100100,)), uid=0, groups=(0,),
-                               check_engine=False))
+    odd = host_record(
+        HostView(root=fake_gpu_host(tmp_path / "b", gpus=(100100,)), uid=0, groups=(0,), check_engine=False)
+    )
     assert odd["runnable_cells"] == {"gfx1010": []} and checks(odd)["cells"] == "warn"
 
 

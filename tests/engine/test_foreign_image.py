@@ -20,8 +20,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 def images(local_base, docker_engine, tmp_path_factory):
     work = tmp_path_factory.mktemp("foreign-images")
     plain = plain_torch_image(local_base, work)
-    return {"plain": plain, "nopeft": no_peft_image(plain, work), "cuda": cuda_says_image(plain, work),
-            "client": docker_engine}
+    return {
+        "plain": plain,
+        "nopeft": no_peft_image(plain, work),
+        "cuda": cuda_says_image(plain, work),
+        "client": docker_engine,
+    }
 
 
 @pytest.fixture()
@@ -44,8 +48,12 @@ def test_a_plain_torch_image_runs_its_own_torch_with_the_workload_brought_in(ima
     image = result["image"]
     assert image["probe"]["torch_path"] == "/usr/local/lib/python3.11/dist-packages/torch/__init__.py"
     assert image["id"] == images["client"].images.get(images["plain"]).id == image["digest"]
-    assert (image["tag"], image["origin"], image["manifest"], image["vendor"]) == (images["plain"], "foreign", None,
-                                                                                 None)
+    assert (image["tag"], image["origin"], image["manifest"], image["vendor"]) == (
+        images["plain"],
+        "foreign",
+        None,
+        None,
+    )
     brought = image["brought_in"]["packages"]
     assert brought["transformers"] == "5.24.0" and brought["peft"] == "0.21.2" and "torch" not in brought
     assert "sympy" not in brought  # the image's own (torch's dependency): never replaced
@@ -53,8 +61,9 @@ def test_a_plain_torch_image_runs_its_own_torch_with_the_workload_brought_in(ima
     assert (deps / "transformers").is_dir() and not (deps / "torch").exists()
     assert not list(out.parent.glob(".envbuild-src-*"))  # the workload's copy is gone after the run
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT cells.key, runs.image_digest FROM runs JOIN cells ON cells.id = runs.cell_id"
-                            ).fetchall() == [("cpu-torch2.13-py3.11", image["id"])]
+        assert conn.execute(
+            "SELECT cells.key, runs.image_digest FROM runs JOIN cells ON cells.id = runs.cell_id"
+        ).fetchall() == [("cpu-torch2.13-py3.11", image["id"])]
 
 
 def test_an_image_that_lacks_peft_is_exit_2_offline_naming_it(images, cache, tmp_path):

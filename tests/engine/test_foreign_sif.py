@@ -47,8 +47,13 @@ def foreign_sif(shared, local_base, docker_engine, tmp_path_factory) -> Path:
         for chunk in docker_engine.images.get(tag).save(named=True):
             handle.write(chunk)
     archive.chmod(0o644)
-    built = subprocess.run(["apptainer", "build", "--force", str(sif), f"docker-archive://{archive}"], cwd=shared,
-                           capture_output=True, text=True, timeout=1200)
+    built = subprocess.run(
+        ["apptainer", "build", "--force", str(sif), f"docker-archive://{archive}"],
+        cwd=shared,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     archive.unlink()
     return sif
@@ -59,8 +64,9 @@ def test_a_sif_envbuild_did_not_make_runs_its_own_torch(foreign_sif, shared, tmp
     out.mkdir()
     out.chmod(0o1777)
     db = tmp_path / "m.db"
-    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(foreign_sif), "--out", str(out),
-                                    "--db", str(db)])
+    ran = CliRunner().invoke(
+        main, ["run", "workload", "--apptainer", str(foreign_sif), "--out", str(out), "--db", str(db)]
+    )
     assert ran.exit_code == 0, ran.output[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "pass" and result["versions"]["torch"] == MARKED_VERSION

@@ -34,14 +34,32 @@ def _tar(members: dict[str, tuple]) -> io.BytesIO:
 
 
 def test_compare_names_each_kind_of_difference_and_ignores_mtime():
-    a = tar_entries(_tar({"etc": ("dir", 0o755), "etc/same": ("file", b"x", 0o644), "etc/data": ("file", b"1", 0o644),
-                          "./.dotfile": ("file", b"", 0o644),
-                          "etc/mode": ("file", b"m", 0o644), "etc/link": ("symlink", "same"),
-                          "etc/gone": ("file", b"", 0o644)}))
+    a = tar_entries(
+        _tar(
+            {
+                "etc": ("dir", 0o755),
+                "etc/same": ("file", b"x", 0o644),
+                "etc/data": ("file", b"1", 0o644),
+                "./.dotfile": ("file", b"", 0o644),
+                "etc/mode": ("file", b"m", 0o644),
+                "etc/link": ("symlink", "same"),
+                "etc/gone": ("file", b"", 0o644),
+            }
+        )
+    )
     assert "/.dotfile" in a and "/etc/same" in a
-    b = tar_entries(_tar({"etc": ("dir", 0o755), "etc/same": ("file", b"x", 0o644), "etc/data": ("file", b"2", 0o644),
-                          "etc/mode": ("file", b"m", 0o755), "etc/link": ("symlink", "data"),
-                          "etc/new": ("file", b"", 0o644)}))
+    b = tar_entries(
+        _tar(
+            {
+                "etc": ("dir", 0o755),
+                "etc/same": ("file", b"x", 0o644),
+                "etc/data": ("file", b"2", 0o644),
+                "etc/mode": ("file", b"m", 0o755),
+                "etc/link": ("symlink", "data"),
+                "etc/new": ("file", b"", 0o644),
+            }
+        )
+    )
     assert compare(a, b, {"/etc/new": "a test reason"}) == [
         Difference("/.dotfile", "only in A", None),
         Difference("/etc/data", "digest", None),
@@ -53,18 +71,23 @@ def test_compare_names_each_kind_of_difference_and_ignores_mtime():
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("step, differing", [
-    ("RUN echo same > /same", 0),
-    ("RUN echo same > /same && head -c 16 /dev/urandom > /noise", 1),
-])
-def test_check_reproducible_builds_twice_and_fails_on_a_difference(step, differing, tmp_path, local_base,
-                                                                   docker_engine):
+@pytest.mark.parametrize(
+    "step, differing",
+    [
+        ("RUN echo same > /same", 0),
+        ("RUN echo same > /same && head -c 16 /dev/urandom > /noise", 1),
+    ],
+)
+def test_check_reproducible_builds_twice_and_fails_on_a_difference(
+    step, differing, tmp_path, local_base, docker_engine
+):
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(f"FROM {local_base}\n{step}\n")
     tag = f"envbuild-test/repro-{differing}:{tmp_path.name[-12:].lower()}"
-    result = CliRunner().invoke(main, ["image", "--context", str(ctx), "--tag", tag, "--network", "host",
-                                       "--check-reproducible"])
+    result = CliRunner().invoke(
+        main, ["image", "--context", str(ctx), "--tag", tag, "--network", "host", "--check-reproducible"]
+    )
     print(result.output)
     assert result.exit_code == (1 if differing else 0), result.output
     assert "build times: " in result.output
@@ -79,7 +102,9 @@ def test_check_reproducible_builds_twice_and_fails_on_a_difference(step, differi
 
 
 def test_check_reproducible_with_push_is_refused_before_anything_is_written(tmp_path):
-    result = CliRunner().invoke(main, ["image", "--flavor", "cpu", "--torch", "2.13", "-o", str(tmp_path / "ctx"),
-                                       "--check-reproducible", "--push"])
+    result = CliRunner().invoke(
+        main,
+        ["image", "--flavor", "cpu", "--torch", "2.13", "-o", str(tmp_path / "ctx"), "--check-reproducible", "--push"],
+    )
     assert result.exit_code == 2 and "nothing to --push" in result.output
     assert not (tmp_path / "ctx").exists()

@@ -28,9 +28,15 @@ def test_two_runs_at_once_are_both_marked_contended(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = []
     for name in ("a", "b"):
-        procs.append(subprocess.Popen([*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / name),
-                                       "--db", str(db), *SHORT], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / name), "--db", str(db), *SHORT],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
         time.sleep(0.5)
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
@@ -44,8 +50,13 @@ def test_two_runs_at_once_are_both_marked_contended(tmp_path):
         stored = [r["result"]["conditions"] for r in store.runs()]
     assert len(stored) == 2 and all(c["contended"] for c in stored)  # through the import schema, as recorded
     # a third run alone afterwards sees no other envbuild run (the others' markers say they finished)
-    alone = subprocess.run([*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / "c"), "--db", str(db),
-                            *SHORT], env=env, capture_output=True, text=True, timeout=600)
+    alone = subprocess.run(
+        [*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / "c"), "--db", str(db), *SHORT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert alone.returncode == 0, alone.stderr
     assert json.loads((tmp_path / "c" / "result.json").read_text())["conditions"]["other_envbuild_runs"] == 0
 
@@ -59,16 +70,21 @@ def test_what_makes_a_measurement_contended():
     # our own run keeps the CPUs busy: the end's load may reach about the CPU count without counting as contention
     assert conditions.judge(0.2, 2.9, 2, None, None, None) == []
     assert conditions.judge(0.2, 4.5, 2, None, None, 2) == [
-        "2 other envbuild run(s) were writing to this matrix meanwhile", "load average 4.5 at the end on 2 CPUs"]
+        "2 other envbuild run(s) were writing to this matrix meanwhile",
+        "load average 4.5 at the end on 2 CPUs",
+    ]
 
 
-@pytest.mark.parametrize("files, limit", [
-    ({"cpu.max": "200000 100000\n"}, 2.0),
-    ({"cpu.max": "max 100000\n"}, None),
-    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),
-    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "files, limit",
+    [
+        ({"cpu.max": "200000 100000\n"}, 2.0),
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
 def test_cgroup_cpu_limit(tmp_path, files, limit):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -77,15 +93,23 @@ def test_cgroup_cpu_limit(tmp_path, files, limit):
 
 
 def test_conditions_go_through_the_import_schema():
-    good = {"load_average": {"start": 0.3, "end": 1.2}, "cpu_count": 16, "cgroup_cpu_limit": None,
-            "gpu": {"tool": "nvidia-smi", "other_processes": [], "sm_clock_mhz": 1980.0, "power_limit_w": 700.0},
-            "other_envbuild_runs": 0, "contended": False, "contention": []}
+    good = {
+        "load_average": {"start": 0.3, "end": 1.2},
+        "cpu_count": 16,
+        "cgroup_cpu_limit": None,
+        "gpu": {"tool": "nvidia-smi", "other_processes": [], "sm_clock_mhz": 1980.0, "power_limit_w": 700.0},
+        "other_envbuild_runs": 0,
+        "contended": False,
+        "contention": [],
+    }
     result = cpu_result(conditions=good)
     assert validate(result)["conditions"] == good
-    for bad, field in (({**good, "contended": "no"}, "conditions.contended"),
-                       ({**good, "cpu_count": -1}, "conditions.cpu_count"),
-                       ({**good, "load_average": {"start": float("nan")}}, "conditions.load_average"),
-                       ({k: v for k, v in good.items() if k != "contended"}, "conditions.contended")):
+    for bad, field in (
+        ({**good, "contended": "no"}, "conditions.contended"),
+        ({**good, "cpu_count": -1}, "conditions.cpu_count"),
+        ({**good, "load_average": {"start": float("nan")}}, "conditions.load_average"),
+        ({k: v for k, v in good.items() if k != "contended"}, "conditions.contended"),
+    ):
         with pytest.raises(ResultSchemaError) as err:
             validate(cpu_result(conditions=bad))
         assert field in str(err.value), err.value

@@ -129,8 +129,9 @@ def apptainer(tmp_path, monkeypatch) -> Path:
 
 
 def _calls(record: Path) -> list[list[str]]:
-    return [(record / f"call{i}").read_bytes().decode().split("\0")[:-1]
-            for i in range(len(list(record.glob("call*"))))]
+    return [
+        (record / f"call{i}").read_bytes().decode().split("\0")[:-1] for i in range(len(list(record.glob("call*"))))
+    ]
 
 
 def _sif(out: Path, *args: str, image: str = TAG):
@@ -156,8 +157,12 @@ def test_the_sif_of_an_image_names_it_its_plan_and_how_it_was_made(engine, appta
     assert record["size_bytes"] == out.stat().st_size == len(b"SIF of\n" + ARCHIVE)
     assert record["context_hash"] == manifest["context_hash"] == labels["org.envbuild.context-hash"]
     assert record["image"] == {"tag": TAG, "id": INSPECT["Id"], "digest": INSPECT["Id"], "manifest": manifest}
-    assert record["runtime"] == {"name": "apptainer", "version": "1.4.5", "version_line": "apptainer version 1.4.5",
-                                 "path": str(tmp_path / "bin" / "apptainer")}
+    assert record["runtime"] == {
+        "name": "apptainer",
+        "version": "1.4.5",
+        "version_line": "apptainer version 1.4.5",
+        "path": str(tmp_path / "bin" / "apptainer"),
+    }
     assert record["apptainer"] == "apptainer version 1.4.5"
     assert record["verify"]["ok"] is True and record["verify"]["checks"] == 12 and record["verify"]["exit_code"] == 0
     assert "verify: 12 checks" in record["verify"]["output_tail"]
@@ -180,8 +185,13 @@ def test_the_sif_of_an_image_names_it_its_plan_and_how_it_was_made(engine, appta
     assert build[:2] == ["build", "--force"] and build[-2].endswith("/cpu.sif") and build[-2] != str(out)
     assert build[-1].startswith("docker-archive://") and build[-1].endswith("/image.tar")
     assert verify[:5] == ["exec", "--cleanenv", "--containall", "--bind", verify[4]] and verify[4].endswith(":/out")
-    assert verify[5:] == [build[-2], "python3", "/opt/envbuild/verify_image.py", "/opt/envbuild/expect.json",
-                          "/out/verify.json"]
+    assert verify[5:] == [
+        build[-2],
+        "python3",
+        "/opt/envbuild/verify_image.py",
+        "/opt/envbuild/expect.json",
+        "/out/verify.json",
+    ]
 
 
 def test_a_chosen_compressor_reaches_mksquashfs(engine, apptainer, tmp_path):
@@ -195,8 +205,9 @@ def test_a_failed_build_names_apptainer_and_its_message_and_leaves_nothing(engin
     monkeypatch.setenv("BUILD_FAIL", "1")
     made = _sif(tmp_path / "cpu.sif")
     assert made.exit_code == 2, made.output
-    assert "apptainer build failed (exit code 255): FATAL:   While performing build: packer failed to pack" in \
-        made.output
+    assert (
+        "apptainer build failed (exit code 255): FATAL:   While performing build: packer failed to pack" in made.output
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "docker.sock", "record"]
 
 
@@ -220,8 +231,9 @@ def test_an_image_built_when_the_hash_label_had_its_legacy_name_still_names_its_
     manifest = json.loads(labels["org.envbuild.manifest"])
     del manifest["context_hash"]
     labels["org.envbuild.manifest"] = json.dumps(manifest)
-    images["envbuild/cpu:legacy"] = dict(INSPECT, Config=dict(INSPECT["Config"], Labels=labels),
-                                         RepoTags=["envbuild/cpu:legacy"])
+    images["envbuild/cpu:legacy"] = dict(
+        INSPECT, Config=dict(INSPECT["Config"], Labels=labels), RepoTags=["envbuild/cpu:legacy"]
+    )
     out = tmp_path / "legacy.sif"
     made = _sif(out, image="envbuild/cpu:legacy")
     assert made.exit_code == 0, made.output
@@ -240,8 +252,7 @@ def test_an_unknown_image_or_one_without_a_manifest_is_bad_input(engine, apptain
     assert _calls(apptainer) == [] and not list(tmp_path.glob("*.sif*"))
 
 
-def test_a_failed_build_shows_the_last_1500_characters_of_what_apptainer_said(engine, apptainer, tmp_path,
-                                                                               monkeypatch):
+def test_a_failed_build_shows_the_last_1500_characters_of_what_apptainer_said(engine, apptainer, tmp_path, monkeypatch):
     monkeypatch.setenv("BUILD_FAIL", "long")
     made = _sif(tmp_path / "cpu.sif")
     assert made.exit_code == 2, made.output

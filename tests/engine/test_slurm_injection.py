@@ -31,19 +31,40 @@ def make_sif(folder: Path, cell_key: str | None = None, cell: dict | None = None
     sif = folder / "cell.sif"
     sif.write_bytes(b"not a real SIF, never executed here")
     manifest = {"cell_key": cell_key or Cell(**CELL).key, "flavor": "cpu", "cell": cell or CELL}
-    sif.with_name("cell.sif.json").write_text(json.dumps({
-        "schema_version": 1, "sif": sif.name, "sha256": hashlib.sha256(sif.read_bytes()).hexdigest(),
-        "image": {"tag": "envbuild/cpu:x", "id": "sha256:0", "digest": "sha256:0", "manifest": manifest},
-        "verify": {"ok": True}}))
+    sif.with_name("cell.sif.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "sif": sif.name,
+                "sha256": hashlib.sha256(sif.read_bytes()).hexdigest(),
+                "image": {"tag": "envbuild/cpu:x", "id": "sha256:0", "digest": "sha256:0", "manifest": manifest},
+                "verify": {"ok": True},
+            }
+        )
+    )
     return sif
 
 
 def submit(tmp_path: Path, sif: Path, *extra: str, results: Path | None = None):
     results = results or tmp_path / "results"
     results.mkdir(exist_ok=True)
-    return CliRunner().invoke(main, ["slurm", "submit", "--sif", str(sif), "--db", str(tmp_path / "m.db"),
-                                     "--site-file", str(tmp_path / "none.toml"), "--results-dir", str(results),
-                                     "--dry-run", *extra])
+    return CliRunner().invoke(
+        main,
+        [
+            "slurm",
+            "submit",
+            "--sif",
+            str(sif),
+            "--db",
+            str(tmp_path / "m.db"),
+            "--site-file",
+            str(tmp_path / "none.toml"),
+            "--results-dir",
+            str(results),
+            "--dry-run",
+            *extra,
+        ],
+    )
 
 
 def run_script(script: str, where: Path) -> dict[str, list[str]]:
@@ -55,8 +76,12 @@ def run_script(script: str, where: Path) -> dict[str, list[str]]:
         (bin_dir / name).write_text(RECORDER)
         (bin_dir / name).chmod(0o755)
     (where / "job.sbatch").write_text(script)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "0", "RECORD_DIR": str(record),
-           "HOME": str(where)}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_ARRAY_TASK_ID": "0",
+        "RECORD_DIR": str(record),
+        "HOME": str(where),
+    }
     subprocess.run(["bash", str(where / "job.sbatch")], cwd=where, env=env, capture_output=True, timeout=60)
     return {p.stem: p.read_bytes().decode().split("\0")[:-1] for p in record.glob("*.argv")}
 
@@ -81,8 +106,16 @@ def test_a_newline_in_the_sif_records_cell_key_is_refused(tmp_path):
     assert not pwned.exists()
 
 
-@pytest.mark.parametrize("key", ["cpu-torch2.13-py3.11/../../../etc", "../cpu-torch2.13-py3.11",
-                                 "cpu-torch2.13-py3.11 x", "cpu-torch2.13-py3.11'", "cpu-torch2.13-py$(id)"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "cpu-torch2.13-py3.11/../../../etc",
+        "../cpu-torch2.13-py3.11",
+        "cpu-torch2.13-py3.11 x",
+        "cpu-torch2.13-py3.11'",
+        "cpu-torch2.13-py$(id)",
+    ],
+)
 def test_a_cell_key_that_is_not_one_is_refused(tmp_path, key):
     out = submit(tmp_path, make_sif(tmp_path / "sif", cell_key=key))
     assert out.exit_code == 2 and "names no valid cell" in out.output
@@ -93,33 +126,81 @@ def test_a_cell_key_that_names_other_coordinates_than_the_record_is_refused(tmp_
     assert out.exit_code == 2 and "is not the cell its coordinates name" in out.output
 
 
-@pytest.mark.parametrize("results_dir", ["x\ntouch PWNED", "/tmp/a b", "/tmp/a,/root", "/tmp/a:/root", "/tmp/$(id)",
-                                         "/tmp/a'b", "/tmp/a/../../etc"])
+@pytest.mark.parametrize(
+    "results_dir",
+    ["x\ntouch PWNED", "/tmp/a b", "/tmp/a,/root", "/tmp/a:/root", "/tmp/$(id)", "/tmp/a'b", "/tmp/a/../../etc"],
+)
 def test_a_results_dir_that_would_change_the_script_is_refused_from_the_site_file(tmp_path, results_dir):
     pwned = tmp_path / "PWNED"
     site = tmp_path / "site.toml"
     site.write_text("[slurm]\nresults_dir = " + json.dumps(results_dir.replace("PWNED", str(pwned))) + "\n")
-    out = CliRunner().invoke(main, ["slurm", "submit", "--sif", str(make_sif(tmp_path / "sif")), "--db",
-                                    str(tmp_path / "m.db"), "--site-file", str(site), "--dry-run"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "slurm",
+            "submit",
+            "--sif",
+            str(make_sif(tmp_path / "sif")),
+            "--db",
+            str(tmp_path / "m.db"),
+            "--site-file",
+            str(site),
+            "--dry-run",
+        ],
+    )
     assert out.exit_code == 2 and "site setting results_dir" in out.output, out.output
     assert not pwned.exists()
 
 
-@pytest.mark.parametrize("key, value", [
-    ("partition", '"a\\n#SBATCH --uid=0"'), ("account", '"a;id"'), ("time", '"1 $(id)"'), ("gpus", '"1`id`"'),
-    ("gres", '"gpu:1\\nid"'), ("mem", "\"16G'\""), ("cpus_per_task", '"4; id"'), ("modules", '["rocm $(id)"]'),
-    ("modules", '"rocm"'), ("results_dir", '"/tmp/a\\nb"'), ("unknown_key", '"x"'), ("partition", "5"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("partition", '"a\\n#SBATCH --uid=0"'),
+        ("account", '"a;id"'),
+        ("time", '"1 $(id)"'),
+        ("gpus", '"1`id`"'),
+        ("gres", '"gpu:1\\nid"'),
+        ("mem", '"16G\'"'),
+        ("cpus_per_task", '"4; id"'),
+        ("modules", '["rocm $(id)"]'),
+        ("modules", '"rocm"'),
+        ("results_dir", '"/tmp/a\\nb"'),
+        ("unknown_key", '"x"'),
+        ("partition", "5"),
+    ],
+)
 def test_every_site_value_is_checked(tmp_path, key, value):
     """docs/hpc.md: every value of the site file's [slurm] table is checked before a script is written."""
     site = tmp_path / "site.toml"
     site.write_text(f"[slurm]\n{key} = {value}\n")
-    out = CliRunner().invoke(main, ["slurm", "submit", "--sif", str(make_sif(tmp_path / "sif")), "--db",
-                                    str(tmp_path / "m.db"), "--site-file", str(site), "--results-dir",
-                                    str(tmp_path), "--dry-run"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "slurm",
+            "submit",
+            "--sif",
+            str(make_sif(tmp_path / "sif")),
+            "--db",
+            str(tmp_path / "m.db"),
+            "--site-file",
+            str(site),
+            "--results-dir",
+            str(tmp_path),
+            "--dry-run",
+        ],
+    )
     assert out.exit_code == 2 and "site setting" in out.output, out.output
-    assert set(Site.model_fields) == {"partition", "account", "time", "gpus", "gres", "cpus_per_task", "mem",
-                                      "modules", "results_dir"}  # a new field needs its row above
+    assert set(Site.model_fields) == {
+        "partition",
+        "account",
+        "time",
+        "gpus",
+        "gres",
+        "cpus_per_task",
+        "mem",
+        "modules",
+        "results_dir",
+    }  # a new field needs its row above
 
 
 def test_a_config_argument_starting_with_the_out_variable_stays_one_quoted_word(tmp_path):
@@ -132,10 +213,29 @@ def test_a_config_argument_starting_with_the_out_variable_stays_one_quoted_word(
     assert argv[-2:] == [f'"$out"$(touch {pwned})', '"$out":/out']
 
 
-WORDS = st.one_of(st.sampled_from(["$(touch PWNED)", "`touch PWNED`", '"$out"', '"$out":/out', "'", '"', "\n",
-                                   "a,b", "../../x", ";touch PWNED", "$out", "${out}", "\\", "*", "-", "--out2"]),
-                  st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                          max_size=12))
+WORDS = st.one_of(
+    st.sampled_from(
+        [
+            "$(touch PWNED)",
+            "`touch PWNED`",
+            '"$out"',
+            '"$out":/out',
+            "'",
+            '"',
+            "\n",
+            "a,b",
+            "../../x",
+            ";touch PWNED",
+            "$out",
+            "${out}",
+            "\\",
+            "*",
+            "-",
+            "--out2",
+        ]
+    ),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -146,6 +246,9 @@ def test_no_workload_argument_reaches_the_shell_unquoted(tmp_path_factory, args)
     sub = plan("0123456789ab", [sif], {"a": args}, Site(results_dir=where / "results"), "2026-12-04T00:00:00Z")
     calls = run_script(render_script(sub).replace("PWNED", str(where / "PWNED")), where / "run")
     assert not (where / "PWNED").exists() and not (where / "run" / "PWNED").exists()
-    assert calls["apptainer"][-len(args) - 2:] == ["--out", "/out", *[a.replace("PWNED", str(where / "PWNED"))
-                                                                      for a in args]]
-    assert os.path.isdir(calls["apptainer"][calls["apptainer"].index("--bind") + 1][:-len(":/out")])
+    assert calls["apptainer"][-len(args) - 2 :] == [
+        "--out",
+        "/out",
+        *[a.replace("PWNED", str(where / "PWNED")) for a in args],
+    ]
+    assert os.path.isdir(calls["apptainer"][calls["apptainer"].index("--bind") + 1][: -len(":/out")])

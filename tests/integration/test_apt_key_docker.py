@@ -26,8 +26,10 @@ COPY lib.sh refresh_apt_key.sh /opt/envbuild/common/
 RUN --mount=type=secret,id=envbuild_ca,required=false \\
     bash -c 'source /opt/envbuild/common/lib.sh && apt_install curl gnupg && apt_clean'
 """
-ROCM_SOURCE = ("mkdir -p /etc/apt/keyrings && echo 'deb [arch=amd64 signed-by=/etc/apt/keyrings/rocm.gpg] "
-               "https://repo.radeon.com/rocm/apt/6.2 jammy main' > /etc/apt/sources.list.d/rocm.list")
+ROCM_SOURCE = (
+    "mkdir -p /etc/apt/keyrings && echo 'deb [arch=amd64 signed-by=/etc/apt/keyrings/rocm.gpg] "
+    "https://repo.radeon.com/rocm/apt/6.2 jammy main' > /etc/apt/sources.list.d/rocm.list"
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,13 @@ def key_image(local_base, tmp_path_factory):
     (ctx / "Dockerfile").write_text(DOCKERFILE.format(base=local_base))
     tag = f"envbuild-test/apt-key-22:{int(time.time() * 1000)}"
     secret = ["--secret", f"id=envbuild_ca,src={CA}"] if CA.is_file() else []
-    proc = subprocess.run([DOCKER, "build", "--network", "host", *secret, "-t", tag, str(ctx)], capture_output=True,
-                          text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=900)
+    proc = subprocess.run(
+        [DOCKER, "build", "--network", "host", *secret, "-t", tag, str(ctx)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     yield tag
     subprocess.run([DOCKER, "rmi", "-f", tag], capture_output=True)
@@ -51,31 +58,62 @@ def signing_key(tmp_path_factory) -> tuple[Path, str]:
     home = tmp_path_factory.mktemp("gnupg")
     home.chmod(0o700)
     env = {**os.environ, "GNUPGHOME": str(home)}
-    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "envbuild test <test@invalid>",
-                    "rsa2048", "sign", "1d"], env=env, check=True, capture_output=True, timeout=120)
-    listing = subprocess.run(["gpg", "--batch", "--with-colons", "--list-keys"], env=env, check=True,
-                             capture_output=True, text=True).stdout
+    subprocess.run(
+        [
+            "gpg",
+            "--batch",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "envbuild test <test@invalid>",
+            "rsa2048",
+            "sign",
+            "1d",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    listing = subprocess.run(
+        ["gpg", "--batch", "--with-colons", "--list-keys"], env=env, check=True, capture_output=True, text=True
+    ).stdout
     fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
     key = home.parent / "key.asc"
-    key.write_text(subprocess.run(["gpg", "--batch", "--armor", "--export", fingerprint], env=env, check=True,
-                                  capture_output=True, text=True).stdout)
+    key.write_text(
+        subprocess.run(
+            ["gpg", "--batch", "--armor", "--export", fingerprint], env=env, check=True, capture_output=True, text=True
+        ).stdout
+    )
     key.chmod(0o644)
     return key, fingerprint
 
 
 def _run(tag: str, key: Path, fingerprint: str, setup: str, after: str = "true") -> subprocess.CompletedProcess:
-    script = (f"{setup} && ROCM_KEY_URL=file:///key.asc ROCM_KEY_FINGERPRINT={fingerprint} "
-              f"bash /opt/envbuild/common/refresh_apt_key.sh && {after}")
-    return subprocess.run([DOCKER, "run", "--rm", "--network", "none", "-v", f"{key}:/key.asc:ro", tag,
-                           "bash", "-c", script], capture_output=True, text=True, timeout=300)
+    script = (
+        f"{setup} && ROCM_KEY_URL=file:///key.asc ROCM_KEY_FINGERPRINT={fingerprint} "
+        f"bash /opt/envbuild/common/refresh_apt_key.sh && {after}"
+    )
+    return subprocess.run(
+        [DOCKER, "run", "--rm", "--network", "none", "-v", f"{key}:/key.asc:ro", tag, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_key_is_checked_against_its_fingerprint_and_installed_where_apt_reads_it(key_image, signing_key):
     key, fingerprint = signing_key
     shows = "gpg --batch --show-keys --with-colons {} | grep -c {}"
-    proc = _run(key_image, key, fingerprint, ROCM_SOURCE,
-                " && ".join(shows.format(p, fingerprint) for p in ("/etc/apt/keyrings/rocm.gpg",
-                                                                     "/etc/apt/trusted.gpg.d/rocm.gpg")))
+    proc = _run(
+        key_image,
+        key,
+        fingerprint,
+        ROCM_SOURCE,
+        " && ".join(
+            shows.format(p, fingerprint) for p in ("/etc/apt/keyrings/rocm.gpg", "/etc/apt/trusted.gpg.d/rocm.gpg")
+        ),
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"ROCm apt key {fingerprint} refreshed" in proc.stdout
 
@@ -83,8 +121,7 @@ def test_the_key_is_checked_against_its_fingerprint_and_installed_where_apt_read
 def test_a_key_with_another_fingerprint_stops_the_build_and_installs_nothing(key_image, signing_key):
     key, fingerprint = signing_key
     expected = "CA8BB4727A47B4D09B4EE8969386B48A1A693C5C"  # recipes/rocm.toml's: not the test key
-    proc = _run(key_image, key, expected, ROCM_SOURCE,
-                "true")
+    proc = _run(key_image, key, expected, ROCM_SOURCE, "true")
     assert proc.returncode == 1
     assert f"has fingerprint '{fingerprint}', expected {expected}" in proc.stderr
 

@@ -41,8 +41,23 @@ def _wheelhouse(work: Path) -> Path | None:
 def cpu_cell(tmp_path_factory, local_base):
     """(build command, its CliRunner result, seconds, work dir) for the cpu cell."""
     work = tmp_path_factory.mktemp("cpu-cell")
-    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base,
-               "-o", str(work / "ctx"), "--ca-cert", str(CA), "--network", "host", "--db", str(work / "m.db")]
+    command = [
+        "image",
+        "--flavor",
+        "cpu",
+        "--torch",
+        "2.13",
+        "--base-image",
+        local_base,
+        "-o",
+        str(work / "ctx"),
+        "--ca-cert",
+        str(CA),
+        "--network",
+        "host",
+        "--db",
+        str(work / "m.db"),
+    ]
     wheels = _wheelhouse(work)
     if wheels:
         command += ["--wheelhouse", str(wheels)]
@@ -65,18 +80,31 @@ def test_cpu_cell_builds_with_manifest_labels(cpu_cell, docker_engine):
     assert json.loads(image.labels[MANIFEST_LABEL])["cell"] == manifest["cell"]
     history = " ".join(str(h.get("CreatedBy")) for h in image.history())
     assert "BEGIN CERTIFICATE" not in history
-    seen = docker_engine.containers.run(tag, ["sh", "-c", "ls /run/secrets 2>/dev/null | wc -l; "
-                                              "python -c 'import torch, sentencepiece; print(torch.__version__)'"],
-                                        remove=True).decode().split()
+    seen = (
+        docker_engine.containers.run(
+            tag,
+            [
+                "sh",
+                "-c",
+                "ls /run/secrets 2>/dev/null | wc -l; "
+                "python -c 'import torch, sentencepiece; print(torch.__version__)'",
+            ],
+            remove=True,
+        )
+        .decode()
+        .split()
+    )
     assert seen == ["0", "2.13.0+cpu"]
     # the image proved itself at the end of its build (images/common/verify_image.py)
     verify = json.loads(docker_engine.containers.run(tag, ["cat", "/opt/envbuild/verify.json"], remove=True))
     assert verify["ok"] and verify["cell"] == manifest["cell_key"]
     assert {c["name"] for c in verify["checks"]} >= {"torch version", "sentencepiece built here", "cpu-only torch"}
     if (work / "wheels").is_dir():  # torch came from the wheelhouse file, by path, no index
-        script = ("import importlib.metadata as m, json; d = m.distribution('torch'); "
-                  "print(json.loads(d.read_text('direct_url.json'))['url']); "
-                  "print(sorted(x.metadata['Name'] for x in m.distributions() if x.metadata['Name'].startswith('nvidia')))")
+        script = (
+            "import importlib.metadata as m, json; d = m.distribution('torch'); "
+            "print(json.loads(d.read_text('direct_url.json'))['url']); "
+            "print(sorted(x.metadata['Name'] for x in m.distributions() if x.metadata['Name'].startswith('nvidia')))"
+        )
         url, nvidia = docker_engine.containers.run(tag, ["python", "-c", script], remove=True).decode().split("\n")[:2]
         assert url == f"file:///wheelhouse/{TORCH_WHEEL}".replace("+", "%2B") or url.endswith(TORCH_WHEEL), url
         assert nvidia == "[]"  # PyPI's torch 2.13.0 of the same version (a CUDA build) was never chosen
@@ -96,8 +124,9 @@ def test_unchanged_request_is_skipped(cpu_cell):
 def test_workload_runs_in_the_image_end_to_end(cpu_cell, docker_engine):
     _, build, _, work = cpu_cell
     tag, out = _tag(build), work / "run"
-    result = CliRunner().invoke(main, ["run", "workload", "--image", tag, "--out", str(out),
-                                       "--db", str(work / "m.db")])
+    result = CliRunner().invoke(
+        main, ["run", "workload", "--image", tag, "--out", str(out), "--db", str(work / "m.db")]
+    )
     record = json.loads((out / "result.json").read_text())
     assert result.exit_code == 0, (result.output, record.get("error"))
     validate_result(record)
@@ -119,8 +148,10 @@ def test_workload_runs_in_the_image_end_to_end(cpu_cell, docker_engine):
     shown = CliRunner().invoke(main, ["matrix", "show", "cpu-torch2.13-py3.11", "--json", "--db", str(work / "m.db")])
     cell = json.loads(shown.output)
     assert (cell["status"], len(cell["runs"]), cell["attempts"]) == ("pass", 1, 0)
-    assert cell["environment"] == (f"{builds[0]['base_image']}@{base_id.removeprefix('sha256:')[:12]}"
-                                   f" ctx {record['image']['manifest']['context_hash'][:12]}")
+    assert cell["environment"] == (
+        f"{builds[0]['base_image']}@{base_id.removeprefix('sha256:')[:12]}"
+        f" ctx {record['image']['manifest']['context_hash'][:12]}"
+    )
     build_dir, run_dir = (Path(a["attempt_dir"]) for a in cell["records"])
     assert [a["kind"] for a in cell["records"]] == ["build", "run"]
     assert (build_dir / "context" / "Dockerfile").read_text() == (work / "ctx" / "Dockerfile").read_text()
@@ -143,10 +174,20 @@ def test_an_image_that_does_not_match_its_manifest_fails_its_build(cpu_cell, tmp
     expect = json.loads((ctx / "expect.json").read_text())
     expect["lock"]["peft"] = "0.0.1"
     (ctx / "expect.json").write_text(json.dumps(expect))
-    options = BuildOptions(network="host", ca_cert=CA if CA.is_file() else None, force=True,
-                           wheelhouse=work / "wheels" if (work / "wheels").is_dir() else None)
+    options = BuildOptions(
+        network="host",
+        ca_cert=CA if CA.is_file() else None,
+        force=True,
+        wheelhouse=work / "wheels" if (work / "wheels").is_dir() else None,
+    )
     with pytest.raises(BuildError) as raised:
-        build_image(ctx, "envbuild-test/verify-mismatch:1", options, log_path=tmp_path / "build.log", manifest=read_manifest(ctx))
+        build_image(
+            ctx,
+            "envbuild-test/verify-mismatch:1",
+            options,
+            log_path=tmp_path / "build.log",
+            manifest=read_manifest(ctx),
+        )
     failure = raised.value.failure
     assert failure is not None and failure.failure_class == "image_verify_failed", failure
     assert any("peft: pinned 0.0.1, installed 0.21.2" in line for line in failure.evidence + failure.tail)

@@ -17,8 +17,13 @@ from matrix_fixtures import cpu_result, make_result
 
 SCRIPT = REPO_ROOT / "ci" / "scripts" / "matrix_history.sh"
 BRANCH = "envbuild-matrix-data"
-ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@t"}
+ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -47,8 +52,14 @@ def _workflow_run(checkout: Path, run_dir: Path, results: list[dict]) -> subproc
         job = artifacts / f"result-{result['run_id'][:8]}" / "run"
         job.mkdir(parents=True)
         (job / "result.json").write_text(json.dumps(result))
-    return subprocess.run(["bash", str(SCRIPT), BRANCH, str(artifacts), str(run_dir / "matrix.db")], cwd=checkout,
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    return subprocess.run(
+        ["bash", str(SCRIPT), BRANCH, str(artifacts), str(run_dir / "matrix.db")],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
 
 
 def _run_ids(db: Path) -> set[str]:

@@ -39,9 +39,11 @@ CELL = "cpu-torch2.13-py3.11"
 #: one-minute time limit (TIMEOUT: an attempt). Two steps keep the others well inside the minute (11 s here).
 #: `long` is the highest --epochs (1.7 million steps): 400 epochs (6,800 steps) were at step 3,762 of 6,800 when
 #: the limit struck here, and a faster machine finished them inside the minute (CI: no TIMEOUT, no --resubmit).
-CONFIGS = {"quick": "--max-steps 2 --min-accuracy 0 --no-probes",
-           "strict": "--max-steps 2 --min-accuracy 0.99 --no-probes",
-           "long": "--epochs 10000 --no-probes"}
+CONFIGS = {
+    "quick": "--max-steps 2 --min-accuracy 0 --no-probes",
+    "strict": "--max-steps 2 --min-accuracy 0.99 --no-probes",
+    "long": "--epochs 10000 --no-probes",
+}
 
 
 def _cluster() -> Path:
@@ -81,8 +83,22 @@ def hpc_env():
 def cpu_image(tmp_path_factory, local_base, docker_engine) -> str:
     """The cpu cell's image tag (built, or found built, from the local base by BuildKit)."""
     work = tmp_path_factory.mktemp("hpc")
-    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(work / "ctx"),
-               "--ca-cert", str(CA), "--network", "host", "--no-record"]
+    command = [
+        "image",
+        "--flavor",
+        "cpu",
+        "--torch",
+        "2.13",
+        "--base-image",
+        local_base,
+        "-o",
+        str(work / "ctx"),
+        "--ca-cert",
+        str(CA),
+        "--network",
+        "host",
+        "--no-record",
+    ]
     if Path("/opt/wheels").is_dir():
         command += ["--wheelhouse", "/opt/wheels"]
     built = CliRunner().invoke(main, command)
@@ -137,9 +153,23 @@ def def_sif(hpc_env, local_base, docker_engine, shared_dir):
     sif = shared_dir / "cpu-def.sif"
     started = time.monotonic()
     # lz4: the squashfs step of a 1.4 GB tree takes minutes with Apptainer's default gzip on 2 cores
-    made = CliRunner().invoke(main, ["sif", "--from-context", str(ctx), "--base", str(base), "--ca-cert", str(ca),
-                                     "--compression", "lz4", "-o", str(sif)],
-                              env={**NO_DOCKER, "ENVBUILD_APPTAINER": str(hpc_env / "login-apptainer")})
+    made = CliRunner().invoke(
+        main,
+        [
+            "sif",
+            "--from-context",
+            str(ctx),
+            "--base",
+            str(base),
+            "--ca-cert",
+            str(ca),
+            "--compression",
+            "lz4",
+            "-o",
+            str(sif),
+        ],
+        env={**NO_DOCKER, "ENVBUILD_APPTAINER": str(hpc_env / "login-apptainer")},
+    )
     assert made.exit_code == 0, made.output + _tail(sif.with_name(sif.name + ".build.log"))
     return sif, time.monotonic() - started
 
@@ -148,8 +178,9 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.is_file() else ""
 
 
-def test_the_definition_route_builds_without_docker_and_names_the_docker_images_content_hash(def_sif, cpu_image,
-                                                                                             docker_engine):
+def test_the_definition_route_builds_without_docker_and_names_the_docker_images_content_hash(
+    def_sif, cpu_image, docker_engine
+):
     sif, seconds = def_sif
     record = json.loads(sif.with_name(sif.name + ".json").read_text())
     assert record["route"] == "definition" and record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
@@ -161,8 +192,9 @@ def test_the_definition_route_builds_without_docker_and_names_the_docker_images_
     assert record["image"]["tag"] == cpu_image
     assert record["base"]["bootstrap"] == "docker-archive" and len(record["base"]["sha256"]) == 64
     assert (record["runtime"]["name"], record["runtime"]["version"].split(".")[0]) == ("apptainer", "1")
-    labels = subprocess.run(["apptainer", "inspect", "--json", "--labels", str(sif)], capture_output=True,
-                            text=True, check=True).stdout
+    labels = subprocess.run(
+        ["apptainer", "inspect", "--json", "--labels", str(sif)], capture_output=True, text=True, check=True
+    ).stdout
     assert json.loads(labels)["data"]["attributes"]["labels"]["io.envbuild.context-hash"] == record["context_hash"]
     print(f"envbuild sif --from-context: {seconds:.0f} s ({record['timings']})")
 
@@ -171,19 +203,50 @@ def test_a_definition_built_sif_runs_the_workload_and_a_slurm_array(def_sif, sha
     sif, _ = def_sif
     out = _open_to_job_user(shared_dir / "def-run")
     db = tmp_path / "m.db"
-    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(sif), "--out", str(out), "--db", str(db),
-                                    "--", *CONFIGS["quick"].split()], env=NO_DOCKER)
+    ran = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "workload",
+            "--apptainer",
+            str(sif),
+            "--out",
+            str(out),
+            "--db",
+            str(db),
+            "--",
+            *CONFIGS["quick"].split(),
+        ],
+        env=NO_DOCKER,
+    )
     assert ran.exit_code == 0, ran.output
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "pass" and result["image"]["environment"] == "apptainer"
-    assert result["image"]["manifest"]["context_hash"] == json.loads(sif.with_name(sif.name + ".json").read_text())[
-        "context_hash"]
+    assert (
+        result["image"]["manifest"]["context_hash"]
+        == json.loads(sif.with_name(sif.name + ".json").read_text())["context_hash"]
+    )
     assert result["image"]["sif"]["route"] == "definition" and result["image"]["runtime"]["name"] == "apptainer"
 
     results = _open_to_job_user(shared_dir / "def-results")
-    submitted = CliRunner().invoke(main, ["slurm", "submit", "--sif", str(sif), "--config", f"quick={CONFIGS['quick']}",
-                                          "--config", f"again={CONFIGS['quick']}", "--results-dir", str(results),
-                                          "--db", str(db)], env=NO_DOCKER)
+    submitted = CliRunner().invoke(
+        main,
+        [
+            "slurm",
+            "submit",
+            "--sif",
+            str(sif),
+            "--config",
+            f"quick={CONFIGS['quick']}",
+            "--config",
+            f"again={CONFIGS['quick']}",
+            "--results-dir",
+            str(results),
+            "--db",
+            str(db),
+        ],
+        env=NO_DOCKER,
+    )
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.strip()
     _wait_finished(job_id, 2)
@@ -192,7 +255,9 @@ def test_a_definition_built_sif_runs_the_workload_and_a_slurm_array(def_sif, sha
     with MatrixStore.open(db, readonly=True) as store:
         runs = [r for r in store.runs() if "slurm" in (r["result"].get("host") or {})]
     assert sorted((r["result"]["host"]["slurm"]["state"], r["result"]["status"]) for r in runs) == [
-        ("COMPLETED", "pass"), ("COMPLETED", "pass")]
+        ("COMPLETED", "pass"),
+        ("COMPLETED", "pass"),
+    ]
 
 
 def test_pull_copies_a_sif_verifies_it_again_and_names_who_ran_it(def_sif, hpc_env, shared_dir):
@@ -200,8 +265,11 @@ def test_pull_copies_a_sif_verifies_it_again_and_names_who_ran_it(def_sif, hpc_e
     apptainer package installs it as an alternative name, and the record names the runtime by its --version."""
     sif, _ = def_sif
     pulled = shared_dir / "pulled.sif"
-    made = CliRunner().invoke(main, ["sif", "--pull", str(sif), "-o", str(pulled)],
-                              env={**NO_DOCKER, "ENVBUILD_APPTAINER": str(hpc_env / "singularity")})
+    made = CliRunner().invoke(
+        main,
+        ["sif", "--pull", str(sif), "-o", str(pulled)],
+        env={**NO_DOCKER, "ENVBUILD_APPTAINER": str(hpc_env / "singularity")},
+    )
     assert made.exit_code == 0, made.output
     record = json.loads(pulled.with_name("pulled.sif.json").read_text())
     source = json.loads(sif.with_name(sif.name + ".json").read_text())
@@ -212,8 +280,11 @@ def test_pull_copies_a_sif_verifies_it_again_and_names_who_ran_it(def_sif, hpc_e
 
 def test_pull_refuses_an_image_envbuild_did_not_build(def_sif, shared_dir, tmp_path):
     """A docker-archive pull (Apptainer's own conversion, no registry) of the bare base: no manifest, exit 2."""
-    made = CliRunner().invoke(main, ["sif", "--pull", f"docker-archive:{shared_dir / 'base.tar'}", "-o",
-                                     str(shared_dir / "base-pulled.sif")], env=NO_DOCKER)
+    made = CliRunner().invoke(
+        main,
+        ["sif", "--pull", f"docker-archive:{shared_dir / 'base.tar'}", "-o", str(shared_dir / "base-pulled.sif")],
+        env=NO_DOCKER,
+    )
     assert made.exit_code == 2 and "no envbuild manifest" in made.output, made.output
     assert not (shared_dir / "base-pulled.sif").exists()
 
@@ -239,8 +310,10 @@ def test_a_changed_sif_is_refused_before_anything_runs(cpu_sif, tmp_path):
     copy = tmp_path / "changed.sif"
     copy.write_bytes(sif.read_bytes()[:4096])
     copy.with_name("changed.sif.json").write_text(sif.with_name("cpu.sif.json").read_text())
-    ran = CliRunner().invoke(main, ["run", "workload", "--apptainer", str(copy), "--out", str(tmp_path / "o"),
-                                    "--db", str(tmp_path / "m.db")])
+    ran = CliRunner().invoke(
+        main,
+        ["run", "workload", "--apptainer", str(copy), "--out", str(tmp_path / "o"), "--db", str(tmp_path / "m.db")],
+    )
     assert ran.exit_code == 2 and "sha256 differs" in ran.output
     assert not (tmp_path / "m.db").exists() and not (tmp_path / "o").exists()
 
@@ -248,10 +321,13 @@ def test_a_changed_sif_is_refused_before_anything_runs(cpu_sif, tmp_path):
 def _wait_finished(job_id: str, tasks: int, seconds: int = 400) -> str:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "--format=JobID,State"],
-                             capture_output=True, text=True, check=True).stdout
-        states = [line.split("|")[1] for line in out.splitlines() if "_" in line.split("|")[0]
-                  and "[" not in line]
+        out = subprocess.run(
+            ["sacct", "-j", job_id, "-X", "-n", "-P", "--format=JobID,State"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        states = [line.split("|")[1] for line in out.splitlines() if "_" in line.split("|")[0] and "[" not in line]
         if len(states) == tasks and not any(s in ("PENDING", "RUNNING", "COMPLETING") for s in states):
             return out
         time.sleep(5)
@@ -276,11 +352,21 @@ def test_slurm_array_collects_a_pass_a_fail_and_a_timeout_attempt(cpu_sif, share
     assert collected.exit_code == 1, collected.output  # one task did not pass
     with MatrixStore.open(db, readonly=True) as store:
         runs = store.runs()
-    seen = sorted((r["result"]["host"]["slurm"]["config"], r["result"]["host"]["slurm"]["state"],
-                   r["result"]["status"], r["result"].get("error_class"), bool(r["counts"])) for r in runs)
-    assert seen == [("long", "TIMEOUT", "error", "slurm_timeout", False),
-                    ("quick", "COMPLETED", "pass", None, True),
-                    ("strict", "FAILED", "fail", "did_not_learn", True)], (sacct, collected.output)
+    seen = sorted(
+        (
+            r["result"]["host"]["slurm"]["config"],
+            r["result"]["host"]["slurm"]["state"],
+            r["result"]["status"],
+            r["result"].get("error_class"),
+            bool(r["counts"]),
+        )
+        for r in runs
+    )
+    assert seen == [
+        ("long", "TIMEOUT", "error", "slurm_timeout", False),
+        ("quick", "COMPLETED", "pass", None, True),
+        ("strict", "FAILED", "fail", "did_not_learn", True),
+    ], (sacct, collected.output)
     assert "--resubmit" in collected.output  # the timed-out task is offered again
     assert all(r["result"]["image"]["environment"] == "apptainer" for r in runs)
 
@@ -295,7 +381,8 @@ def test_slurm_array_collects_a_pass_a_fail_and_a_timeout_attempt(cpu_sif, share
     assert (cell["key"], cell["status"], cell["runs"], cell["attempts"]) == (CELL, "untested", 0, 1)
     assert sorted((m["configuration"], m["runs"]) for m in cell["measurements"]) == [
         ("smoke · tiny-gemma · max_steps=2 · min_accuracy=0.0 · no probes", 1),
-        ("smoke · tiny-gemma · max_steps=2 · min_accuracy=0.99 · no probes", 1)]
+        ("smoke · tiny-gemma · max_steps=2 · min_accuracy=0.99 · no probes", 1),
+    ]
     site = tmp_path / "site"
     report = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db)])
     assert report.exit_code == 0, report.output

@@ -35,18 +35,33 @@ def installed(tmp_path_factory):
         (src / name).parent.mkdir(exist_ok=True)
         shutil.copy2(REPO_ROOT / name, src / name)
     for name in ("builder", "workload", "recipes", "images", "ci", "results"):
-        shutil.copytree(REPO_ROOT / name, src / name, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    str(src)], check=True, capture_output=True, timeout=300)
+        shutil.copytree(
+            REPO_ROOT / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next(dist.glob("envbuild-*.whl"))
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, capture_output=True, timeout=300)
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  check=True, capture_output=True, text=True).stdout.strip())
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (purelib / "locked-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     elsewhere = root / "elsewhere"
     elsewhere.mkdir()
@@ -61,8 +76,18 @@ def _run(installed, *args, timeout=600):
 
 def test_the_wheel_imports_itself_not_the_clone(installed):
     exe, env, cwd = installed
-    where = subprocess.run([str(exe.parent / "python"), "-c", "import builder, workload; print(builder.__file__);"
-                            "print(workload.__file__)"], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [
+            str(exe.parent / "python"),
+            "-c",
+            "import builder, workload; print(builder.__file__);print(workload.__file__)",
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     for line in where.stdout.split():
         assert Path(line).is_relative_to(exe.parent.parent) and not Path(line).is_relative_to(REPO_ROOT), line
     data = exe.parent.parent.glob("lib/python*/site-packages/builder/_data/recipes/flavors.toml")
@@ -77,9 +102,24 @@ def test_help_recipes_and_render_work_outside_the_clone(installed, tmp_path):
     rendered = _run(installed, "render", "--flavor", "cpu", "--torch", "2.13", "-o", str(tmp_path / "ctx"))
     assert rendered.returncode == 0, rendered.stderr
     # the same request rendered from the source tree gives the same context hash
-    tree = subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", "render", "--flavor", "cpu",
-                           "--torch", "2.13", "-o", str(tmp_path / "tree-ctx")], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    tree = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from builder.cli import main; main()",
+            "render",
+            "--flavor",
+            "cpu",
+            "--torch",
+            "2.13",
+            "-o",
+            str(tmp_path / "tree-ctx"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert tree.returncode == 0, tree.stderr
     manifests = [json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("ctx", "tree-ctx")]
     assert manifests[0]["context_hash"] == manifests[1]["context_hash"]
@@ -105,9 +145,28 @@ def test_ctrl_c_in_the_installed_tool_records_an_interrupted_attempt(installed, 
     exe, env, cwd = installed
     folder = cwd / f"{when.replace(' ', '-')}-{presses}"
     folder.mkdir()
-    proc = subprocess.Popen([str(exe), "run", "workload", "--local", "--out", "out", "--", "--max-steps", "40",
-                             "--min-accuracy", "0", "--no-probes"], cwd=folder, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "run",
+            "workload",
+            "--local",
+            "--out",
+            "out",
+            "--",
+            "--max-steps",
+            "40",
+            "--min-accuracy",
+            "0",
+            "--no-probes",
+        ],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     pattern = re.compile(r"step \d+/\d+" if when == "the first step" else r"step (\d+)/\1\b")
     deadline, seen = time.monotonic() + 300, ""
     while time.monotonic() < deadline and not pattern.search(seen):
@@ -123,6 +182,7 @@ def test_ctrl_c_in_the_installed_tool_records_an_interrupted_attempt(installed, 
     assert "before the workload started" not in output, seen + output
     record = json.loads((folder / "out" / "result.json").read_text())
     assert record["error_class"] == "interrupted", record.get("error")
-    exported = subprocess.run([str(exe), "matrix", "export", "--json"], cwd=folder, env=env, capture_output=True,
-                              text=True, timeout=120)
+    exported = subprocess.run(
+        [str(exe), "matrix", "export", "--json"], cwd=folder, env=env, capture_output=True, text=True, timeout=120
+    )
     assert exported.returncode == 0 and record["run_id"] in exported.stdout, exported.stdout + exported.stderr

@@ -29,14 +29,26 @@ def test_cpu_base_stage_builds_on_the_local_minbase(tmp_path, local_base):
     secret = ["--secret", f"id=envbuild_ca,src={CA}"] if CA.is_file() else []
     build = subprocess.run(
         [DOCKER, "build", "--network", "host", "--target", "base", *secret, "-t", tag, str(rendered.out_dir)],
-        env={**os.environ, "DOCKER_BUILDKIT": "1"}, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert build.returncode == 0, build.stderr[-3000:]
     try:
         probe = subprocess.run(
-            [DOCKER, "run", "--rm", tag, "bash", "-c",
-             "python --version && command -v python && ls /etc/apt/apt.conf.d && ls -A /run/secrets 2>/dev/null | wc -l"],
-            capture_output=True, text=True, timeout=120,
+            [
+                DOCKER,
+                "run",
+                "--rm",
+                tag,
+                "bash",
+                "-c",
+                "python --version && command -v python && ls /etc/apt/apt.conf.d && ls -A /run/secrets 2>/dev/null | wc -l",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert probe.returncode == 0, probe.stderr
         lines = probe.stdout.splitlines()

@@ -19,15 +19,31 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def test_cpu_cell_rebuilds_to_the_same_content(tmp_path, local_base):
-    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(tmp_path / "ctx"),
-               "--ca-cert", str(CA), "--network", "host", "--check-reproducible"]
+    command = [
+        "image",
+        "--flavor",
+        "cpu",
+        "--torch",
+        "2.13",
+        "--base-image",
+        local_base,
+        "-o",
+        str(tmp_path / "ctx"),
+        "--ca-cert",
+        str(CA),
+        "--network",
+        "host",
+        "--check-reproducible",
+    ]
     wheels = _wheelhouse(tmp_path)
     if wheels:
         command += ["--wheelhouse", str(wheels)]
     result = CliRunner().invoke(main, command)
     report = json.loads((tmp_path / "ctx.repro.json").read_text())
-    print(f"cpu cell, two --no-cache builds ({report['build_seconds'][0]} s, {report['build_seconds'][1]} s): "
-          f"{report['differing']} of {report['paths']} paths differ, {report['counted']} outside the allow-list")
+    print(
+        f"cpu cell, two --no-cache builds ({report['build_seconds'][0]} s, {report['build_seconds'][1]} s): "
+        f"{report['differing']} of {report['paths']} paths differ, {report['counted']} outside the allow-list"
+    )
     assert result.exit_code == 0, result.output
     assert report["counted"] == 0 and report["paths"] > 40_000
     assert result.stdout.strip().splitlines()[-1] == "differing paths outside the allow-list: 0"

@@ -73,8 +73,9 @@ def _bundler_targets(binary: Path, tmp: Path) -> list[str]:
     for start, end in zip(starts, [*starts[1:], len(data)]):
         piece = tmp / "bundle"
         piece.write_bytes(data[start:end])
-        listed = subprocess.run([str(BUNDLER), "--list", "--type=o", f"--input={piece}"], check=True,
-                                capture_output=True, text=True).stdout.split()
+        listed = subprocess.run(
+            [str(BUNDLER), "--list", "--type=o", f"--input={piece}"], check=True, capture_output=True, text=True
+        ).stdout.split()
         targets |= {t.split("amdhsa-", 1)[1].lstrip("-") for t in listed if "amdgcn" in t}
     return sorted(targets)
 
@@ -118,8 +119,13 @@ def test_inspect_names_every_library_and_kernel_dir_that_lacks_gfx942(lib, rocbl
     assert result.exit_code == 1, result.output
     assert "gfx942: MISSING" in result.output and "invalid device function" in result.output
     missing = coverage([lib], "gfx942").missing_in()
-    assert sorted(Path(p).name for p in missing) == ["library", "library", "librocblas.so.4.4",
-                                                      "librocfft.so.0.1", "librocrand.so.1.1"]
+    assert sorted(Path(p).name for p in missing) == [
+        "library",
+        "library",
+        "librocblas.so.4.4",
+        "librocfft.so.0.1",
+        "librocrand.so.1.1",
+    ]
     assert str(rocblas_kernels) in missing and str(lib / "hipblaslt" / "library") in missing
 
 
@@ -129,8 +135,18 @@ def _fake_torch(tmp_path: Path, lib: Path, *loads: str) -> Path:
     torch_lib.mkdir(parents=True)
     if shutil.which("ld") is None:
         _missing("no ld (apt-get install binutils)")
-    subprocess.run(["ld", "-shared", "-o", str(torch_lib / "libtorch_hip.so"), "--no-as-needed",
-                    *[str(lib / name) for name in loads]], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "ld",
+            "-shared",
+            "-o",
+            str(torch_lib / "libtorch_hip.so"),
+            "--no-as-needed",
+            *[str(lib / name) for name in loads],
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert needed(torch_lib / "libtorch_hip.so") == list(loads)
     return torch_lib
 
@@ -138,8 +154,13 @@ def _fake_torch(tmp_path: Path, lib: Path, *loads: str) -> Path:
 def test_what_torch_loads_follows_dt_needed_transitively(lib, tmp_path, rocblas_kernels):
     torch_lib = _fake_torch(tmp_path, lib, "librocblas.so.4", "libhiprand.so.1")
     names = sorted(p.name for p in closure([torch_lib / "libtorch_hip.so"], [torch_lib, lib]))
-    assert names == ["libamdhip64.so.6.4.43484", "libhiprand.so.1.1", "librocblas.so.4.4", "librocrand.so.1.1",
-                     "libtorch_hip.so"]
+    assert names == [
+        "libamdhip64.so.6.4.43484",
+        "libhiprand.so.1.1",
+        "librocblas.so.4.4",
+        "librocrand.so.1.1",
+        "libtorch_hip.so",
+    ]
     loaded, other = loaded_split(torch_lib, [lib], "gfx90a")
     assert sorted(Path(b.path).name for b in loaded.binaries) == ["librocblas.so.4.4", "librocrand.so.1.1"]
     assert list(loaded.library_files) == [str(rocblas_kernels)]
@@ -154,8 +175,9 @@ def _probe(monkeypatch, torch_lib: Path, lib: Path, arch: str) -> dict:
     import workload.probes.code_object_probe as probe
 
     monkeypatch.setattr(torch.version, "hip", "6.4.43484", raising=False)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda i: types.SimpleNamespace(gcnArchName=f"{arch}:sramecc+:xnack-"))
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(gcnArchName=f"{arch}:sramecc+:xnack-")
+    )
     monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: f"{arch} gfx90a", raising=False)
     monkeypatch.setattr(probe, "library_dirs", lambda: (torch_lib, [lib]))
     return probe.arch_code_objects(types.SimpleNamespace(on_gpu=True, device=torch.device("cuda", 0)))
@@ -186,8 +208,11 @@ def test_probe_fails_on_gfx942_through_a_library_torch_loads_indirectly(lib, tmp
     torch_lib = _fake_torch(tmp_path, lib, "librocblas.so.4", "libhiprand.so.1")
     record = _probe(monkeypatch, torch_lib, lib, "gfx942")
     assert record["status"] == "fail"
-    assert record["values"]["missing_in"] == [str(lib / "librocblas.so.4.4"), str(lib / "librocrand.so.1.1"),
-                                              str(rocblas_kernels)]
+    assert record["values"]["missing_in"] == [
+        str(lib / "librocblas.so.4.4"),
+        str(lib / "librocrand.so.1.1"),
+        str(rocblas_kernels),
+    ]
     assert record["values"]["other_missing_in"] == [str(lib / "librocfft.so.0.1"), str(lib / "hipblaslt" / "library")]
     record = _probe(monkeypatch, torch_lib, lib, "gfx90a")
     assert record["status"] == "pass" and record["message"] == ""
@@ -226,8 +251,9 @@ def test_verify_step_notes_a_bundled_library_torch_does_not_load_that_lacks_the_
     coverage_record = record["arch_coverage"]
     assert coverage_record["verdict"] == "present"
     assert sorted(Path(b["path"]).name for b in coverage_record["binaries"]) == ["librocrand.so.1.1"]
-    assert record["notes"] == [f"gfx1030 is missing in {torch_lib / 'hipblaslt' / 'library'}, "
-                               "which torch does not load"]
+    assert record["notes"] == [
+        f"gfx1030 is missing in {torch_lib / 'hipblaslt' / 'library'}, which torch does not load"
+    ]
 
 
 def test_verify_step_fails_when_a_library_torch_loads_lacks_the_arch(lib, tmp_path):

@@ -42,16 +42,37 @@ def _build(ctx: Path, target: str, *build_args: str) -> tuple[subprocess.Complet
     tag = f"envbuild-test/rocm-route-{target}:{int(time.time() * 1000)}"
     secret = ["--secret", f"id=envbuild_ca,src={CA}"] if CA.is_file() else []
     args = [a for value in [*UNREACHABLE_HERE, *build_args] for a in ("--build-arg", value)]
-    proc = subprocess.run([DOCKER, "build", "--progress=plain", "--network", "host", "--target", target, *secret,
-                           *args, "-t", tag, str(ctx)], env={**os.environ, "DOCKER_BUILDKIT": "1"},
-                          capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [
+            DOCKER,
+            "build",
+            "--progress=plain",
+            "--network",
+            "host",
+            "--target",
+            target,
+            *secret,
+            *args,
+            "-t",
+            tag,
+            str(ctx),
+        ],
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     return proc, tag
 
 
 def _run(tag: str, script: str) -> str:
     try:
-        proc = subprocess.run([DOCKER, "run", "--rm", "--network", "none", tag, "bash", "-c", script],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [DOCKER, "run", "--rm", "--network", "none", tag, "bash", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
     finally:
@@ -61,9 +82,12 @@ def _run(tag: str, script: str) -> str:
 def test_venv_gets_the_pinned_pip_setuptools_and_wheel_over_the_os_pip(rocm_cell):
     proc, tag = _build(rocm_cell.out_dir, "base")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = _run(tag, "/usr/bin/python3 -m pip --version 2>/dev/null || echo 'no system pip'; "
-                    "python -c 'import importlib.metadata as m; "
-                    "print(*(m.version(d) for d in (\"pip\", \"setuptools\", \"wheel\")))'")
+    out = _run(
+        tag,
+        "/usr/bin/python3 -m pip --version 2>/dev/null || echo 'no system pip'; "
+        "python -c 'import importlib.metadata as m; "
+        'print(*(m.version(d) for d in ("pip", "setuptools", "wheel")))\'',
+    )
     pins = rocm_cell.manifest["build_tools"]["venv"]
     assert out.splitlines()[-1].split() == [pins["pip"], pins["setuptools"], pins["wheel"]]
 
@@ -91,10 +115,16 @@ def test_the_sentencepiece_sdist_is_checked_against_the_lock_hashes(rocm_cell, t
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +154,28 @@ def torch_remote(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={root}",
-                               "--listen=127.0.0.1", f"--port={port}", str(root)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            f"--base-path={root}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(root),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(50):
-            if subprocess.run(["git", "ls-remote", f"git://127.0.0.1:{port}/pytorch.git"],
-                              capture_output=True).returncode == 0:
+            if (
+                subprocess.run(
+                    ["git", "ls-remote", f"git://127.0.0.1:{port}/pytorch.git"], capture_output=True
+                ).returncode
+                == 0
+            ):
                 break
             time.sleep(0.1)
         yield f"git://127.0.0.1:{port}/pytorch.git", fix, conflict, release

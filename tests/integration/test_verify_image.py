@@ -25,10 +25,16 @@ from verify_fixtures import rocm_expect, run_verify, stand_in_torch
 
 
 def _host_expect(**changes) -> dict:
-    expect = {"cell": "cpu-torch2.13-py3.11", "flavor": "cpu", "backend": "", "backend_version": None, "arch": None,
-              "torch": {"version": md.version("torch"), "by_path": False},
-              "sentencepiece": md.version("sentencepiece"),
-              "lock": {"transformers": md.version("transformers"), "peft": md.version("peft")}}
+    expect = {
+        "cell": "cpu-torch2.13-py3.11",
+        "flavor": "cpu",
+        "backend": "",
+        "backend_version": None,
+        "arch": None,
+        "torch": {"version": md.version("torch"), "by_path": False},
+        "sentencepiece": md.version("sentencepiece"),
+        "lock": {"transformers": md.version("transformers"), "peft": md.version("peft")},
+    }
     return expect | changes
 
 
@@ -45,7 +51,9 @@ def test_real_environment_passes_torch_and_lock_and_rejects_a_binary_sentencepie
 
 def test_a_wrong_pin_and_an_index_installed_torch_fail_with_what_was_found(tmp_path):
     lock = {"transformers": md.version("transformers"), "peft": "0.0.1"}
-    code, out, record = run_verify(tmp_path, _host_expect(lock=lock, torch={"version": "2.4.1+rocm6.2", "by_path": True}))
+    code, out, record = run_verify(
+        tmp_path, _host_expect(lock=lock, torch={"version": "2.4.1+rocm6.2", "by_path": True})
+    )
     assert code == 1
     assert {"torch version", "torch installed by path", "2 pins of the lock installed"} <= set(_failed(record))
     assert f"peft: pinned 0.0.1, installed {md.version('peft')}" in out
@@ -57,8 +65,13 @@ def test_rocm_branch_reads_the_compiled_arch_list_without_a_gpu(tmp_path):
     code, out, record = run_verify(tmp_path, rocm_expect("gfx90a"), stand_in)
     assert code == 0, out
     assert [c["name"] for c in record["checks"]] == [
-        "torch version", "torch installed by path", "torch.version.hip", "compiled for gfx90a",
-        "sentencepiece built here", "1 pins of the lock installed"]
+        "torch version",
+        "torch installed by path",
+        "torch.version.hip",
+        "compiled for gfx90a",
+        "sentencepiece built here",
+        "1 pins of the lock installed",
+    ]
 
 
 def test_rocm_branch_fails_on_a_missing_arch_or_another_hip(tmp_path):
@@ -74,14 +87,19 @@ def test_rocm_branch_fails_on_a_missing_arch_or_another_hip(tmp_path):
 
 
 def test_anything_installed_outside_the_lock_fails_unless_torch_requires_it(tmp_path):
-    """"complete": every distribution is locked, is torch, or is a requirement of torch (its index's package,
+    """ "complete": every distribution is locked, is torch, or is a requirement of torch (its index's package,
     e.g. pytorch-triton-rocm), which verify.json lists as unlocked; anything else fails the build."""
     others = (("filelock", "3.16.1"), ("pytorch-triton-rocm", "3.0.0"), ("requests", "2.32.3"))
-    site = stand_in_torch(tmp_path / "site", others=others,
-                     torch_requires=("filelock", "pytorch-triton-rocm==3.0.0; platform_system == 'Linux'",
-                                     "opt-einsum>=3.3; extra == 'opt-einsum'"))
-    expect = rocm_expect() | {"arch": None, "complete": True,
-                               "lock": {"sentencepiece": "0.2.0", "filelock": "3.16.1"}}
+    site = stand_in_torch(
+        tmp_path / "site",
+        others=others,
+        torch_requires=(
+            "filelock",
+            "pytorch-triton-rocm==3.0.0; platform_system == 'Linux'",
+            "opt-einsum>=3.3; extra == 'opt-einsum'",
+        ),
+    )
+    expect = rocm_expect() | {"arch": None, "complete": True, "lock": {"sentencepiece": "0.2.0", "filelock": "3.16.1"}}
     code, out, record = run_verify(tmp_path, expect, site, isolated=True)
     assert code == 1 and _failed(record) == ["every installed distribution is locked"]
     assert "not in the lock and not a requirement of torch: requests==2.32.3" in out
@@ -99,11 +117,20 @@ SDK = (("rocm", "7.14.0"), ("rocm-sdk-core", "7.14.0"), ("rocm-sdk-libraries", "
 def _pip_rocm(tmp_path: Path, devices: tuple[str, ...]) -> tuple[Path, dict]:
     """A pip-ROCm image's site: torch asking for rocm[libraries,device-all] (as PyTorch's 7.14 wheels do), the SDK
     wheels and the given device packages; expect.json as envbuild renders it for gfx942."""
-    site = stand_in_torch(tmp_path / "site", others=SDK + tuple((d, "7.14.0") for d in devices),
-                          torch_requires=("rocm[libraries,device-all]==7.14",))
-    expect = rocm_expect("gfx942") | {"backend_version": None, "complete": True, "accel_wheels": {
-        "packages": ["rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-device-gfx942"],
-        "device_packages": ["rocm-sdk-device-gfx942"], "device_prefixes": ["rocm-sdk-device-"]}}
+    site = stand_in_torch(
+        tmp_path / "site",
+        others=SDK + tuple((d, "7.14.0") for d in devices),
+        torch_requires=("rocm[libraries,device-all]==7.14",),
+    )
+    expect = rocm_expect("gfx942") | {
+        "backend_version": None,
+        "complete": True,
+        "accel_wheels": {
+            "packages": ["rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-device-gfx942"],
+            "device_packages": ["rocm-sdk-device-gfx942"],
+            "device_prefixes": ["rocm-sdk-device-"],
+        },
+    }
     return site, expect
 
 
@@ -114,13 +141,19 @@ def test_pip_rocm_image_has_its_archs_sdk_wheels_and_no_other_archs_device_code(
     code, out, record = run_verify(tmp_path / "one", expect, site, isolated=True)
     assert code == 0, out
     assert "verify: ok   only rocm-sdk-device-gfx942 of the per-arch device packages" in out
-    assert record["unlocked"] == ["rocm==7.14.0", "rocm-sdk-core==7.14.0", "rocm-sdk-device-gfx942==7.14.0",
-                                  "rocm-sdk-libraries==7.14.0"]
+    assert record["unlocked"] == [
+        "rocm==7.14.0",
+        "rocm-sdk-core==7.14.0",
+        "rocm-sdk-device-gfx942==7.14.0",
+        "rocm-sdk-libraries==7.14.0",
+    ]
 
     site, expect = _pip_rocm(tmp_path / "all", ("rocm-sdk-device-gfx942", "rocm-sdk-device-gfx950"))
     code, out, record = run_verify(tmp_path / "all", expect, site, isolated=True)
-    assert code == 1 and _failed(record) == ["only rocm-sdk-device-gfx942 of the per-arch device packages",
-                                             "every installed distribution is locked"]
+    assert code == 1 and _failed(record) == [
+        "only rocm-sdk-device-gfx942 of the per-arch device packages",
+        "every installed distribution is locked",
+    ]
     assert "device code of other archs is installed (device-all?): rocm-sdk-device-gfx950==7.14.0" in out
 
     site, expect = _pip_rocm(tmp_path / "none", ())
@@ -158,9 +191,13 @@ def _hipcc_library(out: Path, archs: list[str], needs: list[Path] = ()) -> Path:
     source = out.parent / "k.hip"
     source.write_text(KERNEL)
     links = [arg for lib in needs for arg in (f"-L{lib.parent}", f"-l:{lib.name}")]
-    proc = subprocess.run(["hipcc", "-shared", "-fPIC", *(f"--offload-arch={a}" for a in archs), "-o", str(out),
-                           str(source), *links], env={**os.environ, "HIP_PLATFORM": "amd"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["hipcc", "-shared", "-fPIC", *(f"--offload-arch={a}" for a in archs), "-o", str(out), str(source), *links],
+        env={**os.environ, "HIP_PLATFORM": "amd"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -217,8 +254,9 @@ def test_torch_compiles_backend_must_be_installed_at_its_pin_and_import(tmp_path
     assert "pytorch-triton-rocm==3.0.0 for torch.compile" in [c["name"] for c in record["checks"] if c["ok"]]
     assert record["unlocked"] == ["pytorch-triton-rocm==3.0.0"]
 
-    code, out, record = run_verify(tmp_path, expect | {"compile_package": package | {"version": "3.1.0"}}, site,
-                                   isolated=True)
+    code, out, record = run_verify(
+        tmp_path, expect | {"compile_package": package | {"version": "3.1.0"}}, site, isolated=True
+    )
     assert code == 1 and _failed(record) == ["pytorch-triton-rocm==3.1.0 for torch.compile"]
     assert "expected pytorch-triton-rocm 3.1.0; found 3.0.0" in out
 

@@ -19,8 +19,10 @@ def test_from_result_reads_rocm_versions_without_a_manifest():
 
 
 def test_from_result_on_cpu_ignores_arch():
-    result = {"versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "hip": None, "cuda": None},
-              "hardware": {"arch": None}}
+    result = {
+        "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "hip": None, "cuda": None},
+        "hardware": {"arch": None},
+    }
     assert Cell.from_result(result) == Cell(flavor="cpu", torch="2.13", python="3.11")
 
 
@@ -39,12 +41,17 @@ def test_a_gpu_build_of_torch_that_ran_on_the_cpu_is_the_cpu_cell():
     """The cell follows the device that ran: a CUDA wheel on a machine without a GPU (what `pipx install` gives) and
     an envbuild ROCm image whose run fell back to the CPU are CPU measurements of those builds."""
     cpu = {"device_type": "cpu", "vendor": "cpu", "gpu_name": None, "arch": None, "gpu_count": 0}
-    cuda_wheel = {"versions": {"python": "3.11.9", "torch": "2.14.1+cu130", "hip": None, "cuda": "13.0"},
-                  "hardware": cpu}
+    cuda_wheel = {
+        "versions": {"python": "3.11.9", "torch": "2.14.1+cu130", "hip": None, "cuda": "13.0"},
+        "hardware": cpu,
+    }
     assert Cell.from_result(cuda_wheel).key == "cpu-torch2.14-py3.11"
     manifest_cell = {"flavor": "rocm", "accel_version": "6.2", "torch": "2.5", "arch": "gfx90a", "python": "3.10"}
-    rocm_image = {"versions": {"python": "3.10.12", "torch": "2.5.1+rocm6.2", "hip": "6.2.41133", "cuda": None},
-                  "hardware": cpu, "image": {"manifest": {"cell": manifest_cell}}}
+    rocm_image = {
+        "versions": {"python": "3.10.12", "torch": "2.5.1+rocm6.2", "hip": "6.2.41133", "cuda": None},
+        "hardware": cpu,
+        "image": {"manifest": {"cell": manifest_cell}},
+    }
     assert Cell.from_result(rocm_image).key == "cpu-torch2.5-py3.10"
     # no hardware block (the container died before the workload looked): still the image's own cell
     assert Cell.from_result({**rocm_image, "hardware": None}).key == "rocm6.2-torch2.5-gfx90a-py3.10"

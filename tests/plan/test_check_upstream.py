@@ -14,14 +14,14 @@ from click.testing import CliRunner
 from builder.cli import main
 
 TORCH_FILES = [
-    "torch-2.11.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl",   # in the recipes: nothing to report
+    "torch-2.11.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl",  # in the recipes: nothing to report
     "torch-2.11.0%2Brocm7.2-cp313-cp313-manylinux_2_28_x86_64.whl",  # same wheel, another Python, URL-quoted
-    "torch-2.15.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl",   # a line the recipes lack
-    "torch-2.9.2+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",    # newer than the 2.9 line's pin (2.9.1)
-    "torch-2.8.0+rocm6.3-cp310-cp310-manylinux_2_28_x86_64.whl",    # pinned version, index suffix not listed
-    "torch-2.9.0+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",    # older than the pin: not news
-    "torch-2.13.0-cp311-none-macosx_11_0_arm64.whl",                # not a ROCm Linux wheel: ignored
-    "<script>alert(1)</script>",                                    # hostile anchor text: ignored
+    "torch-2.15.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl",  # a line the recipes lack
+    "torch-2.9.2+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",  # newer than the 2.9 line's pin (2.9.1)
+    "torch-2.8.0+rocm6.3-cp310-cp310-manylinux_2_28_x86_64.whl",  # pinned version, index suffix not listed
+    "torch-2.9.0+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",  # older than the pin: not news
+    "torch-2.13.0-cp311-none-macosx_11_0_arm64.whl",  # not a ROCm Linux wheel: ignored
+    "<script>alert(1)</script>",  # hostile anchor text: ignored
 ]
 PROJECTS = ["torch", "amd-torch-device-gfx942", "amd-torch-device-gfx1153", "torchvision"]
 
@@ -60,8 +60,10 @@ def invoke(*args):
 
 def test_a_served_index_shows_the_wheels_and_archs_the_recipes_lack(index_url, tmp_path):
     releases = tmp_path / "tags.txt"
-    releases.write_text("abc123\trefs/tags/rocm-7.2.4\ndef456\trefs/tags/rocm-7.3.0\n"
-                        "0a1b2c\trefs/tags/therock-10.1.0\n1234ab\trefs/tags/rocm-6.1.2\n")
+    releases.write_text(
+        "abc123\trefs/tags/rocm-7.2.4\ndef456\trefs/tags/rocm-7.3.0\n"
+        "0a1b2c\trefs/tags/therock-10.1.0\n1234ab\trefs/tags/rocm-6.1.2\n"
+    )
     result = invoke("--index", index_url, "--releases", str(releases))
     assert result.exit_code == 1, result.output
     lines = result.output.splitlines()
@@ -83,11 +85,14 @@ def test_a_directory_index_reads_the_same_and_a_covered_index_exits_0(index_dir)
     assert result.exit_code == 0 and "recipes cover everything" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    ((), "give at least one --index or --releases"),
-    (("--index", "ftp://example.org/simple/"), "only http(s)://, file:// or a local path"),
-    (("--index", "/nonexistent/simple"), "cannot read"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((), "give at least one --index or --releases"),
+        (("--index", "ftp://example.org/simple/"), "only http(s)://, file:// or a local path"),
+        (("--index", "/nonexistent/simple"), "cannot read"),
+    ],
+)
 def test_bad_sources_exit_2_with_the_reason(args, message):
     result = invoke(*args)
     assert result.exit_code == 2 and message in result.output
@@ -97,17 +102,19 @@ PINNED = "torch-2.5.1+rocm6.2-cp310-cp310-linux_x86_64.whl"  # recipes/torch.tom
 DIGEST = "ab" * 32  # test data: the value the served page lists, not the real wheel's
 
 
-def test_record_writes_the_listed_sha256_of_pinned_wheels_and_the_manifest_names_them(index_dir, tmp_path,
-                                                                                     monkeypatch):
+def test_record_writes_the_listed_sha256_of_pinned_wheels_and_the_manifest_names_them(index_dir, tmp_path, monkeypatch):
     """A PEP 503 link's #sha256= of a wheel a recipe pins is recorded; unpinned wheels and malformed digests are
     not; a plan of that wheel then names the hash instead of "unhashed"."""
-    links = [(PINNED, f"{PINNED}#sha256={DIGEST}"),
-             ("torch-2.5.1+rocm6.2-cp311-cp311-linux_x86_64.whl", "x.whl#sha256=nothex"),  # malformed digest
-             ("torch-2.12.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl", f"y.whl#sha256={'cd' * 32}"),  # no line
-             ("torch-2.5.0+rocm6.2-cp310-cp310-linux_x86_64.whl", f"z.whl#sha256={'ef' * 32}"),  # not the pin
-             ("torch-2.5.1+rocm6.0-cp310-cp310-linux_x86_64.whl", f"w.whl#sha256={'01' * 32}")]  # suffix not listed
+    links = [
+        (PINNED, f"{PINNED}#sha256={DIGEST}"),
+        ("torch-2.5.1+rocm6.2-cp311-cp311-linux_x86_64.whl", "x.whl#sha256=nothex"),  # malformed digest
+        ("torch-2.12.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl", f"y.whl#sha256={'cd' * 32}"),  # no line
+        ("torch-2.5.0+rocm6.2-cp310-cp310-linux_x86_64.whl", f"z.whl#sha256={'ef' * 32}"),  # not the pin
+        ("torch-2.5.1+rocm6.0-cp310-cp310-linux_x86_64.whl", f"w.whl#sha256={'01' * 32}"),
+    ]  # suffix not listed
     (index_dir / "torch" / "index.html").write_text(
-        "<html><body>" + "".join(f'<a href="{h}">{n}</a>' for n, h in links) + "</body></html>")
+        "<html><body>" + "".join(f'<a href="{h}">{n}</a>' for n, h in links) + "</body></html>"
+    )
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.setenv("ENVBUILD_RECIPES", str(site))
@@ -124,9 +131,13 @@ def test_record_writes_the_listed_sha256_of_pinned_wheels_and_the_manifest_names
     shutil.copytree(RECIPES_DIR, copy)
     shutil.copy(site / "wheel-hashes.toml", copy / "wheel-hashes.toml")
     recipes = load(copy)
-    assert resolve(Request(accel_version="6.2", torch="2.5"), recipes).pinned()["torch"]["wheel_hashes"] == {PINNED: DIGEST}
-    assert resolve(Request(accel_version="6.2", torch="2.5", python="3.11"), recipes).pinned()["torch"]["wheel_hashes"] \
-        == "unhashed"  # recorded for cp310 only
+    assert resolve(Request(accel_version="6.2", torch="2.5"), recipes).pinned()["torch"]["wheel_hashes"] == {
+        PINNED: DIGEST
+    }
+    assert (
+        resolve(Request(accel_version="6.2", torch="2.5", python="3.11"), recipes).pinned()["torch"]["wheel_hashes"]
+        == "unhashed"
+    )  # recorded for cp310 only
     assert resolve(Request(accel_version="6.2", torch="2.5")).pinned()["torch"]["wheel_hashes"] == "unhashed"
 
 

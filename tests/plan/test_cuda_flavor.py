@@ -39,18 +39,26 @@ def test_render_cuda_takes_the_official_cu130_wheel(tmp_path):
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130" in dockerfile
     assert "install_rocm" not in dockerfile and "ARG BASE_IMAGE=ubuntu:24.04" in dockerfile
     manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
-    assert manifest["cell"] == {"flavor": "cuda", "accel_version": "13.0", "torch": "2.11", "arch": "sm_90",
-                                "python": "3.12"}
+    assert manifest["cell"] == {
+        "flavor": "cuda",
+        "accel_version": "13.0",
+        "torch": "2.11",
+        "arch": "sm_90",
+        "python": "3.12",
+    }
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--cuda", "13.0", "--rocm", "6.2", "--torch", "2.11"], "--rocm and --cuda exclude each other"),
-    (["--flavor", "cpu", "--cuda", "13.0", "--torch", "2.13"], "--cuda 13.0 conflicts with --flavor cpu"),
-    (["--cuda", "12.4", "--torch", "2.11"], "unknown CUDA release '12.4'"),
-    (["--cuda", "13.0", "--torch", "2.11", "--arch", "gfx90a"], "arch 'gfx90a' is not supported by CUDA 13.0"),
-    (["--cuda", "13.0", "--torch", "2.11", "--torch-source", "source"], "no torch source build"),
-    (["--flavor", "cuda", "--torch", "2.11"], "--cuda VERSION is required"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--cuda", "13.0", "--rocm", "6.2", "--torch", "2.11"], "--rocm and --cuda exclude each other"),
+        (["--flavor", "cpu", "--cuda", "13.0", "--torch", "2.13"], "--cuda 13.0 conflicts with --flavor cpu"),
+        (["--cuda", "12.4", "--torch", "2.11"], "unknown CUDA release '12.4'"),
+        (["--cuda", "13.0", "--torch", "2.11", "--arch", "gfx90a"], "arch 'gfx90a' is not supported by CUDA 13.0"),
+        (["--cuda", "13.0", "--torch", "2.11", "--torch-source", "source"], "no torch source build"),
+        (["--flavor", "cuda", "--torch", "2.11"], "--cuda VERSION is required"),
+    ],
+)
 def test_bad_cuda_requests_are_usage_errors(tmp_path, args, message):
     result = invoke("render", *args, "-o", str(tmp_path / "ctx"))
     assert result.exit_code == 2 and message in result.output, result.output

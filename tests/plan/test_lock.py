@@ -35,8 +35,14 @@ def _copy(tmp_path: Path) -> Path:
 
 
 def _envbuild(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "ENVBUILD_HOME": str(home)}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ENVBUILD_HOME": str(home)},
+        timeout=600,
+    )
 
 
 def _pin(home: Path, old: str, new: str) -> None:
@@ -60,7 +66,9 @@ def test_a_lock_holds_the_whole_closure_with_hashes_and_leaves_torch_to_its_stag
     assert "torch" not in stack and not any(n.startswith("nvidia-") or n == "triton" for n in stack)
     # the pins, torch 2.13's own requirements (setuptools>=77.0.3 in the CPU wheel's METADATA) and transitive ones
     assert {k: stack[k] for k in recipes.stacks["2.13"]} == recipes.stacks["2.13"]
-    assert {"sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec", "typing-extensions"} <= set(stack)
+    assert {"sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec", "typing-extensions"} <= set(
+        stack
+    )
     assert int(stack["setuptools"].split(".")[0]) >= 77
     assert lock.versions("venv") == recipes.build_tools.venv
     assert all(len(e.hashes) >= 1 for s in ("venv", "stack") for e in lock.entries(s))
@@ -76,8 +84,10 @@ def test_the_context_installs_the_lock_with_hashes_in_the_stage_that_needs_it():
     assert re.findall(r"^(\S+)==", files["sentencepiece.lock"].decode(), re.M) == ["sentencepiece"]
     assert manifest["lock"]["sha256"] == lock.sha256 and manifest["lock"]["packages"] == lock.versions("stack")
     assert manifest["labels"]["io.envbuild.lock"] == f"torch2.13-py3.11@sha256:{lock.sha256}"
-    scripts = {name: files[f"common/{name}"].decode() for name in
-               ("install_python.sh", "install_python_stack.sh", "build_sentencepiece.sh")}
+    scripts = {
+        name: files[f"common/{name}"].decode()
+        for name in ("install_python.sh", "install_python_stack.sh", "build_sentencepiece.sh")
+    }
     assert all("--require-hashes" in text for text in scripts.values())
 
 
@@ -86,7 +96,9 @@ def test_a_changed_pin_makes_the_lock_stale_and_render_says_what_to_run(tmp_path
     _pin(home, 'transformers = "4.44.2"', 'transformers = "4.44.1"')
     recipes = load(home / "recipes")
     plan = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
-    with pytest.raises(RenderError, match=r"torch2\.4-py3\.10\.txt is stale.*`envbuild lock --torch 2\.4 --python 3\.10`"):
+    with pytest.raises(
+        RenderError, match=r"torch2\.4-py3\.10\.txt is stale.*`envbuild lock --torch 2\.4 --python 3\.10`"
+    ):
         context_files(plan)
     check = _envbuild(home, "lock", "--check", "--torch", "2.4")
     assert check.returncode == 1
@@ -141,7 +153,10 @@ def test_a_lock_resolves_again_to_the_same_files_and_a_changed_hash_is_caught(tm
     `envbuild lock --verify` reports and .ci/newest_releases.py's run covers) cannot fail it; what it checks is
     the tool: the same resolution twice, and a hash that differs from the index's is caught."""
     home = _copy(tmp_path)
-    assert _envbuild(home, "lock", "--torch", "2.13", "--refresh", "--exclude-newer", "2026-12-03T00:00:00Z").returncode == 0
+    assert (
+        _envbuild(home, "lock", "--torch", "2.13", "--refresh", "--exclude-newer", "2026-12-03T00:00:00Z").returncode
+        == 0
+    )
     ok = _envbuild(home, "lock", "--verify", "--torch", "2.13")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "same     recipes/locks/torch2.13-py3.11.txt" in ok.stdout

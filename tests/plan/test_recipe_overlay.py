@@ -19,13 +19,19 @@ def _release_block(version: str) -> str:
     """The packaged [release."X"] table's text, as a site would copy it."""
     start = PACKAGED.index(f'[release."{version}"]')
     end = PACKAGED.find("\n[", start + 1)
-    return PACKAGED[start:end if end != -1 else None].strip() + "\n"
+    return PACKAGED[start : end if end != -1 else None].strip() + "\n"
 
 
 def _envbuild(*args, cwd, env=None):
     environment = {k: v for k, v in os.environ.items() if k != "ENVBUILD_RECIPES"}
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**environment, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environment, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+    )
 
 
 def _site(tmp_path, text: str):
@@ -46,21 +52,35 @@ def test_a_site_adds_a_release_and_recipes_list_says_where_each_cell_came_from(t
     assert new and all(r["origin"] == f"site ({site.resolve()})" for r in new)
     assert {r["origin"] for r in rows if not r["cell"].startswith("rocm6.2.9-")} == {"packaged"}
     # the same through the environment variable, and the packaged list without either
-    by_env = json.loads(_envbuild("recipes", "list", "--json", cwd=tmp_path,
-                                  env={"ENVBUILD_RECIPES": str(site)}).stdout)
+    by_env = json.loads(
+        _envbuild("recipes", "list", "--json", cwd=tmp_path, env={"ENVBUILD_RECIPES": str(site)}).stdout
+    )
     assert by_env == rows
     plain = json.loads(_envbuild("recipes", "list", "--json", cwd=tmp_path).stdout)
     assert len(plain) == len(rows) - len(new) and not any(r["cell"].startswith("rocm6.2.9-") for r in plain)
 
-    rendered = _envbuild("--recipes", str(site), "render", "--rocm", "6.2.9", "--torch", "2.5", "--arch", "gfx90a",
-                         "-o", str(tmp_path / "ctx"), cwd=tmp_path)
+    rendered = _envbuild(
+        "--recipes",
+        str(site),
+        "render",
+        "--rocm",
+        "6.2.9",
+        "--torch",
+        "2.5",
+        "--arch",
+        "gfx90a",
+        "-o",
+        str(tmp_path / "ctx"),
+        cwd=tmp_path,
+    )
     assert rendered.returncode == 0, rendered.stderr
     assert "ARG BASE_IMAGE=registry.example.org/site/rocm:6.2.9\n" in (tmp_path / "ctx" / "Dockerfile").read_text()
 
 
 def test_a_site_overrides_a_packaged_entry(tmp_path):
-    block = re.sub(r'base_image = "[^"]+"', 'base_image = "mirror.example.org/rocm/dev-ubuntu-22.04:6.2"',
-                   _release_block("6.2"))
+    block = re.sub(
+        r'base_image = "[^"]+"', 'base_image = "mirror.example.org/rocm/dev-ubuntu-22.04:6.2"', _release_block("6.2")
+    )
     site = _site(tmp_path, block)
     args = ["render", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a"]
     ours = _envbuild("--recipes", str(site), *args, "-o", str(tmp_path / "site-ctx"), cwd=tmp_path)
@@ -74,8 +94,20 @@ def test_a_site_overrides_a_packaged_entry(tmp_path):
 
 def test_a_bad_site_folder_is_refused_before_anything_is_rendered(tmp_path):
     site = _site(tmp_path, '[release."6.2.9"\nbase_image = "x"\n')  # a TOML syntax error
-    proc = _envbuild("--recipes", str(site), "render", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a",
-                     "-o", str(tmp_path / "ctx"), cwd=tmp_path)
+    proc = _envbuild(
+        "--recipes",
+        str(site),
+        "render",
+        "--rocm",
+        "6.2",
+        "--torch",
+        "2.5",
+        "--arch",
+        "gfx90a",
+        "-o",
+        str(tmp_path / "ctx"),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "rocm.toml" in proc.stderr and "Traceback" not in proc.stderr and not (tmp_path / "ctx").exists()
     (site / "rocm.toml").unlink()
@@ -94,17 +126,42 @@ def test_a_peer_source_build_proves_only_its_own_release(tmp_path):
     (site / "source-builds.toml").write_text(
         '[[build]]\nflavor = "rocm"\nrelease = "6.2"\ntorch = "2.3"\nrepo = "https://github.com/pytorch/pytorch.git"\n'
         f'ref = "v2.3.1"\ncommit = "{"a" * 40}"\nversion = "2.3.1"\npeer = "https://example.org/a-peer-build"\n'
-        'checked = "a test of the overlay"\n')
+        'checked = "a test of the overlay"\n'
+    )
     args = ["--torch", "2.3", "--arch", "gfx90a", "--torch-source", "source"]
-    proven = _envbuild("--recipes", str(site), "render", "--rocm", "6.2", *args, "-o", str(tmp_path / "ok"),
-                       cwd=tmp_path)
+    proven = _envbuild(
+        "--recipes", str(site), "render", "--rocm", "6.2", *args, "-o", str(tmp_path / "ok"), cwd=tmp_path
+    )
     assert proven.returncode == 0, proven.stderr
     manifest = json.loads((tmp_path / "ok" / "manifest.json").read_text())
     assert '"peer-built"' in json.dumps(manifest) and "https://example.org/a-peer-build" in json.dumps(manifest)
-    assert _envbuild("--recipes", str(site), "render", "--rocm", "6.2", *args, "--proven-only", "-o",
-                     str(tmp_path / "ok2"), cwd=tmp_path).returncode == 0
-    other = _envbuild("--recipes", str(site), "render", "--rocm", "6.1.2", *args, "--proven-only", "-o",
-                      str(tmp_path / "no"), cwd=tmp_path)
+    assert (
+        _envbuild(
+            "--recipes",
+            str(site),
+            "render",
+            "--rocm",
+            "6.2",
+            *args,
+            "--proven-only",
+            "-o",
+            str(tmp_path / "ok2"),
+            cwd=tmp_path,
+        ).returncode
+        == 0
+    )
+    other = _envbuild(
+        "--recipes",
+        str(site),
+        "render",
+        "--rocm",
+        "6.1.2",
+        *args,
+        "--proven-only",
+        "-o",
+        str(tmp_path / "no"),
+        cwd=tmp_path,
+    )
     assert other.returncode == 2, other.stdout + other.stderr
     assert "not yet proven" in " ".join(other.stderr.split()), other.stderr
     assert not (tmp_path / "no").exists()

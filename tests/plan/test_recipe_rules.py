@@ -27,22 +27,35 @@ def _refused(root, message: str) -> None:
         load(root)
 
 
-@pytest.mark.parametrize("line", [
-    "patch", "patch 0001-example.patch extra", f"commit {SHA}", f"commit {SHA} https://x.example/p extra",
-    f"branch {SHA} https://x.example/p", f"revert {SHA} https://x.example/p", "zzz 0001-example.patch",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "patch",
+        "patch 0001-example.patch extra",
+        f"commit {SHA}",
+        f"commit {SHA} https://x.example/p extra",
+        f"branch {SHA} https://x.example/p",
+        f"revert {SHA} https://x.example/p",
+        "zzz 0001-example.patch",
+    ],
+)
 def test_a_series_line_of_another_shape_or_kind_is_refused(recipes_copy, line):
     (recipes_copy / "patches" / "torch-2.4" / "0001-example.patch").write_text(PATCH)
     (recipes_copy / "patches" / "torch-2.4" / "series").write_text(f"{line}\n")
-    _refused(recipes_copy, re.escape(f"series:1: expected 'patch NNNN-name.patch' or 'commit <40-hex sha> "
-                                     f"<https URL>', got {line!r}"))
+    _refused(
+        recipes_copy,
+        re.escape(f"series:1: expected 'patch NNNN-name.patch' or 'commit <40-hex sha> <https URL>', got {line!r}"),
+    )
 
 
-@pytest.mark.parametrize("patch", [
-    PATCH.replace("Upstream: https://github.com/pytorch/pytorch/pull/1\n", ""),  # a reason, but no upstream link
-    PATCH.replace("Why: shows the header a patch needs.\n", ""),
-    "From: envbuild\n\ndiff --git a/a.txt b/a.txt\n+Why: in the diff\n+Upstream: in the diff\n",  # not the header
-])
+@pytest.mark.parametrize(
+    "patch",
+    [
+        PATCH.replace("Upstream: https://github.com/pytorch/pytorch/pull/1\n", ""),  # a reason, but no upstream link
+        PATCH.replace("Why: shows the header a patch needs.\n", ""),
+        "From: envbuild\n\ndiff --git a/a.txt b/a.txt\n+Why: in the diff\n+Upstream: in the diff\n",  # not the header
+    ],
+)
 def test_a_patch_needs_why_and_upstream_in_its_own_header(recipes_copy, patch):
     (recipes_copy / "patches" / "torch-2.4" / "0001-example.patch").write_text(patch)
     (recipes_copy / "patches" / "torch-2.4" / "series").write_text("patch 0001-example.patch\n")
@@ -54,12 +67,15 @@ def test_a_source_capable_torch_line_needs_its_patch_series(recipes_copy):
     _refused(recipes_copy, "torch line 2.4 can be built from source but has no patches/torch-2.4/series")
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ('flavor = "rocm"', 'flavor = "tpu"', "unknown flavor, release or torch line"),
-    ('release = "6.2"', 'release = "9.9"', "unknown flavor, release or torch line"),
-    ('torch = "2.4"', 'torch = "9.9"', "unknown flavor, release or torch line"),
-    ('version = "2.4.1"', 'version = "2.4.2"', "builds 2.4.2, but torch.toml pins 2.4.1"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ('flavor = "rocm"', 'flavor = "tpu"', "unknown flavor, release or torch line"),
+        ('release = "6.2"', 'release = "9.9"', "unknown flavor, release or torch line"),
+        ('torch = "2.4"', 'torch = "9.9"', "unknown flavor, release or torch line"),
+        ('version = "2.4.1"', 'version = "2.4.2"', "builds 2.4.2, but torch.toml pins 2.4.1"),
+    ],
+)
 def test_a_source_build_must_name_known_coordinates_and_the_lines_version(recipes_copy, old, new, message):
     _edit(recipes_copy, "source-builds.toml", "build = []\n", FORK_BUILD.replace(old, new))
     _refused(recipes_copy, message)
@@ -79,27 +95,52 @@ def test_a_source_build_proves_only_its_own_torch_line(recipes_copy):
     assert recipes.source_build("rocm", "6.2.4", "2.4") is None and recipes.source_build("rocm", "6.1.2", "2.4") is None
 
 
-@pytest.mark.parametrize("repo, fork", [
-    ("https://github.com/pytorch/pytorch", False), ("https://github.com/pytorch/pytorch.git", False),
-    ("https://github.com/pytorch/pytorch/", False), ("https://github.com/ROCm/pytorch.git", True),
-    ("https://github.com/zzz-lab/pytorch.git", True),  # sorts after upstream's URL
-])
+@pytest.mark.parametrize(
+    "repo, fork",
+    [
+        ("https://github.com/pytorch/pytorch", False),
+        ("https://github.com/pytorch/pytorch.git", False),
+        ("https://github.com/pytorch/pytorch/", False),
+        ("https://github.com/ROCm/pytorch.git", True),
+        ("https://github.com/zzz-lab/pytorch.git", True),  # sorts after upstream's URL
+    ],
+)
 def test_fork_means_any_repository_but_upstream_pytorch(recipes_copy, repo, fork):
-    _edit(recipes_copy, "source-builds.toml", "build = []\n",
-          FORK_BUILD.replace('repo = "https://github.com/ROCm/pytorch.git"', f'repo = "{repo}"'))
+    _edit(
+        recipes_copy,
+        "source-builds.toml",
+        "build = []\n",
+        FORK_BUILD.replace('repo = "https://github.com/ROCm/pytorch.git"', f'repo = "{repo}"'),
+    )
     assert load(recipes_copy).source_build("rocm", "6.2", "2.4").fork is fork
 
 
-@pytest.mark.parametrize("name, old, new, message", [
-    ("flavors.toml", 'backend = "hip"', 'backend = "opencl"', "backend must be '', 'hip' or 'cuda'"),
-    ("flavors.toml", 'torch_sources = ["wheel", "source"]', "torch_sources = []", "non-empty subset of wheel/source"),
-    ("flavors.toml", 'torch_sources = ["wheel", "source"]', 'torch_sources = ["wheel", "conda"]',
-     "non-empty subset of wheel/source"),
-    ("rocm.toml", 'apt_key_fingerprint = "CA8BB4727A47B4D09B4EE8969386B48A1A693C5C"',
-     'apt_key_fingerprint = "ca8bb4727a47b4d09b4ee8969386b48a1a693c5c"', "40 upper-case hex digits"),
-    ("rocm.toml", 'pythons = ["3.9", "3.10", "3.11", "3.12"]', 'pythons = ["3.9", "3.x"]', "dotted numbers"),
-    ("torch.toml", '[torch."2.4"]', '[torch."2.4-rocm"]', "a torch line must be a dotted number"),
-])
+@pytest.mark.parametrize(
+    "name, old, new, message",
+    [
+        ("flavors.toml", 'backend = "hip"', 'backend = "opencl"', "backend must be '', 'hip' or 'cuda'"),
+        (
+            "flavors.toml",
+            'torch_sources = ["wheel", "source"]',
+            "torch_sources = []",
+            "non-empty subset of wheel/source",
+        ),
+        (
+            "flavors.toml",
+            'torch_sources = ["wheel", "source"]',
+            'torch_sources = ["wheel", "conda"]',
+            "non-empty subset of wheel/source",
+        ),
+        (
+            "rocm.toml",
+            'apt_key_fingerprint = "CA8BB4727A47B4D09B4EE8969386B48A1A693C5C"',
+            'apt_key_fingerprint = "ca8bb4727a47b4d09b4ee8969386b48a1a693c5c"',
+            "40 upper-case hex digits",
+        ),
+        ("rocm.toml", 'pythons = ["3.9", "3.10", "3.11", "3.12"]', 'pythons = ["3.9", "3.x"]', "dotted numbers"),
+        ("torch.toml", '[torch."2.4"]', '[torch."2.4-rocm"]', "a torch line must be a dotted number"),
+    ],
+)
 def test_each_field_rule_refuses_its_bad_value(recipes_copy, name, old, new, message):
     _edit(recipes_copy, name, old, new)
     if name == "torch.toml":  # the stack and patches of the renamed line follow it, so only the name is wrong
@@ -148,11 +189,11 @@ def test_a_flavor_without_kernel_databases_installs_none_in_a_source_build(recip
     (recipes_copy / "flavors.toml").write_text((recipes_copy / "flavors.toml").read_text() + CUDA_FLAVOR)
     (recipes_copy / "cuda.toml").write_text(CUDA_RELEASES + 'source_build_packages = ["ninja-build"]\n')
     import shutil
+
     shutil.rmtree(recipes_copy / "flavors.d")
     _edit(recipes_copy, "torch.toml", '[torch."2.5"]\nflavors = ["rocm"]', '[torch."2.5"]\nflavors = ["rocm", "cuda"]')
     recipes = load(recipes_copy)
-    cuda = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source"),
-                   recipes)
+    cuda = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source"), recipes)
     rocm = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
     assert cuda.os_packages and "MIOPEN_KDB_ARCH" not in context_files(cuda)[0]["Dockerfile"].decode()
     assert "ARG MIOPEN_KDB_ARCH=gfx90a" in context_files(rocm)[0]["Dockerfile"].decode()
@@ -162,9 +203,15 @@ def test_a_flavor_without_kernel_databases_installs_none_in_a_source_build(recip
 def test_a_flavor_without_versions_has_exactly_one_release(recipes_copy, change):
     cpu = recipes_copy / "cpu.toml"
     text = cpu.read_text()
-    table = text[text.index("[release.cpu]"):]
-    cpu.write_text(text + "\n" + table.replace("[release.cpu]", "[release.cpu-trixie]") if change == "add"
-                   else text.replace(table, ""))
-    with pytest.raises(RecipeError, match=rf"cpu.toml: the cpu flavor takes no version, so it has exactly one "
-                                          rf"\[release.\*\] table, not {2 if change == 'add' else 0}"):
+    table = text[text.index("[release.cpu]") :]
+    cpu.write_text(
+        text + "\n" + table.replace("[release.cpu]", "[release.cpu-trixie]")
+        if change == "add"
+        else text.replace(table, "")
+    )
+    with pytest.raises(
+        RecipeError,
+        match=rf"cpu.toml: the cpu flavor takes no version, so it has exactly one "
+        rf"\[release.\*\] table, not {2 if change == 'add' else 0}",
+    ):
         load(recipes_copy)

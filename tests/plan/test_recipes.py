@@ -66,8 +66,12 @@ def test_a_pip_rocm_release_that_asks_for_device_all_is_refused(tmp_path):
     root = tmp_path / "recipes"
     shutil.copytree(load().root, root)
     text = (root / "rocm.toml").read_text()
-    (root / "rocm.toml").write_text(text.replace('requirements = ["rocm[libraries,device-{arch}]==7.14.0"]',
-                                                 'requirements = ["rocm[libraries,device-all]==7.14.0"]'))
+    (root / "rocm.toml").write_text(
+        text.replace(
+            'requirements = ["rocm[libraries,device-{arch}]==7.14.0"]',
+            'requirements = ["rocm[libraries,device-all]==7.14.0"]',
+        )
+    )
     load.cache_clear()
     with pytest.raises(RecipeError, match="never device-all"):
         load(root)
@@ -115,8 +119,15 @@ def test_forced_source_build_where_a_wheel_exists():
         resolve(Request(accel_version="6.2", torch="2.5", torch_source="source", proven_only=True))
     plan = resolve(Request(accel_version="6.2", torch="2.5", torch_source="source"))
     assert plan.torch_source == "source" and plan.torch_stage == "torch-compile"
-    assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "torch-compile",
-                           "sentencepiece", "runtime")
+    assert plan.stages == (
+        "base",
+        "torch-src",
+        "torch-source-build",
+        "torch-source",
+        "torch-compile",
+        "sentencepiece",
+        "runtime",
+    )
     assert plan.torch_version == "2.5.1+rocm6.2"  # the local label a source build stamps, as the wheel has
     assert plan.os_packages and "rocm-libs" in plan.os_packages
     # v2.5.1's Triton: what the official 2.5.1+rocm6.2 wheel requires (recipes/torch.toml)
@@ -139,8 +150,15 @@ def test_every_known_cell_resolves_back_to_itself():
     assert len(keys) == len(set(keys))
     for plan in plans:
         cell = plan.cell
-        again = resolve(Request(flavor=cell.flavor, accel_version=cell.accel_version, torch=cell.torch,
-                                arch=cell.arch, python=cell.python))
+        again = resolve(
+            Request(
+                flavor=cell.flavor,
+                accel_version=cell.accel_version,
+                torch=cell.torch,
+                arch=cell.arch,
+                python=cell.python,
+            )
+        )
         assert again == plan
 
 
@@ -227,8 +245,9 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     (recipes_copy / "cuda.toml").write_text(CUDA_RELEASES)
     torch = (recipes_copy / "torch.toml").read_text()
     (recipes_copy / "torch.toml").write_text(
-        torch.replace('[torch."2.5"]\nflavors = ["rocm"]', '[torch."2.5"]\nflavors = ["rocm", "cuda"]')
-        .replace('wheel_suffixes = ["rocm6.1", "rocm6.2"]', 'wheel_suffixes = ["rocm6.1", "rocm6.2", "cu124"]')
+        torch.replace('[torch."2.5"]\nflavors = ["rocm"]', '[torch."2.5"]\nflavors = ["rocm", "cuda"]').replace(
+            'wheel_suffixes = ["rocm6.1", "rocm6.2"]', 'wheel_suffixes = ["rocm6.1", "rocm6.2", "cu124"]'
+        )
     )
     recipes = load(recipes_copy)
     wheel = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5"), recipes)
@@ -236,7 +255,9 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
     assert wheel.torch_requirement == "torch==2.5.1+cu124" and wheel.torch_source == "wheel"
     source = resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", torch_source="source"), recipes)
     dockerfile = context_files(wheel)[0]["Dockerfile"].decode()
-    assert "install_rocm" not in dockerfile and "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124" in dockerfile
+    assert (
+        "install_rocm" not in dockerfile and "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124" in dockerfile
+    )
     path = tmp_path / "Dockerfile"
     path.write_bytes(context_files(source)[0]["Dockerfile"])
     assert "ARG TORCH_CUDA_ARCH_LIST=sm_90" in path.read_text() and "USE_CUDA=1" in path.read_text()
@@ -244,7 +265,9 @@ def test_a_new_flavor_is_data_not_code(recipes_copy, tmp_path):
 
     from builder.paths import IMAGES_DIR
 
-    lint = subprocess.run(["hadolint", "--config", str(IMAGES_DIR / "hadolint.yaml"), str(path)], capture_output=True, text=True)
+    lint = subprocess.run(
+        ["hadolint", "--config", str(IMAGES_DIR / "hadolint.yaml"), str(path)], capture_output=True, text=True
+    )
     assert lint.returncode == 0, lint.stdout
     with pytest.raises(ResolveError, match="arch 'gfx90a' is not supported by CUDA 12.4"):
         resolve(Request(flavor="cuda", accel_version="12.4", torch="2.5", arch="gfx90a"), recipes)
@@ -275,10 +298,15 @@ def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(re
     recipes = load(recipes_copy)
     plan = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
     assert not plan.unproven and plan.source_build.fork
-    assert plan.git_source == {"repo": "https://github.com/ROCm/pytorch.git", "ref": "release/2.4",
-                               "commit": "0123456789abcdef0123456789abcdef01234567", "fork": True,
-                               "proof": "peer-built", "peer": "https://example.org/peer-build-log",
-                               "checked": "test data"}
+    assert plan.git_source == {
+        "repo": "https://github.com/ROCm/pytorch.git",
+        "ref": "release/2.4",
+        "commit": "0123456789abcdef0123456789abcdef01234567",
+        "fork": True,
+        "proof": "peer-built",
+        "peer": "https://example.org/peer-build-log",
+        "checked": "test data",
+    }
     files, manifest = context_files(plan)
     dockerfile = files["Dockerfile"].decode()
     assert "ARG TORCH_GIT_URL=https://github.com/ROCm/pytorch.git\n" in dockerfile
@@ -298,13 +326,17 @@ def test_a_peer_proven_fork_build_is_built_at_its_commit_and_recorded_as_fork(re
         resolve(Request(accel_version="6.2", torch="2.4", proven_only=True))
 
 
-@pytest.mark.parametrize("bad, message", [
-    (('commit = "0123456789abcdef0123456789abcdef01234567"', 'commit = "01234567"'), "full 40-hex sha"),
-    (('version = "2.4.1"', 'version = "2.4.0"'), "torch.toml pins 2.4.1"),
-    (('peer = "https://example.org/peer-build-log"', 'peer = "file:///etc/passwd"'), "https://"),
-])
-def test_a_source_build_entry_without_a_full_commit_peer_link_or_the_lines_version_is_refused(recipes_copy, bad,
-                                                                                              message):
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (('commit = "0123456789abcdef0123456789abcdef01234567"', 'commit = "01234567"'), "full 40-hex sha"),
+        (('version = "2.4.1"', 'version = "2.4.0"'), "torch.toml pins 2.4.1"),
+        (('peer = "https://example.org/peer-build-log"', 'peer = "file:///etc/passwd"'), "https://"),
+    ],
+)
+def test_a_source_build_entry_without_a_full_commit_peer_link_or_the_lines_version_is_refused(
+    recipes_copy, bad, message
+):
     path = recipes_copy / "source-builds.toml"
     path.write_text(path.read_text().replace("build = []\n", FORK_BUILD.replace(*bad)))
     with pytest.raises(RecipeError, match=message):
@@ -327,20 +359,25 @@ def test_the_headline_source_cell_builds_a_verified_commit_and_says_it_is_not_ye
     plan = resolve(Request(accel_version="6.2", torch="2.4", arch="gfx90a"))
     assert plan.unproven and plan.git_source["commit"] == "38b96d3399a695e704ed39b60dac733c3fbf20e2"
     assert plan.evidence_step == "source build, not yet proven: the first passing build is the proof"
-    assert [r.source for r in plan.evidence][:3] == ["ROCm/ROCm@e396b48 compatibility-matrix-historical-6.0.csv",
-                                                     "ROCm/pytorch#1537, ROCm/pytorch#1691",
-                                                     "spack/spack-packages@000faf0 py_torch/package.py"]
+    assert [r.source for r in plan.evidence][:3] == [
+        "ROCm/ROCm@e396b48 compatibility-matrix-historical-6.0.csv",
+        "ROCm/pytorch#1537, ROCm/pytorch#1691",
+        "spack/spack-packages@000faf0 py_torch/package.py",
+    ]
     rows = dict(plan.describe())
     assert rows["build size"].startswith("estimate") and "4.5 GB RAM per compile job" in rows["build size"]
     assert "build size" not in dict(resolve(Request(accel_version="6.2", torch="2.5")).describe())
     assert load().source_build("rocm", "6.2", "2.4") is None
 
 
-@pytest.mark.parametrize("line, version, commit", [
-    ("2.3", "2.3.1", "d44533f9d073df13895333e70b66f81c513c1889"),
-    ("2.4", "2.4.1", "38b96d3399a695e704ed39b60dac733c3fbf20e2"),
-    ("2.6", "2.6.0", "2236df1770800ffea5697b11b0bb0d910b2e59e1"),
-])
+@pytest.mark.parametrize(
+    "line, version, commit",
+    [
+        ("2.3", "2.3.1", "d44533f9d073df13895333e70b66f81c513c1889"),
+        ("2.4", "2.4.1", "38b96d3399a695e704ed39b60dac733c3fbf20e2"),
+        ("2.6", "2.6.0", "2236df1770800ffea5697b11b0bb0d910b2e59e1"),
+    ],
+)
 def test_every_source_line_is_pinned_to_the_commit_its_own_wheel_records(line, version, commit):
     """The commits were read from torch/version.py in PyPI's wheels (`checked` says which file and its sha256)."""
     pin = load().source_pin(line)
@@ -348,10 +385,16 @@ def test_every_source_line_is_pinned_to_the_commit_its_own_wheel_records(line, v
     assert f"torch-{version}-" in pin.checked and "sha256" in pin.checked
 
 
-@pytest.mark.parametrize("bad, message", [
-    (('commit = "38b96d3399a695e704ed39b60dac733c3fbf20e2"', 'commit = "38b96d33"'), "full 40-hex sha"),
-    (('version = "2.4.1"\nchecked = "git_version', 'version = "2.4.0"\nchecked = "git_version'), "torch.toml pins 2.4.1"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (('commit = "38b96d3399a695e704ed39b60dac733c3fbf20e2"', 'commit = "38b96d33"'), "full 40-hex sha"),
+        (
+            ('version = "2.4.1"\nchecked = "git_version', 'version = "2.4.0"\nchecked = "git_version'),
+            "torch.toml pins 2.4.1",
+        ),
+    ],
+)
 def test_a_source_pin_without_a_full_commit_or_the_lines_version_is_refused(recipes_copy, bad, message):
     path = recipes_copy / "source-builds.toml"
     text = path.read_text()
@@ -367,8 +410,11 @@ def test_a_recorded_failure_refuses_its_cell_by_default_citing_it(recipes_copy):
     path = recipes_copy / "source-builds.toml"
     path.write_text(path.read_text().replace("failure = []\n", "") + FAILURE)
     recipes = load(recipes_copy)
-    with pytest.raises(KnownFailureError, match=r"torch 2.4 on ROCm 6.2 is refused: hipcc rejects X "
-                                                r"\(https://example.org/issue/1\); --torch-source source builds"):
+    with pytest.raises(
+        KnownFailureError,
+        match=r"torch 2.4 on ROCm 6.2 is refused: hipcc rejects X "
+        r"\(https://example.org/issue/1\); --torch-source source builds",
+    ):
         resolve(Request(accel_version="6.2", torch="2.4"), recipes)
     assert resolve(Request(accel_version="6.2", torch="2.4", torch_source="source"), recipes).unproven
     assert resolve(Request(accel_version="6.2", torch="2.3"), recipes).unproven  # other cells are not refused

@@ -32,7 +32,9 @@ def test_golden(name, tmp_path):
         if UPDATE:
             golden.parent.mkdir(parents=True, exist_ok=True)
             golden.write_text(actual)
-        assert actual == golden.read_text(), f"{file} of {name} differs from {golden} (ENVBUILD_UPDATE_GOLDEN=1 to accept)"
+        assert actual == golden.read_text(), (
+            f"{file} of {name} differs from {golden} (ENVBUILD_UPDATE_GOLDEN=1 to accept)"
+        )
 
 
 def test_each_golden_cell_takes_the_torch_route_its_name_says():
@@ -63,8 +65,10 @@ def test_the_pip_rocm_route_installs_one_archs_device_package_in_both_formats():
     dockerfile, definition = files["Dockerfile"].decode(), files["cell.def"].decode()
     assert 'ARG ACCEL_REQUIREMENTS="rocm[libraries,device-gfx942]==7.14.0"' in dockerfile
     assert "ARG TORCH_VERSION=2.14.0+rocm7.14" in dockerfile and "FROM ${BASE_IMAGE} AS base" in dockerfile
-    assert ("ACCEL_REQUIREMENTS='rocm[libraries,device-gfx942]==7.14.0'"
-            " TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm7.14") in definition
+    assert (
+        "ACCEL_REQUIREMENTS='rocm[libraries,device-gfx942]==7.14.0'"
+        " TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm7.14"
+    ) in definition
     for text in (dockerfile, definition):  # the SDK wheels come before torch, in the torch stage
         assert text.index("install_accel_wheels.sh") < text.rindex("install_torch.sh")
         assert "device-all" not in text and not re.search(r"device-gfx(?!942)", text)
@@ -75,14 +79,19 @@ def test_the_pip_rocm_route_installs_one_archs_device_package_in_both_formats():
     assert manifest["torch"]["wheel_index_url"] == "https://download.pytorch.org/whl/rocm7.14"
     assert "install_accel_wheels.sh" in manifest["fetch_steps"]
     amd = resolve(GOLDEN_CELLS["rocm10.0-torch2.13-gfx1151-pip"]).accel_wheels
-    assert amd["requirements"] == ["rocm[libraries,device-gfx1151]==10.0.0", "amd-torch-device-gfx1151==2.13.0+rocm10.0.0"]
+    assert amd["requirements"] == [
+        "rocm[libraries,device-gfx1151]==10.0.0",
+        "amd-torch-device-gfx1151==2.13.0+rocm10.0.0",
+    ]
 
 
 def test_the_manifest_names_the_triton_an_official_wheel_pulls():
     """torch <= 2.9 wheels pull pytorch-triton-rocm, 2.10+ triton-rocm (recipes/torch.toml); recorded where a peer's
     resolution shows the pin, absent where none was verified (2.7, 2.11)."""
-    pulls = {line: resolve(Request(accel_version=rocm, torch=line)).pinned()["torch"]["wheel_pulls"]
-             for rocm, line in (("6.4", "2.8"), ("7.1", "2.10"), ("6.3", "2.7"), ("7.2", "2.11"))}
+    pulls = {
+        line: resolve(Request(accel_version=rocm, torch=line)).pinned()["torch"]["wheel_pulls"]
+        for rocm, line in (("6.4", "2.8"), ("7.1", "2.10"), ("6.3", "2.7"), ("7.2", "2.11"))
+    }
     assert pulls["2.8"]["package"] == "pytorch-triton-rocm" and pulls["2.8"]["version"] == "3.4.0"
     assert pulls["2.10"]["package"] == "triton-rocm" and pulls["2.10"]["version"] == "3.6.0"
     assert "InvokeAI#9297" in pulls["2.10"]["checked"]
@@ -136,7 +145,9 @@ def test_workload_edit_changes_hash_but_not_the_torch_layers(tmp_path):
     lines = before["Dockerfile"].decode().splitlines()
     copy_workload = next(i for i, line in enumerate(lines) if line.startswith("COPY workload/"))
     after_workload = [line for line in lines[copy_workload:] if line.startswith(("RUN", "FROM"))]
-    assert after_workload == ["RUN python /opt/envbuild/verify_image.py /opt/envbuild/expect.json /opt/envbuild/verify.json"]
+    assert after_workload == [
+        "RUN python /opt/envbuild/verify_image.py /opt/envbuild/expect.json /opt/envbuild/verify.json"
+    ]
 
 
 TORCH_CPU_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -147,8 +158,11 @@ def test_wheelhouse_is_hashed_into_the_tag_and_names_torch_origin(tmp_path):
     comes from that file (with its sha256) instead of the index."""
     plan = resolve(Request(flavor="cpu", torch="2.13"))
     bare = render(plan, tmp_path / "ctx")
-    assert bare.manifest["torch_origin"] == {"from": "index", "index_url": "https://download.pytorch.org/whl/cpu",
-                                             "requirement": "torch==2.13.0+cpu"}
+    assert bare.manifest["torch_origin"] == {
+        "from": "index",
+        "index_url": "https://download.pytorch.org/whl/cpu",
+        "requirement": "torch==2.13.0+cpu",
+    }
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / TORCH_CPU_WHEEL).write_bytes(b"one")
@@ -157,8 +171,11 @@ def test_wheelhouse_is_hashed_into_the_tag_and_names_torch_origin(tmp_path):
     digest = hashlib.sha256(b"one").hexdigest()
     assert one.context_hash != bare.context_hash
     assert one.manifest["files"][f"wheelhouse/{TORCH_CPU_WHEEL}"] == digest
-    assert one.manifest["torch_origin"] == {"from": "wheelhouse", "file": f"wheelhouse/{TORCH_CPU_WHEEL}",
-                                            "sha256": digest}
+    assert one.manifest["torch_origin"] == {
+        "from": "wheelhouse",
+        "file": f"wheelhouse/{TORCH_CPU_WHEEL}",
+        "sha256": digest,
+    }
     assert sorted(p.name for p in (one.out_dir / "wheelhouse").iterdir()) == [".keep", TORCH_CPU_WHEEL]
     kept = render(plan, tmp_path / "ctx")  # re-rendered without --wheelhouse: the wheels there are kept
     assert kept.context_hash == one.context_hash
@@ -178,7 +195,11 @@ def test_manifest_lists_every_input_with_its_hash(tmp_path):
     manifest = json.loads((rendered.out_dir / "manifest.json").read_text())
     assert manifest == rendered.manifest
     assert manifest["cell"] == {
-        "flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10"
+        "flavor": "rocm",
+        "accel_version": "6.2",
+        "torch": "2.4",
+        "arch": "gfx90a",
+        "python": "3.10",
     }
     assert manifest["torch"]["version"] == "2.4.1" and manifest["torch"]["git"]["ref"] == "v2.4.1"
     assert manifest["stack"]["transformers"].startswith("4.")
@@ -230,9 +251,11 @@ def test_source_build_context_carries_the_patch_series_and_wheel_context_does_no
 
 
 #: what reaches the network from a build step (in its RUN line or the script it runs), comments left out
-NETWORK_TOOLS = re.compile(r"\b(curl|wget|apt-get\s+(update|install|download)|apt_install|add-apt-repository|"
-                           r"amdgpu-install|git\s+(-C\s+\S+\s+)?(clone|fetch|submodule|pull)|"
-                           r"pip\s+(download|install|wheel)|pip_install)\b")
+NETWORK_TOOLS = re.compile(
+    r"\b(curl|wget|apt-get\s+(update|install|download)|apt_install|add-apt-repository|"
+    r"amdgpu-install|git\s+(-C\s+\S+\s+)?(clone|fetch|submodule|pull)|"
+    r"pip\s+(download|install|wheel)|pip_install)\b"
+)
 
 
 def _runs(dockerfile: str) -> list[str]:
@@ -246,16 +269,22 @@ def _step_text(run: str, files: dict[str, bytes]) -> tuple[str | None, str]:
     body = ""
     if name:
         body = next(data.decode() for path, data in files.items() if path.rsplit("/", 1)[-1] == name)
-    code = "\n".join(line.split("#", 1)[0] for line in (run + "\n" + body).splitlines() if not line.lstrip().startswith("#"))
+    code = "\n".join(
+        line.split("#", 1)[0] for line in (run + "\n" + body).splitlines() if not line.lstrip().startswith("#")
+    )
     return name, code
 
 
-@pytest.mark.parametrize("request_", [
-    Request(accel_version="6.2", torch="2.4"),
-    Request(accel_version="6.2", torch="2.5"),
-    Request(accel_version="6.1.2", torch="2.3", install_accel=True),
-    Request(flavor="cpu", torch="2.13"),
-], ids=["rocm-source", "rocm-wheel", "rocm-installer-source", "cpu"])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request(accel_version="6.2", torch="2.4"),
+        Request(accel_version="6.2", torch="2.5"),
+        Request(accel_version="6.1.2", torch="2.3", install_accel=True),
+        Request(flavor="cpu", torch="2.13"),
+    ],
+    ids=["rocm-source", "rocm-wheel", "rocm-installer-source", "cpu"],
+)
 def test_no_build_step_uses_the_network_outside_the_declared_fetch_steps(request_):
     """Every RUN of a rendered context is grepped, with the script it runs, for network
     tools; only the declared fetch steps (builder.plan.context.FETCH_STEPS, listed in the manifest) may use them,
@@ -296,8 +325,13 @@ def test_the_network_grep_sees_a_download_in_the_build_step():
     """The grep above is not blind: a curl, a git clone or a pip install added to the offline build step is found."""
     files, _ = context_files(resolve(Request(accel_version="6.2", torch="2.4")))
     run = next(r for r in _runs(files["Dockerfile"].decode()) if "build_torch.sh" in r)
-    for added in ("curl -fsSL https://example.org/aotriton.tar.gz", "git clone https://example.org/x.git",
-                  "pip_install aotriton", "python -m pip install x", "git -C /src fetch origin"):
+    for added in (
+        "curl -fsSL https://example.org/aotriton.tar.gz",
+        "git clone https://example.org/x.git",
+        "pip_install aotriton",
+        "python -m pip install x",
+        "git -C /src fetch origin",
+    ):
         edited = {**files, "common/build_torch.sh": files["common/build_torch.sh"] + f"\n{added}\n".encode()}
         assert NETWORK_TOOLS.search(_step_text(run, edited)[1]), added
     assert not NETWORK_TOOLS.search(_step_text(run, files)[1])
@@ -381,18 +415,24 @@ def _assert_torch_stages_identical(before: dict[str, bytes], after: dict[str, by
         text = _stage(old, name)
         assert text == _stage(new, name), name
         assert _stage_args(old, name) == _stage_args(new, name), name
-        copied = [p for source in re.findall(r"^COPY (?!--from)(.+) /opt/envbuild/", text, re.M)
-                  for p in source.split()]
+        copied = [
+            p for source in re.findall(r"^COPY (?!--from)(.+) /opt/envbuild/", text, re.M) for p in source.split()
+        ]
         assert "venv.lock" in copied or name != "base"
         for path in copied:
             paths = [p for p in before if p == path or p.startswith(path)]
             assert paths and all(before[p] == after[p] for p in paths), path
 
 
-@pytest.mark.parametrize("rocm,line,pin,index", [
-    ("6.1.2", "2.3", "2.3.1", "rocm6.0"), ("6.2", "2.3", "2.3.1", "rocm6.0"), ("6.2", "2.4", "3.0.0", "rocm6.1"),
-    ("6.2", "2.6", "3.2.0", "rocm6.2.4"),
-])
+@pytest.mark.parametrize(
+    "rocm,line,pin,index",
+    [
+        ("6.1.2", "2.3", "2.3.1", "rocm6.0"),
+        ("6.2", "2.3", "2.3.1", "rocm6.0"),
+        ("6.2", "2.4", "3.0.0", "rocm6.1"),
+        ("6.2", "2.6", "3.2.0", "rocm6.2.4"),
+    ],
+)
 def test_a_source_cell_installs_its_releases_triton_after_the_torch_build(rocm, line, pin, index):
     """Each source cell installs the pytorch-triton-rocm the
     official ROCm wheel of its release requires (recipes/torch.toml, with the peer record), by exact version from
@@ -402,16 +442,25 @@ def test_a_source_cell_installs_its_releases_triton_after_the_torch_build(rocm, 
     files, manifest = context_files(plan, golden_static())
     dockerfile = files["Dockerfile"].decode()
     url = f"https://download.pytorch.org/whl/{index}"
-    assert plan.stages == ("base", "torch-src", "torch-source-build", "torch-source", "torch-compile",
-                           "sentencepiece", "runtime")
+    assert plan.stages == (
+        "base",
+        "torch-src",
+        "torch-source-build",
+        "torch-source",
+        "torch-compile",
+        "sentencepiece",
+        "runtime",
+    )
     assert f"\nARG TORCH_COMPILE_PACKAGE=pytorch-triton-rocm=={pin}\n" in dockerfile.split("\nFROM ", 1)[0]
     stage = _stage(dockerfile, "torch-compile")
     assert stage.startswith(" AS torch-compile") and "FROM torch-source AS torch-compile" in dockerfile
     assert f"ARG TORCH_INDEX_URL={url}\n" in stage and "ARG TORCH_COMPILE_PACKAGE\n" in stage
     assert "bash /opt/envbuild/common/install_torch_compile.sh" in stage
     assert "FROM torch-compile AS runtime" in dockerfile
-    assert not any("TORCH_COMPILE_PACKAGE" in _stage(dockerfile, name) or "torch_compile" in _stage(dockerfile, name)
-                   for name in TORCH_STAGES)
+    assert not any(
+        "TORCH_COMPILE_PACKAGE" in _stage(dockerfile, name) or "torch_compile" in _stage(dockerfile, name)
+        for name in TORCH_STAGES
+    )
     script = files["common/install_torch_compile.sh"].decode()
     install = next(line for line in script.splitlines() if "pip install" in line)
     assert "--no-deps" in install and '--index-url "$TORCH_INDEX_URL"' in install
@@ -447,9 +496,12 @@ def test_a_triton_pin_change_rebuilds_no_torch(tmp_path):
     """The Triton stage comes after the torch wheel: another pin changes the torch-compile stage and the image,
     never a stage up to the installed torch."""
     plan = resolve(Request(accel_version="6.2", torch="2.4"))
-    other = resolve(Request(accel_version="6.2", torch="2.4"),
-                    _recipes_with_torch_line(tmp_path, "2.4", lambda t: t.replace('compile_version = "3.0.0"',
-                                                                                  'compile_version = "3.0.1"')))
+    other = resolve(
+        Request(accel_version="6.2", torch="2.4"),
+        _recipes_with_torch_line(
+            tmp_path, "2.4", lambda t: t.replace('compile_version = "3.0.0"', 'compile_version = "3.0.1"')
+        ),
+    )
     before, _ = context_files(plan, golden_static())
     after, _ = context_files(other, golden_static())
     assert b"pytorch-triton-rocm==3.0.1" in after["Dockerfile"] and before["Dockerfile"] != after["Dockerfile"]
@@ -459,8 +511,9 @@ def test_a_triton_pin_change_rebuilds_no_torch(tmp_path):
 def test_a_source_cell_whose_triton_pin_is_not_verified_keeps_torch_compile_off(tmp_path):
     """A torch line without a verified compile_version installs no Triton: no torch-compile stage, no index, and
     the image, its labels, expect.json and the manifest say torch.compile is unavailable and why."""
-    recipes = _recipes_with_torch_line(tmp_path, "2.4", lambda t: "\n".join(
-        line for line in t.splitlines() if not line.startswith("compile_")) + "\n")
+    recipes = _recipes_with_torch_line(
+        tmp_path, "2.4", lambda t: "\n".join(line for line in t.splitlines() if not line.startswith("compile_")) + "\n"
+    )
     plan = resolve(Request(accel_version="6.2", torch="2.4"), recipes)
     assert "torch-compile" not in plan.stages and plan.torch_stage == "torch-source"
     assert "pin not verified" in plan.compile_unavailable
@@ -472,8 +525,12 @@ def test_a_source_cell_whose_triton_pin_is_not_verified_keeps_torch_compile_off(
     assert f'ENVBUILD_TORCH_COMPILE_UNAVAILABLE="{plan.compile_unavailable}"' in dockerfile
     expect = json.loads(files["expect.json"])
     assert expect["compile_package"] is None and "pin not verified" in expect["compile_unavailable"]
-    assert manifest["torch"]["compile"] == {"available": False, "reason": plan.compile_unavailable,
-                                            "requirement": None, "checked": None}
+    assert manifest["torch"]["compile"] == {
+        "available": False,
+        "reason": plan.compile_unavailable,
+        "requirement": None,
+        "checked": None,
+    }
 
 
 def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
@@ -491,9 +548,26 @@ def test_source_build_pins_cmake_below_4_for_the_torch_build(tmp_path):
     (tmp_path / "constraints.txt").write_text("\n".join(pins) + "\n")
 
     def resolved(*extra: str) -> dict[str, str]:
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
-                               "--report", str(tmp_path / "report.json"), "-r", str(tmp_path / "requirements.txt"),
-                               *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "-q",
+                "--report",
+                str(tmp_path / "report.json"),
+                "-r",
+                str(tmp_path / "requirements.txt"),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stderr
         report = json.loads((tmp_path / "report.json").read_text())
         return {i["metadata"]["name"]: i["metadata"]["version"] for i in report["install"]}

@@ -76,14 +76,17 @@ def test_editing_the_definition_changes_the_content_hash(tmp_path):
     original = render_module.IMAGES_DIR
     try:
         render_module.IMAGES_DIR = edited
-        (edited / "apptainer" / "runtime.j2").write_text((edited / "apptainer" / "runtime.j2").read_text()
-                                                          .replace("%runscript\n", "%runscript\n    true\n"))
+        (edited / "apptainer" / "runtime.j2").write_text(
+            (edited / "apptainer" / "runtime.j2").read_text().replace("%runscript\n", "%runscript\n    true\n")
+        )
         after, manifest_after = context_files(plan, golden_static())
     finally:
         render_module.IMAGES_DIR = original
         render_module._templates.cache_clear()
-    assert before["Dockerfile"].split(manifest["context_hash"].encode())[0] == \
-        after["Dockerfile"].split(manifest_after["context_hash"].encode())[0]
+    assert (
+        before["Dockerfile"].split(manifest["context_hash"].encode())[0]
+        == after["Dockerfile"].split(manifest_after["context_hash"].encode())[0]
+    )
     assert manifest_after["context_hash"] != manifest["context_hash"]
 
 
@@ -95,8 +98,14 @@ def test_the_definition_copies_what_the_dockerfile_copies_and_sets_the_same_pins
         files, _ = context_files(plan, static)
         dockerfile, definition = files["Dockerfile"].decode(), files["cell.def"].decode()
         copied = {p for line in re.findall(r"^COPY (?!--from)(.+) /\S+$", dockerfile, re.M) for p in line.split()}
-        sources = {line.split()[0] for stage in stages(definition) for key, body in stage["sections"].items()
-                   if key == "files" for line in body if line.strip()}
+        sources = {
+            line.split()[0]
+            for stage in stages(definition)
+            for key, body in stage["sections"].items()
+            if key == "files"
+            for line in body
+            if line.strip()
+        }
         assert {p.rstrip("/") for p in copied} | {"manifest.json"} == sources, plan.cell.key
         for source in sources:
             assert source in files or any(p.startswith(source + "/") for p in files), (plan.cell.key, source)
@@ -111,8 +120,7 @@ def test_every_rendered_definition_is_well_formed_and_its_scripts_parse(tmp_path
     names an earlier stage, the last stage holds the verify step in %post and %test and the content-hash label,
     and every scriptlet passes `sh -n` (Apptainer runs them with /bin/sh)."""
     static = StaticFiles.read()
-    plans = all_plans() + [resolve(Request(flavor="cpu", torch="2.13",
-                                                        base_image="envbuild-local/debian:bookworm"))]
+    plans = all_plans() + [resolve(Request(flavor="cpu", torch="2.13", base_image="envbuild-local/debian:bookworm"))]
     scripts = []
     for plan in plans:
         definition = context_files(plan, static)[0]["cell.def"].decode()
@@ -120,8 +128,9 @@ def test_every_rendered_definition_is_well_formed_and_its_scripts_parse(tmp_path
         names = [s["header"].get("Stage") for s in found]
         assert names[-1] == "runtime" and len(set(names)) == len(names), (plan.cell.key, names)
         for i, stage in enumerate(found):
-            assert stage["header"] == {"Bootstrap": "{{ BOOTSTRAP }}", "From": "{{ BASE_IMAGE }}",
-                                       "Stage": names[i]}, plan.cell.key
+            assert stage["header"] == {"Bootstrap": "{{ BOOTSTRAP }}", "From": "{{ BASE_IMAGE }}", "Stage": names[i]}, (
+                plan.cell.key
+            )
             assert "    BASE_IMAGE=" + plan.base_image in stage["sections"]["arguments"]
             for key in stage["sections"]:
                 if key.startswith("files from "):
@@ -194,17 +203,22 @@ def test_from_context_refuses_a_dir_without_a_definition_or_an_edited_one(tmp_pa
 
 def test_from_context_without_any_apptainer_is_bad_input(tmp_path):
     ctx = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx").out_dir
-    ran = _sif(["--from-context", str(ctx), "-o", str(tmp_path / "x.sif")],
-               env={"PATH": str(tmp_path / "nothing"), "ENVBUILD_APPTAINER": ""})
+    ran = _sif(
+        ["--from-context", str(ctx), "-o", str(tmp_path / "x.sif")],
+        env={"PATH": str(tmp_path / "nothing"), "ENVBUILD_APPTAINER": ""},
+    )
     assert ran.exit_code == 2 and "no `apptainer` or `singularity` on PATH" in ran.output
 
 
-@pytest.mark.parametrize("source, message", [
-    ("docker://Upper/Case", "not a docker:// reference"),
-    ("docker://x\n--bind=/:/", "not a docker:// reference"),
-    ("docker-archive:/nonexistent.tar", "not a tar file"),
-    ("https://example.org/x.sif", "give docker://REF"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("docker://Upper/Case", "not a docker:// reference"),
+        ("docker://x\n--bind=/:/", "not a docker:// reference"),
+        ("docker-archive:/nonexistent.tar", "not a tar file"),
+        ("https://example.org/x.sif", "give docker://REF"),
+    ],
+)
 def test_pull_refuses_what_is_not_a_source(source, message, tmp_path):
     ran = _sif(["--pull", source, "-o", str(tmp_path / "x.sif")], env={"ENVBUILD_APPTAINER": "/bin/true"})
     assert ran.exit_code == 2 and message in ran.output, ran.output

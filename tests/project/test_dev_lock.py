@@ -27,8 +27,9 @@ def _newest_releases():
 
 def _requirement_names() -> set[str]:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    requirements = project["dependencies"] + [r for extra in ("workload", "test")
-                                              for r in project["optional-dependencies"][extra]]
+    requirements = project["dependencies"] + [
+        r for extra in ("workload", "test") for r in project["optional-dependencies"][extra]
+    ]
     return {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0] for r in requirements}
 
 
@@ -39,8 +40,9 @@ def test_the_lock_pins_every_requirement_but_torch_with_hashes():
     assert names <= set(locked), f"not in requirements-dev.lock (run bash .ci/lock_dev.sh): {names - set(locked)}"
     assert "torch" not in locked
     text = LOCK.read_text()
-    assert text.count("==") >= len(locked) and all(f"\n{name}==" in text.lower() or text.lower().startswith(name)
-                                                   for name in locked)
+    assert text.count("==") >= len(locked) and all(
+        f"\n{name}==" in text.lower() or text.lower().startswith(name) for name in locked
+    )
     entries = re.split(r"\n(?=[a-z0-9])", text.split("\n", 2)[2])
     assert all("--hash=sha256:" in entry for entry in entries if "==" in entry)
 
@@ -65,9 +67,13 @@ def test_the_dev_venv_holds_exactly_the_lock():
     marker = Path(sys.prefix) / "envbuild-dev-lock.sha256"
     if not marker.exists():
         pytest.skip("not the venv .ci/dev_env.sh made (CI's phase 1 runs in it)")
-    assert marker.read_text().strip() == hashlib.sha256(LOCK.read_bytes()).hexdigest(), \
+    assert marker.read_text().strip() == hashlib.sha256(LOCK.read_bytes()).hexdigest(), (
         "requirements-dev.lock changed since this venv was made: re-run bash .ci/dev_env.sh"
+    )
     nr = _newest_releases()
-    wrong = {name: (version, importlib.metadata.version(name)) for name, version in nr.locked_versions(LOCK).items()
-             if importlib.metadata.version(name) != version}
+    wrong = {
+        name: (version, importlib.metadata.version(name))
+        for name, version in nr.locked_versions(LOCK).items()
+        if importlib.metadata.version(name) != version
+    }
     assert not wrong, wrong

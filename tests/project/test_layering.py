@@ -26,15 +26,29 @@ W_LAYERS = "workload layers: cli -> runner -> training|model|data|probes -> bina
 W_INDEPENDENT = "workload.probes and workload.training never import each other"
 W_ACYCLIC = "no import circles between workload's modules (function-level imports count too)"
 W_STDLIB = "workload.binaries imports none of torch, numpy, transformers, peft"
-ALL_KEPT = {name: "KEPT" for name in (LAYERS, NO_STORE, NEUTRAL, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)}
+ALL_KEPT = {
+    name: "KEPT"
+    for name in (LAYERS, NO_STORE, NEUTRAL, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)
+}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """`lint-imports` on the packages under `root`, with `root` first on the path and no cache written."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run(
-        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
-         "--no-cache", "--no-logo"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+            "--no-cache",
+            "--no-logo",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def contract_lines(output: str) -> dict[str, str]:
@@ -126,7 +140,9 @@ def test_a_probe_importing_training_breaks_their_independence(repo_copy):
 
 
 def test_a_circle_through_the_top_level_breaks_the_workload_acyclic_contract(repo_copy):
-    add_import(repo_copy / "workload" / "training" / "presets.py", "import workload.settings")  # settings imports presets
+    add_import(
+        repo_copy / "workload" / "training" / "presets.py", "import workload.settings"
+    )  # settings imports presets
     done = lint_imports(repo_copy)
     assert done.returncode == 1, done.stdout + done.stderr
     assert contract_lines(done.stdout) == {**ALL_KEPT, W_ACYCLIC: "BROKEN"}, done.stdout

@@ -78,14 +78,21 @@ class Row:
 def _sample_session(tmp_path: Path) -> tuple[Path, list[tuple]]:
     """A real cosmic-ray session over SAMPLE; returns it and its mutants as (job, row, col, end_row, end_col)."""
     (tmp_path / "sample.py").write_text(SAMPLE, encoding="utf-8")
-    (tmp_path / "cr.toml").write_text('[cosmic-ray]\nmodule-path = "sample.py"\ntimeout = 10.0\n'
-                                      'excluded-modules = []\ntest-command = "true"\n'
-                                      '[cosmic-ray.distributor]\nname = "local"\n')
-    subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", "cr.toml", "s.sqlite"], cwd=tmp_path, check=True,
-                   capture_output=True)
+    (tmp_path / "cr.toml").write_text(
+        '[cosmic-ray]\nmodule-path = "sample.py"\ntimeout = 10.0\n'
+        'excluded-modules = []\ntest-command = "true"\n'
+        '[cosmic-ray.distributor]\nname = "local"\n'
+    )
+    subprocess.run(
+        [sys.executable, "-m", "cosmic_ray.cli", "init", "cr.toml", "s.sqlite"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
     with sqlite3.connect(tmp_path / "s.sqlite") as conn:
-        mutants = conn.execute("SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col "
-                               "FROM mutation_specs").fetchall()
+        mutants = conn.execute(
+            "SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col FROM mutation_specs"
+        ).fetchall()
     return tmp_path / "s.sqlite", mutants
 
 
@@ -102,7 +109,7 @@ def test_only_rewrites_inside_def_annotations_are_skipped_as_equivalent(tmp_path
     annotation_rows = {4, 13}
     for job, row, col, _, _ in mutants:
         text = lines[row - 1]
-        in_annotation = row in annotation_rows and where[job] == "|" and text[col - 2:col + 3] != "1 | 2"
+        in_annotation = row in annotation_rows and where[job] == "|" and text[col - 2 : col + 3] != "1 | 2"
         assert (job in skipped) == in_annotation, (row, col, where[job], text)
     assert sum(1 for job, row, *_ in mutants if row == 13 and job in skipped) == 22  # both annotations of g
     # the default value `1 | 2`, `a - 1` and `a or 3` all run
@@ -121,8 +128,11 @@ def test_shards_split_the_pending_mutants_and_merge_their_results_back(tmp_path)
     session, mutants = _sample_session(tmp_path)
     done = mutants[0][0]
     with sqlite3.connect(session) as conn:
-        conn.execute("INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
-                     "VALUES ('NORMAL', '', 'KILLED', '', ?)", (done,))
+        conn.execute(
+            "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+            "VALUES ('NORMAL', '', 'KILLED', '', ?)",
+            (done,),
+        )
     shards = [tmp_path / "a.sqlite", tmp_path / "b.sqlite", tmp_path / "c.sqlite"]
     script._split(session, shards)
     held = []
@@ -131,8 +141,11 @@ def test_shards_split_the_pending_mutants_and_merge_their_results_back(tmp_path)
             jobs = [j for (j,) in conn.execute("SELECT job_id FROM work_items")]
             assert {j for (j,) in conn.execute("SELECT job_id FROM mutation_specs")} == set(jobs)
             assert conn.execute("SELECT COUNT(*) FROM work_results").fetchone()[0] == 0
-            conn.executemany("INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
-                             "VALUES ('NORMAL', '', 'SURVIVED', '', ?)", [(j,) for j in jobs])
+            conn.executemany(
+                "INSERT INTO work_results (worker_outcome, output, test_outcome, diff, job_id) "
+                "VALUES ('NORMAL', '', 'SURVIVED', '', ?)",
+                [(j,) for j in jobs],
+            )
         held += jobs
     pending = sorted(j for j, *_ in mutants if j != done)
     assert sorted(held) == pending and len(set(held)) == len(held)  # each pending mutant in exactly one shard
@@ -160,12 +173,15 @@ def test_lines_keep_only_the_mutants_starting_on_them(tmp_path):
     assert script._keep_lines(session, {10_000}) == 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--lines", "3,x", "provenance"), "--lines takes line numbers from 1 separated by commas, not '3,x'"),
-    (("--lines", "0", "provenance"), "--lines takes line numbers from 1"),
-    (("--lines", "3", "provenance", "settings"), "--lines goes with exactly one module"),
-    (("--lines", "3"), "--lines goes with exactly one module"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--lines", "3,x", "provenance"), "--lines takes line numbers from 1 separated by commas, not '3,x'"),
+        (("--lines", "0", "provenance"), "--lines takes line numbers from 1"),
+        (("--lines", "3", "provenance", "settings"), "--lines goes with exactly one module"),
+        (("--lines", "3"), "--lines goes with exactly one module"),
+    ],
+)
 def test_lines_are_numbers_for_one_module(tmp_path, args, message):
     result = _run(*args, out=tmp_path / "out")
     assert result.returncode == 2 and message in result.stderr, result.stderr
@@ -177,11 +193,15 @@ def test_the_gpu_retest_reads_each_survivor_of_a_summary_by_line():
     retest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(retest)
     diff = "--- a/m.py\n+++ b/m.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n"
-    summary = (f"m (m.py at abc): 3 mutants, 1 killed, 2 survived\n\nSURVIVED line 1: core/NumberReplacer #0\n"
-               f"--- mutation diff ---\n{diff}\nSURVIVED line 7: core/AddNot #3\n--- mutation diff ---\n{diff}"
-               "EQUIVALENT line 9: core/ReplaceBinaryOperator_BitOr_Add #0 (equivalent: ...)\n")
-    assert retest.survivors(summary, None) == [("line 1: core/NumberReplacer #0", diff),
-                                               ("line 7: core/AddNot #3", diff)]
+    summary = (
+        f"m (m.py at abc): 3 mutants, 1 killed, 2 survived\n\nSURVIVED line 1: core/NumberReplacer #0\n"
+        f"--- mutation diff ---\n{diff}\nSURVIVED line 7: core/AddNot #3\n--- mutation diff ---\n{diff}"
+        "EQUIVALENT line 9: core/ReplaceBinaryOperator_BitOr_Add #0 (equivalent: ...)\n"
+    )
+    assert retest.survivors(summary, None) == [
+        ("line 1: core/NumberReplacer #0", diff),
+        ("line 7: core/AddNot #3", diff),
+    ]
     assert retest.survivors(summary, {7}) == [("line 7: core/AddNot #3", diff)]
 
 

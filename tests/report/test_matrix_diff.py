@@ -55,7 +55,9 @@ def test_diff_puts_versions_throughput_and_probes_side_by_side(db):
     assert memory["a"] is None and memory["b_text"] == "0.08 GiB" and memory["label"].endswith("(GiB)")
     assert rows[("speed", "mfu")]["b_text"] == "0.0015%"
     assert speed["ratio"] == pytest.approx(speed["b"] / speed["a"]) and speed["ratio"] > 10
-    assert rows[("versions", "gpu")]["a"] == "CPU only" and rows[("versions", "gpu")]["b"] == "NVIDIA H100 80GB HBM3 x 1"
+    assert (
+        rows[("versions", "gpu")]["a"] == "CPU only" and rows[("versions", "gpu")]["b"] == "NVIDIA H100 80GB HBM3 x 1"
+    )
     versions = [r for r in data["rows"] if r["section"] == "versions"]
     assert [r["differs"] for r in versions] == sorted((r["differs"] for r in versions), reverse=True)
     cost = rows[("speed", "cost_per_1k_samples")]
@@ -91,10 +93,16 @@ def test_committed_compatibility_summary_is_up_to_date(db, tmp_path):
     """docs/compatibility.md is what `envbuild report --markdown` gives for results/; stale = this test fails."""
     doc = REPO_ROOT / "docs" / "compatibility.md"
     check = invoke("report", "--db", str(db), "--markdown", str(doc), "--check")
-    assert check.exit_code == 0, check.output + "\nregenerate: envbuild matrix import --db /tmp/r.db results/ && " \
-                                              "envbuild report --db /tmp/r.db --markdown docs/compatibility.md"
+    assert check.exit_code == 0, (
+        check.output + "\nregenerate: envbuild matrix import --db /tmp/r.db results/ && "
+        "envbuild report --db /tmp/r.db --markdown docs/compatibility.md"
+    )
     text = doc.read_text()
-    assert f"| {GPU.replace('_', chr(92) + '_')} |" in text and f"| {CPU} |" in text and "NVIDIA H100 80GB HBM3 × 1" in text
+    assert (
+        f"| {GPU.replace('_', chr(92) + '_')} |" in text
+        and f"| {CPU} |" in text
+        and "NVIDIA H100 80GB HBM3 × 1" in text
+    )
     stale = tmp_path / "compatibility.md"
     stale.write_text(text.replace("NVIDIA H100", "NVIDIA H200"))
     assert invoke("report", "--db", str(db), "--markdown", str(stale), "--check").exit_code == 1
@@ -131,11 +139,18 @@ def test_compare_page_in_headless_chromium(db, tmp_path):
     v = page.value
     assert (v["curves"], v["torch"], v["firstSame"]) == (2, ["2.13.0+cpu", "2.11.0+cu130", "differs"], True)
     assert v["presets"] == ["", "smoke · tiny-gemma"]  # configurations, the verdict one picked by default
-    assert v["titles"][1:] == ["Versions and hardware", "Learning: eval accuracy", "Speed and cost", "Memory",
-                               "Probes: measured values"]
+    assert v["titles"][1:] == [
+        "Versions and hardware",
+        "Learning: eval accuracy",
+        "Speed and cost",
+        "Memory",
+        "Probes: measured values",
+    ]
     labels = {row[0]: row[1:] for section in ("learning", "speed", "memory") for row in v[section]}
-    assert [row[0] for row in v["learning"]] == ["eval accuracy after training (fraction correct)",
-                                                 "eval accuracy before training (fraction correct)"]
+    assert [row[0] for row in v["learning"]] == [
+        "eval accuracy after training (fraction correct)",
+        "eval accuracy before training (fraction correct)",
+    ]
     assert labels["model FLOPs utilization (% of peak)"] == ["-", "0.0015%"]
     assert labels["peak GPU memory allocated (GiB)"] == ["-", "0.08 GiB"]
     assert labels["training throughput (samples/s)"][1] == "722.2"
@@ -177,12 +192,15 @@ def test_compare_page_names_a_cell_script_that_did_not_load(db, tmp_path):
 def test_the_gpu_cell_page_shows_its_signed_standard_speed_measurement(db, tmp_path):
     """The committed speed-preset run of the sm_90 cell is the cell's standard speed: its page shows the run's
     samples/s, MFU, GPU-hour and cost figures with the conditions and the card that measured it."""
-    speed = next(json.loads(p.read_text()) for p in (RESULTS / GPU).glob("*/result.json")
-                 if json.loads(p.read_text())["config"]["preset"] == "speed")
+    speed = next(
+        json.loads(p.read_text())
+        for p in (RESULTS / GPU).glob("*/result.json")
+        if json.loads(p.read_text())["config"]["preset"] == "speed"
+    )
     site = tmp_path / "site"
     assert invoke("report", "--db", str(db), "-o", str(site), "--published").exit_code == 0
     page = (site / "cells" / f"{safe_slug(GPU)}.html").read_text()
-    section = page[page.index("Standard speed measurement"):page.index("Reproduce")]
+    section = page[page.index("Standard speed measurement") : page.index("Reproduce")]
     metrics = speed["metrics"]
     assert f"{metrics['samples_per_s']:,.1f}" in section and f"{metrics['mfu']:.1%}" in section
     assert f"{metrics['samples_per_s'] * 3600:,.0f}" in section and "(price of 2026-05-22)" in section

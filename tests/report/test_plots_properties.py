@@ -15,9 +15,12 @@ from builder.store import result_schema
 from builder.store.store import InvalidResultError, validate_result
 from matrix_fixtures import make_result
 
-NUMBERS = st.one_of(st.floats(min_value=-result_schema.MAX_NUMBER, max_value=result_schema.MAX_NUMBER,
-                              allow_nan=False, allow_infinity=False),
-                    st.sampled_from([0.0, 5e-324, 1e-308, result_schema.MIN_RATE, 1e15, -1e15, 1.0]))
+NUMBERS = st.one_of(
+    st.floats(
+        min_value=-result_schema.MAX_NUMBER, max_value=result_schema.MAX_NUMBER, allow_nan=False, allow_infinity=False
+    ),
+    st.sampled_from([0.0, 5e-324, 1e-308, result_schema.MIN_RATE, 1e15, -1e15, 1.0]),
+)
 
 
 def accepted(metrics: dict) -> dict | None:
@@ -40,8 +43,11 @@ def test_a_subnormal_rate_is_refused_by_the_schema():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(NUMBERS, NUMBERS, st.sampled_from(["2026-12-01", "2026-12-02", "2027-01-05"])),
-                min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.tuples(NUMBERS, NUMBERS, st.sampled_from(["2026-12-01", "2026-12-02", "2027-01-05"])), min_size=1, max_size=6
+    )
+)
 def test_throughput_history_draws_any_accepted_rates(tmp_path_factory, rows):
     runs = []
     for sps, mfu, day in rows:
@@ -63,8 +69,7 @@ def test_training_curves_draw_any_accepted_curve(tmp_path_factory, points):
     assert path is not None and coordinates_are_finite(path.read_text())
 
 
-@pytest.mark.parametrize("lo, hi", [(0.0, 5e-324), (0.0, 0.0), (-1e15, 1e15), (1e15, 1e15), (0.0, 1e-300),
-                                    (2.0, 1.0)])
+@pytest.mark.parametrize("lo, hi", [(0.0, 5e-324), (0.0, 0.0), (-1e15, 1e15), (1e15, 1e15), (0.0, 1e-300), (2.0, 1.0)])
 def test_nice_ticks_cover_any_finite_range(lo, hi):
     ticks = plots._nice_ticks(lo, hi)
     assert len(ticks) >= 2 and all(math.isfinite(t) for t in ticks) and ticks[0] <= lo

@@ -30,29 +30,47 @@ def site(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     fail_cell = {"flavor": "rocm", "accel_version": "6.1.2", "torch": "2.3", "arch": "gfx942", "python": "3.10"}
     with MatrixStore.open(tmp / "m.db") as store:
-        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
-                                     image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}))
+        store.record_run(
+            make_result(
+                finished_at="2026-12-01T10:00:00Z", image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}
+            )
+        )
         store.record_run(failed_result("nan_loss", "loss became NaN at step 3", finished_at="2026-12-01T18:00:00Z"))
         run_dir = tmp / "envbuild-attempts" / "20261202T100000Z-run-3f2c9a1b7d4e"  # what `envbuild run` keeps
         run_dir.mkdir(parents=True)
         (run_dir / "container.log").write_text("step 1 loss 1.95\nstep 4 loss 0.90\n")
-        store.record_run(make_result(finished_at="2026-12-02T10:00:00Z"), source=str(run_dir / "result.json"),
-                         attempt_dir=str(run_dir.relative_to(tmp)))
+        store.record_run(
+            make_result(finished_at="2026-12-02T10:00:00Z"),
+            source=str(run_dir / "result.json"),
+            attempt_dir=str(run_dir.relative_to(tmp)),
+        )
         build_dir = tmp / "envbuild-attempts" / "20261201T090000Z-build-0c6b44a51eb1"
         build_dir.mkdir(parents=True)
         (build_dir / "build.log").write_text("#1 [internal] load build definition\n")
-        store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10"),
-                           status="pass", image_tag="envbuild/rocm:abc", image_digest="sha256:" + "d" * 64,
-                           duration_s=321.0, log_path=build_dir / "build.log", created_at="2026-12-01T09:00:00Z",
-                           attempt_dir=str(build_dir.relative_to(tmp)),
-                           manifest={"cell": {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4",
-                                              "arch": "gfx90a", "python": "3.10"},
-                                     "torch": {"git": {"proof": "unproven"}}})  # rendered with --unproven
+        store.record_build(
+            Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10"),
+            status="pass",
+            image_tag="envbuild/rocm:abc",
+            image_digest="sha256:" + "d" * 64,
+            duration_s=321.0,
+            log_path=build_dir / "build.log",
+            created_at="2026-12-01T09:00:00Z",
+            attempt_dir=str(build_dir.relative_to(tmp)),
+            manifest={
+                "cell": {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10"},
+                "torch": {"git": {"proof": "unproven"}},
+            },
+        )  # rendered with --unproven
         store.record_run(with_probe_failure(cpu_result()))
-        store.record_run(failed_result("oom", "HIP out of memory <tried 2 GiB>",
-                                       image={"manifest": {"cell": fail_cell}}))
-        store.record_build(Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx942", python="3.10"),
-                           status="fail", failure_class="network", error="pip could not reach the index")
+        store.record_run(
+            failed_result("oom", "HIP out of memory <tried 2 GiB>", image={"manifest": {"cell": fail_cell}})
+        )
+        store.record_build(
+            Cell(flavor="rocm", accel_version="6.2", torch="2.5", arch="gfx942", python="3.10"),
+            status="fail",
+            failure_class="network",
+            error="pip could not reach the index",
+        )
         # the standard speed measurement, on two days: the cell's speed numbers and its throughput plot
         store.record_run(speed_result(finished_at="2026-11-30T10:00:00Z"))
         store.record_run(speed_result(finished_at="2026-12-01T11:00:00Z"))
@@ -67,24 +85,33 @@ def test_site_has_pages_plots_summary_and_data(site):
     assert index == out / "index.html"
     for key in (ROCM_KEY, CPU_KEY, FAIL_KEY, BUILD_FAIL_KEY, UNTESTED.key):
         assert (out / "cells" / f"{key}.html").is_file()
-    for name, labels in (("curves", ("optimizer step", "loss (nats per token)")),
-                         ("accuracy", ("score (fraction, 1 = perfect)",)),
-                         ("throughput", ("samples/s", "MFU (% of peak)", "run day (2026, MM-DD, UTC)"))):
+    for name, labels in (
+        ("curves", ("optimizer step", "loss (nats per token)")),
+        ("accuracy", ("score (fraction, 1 = perfect)",)),
+        ("throughput", ("samples/s", "MFU (% of peak)", "run day (2026, MM-DD, UTC)")),
+    ):
         svg = (out / "plots" / f"{ROCM_KEY}-{name}.svg").read_text()
         assert svg.startswith("<svg") and all(f">{label}</text>" in svg for label in labels), name
     assert not (out / "plots" / f"{UNTESTED.key}-curves.svg").exists()
     data = json.loads((out / "data.json").read_text())
     status = {c["key"]: (c["status"], c["failure_class"]) for c in data["cells"]}
-    assert status == {ROCM_KEY: ("pass", None), CPU_KEY: ("partial", None), FAIL_KEY: ("fail", "oom"),
-                      BUILD_FAIL_KEY: ("fail", "build:network"), UNTESTED.key: ("untested", None)}
+    assert status == {
+        ROCM_KEY: ("pass", None),
+        CPU_KEY: ("partial", None),
+        FAIL_KEY: ("fail", "oom"),
+        BUILD_FAIL_KEY: ("fail", "build:network"),
+        UNTESTED.key: ("untested", None),
+    }
     cell_data = json.loads((out / "data" / f"{ROCM_KEY}.json").read_text())
     assert len(cell_data["runs"]) == 5 and len(cell_data["history"]) == 5
     summary = (out / "summary.md").read_text()
     assert "2 pass" not in summary and "1 pass, 1 partial (passed with probe warnings), 2 fail, 1 untested" in summary
     # no speed preset run: no speed numbers (the smoke run's 52.1 samples/s are never the cell's speed)
-    assert (f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | 5/6 verdict on hardware | none | 2026-12-02 13:00 |"
-            " AMD Instinct MI250X × 1 | - | – | - | - | 1 | unsigned, imported locally |"
-            " oom: HIP out of memory &lt;tried 2 GiB&gt; |") in summary
+    assert (
+        f"| [{FAIL_KEY}](cells/{FAIL_KEY}.html) | fail | 5/6 verdict on hardware | none | 2026-12-02 13:00 |"
+        " AMD Instinct MI250X × 1 | - | – | - | - | 1 | unsigned, imported locally |"
+        " oom: HIP out of memory &lt;tried 2 GiB&gt; |"
+    ) in summary
     # samples per GPU-hour from the speed run's samples/s x 3600 / GPUs; no cost: gpu-prices.toml has no MI250X price
     assert " | 612.5 | 40.7% | 2,205,000 | - | 3 | unsigned, imported locally | - |" in summary
 
@@ -93,8 +120,13 @@ def test_grid_shows_every_cell_with_status_class_and_note(site):
     out, _ = site
     html = (out / "index.html").read_text()
     entries = dict(re.findall(r'data-cell="([^"]+)" data-status="([^"]+)"', html))
-    assert entries == {ROCM_KEY: "pass", CPU_KEY: "partial", FAIL_KEY: "fail", BUILD_FAIL_KEY: "fail",
-                       UNTESTED.key: "untested"}
+    assert entries == {
+        ROCM_KEY: "pass",
+        CPU_KEY: "partial",
+        FAIL_KEY: "fail",
+        BUILD_FAIL_KEY: "fail",
+        UNTESTED.key: "untested",
+    }
     assert "HIP out of memory &lt;tried 2 GiB&gt;" in html  # notes are escaped
     assert "build:network" in html and "probe warnings: sdpa_vs_math" in html
     for torch in ("2.3", "2.4", "2.5", "2.13"):
@@ -130,7 +162,9 @@ def test_site_references_nothing_outside_itself(site):
         text = page.read_text()
         assert not re.search(r"src=\"(https?:)?//", text), page  # nothing is loaded from elsewhere
         cited = re.findall(r'href="((?:https?:)?//[^"]*)"', text)  # links out: only the vendor sources cited
-        assert all(url.startswith(("https://rocm.docs.amd.com/", "https://download.pytorch.org/")) for url in cited), page
+        assert all(url.startswith(("https://rocm.docs.amd.com/", "https://download.pytorch.org/")) for url in cited), (
+            page
+        )
         assert "@import" not in text and "url(" not in text, page
         for ref in re.findall(r'(?:src|href)="(?!https://)([^"#]+)"', text):
             assert (page.parent / ref).resolve().exists(), f"{page.name} links to missing {ref}"
@@ -150,8 +184,12 @@ def test_index_renders_in_headless_chromium_without_console_errors(site, tmp_pat
     require_chromium()
     out, index = site
     shot = tmp_path / "index.png"
-    page = inspect_page(index.as_uri(), shot, "({entries: Array.from(document.querySelectorAll("
-                        "'#matrix-grid a.entry')).map(a => a.dataset.status), title: document.title})")
+    page = inspect_page(
+        index.as_uri(),
+        shot,
+        "({entries: Array.from(document.querySelectorAll("
+        "'#matrix-grid a.entry')).map(a => a.dataset.status), title: document.title})",
+    )
     assert page.errors == []
     assert sorted(page.value["entries"]) == ["fail", "fail", "partial", "pass", "untested"]
     assert shot.read_bytes().startswith(PNG_MAGIC) and shot.stat().st_size > 10_000
@@ -163,8 +201,11 @@ def test_cell_page_renders_with_its_plots_loaded(site, tmp_path):
     require_chromium()
     out, _ = site
     shot = tmp_path / "cell.png"
-    page = inspect_page((out / "cells" / f"{ROCM_KEY}.html").as_uri(), shot,
-                        "Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+    page = inspect_page(
+        (out / "cells" / f"{ROCM_KEY}.html").as_uri(),
+        shot,
+        "Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)",
+    )
     assert page.errors == []
     assert page.value == [True, True, True]
     print(f"screenshot: {shot}")
@@ -217,8 +258,10 @@ def test_a_cell_built_from_an_unproven_source_says_so_everywhere(site):
     assert '<span class="unproven"' in rows[ROCM_KEY] and "unproven" not in rows[CPU_KEY]
     assert '<span class="unproven"' in (out / "cells" / f"{ROCM_KEY}.html").read_text()
     assert '<span class="unproven"' not in (out / "cells" / f"{CPU_KEY}.html").read_text()
-    assert re.search(r"rocm6\.2-torch2\.4-gfx90a-py3\.10\.html\) \| pass[^|]* \(unproven source\) \|",
-                     (out / "summary.md").read_text())
+    assert re.search(
+        r"rocm6\.2-torch2\.4-gfx90a-py3\.10\.html\) \| pass[^|]* \(unproven source\) \|",
+        (out / "summary.md").read_text(),
+    )
     flags = {c["key"]: c["unproven"] for c in json.loads((out / "data.json").read_text())["cells"]}
     assert flags[ROCM_KEY] is True and not any(v for k, v in flags.items() if k != ROCM_KEY)
 

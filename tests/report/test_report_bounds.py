@@ -25,8 +25,10 @@ def _edge_result() -> dict:
     for name in ("train_loss", "grad_norm", "extra"):
         curves[name] = [[i, 1.0 + i * 1e-6] for i in range(POINTS)]
     probe = result["probes"][0]
-    result["probes"] = [dict(probe, name=f"probe{i}", message="<b>" + "m" * 4000,
-                             values={f"k{j}": "v" * 4000 for j in range(50)}) for i in range(40)]
+    result["probes"] = [
+        dict(probe, name=f"probe{i}", message="<b>" + "m" * 4000, values={f"k{j}": "v" * 4000 for j in range(50)})
+        for i in range(40)
+    ]
     result["invocation"] = {"envbuild": ["x" * 4000] * 1000, "argv": ["y" * 4000] * 1000}
     result["versions"].update({f"pkg{i}": "1.0" + "x" * 150 for i in range(2000)})
     return validate_result(result)
@@ -50,7 +52,10 @@ def test_a_result_at_the_schema_edges_gives_small_pages_and_keeps_its_curves(tmp
     assert "characters; the cell&#39;s data file has all)" in text
     (run,) = json.loads((site / "data" / f"{slug}.json").read_text())["runs"]
     assert {name: len(points) for name, points in run["metrics"]["curves"].items()} == {
-        "train_loss": REPORT_POINTS, "grad_norm": REPORT_POINTS, "extra": REPORT_POINTS}
+        "train_loss": REPORT_POINTS,
+        "grad_norm": REPORT_POINTS,
+        "extra": REPORT_POINTS,
+    }
     assert run["metrics"]["curves_points"] == {"train_loss": POINTS, "grad_norm": POINTS, "extra": POINTS}
     assert run["metrics"]["curves"]["train_loss"][-1] == [POINTS - 1, 1.0 + (POINTS - 1) * 1e-6]
     with MatrixStore.open(db) as store:

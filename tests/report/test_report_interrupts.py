@@ -27,11 +27,16 @@ def busy_db(tmp_path_factory) -> Path:
     with MatrixStore.open(db) as store:
         store._conn.execute("PRAGMA synchronous = OFF")
         for n in range(120):
-            cell = Cell(flavor="rocm", accel_version=f"6.{n // 24}", torch=f"2.{n % 6}", arch=f"gfx9{n % 4}a",
-                        python="3.10")
+            cell = Cell(
+                flavor="rocm", accel_version=f"6.{n // 24}", torch=f"2.{n % 6}", arch=f"gfx9{n % 4}a", python="3.10"
+            )
             for day in (1, 2, 3):
-                store.record_run(make_result(finished_at=f"2026-11-0{day}T10:00:00Z",
-                                             image={"tag": "t", "manifest": {"cell": cell.model_dump()}}))
+                store.record_run(
+                    make_result(
+                        finished_at=f"2026-11-0{day}T10:00:00Z",
+                        image={"tag": "t", "manifest": {"cell": cell.model_dump()}},
+                    )
+                )
     return db
 
 
@@ -46,8 +51,13 @@ def _litter(folder: Path) -> list[str]:
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stopped_report_exits_with_the_signal_code_and_leaves_nothing(busy_db, tmp_path, signum, code):
     out = tmp_path / "site"
-    proc = subprocess.Popen([*ENVBUILD, "report", "-o", str(out), "--db", str(busy_db), "--no-recipes"],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*ENVBUILD, "report", "-o", str(out), "--db", str(busy_db), "--no-recipes"],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not _litter(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -72,8 +82,13 @@ def test_folders_of_a_killed_report_are_swept_by_the_next_one(busy_db, tmp_path)
         for folder in (stale_building, stale_old, live, other):
             folder.mkdir()
             (folder / "index.html").write_text("partial")
-        result = subprocess.run([*ENVBUILD, "report", "-o", str(out), "--db", str(busy_db), "--no-recipes"],
-                                env=_env(), capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [*ENVBUILD, "report", "-o", str(out), "--db", str(busy_db), "--no-recipes"],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
         assert "removed .site.building-999999999-abc123" in result.stderr
         assert _litter(tmp_path) == sorted([live.name, other.name])

@@ -15,22 +15,38 @@ from builder.plan.cells import Cell
 from builder.plan.recipe_cells import recipe_cells
 from matrix_fixtures import make_result, speed_result
 
-UNTESTED = "rocm6.2-torch2.5-gfx90a-py3.10"  # an official PyTorch wheel (torch==2.5.1+rocm6.2); AMD's table: 2.3 at most
+UNTESTED = (
+    "rocm6.2-torch2.5-gfx90a-py3.10"  # an official PyTorch wheel (torch==2.5.1+rocm6.2); AMD's table: 2.3 at most
+)
 FULL = "rocm6.2-torch2.4-gfx90a-py3.10"  # the fixtures' cell: built, verified, verdict and speed recorded
 FULL_CELL = Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10")
-CONTENDED = {"contended": True, "contention": ["another envbuild run was writing to this matrix"],
-             "load_average": {"start": 0.5, "end": 3.9}, "cpu_count": 2, "other_envbuild_runs": 1}
+CONTENDED = {
+    "contended": True,
+    "contention": ["another envbuild run was writing to this matrix"],
+    "load_average": {"start": 0.5, "end": 3.9},
+    "cpu_count": 2,
+    "other_envbuild_runs": 1,
+}
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ladder")
     with MatrixStore.open(tmp / "m.db") as store:
-        store.record_build(FULL_CELL, status="pass", image_tag="envbuild/rocm:abc", image_digest="sha256:" + "d" * 64,
-                           duration_s=300.0, created_at="2026-12-01T09:00:00Z",
-                           manifest={"cell": FULL_CELL.model_dump(), "verify": {"checks": ["torch", "hip", "pins"]}})
-        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
-                                     image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}))
+        store.record_build(
+            FULL_CELL,
+            status="pass",
+            image_tag="envbuild/rocm:abc",
+            image_digest="sha256:" + "d" * 64,
+            duration_s=300.0,
+            created_at="2026-12-01T09:00:00Z",
+            manifest={"cell": FULL_CELL.model_dump(), "verify": {"checks": ["torch", "hip", "pins"]}},
+        )
+        store.record_run(
+            make_result(
+                finished_at="2026-12-01T10:00:00Z", image={"tag": "envbuild/rocm:abc", "digest": "sha256:" + "d" * 64}
+            )
+        )
         store.record_run(speed_result(finished_at="2026-12-01T11:00:00Z"))
         store.record_run(speed_result(finished_at="2026-12-02T11:00:00Z", conditions=CONTENDED))
         summaries = summarize(store, recipe_cells())
@@ -49,8 +65,10 @@ def test_an_official_wheel_cell_with_no_run_shows_the_vendor_claim_and_step_2(si
     page = (site / "cells" / f"{UNTESTED}.html").read_text()
     ladder = steps(page)
     assert ladder[1][0] == "done" and "PyTorch publishes the official wheel torch==2.5.1+rocm6.2" in ladder[1][1]
-    assert ladder[2] == ("done", "every input pinned by the recipes; dependencies locked with hashes in "
-                                 "recipes/locks/torch2.5-py3.10.txt")
+    assert ladder[2] == (
+        "done",
+        "every input pinned by the recipes; dependencies locked with hashes in recipes/locks/torch2.5-py3.10.txt",
+    )
     assert [ladder[n][0] for n in range(3, 7)] == ["open"] * 4
     claim = html_lib.unescape(page.split('id="vendor-claim">', 1)[1].split("</td>", 1)[0])
     assert claim.startswith("official wheel — ") and not claim.startswith("not listed")

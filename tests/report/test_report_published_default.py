@@ -48,15 +48,19 @@ def test_the_local_matrix_and_the_published_results_side_by_side(tmp_path):
     assert ran.exit_code == 0, ran.output
     cells = _cells(tmp_path / "site")
     assert cells["rocm6.2-torch2.4-gfx90a-py3.10"]["status"] == "pass" and PUBLISHED <= {
-        k for k, c in cells.items() if c["status"] == "pass"}
+        k for k, c in cells.items() if c["status"] == "pass"
+    }
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before  # merged in a scratch copy only
 
 
 def test_a_published_result_whose_attestation_fails_is_left_out_with_a_warning(tmp_path, monkeypatch):
     results = tmp_path / "results"
     shutil.copytree(RESULTS_DIR, results)
-    [signed] = [p for p in results.rglob("result.json") if p.with_name("result.json.intoto.jsonl").exists()
-                and "cpu-torch2.13" in str(p)][:1]
+    [signed] = [
+        p
+        for p in results.rglob("result.json")
+        if p.with_name("result.json.intoto.jsonl").exists() and "cpu-torch2.13" in str(p)
+    ][:1]
     data = json.loads(signed.read_text())
     data["wall_time_s"] = 1.0  # the attestation no longer matches the file
     signed.write_text(json.dumps(data))

@@ -48,13 +48,26 @@ def test_every_folder_name_the_store_creates_is_accepted(tmp_path, name):
     assert attempt_log(tmp_path / "m.db", f"envbuild-attempts/{name}") == (folder / "build.log", "")
 
 
-@pytest.mark.parametrize("stored", [
-    "/etc", "envbuild-attempts", f"{STORED}/build.log", f"other/{NAME}", f"a/{NAME}", f"./{STORED}/x", f"../{STORED}",
-    "envbuild-attempts/20261202T130041Z-test-abc", "envbuild-attempts/20261202T130041-run-abc",
-    "envbuild-attempts/2026120T130041Z-run-abc", "envbuild-attempts/20261202T130041Z-run-",
-    "envbuild-attempts/20261202T130041Z-run-" + "a" * 65, "envbuild-attempts/20261202T130041Z-run-a b",
-    f"envbuild-attempts/{NAME}\n", f"envbuild-attempts/x{NAME}",
-])
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "/etc",
+        "envbuild-attempts",
+        f"{STORED}/build.log",
+        f"other/{NAME}",
+        f"a/{NAME}",
+        f"./{STORED}/x",
+        f"../{STORED}",
+        "envbuild-attempts/20261202T130041Z-test-abc",
+        "envbuild-attempts/20261202T130041-run-abc",
+        "envbuild-attempts/2026120T130041Z-run-abc",
+        "envbuild-attempts/20261202T130041Z-run-",
+        "envbuild-attempts/20261202T130041Z-run-" + "a" * 65,
+        "envbuild-attempts/20261202T130041Z-run-a b",
+        f"envbuild-attempts/{NAME}\n",
+        f"envbuild-attempts/x{NAME}",
+    ],
+)
 def test_a_folder_the_store_did_not_create_is_never_opened(tmp_path, stored):
     db = tmp_path / "m.db"
     attempt(tmp_path, build_log="b\n")
@@ -89,15 +102,19 @@ def test_links_are_never_followed(tmp_path):
     folder = attempt(tmp_path / "c")
     os.symlink(secret / "build.log", folder / "build.log")  # the log a link
     (folder / "container.log").write_text("fine\n")
-    assert attempt_log(tmp_path / "c" / "m.db", STORED) == \
-        (None, f"{folder / 'build.log'} is not a regular file (a link or something else)")
+    assert attempt_log(tmp_path / "c" / "m.db", STORED) == (
+        None,
+        f"{folder / 'build.log'} is not a regular file (a link or something else)",
+    )
 
 
 def test_a_log_that_is_not_a_regular_file_is_refused(tmp_path):
     folder = attempt(tmp_path)
     (folder / "build.log").mkdir()
-    assert attempt_log(tmp_path / "m.db", STORED) == \
-        (None, f"{folder / 'build.log'} is not a regular file (a link or something else)")
+    assert attempt_log(tmp_path / "m.db", STORED) == (
+        None,
+        f"{folder / 'build.log'} is not a regular file (a link or something else)",
+    )
 
 
 def test_an_attempt_that_is_a_file_names_the_error(tmp_path):
@@ -154,8 +171,18 @@ def test_a_merge_takes_the_absolute_path_the_store_hands_over(tmp_path):
     assert (tmp_path / STORED / "container.log").read_text() == "c\n"
 
 
-@pytest.mark.parametrize("stored", ["", None, "/etc", "ci/envbuild-attempts/x", f"{STORED}/build.log",
-                                    f"other/{NAME}", "envbuild-attempts/not-an-attempt"])
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "",
+        None,
+        "/etc",
+        "ci/envbuild-attempts/x",
+        f"{STORED}/build.log",
+        f"other/{NAME}",
+        "envbuild-attempts/not-an-attempt",
+    ],
+)
 def test_a_merge_copies_nothing_from_a_folder_the_source_did_not_create(tmp_path, stored):
     attempt(tmp_path / "ci", build_log="b\n")
     (tmp_path / "ci" / "other" / NAME).mkdir(parents=True)
@@ -194,16 +221,19 @@ def test_a_long_log_keeps_its_tail(tmp_path):
     assert len(copied) == limit and copied.endswith(b"TAIL") and not copied.startswith(b"HEAD!")
 
 
-@pytest.mark.parametrize("record, ident, adopted", [
-    ({"kind": "run", "id": "r1"}, "r1", True),
-    ({"kind": "run", "id": "r1"}, "r2", False),
-    ({"kind": "run", "id": "r1"}, None, False),
-    ({"kind": "run"}, "r1", False),
-    ({"kind": "run", "id": 1}, "1", False),
-    (["r1"], "r1", False),
-    ("{not json", "r1", False),
-    (None, "r1", False),  # no attempt.json
-])
+@pytest.mark.parametrize(
+    "record, ident, adopted",
+    [
+        ({"kind": "run", "id": "r1"}, "r1", True),
+        ({"kind": "run", "id": "r1"}, "r2", False),
+        ({"kind": "run", "id": "r1"}, None, False),
+        ({"kind": "run"}, "r1", False),
+        ({"kind": "run", "id": 1}, "1", False),
+        (["r1"], "r1", False),
+        ("{not json", "r1", False),
+        (None, "r1", False),  # no attempt.json
+    ],
+)
 def test_a_folder_already_there_is_adopted_only_by_its_own_run(tmp_path, record, ident, adopted):
     attempt(tmp_path / "ci", build_log="theirs\n")
     here = attempt(tmp_path, build_log="ours\n")

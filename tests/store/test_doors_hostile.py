@@ -26,8 +26,10 @@ PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
 
 #: Runs the command and prints its peak RSS last on stderr. A small process forks it: a child's ru_maxrss
 #: starts from its parent's RSS at fork, so forking from the test process would count the test's own memory.
-_MEASURE = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); _, status, usage = os.wait4(p.pid, 0);"
-            " sys.stderr.write(f'\\nPEAK_KB={usage.ru_maxrss}\\n'); sys.exit(os.waitstatus_to_exitcode(status))")
+_MEASURE = (
+    "import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); _, status, usage = os.wait4(p.pid, 0);"
+    " sys.stderr.write(f'\\nPEAK_KB={usage.ru_maxrss}\\n'); sys.exit(os.waitstatus_to_exitcode(status))"
+)
 
 
 def door(*args, cwd: Path, env: dict | None = None, seconds: float = SECONDS) -> tuple[int, str, float, float]:
@@ -35,9 +37,15 @@ def door(*args, cwd: Path, env: dict | None = None, seconds: float = SECONDS) ->
     environment = {k: v for k, v in os.environ.items() if k not in ("ENVBUILD_RECIPES", "ENVBUILD_DB")}
     environment.update({"PYTHONPATH": str(REPO_ROOT), **(env or {})})
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", _MEASURE, sys.executable, "-m", "builder", *map(str, args)],
-                            cwd=cwd, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MEASURE, sys.executable, "-m", "builder", *map(str, args)],
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _, raw = proc.communicate(timeout=seconds + 30)  # a hang fails the test instead of stopping the suite
     except subprocess.TimeoutExpired:
@@ -80,15 +88,21 @@ def _overlay(tmp_path: Path, text: str) -> Path:
 
 
 RENDER = ["render", "--rocm", "6.2.9", "--torch", "2.5", "--arch", "gfx90a", "-o", "ctx"]
-SETUP = 'rocm/dev-ubuntu-22.04:6.2\\n%setup\\n    touch /tmp/envbuild-pwned\\n%post'
+SETUP = "rocm/dev-ubuntu-22.04:6.2\\n%setup\\n    touch /tmp/envbuild-pwned\\n%post"
 OVERLAYS = {
-    "a line end in base_image": (_release_block().replace('[release."6.2"]', '[release."6.2.9"]').replace(
-        'base_image = "rocm/dev-ubuntu-22.04:6.2"', f'base_image = "{SETUP}"'), ["base_image", "image reference"]),
+    "a line end in base_image": (
+        _release_block()
+        .replace('[release."6.2"]', '[release."6.2.9"]')
+        .replace('base_image = "rocm/dev-ubuntu-22.04:6.2"', f'base_image = "{SETUP}"'),
+        ["base_image", "image reference"],
+    ),
     "an array 100,000 deep": ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", ["nested 100000 deep"]),
     "a dotted key of 10,000 parts": (".".join(["a"] * 10_000) + " = 1\n", ["dotted key"]),
     "a dotted key of 100,000 parts": (".".join(["a"] * 100_000) + " = 1\n", ["dotted key"]),
-    "a release key ../..": (_release_block().replace('[release."6.2"]', '[release."../.."]'),
-                            ["'../..' is not a release name"]),
+    "a release key ../..": (
+        _release_block().replace('[release."6.2"]', '[release."../.."]'),
+        ["'../..' is not a release name"],
+    ),
 }
 
 
@@ -139,8 +153,11 @@ def test_a_hostile_sif_record_is_refused(tmp_path, case, command):
     SIDECARS[case](tmp_path / "cell.sif.json")
     results = tmp_path / "results"
     results.mkdir()
-    args = (["run", "workload", "--apptainer", sif] if command == "run workload"
-            else ["slurm", "submit", "--sif", sif, "--results-dir", results])
+    args = (
+        ["run", "workload", "--apptainer", sif]
+        if command == "run workload"
+        else ["slurm", "submit", "--sif", sif, "--results-dir", results]
+    )
     refused(args, work, "cell.sif.json", "not a readable SIF record")
     assert not any(results.iterdir())
 
@@ -203,27 +220,55 @@ def hostile_index():
 
 
 def test_a_page_the_parser_cannot_read_is_exit_2_naming_its_url(tmp_path, hostile_index):
-    message = refused(["recipes", "check-upstream", "--index", f"{hostile_index}/marked/"], tmp_path,
-                      f"{hostile_index}/marked/", "not an HTML index page")
+    message = refused(
+        ["recipes", "check-upstream", "--index", f"{hostile_index}/marked/"],
+        tmp_path,
+        f"{hostile_index}/marked/",
+        "not an HTML index page",
+    )
     assert "missing" not in message
 
 
 def test_a_server_that_sends_one_byte_at_a_time_meets_one_deadline_per_index(tmp_path, hostile_index):
     started = time.monotonic()
-    refused(["recipes", "check-upstream", "--timeout", "5", "--index", f"{hostile_index}/slow/"], tmp_path,
-            f"{hostile_index}/slow/", "not read within the time allowed")
+    refused(
+        ["recipes", "check-upstream", "--timeout", "5", "--index", f"{hostile_index}/slow/"],
+        tmp_path,
+        f"{hostile_index}/slow/",
+        "not read within the time allowed",
+    )
     assert time.monotonic() - started < 15
 
 
 def test_image_without_an_engine_leaves_the_working_folder_as_found(tmp_path):
-    refused(["image", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a"], tmp_path, "no Docker engine",
-            env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"})
+    refused(
+        ["image", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a"],
+        tmp_path,
+        "no Docker engine",
+        env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"},
+    )
 
 
 def test_publish_with_a_missing_key_leaves_no_cell_folder(tmp_path):
     result = next((REPO_ROOT / "results").rglob("result.json"))
-    refused(["matrix", "publish", result, "--name", "x", "--out", "OUT", "--sign", tmp_path / "missing",
-             "--command", "envbuild run workload"], tmp_path, "missing", "no such key file")
+    refused(
+        [
+            "matrix",
+            "publish",
+            result,
+            "--name",
+            "x",
+            "--out",
+            "OUT",
+            "--sign",
+            tmp_path / "missing",
+            "--command",
+            "envbuild run workload",
+        ],
+        tmp_path,
+        "missing",
+        "no such key file",
+    )
 
 
 def test_every_door_reads_through_the_bounded_reader():
@@ -260,14 +305,22 @@ FIFO_DOORS = {
     "matrix import result.json": lambda t: (["matrix", "import", _fifo_at(t, "in/result.json")], "result.json"),
     "matrix import .db": lambda t: (["matrix", "import", _fifo_at(t, "in/ci.db")], "ci.db"),
     "matrix verify": lambda t: (["matrix", "verify", _fifo_at(t, "in/result.json")], "result.json"),
-    "matrix publish": lambda t: (["matrix", "publish", _fifo_at(t, "in/result.json"), "--name", "x", "--out",
-                                  "OUT"], "result.json"),
-    "check-upstream index": lambda t: (["recipes", "check-upstream", "--index", _fifo_at(t, "idx/index.html").parent],
-                                       "index.html"),
-    "check-upstream releases": lambda t: (["recipes", "check-upstream", "--releases", _fifo_at(t, "tags.txt")],
-                                          "tags.txt"),
-    "check-upstream file:// releases": lambda t: (["recipes", "check-upstream", "--releases",
-                                                   _fifo_at(t, "tags.txt").as_uri()], "tags.txt"),
+    "matrix publish": lambda t: (
+        ["matrix", "publish", _fifo_at(t, "in/result.json"), "--name", "x", "--out", "OUT"],
+        "result.json",
+    ),
+    "check-upstream index": lambda t: (
+        ["recipes", "check-upstream", "--index", _fifo_at(t, "idx/index.html").parent],
+        "index.html",
+    ),
+    "check-upstream releases": lambda t: (
+        ["recipes", "check-upstream", "--releases", _fifo_at(t, "tags.txt")],
+        "tags.txt",
+    ),
+    "check-upstream file:// releases": lambda t: (
+        ["recipes", "check-upstream", "--releases", _fifo_at(t, "tags.txt").as_uri()],
+        "tags.txt",
+    ),
 }
 
 

@@ -26,13 +26,33 @@ from repo import REPO_ROOT
 
 PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
 START = PACKAGED.index('[release."6.2"]')
-BLOCK = PACKAGED[START:PACKAGED.find("\n[", START + 1)].strip().replace('[release."6.2"]', '[release."6.2.9"]')
+BLOCK = PACKAGED[START : PACKAGED.find("\n[", START + 1)].strip().replace('[release."6.2"]', '[release."6.2.9"]')
 RELEASE = tomllib.loads(BLOCK)["release"]["6.2.9"]
 FIELDS = sorted(RELEASE)
-HOSTILE = ["\n%setup\n    touch /tmp/envbuild-pwned\n%post", "\r\nRUN id", "x\u2028y", "x\x85y", '"', "\\", "$(id)",
-           "`id`", "${HOME}", "'", "rocm/dev-ubuntu-22.04:6.2", "6.2", "gfx90a", "a b", "%post", "\x00", "\t"]
-_values = st.one_of(st.text(max_size=40), st.sampled_from(HOSTILE),
-                    st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=3).map("".join))
+HOSTILE = [
+    "\n%setup\n    touch /tmp/envbuild-pwned\n%post",
+    "\r\nRUN id",
+    "x\u2028y",
+    "x\x85y",
+    '"',
+    "\\",
+    "$(id)",
+    "`id`",
+    "${HOME}",
+    "'",
+    "rocm/dev-ubuntu-22.04:6.2",
+    "6.2",
+    "gfx90a",
+    "a b",
+    "%post",
+    "\x00",
+    "\t",
+]
+_values = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(HOSTILE),
+    st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=3).map("".join),
+)
 SECTIONS = re.compile(r"^%(\w+)", re.MULTILINE)
 INSTRUCTIONS = re.compile(r"^(?!#)([A-Z]+) ", re.MULTILINE)
 
@@ -43,8 +63,23 @@ def _toml_value(value) -> str:
 
 def _render(site: Path, out: Path, *extra: str):
     try:
-        return CliRunner().invoke(main, ["--recipes", str(site), "render", "--rocm", "6.2.9", "--torch", "2.5",
-                                         "--arch", "gfx90a", "-o", str(out), *extra])
+        return CliRunner().invoke(
+            main,
+            [
+                "--recipes",
+                str(site),
+                "render",
+                "--rocm",
+                "6.2.9",
+                "--torch",
+                "2.5",
+                "--arch",
+                "gfx90a",
+                "-o",
+                str(out),
+                *extra,
+            ],
+        )
     finally:
         os.environ.pop("ENVBUILD_RECIPES", None)  # the group sets it for the recipes loader
 
@@ -93,15 +128,22 @@ def test_any_text_in_a_release_field_renders_one_line_or_is_refused(baseline, fi
 
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8))
-_json = st.recursive(_scalar,
-                     lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                             st.dictionaries(st.text(max_size=6), inner, max_size=3)), max_leaves=10)
+_json = st.recursive(
+    _scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=10,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(content=st.one_of(st.binary(max_size=200), _json.map(lambda v: json.dumps(v).encode()),
-                         st.builds(lambda depth: (b"[" * depth + b"]" * depth), st.integers(60, 5000)),
-                         _json.map(lambda v: json.dumps({"image": {"manifest": v}, "sha256": "x"}).encode())))
+@given(
+    content=st.one_of(
+        st.binary(max_size=200),
+        _json.map(lambda v: json.dumps(v).encode()),
+        st.builds(lambda depth: b"[" * depth + b"]" * depth, st.integers(60, 5000)),
+        _json.map(lambda v: json.dumps({"image": {"manifest": v}, "sha256": "x"}).encode()),
+    )
+)
 def test_a_sif_record_of_any_content_is_a_record_or_a_run_error(content):
     with tempfile.TemporaryDirectory() as scratch:
         sif = Path(scratch) / "cell.sif"
@@ -123,8 +165,9 @@ def test_the_json_scan_lets_through_what_the_parser_reads_within_the_caps(value)
     if depth <= bounded_read.MAX_DEPTH:
         bounded_read.check_json(raw, max_values=10**6)
     with pytest.raises(bounded_read.BoundedReadError):
-        bounded_read.check_json(b"[" * (bounded_read.MAX_DEPTH + 1) + raw + b"]" * (bounded_read.MAX_DEPTH + 1),
-                                max_values=10**6)
+        bounded_read.check_json(
+            b"[" * (bounded_read.MAX_DEPTH + 1) + raw + b"]" * (bounded_read.MAX_DEPTH + 1), max_values=10**6
+        )
 
 
 @settings(max_examples=200, deadline=None)
@@ -137,11 +180,15 @@ def test_brackets_inside_strings_do_not_count(text):
 def test_the_toml_scan_lets_the_packaged_recipes_through_and_stops_deep_or_long_keys():
     for path in (REPO_ROOT / "recipes").rglob("*.toml"):
         bounded_read.check_toml(path.read_text())
-    for text in ("a = " + "[" * 65 + "]" * 65, "a = " + "{b = " * 65 + "1" + "}" * 65, ".".join("a" * 17) + " = 1",
-                 "[" + ".".join("a" * 17) + "]"):
+    for text in (
+        "a = " + "[" * 65 + "]" * 65,
+        "a = " + "{b = " * 65 + "1" + "}" * 65,
+        ".".join("a" * 17) + " = 1",
+        "[" + ".".join("a" * 17) + "]",
+    ):
         with pytest.raises(bounded_read.BoundedReadError):
             bounded_read.check_toml(text)
-    bounded_read.check_toml('a = "' + "[" * 100 + '"\nb = \'' + "." * 100 + "'\n# " + "{" * 100)
+    bounded_read.check_toml('a = "' + "[" * 100 + "\"\nb = '" + "." * 100 + "'\n# " + "{" * 100)
 
 
 def _depth(value) -> int:

@@ -23,8 +23,11 @@ from matrix_fixtures import make_result
 ENVBUILD = [sys.executable, "-c", "from builder.cli import main; main()"]
 ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
 CRAFTS = {
-    "a view with an endless query": ["DROP TABLE probes", "DROP TABLE runs",
-                                     f"CREATE VIEW runs AS SELECT ({ENDLESS}) AS id"],
+    "a view with an endless query": [
+        "DROP TABLE probes",
+        "DROP TABLE runs",
+        f"CREATE VIEW runs AS SELECT ({ENDLESS}) AS id",
+    ],
     "a column named like SQL": [f'ALTER TABLE builds ADD COLUMN "id, ({ENDLESS}) AS pwn"'],
     "a missing column": ["ALTER TABLE runs DROP COLUMN mfu"],
     "a column named a b": ['ALTER TABLE runs ADD COLUMN "a b" TEXT'],

@@ -34,25 +34,31 @@ def _write(path: Path, result: dict) -> Path:
 def _impostor() -> dict:
     """The glued key: flavor `cuda1` + version `3.0` glued into the H200 cell's key, a CPU run that failed."""
     cell = {"flavor": "cuda1", "accel_version": "3.0", "torch": "2.11", "arch": "sm_90", "python": "3.12"}
-    return cpu_result(status="fail", error_class="nan_loss", error="loss became NaN",
-                      image={"manifest": {"cell": cell}})
+    return cpu_result(
+        status="fail", error_class="nan_loss", error="loss became NaN", image={"manifest": {"cell": cell}}
+    )
 
 
 # ---- cell identity ----------------------------------------------------------------------------
-@pytest.mark.parametrize("coords", [
-    {"flavor": "cuda1", "accel_version": "3.0"},  # cuda1 + 3.0 == cuda + 13.0 when glued
-    {"flavor": "rocm6", "accel_version": "2"},
-])
+@pytest.mark.parametrize(
+    "coords",
+    [
+        {"flavor": "cuda1", "accel_version": "3.0"},  # cuda1 + 3.0 == cuda + 13.0 when glued
+        {"flavor": "rocm6", "accel_version": "2"},
+    ],
+)
 def test_a_flavor_that_could_swallow_a_version_digit_is_refused(coords):
     with pytest.raises(ValueError, match="cell flavor"):
         Cell(**{"torch": "2.11", "python": "3.12", **coords})
 
 
 def test_a_cell_key_parses_back_to_its_coordinates():
-    for cell in (Cell(flavor="cuda", accel_version="13.0", torch="2.11", arch="sm_90", python="3.12"),
-                 Cell(flavor="cpu", torch="2.13", python="3.11"),
-                 Cell(flavor="rocm", accel_version="6.1.2", torch="2.3", arch="gfx90a:xnack-", python="3.10"),
-                 Cell(flavor="rocm", accel_version="6.2", torch="2.4", python="3.10")):
+    for cell in (
+        Cell(flavor="cuda", accel_version="13.0", torch="2.11", arch="sm_90", python="3.12"),
+        Cell(flavor="cpu", torch="2.13", python="3.11"),
+        Cell(flavor="rocm", accel_version="6.1.2", torch="2.3", arch="gfx90a:xnack-", python="3.10"),
+        Cell(flavor="rocm", accel_version="6.2", torch="2.4", python="3.10"),
+    ):
         assert Cell.from_key(cell.key) == cell
     for bad in ("cuda13.0-torch2.11", "cuda-torch2.11-py3.12-x", "../x-torch2-py3", "rocm6.2-torch2.4--py3.10"):
         with pytest.raises(ValueError):
@@ -70,8 +76,13 @@ def test_the_cuda1_impostor_never_takes_over_the_h200_cell(tmp_path, impostor_fi
     listed = json.loads(_invoke("matrix", "list", "--json", "--db", db).output)
     assert [(c["key"], c["status"]) for c in listed] == [(H200_KEY, "pass")]
     shown = json.loads(_invoke("matrix", "show", H200_KEY, "--json", "--db", db).output)
-    assert shown["cell"] == {"flavor": "cuda", "accel_version": "13.0", "torch": "2.11", "arch": "sm_90",
-                             "python": "3.12"}
+    assert shown["cell"] == {
+        "flavor": "cuda",
+        "accel_version": "13.0",
+        "torch": "2.11",
+        "arch": "sm_90",
+        "python": "3.12",
+    }
     assert [r["hardware"]["gpu_name"] for r in shown["runs"]] == ["NVIDIA H200"]
 
 
@@ -82,8 +93,11 @@ def test_a_stored_cell_whose_key_names_other_coordinates_is_never_joined(tmp_pat
         store.record_run(make_result())
     conn = sqlite3.connect(db)
     with conn:
-        conn.execute("INSERT INTO cells (key, flavor, accel_version, torch, arch, python)"
-                     " VALUES (?, 'cuda1', '3.0', '2.11', 'sm_90', '3.12')", (H200_KEY,))
+        conn.execute(
+            "INSERT INTO cells (key, flavor, accel_version, torch, arch, python)"
+            " VALUES (?, 'cuda1', '3.0', '2.11', 'sm_90', '3.12')",
+            (H200_KEY,),
+        )
     conn.close()
     with MatrixStore.open(db) as store, pytest.raises(InvalidResultError, match="names other coordinates"):
         store.record_run(json.loads(H200.read_text()))
@@ -100,8 +114,10 @@ def test_two_cells_with_the_same_coordinates_cannot_be_stored(tmp_path):
         store.record_run(make_result())
     conn = sqlite3.connect(db)
     with pytest.raises(sqlite3.IntegrityError):
-        conn.execute("INSERT INTO cells (key, flavor, accel_version, torch, arch, python)"
-                     " VALUES ('other', 'rocm', '6.2', '2.4', 'gfx90a', '3.10')")
+        conn.execute(
+            "INSERT INTO cells (key, flavor, accel_version, torch, arch, python)"
+            " VALUES ('other', 'rocm', '6.2', '2.4', 'gfx90a', '3.10')"
+        )
     conn.close()
 
 
@@ -128,28 +144,35 @@ def _hostile_db(tmp_path: Path, mutate) -> Path:
     return other
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda r: r["metrics"].update(samples_per_s=float("nan")), "metrics.samples_per_s: number must be finite"),
-    (lambda r: r.update(finished_at="9999-12-31T23:59:59Z"), "finished_at: .*must lie between"),
-    (lambda r: r.update(config="x"), "config: Input should be a valid dictionary"),
-    (lambda r: r.update(error="x" * 2**20), "error: string longer than 4096"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r["metrics"].update(samples_per_s=float("nan")), "metrics.samples_per_s: number must be finite"),
+        (lambda r: r.update(finished_at="9999-12-31T23:59:59Z"), "finished_at: .*must lie between"),
+        (lambda r: r.update(config="x"), "config: Input should be a valid dictionary"),
+        (lambda r: r.update(error="x" * 2**20), "error: string longer than 4096"),
+    ],
+)
 def test_every_row_of_an_imported_db_is_validated(tmp_path, mutate, message):
     other = _hostile_db(tmp_path, mutate)
     db = tmp_path / "m.db"
     result = _invoke("matrix", "import", other, "--db", db)
     assert result.exit_code == 2, result.output
     import re
+
     assert re.search(message, result.output), result.output
     assert not db.exists()
 
 
-@pytest.mark.parametrize("column, value, message", [
-    ("duration_s", "many", "duration_s: Input should be a valid number"),
-    ("error", "x" * 2**20, "error: string longer than 4096 characters"),
-    ("created_at", "9999-12-31T23:59:59Z", "created_at: .*must lie between"),
-    ("duration_s", float("inf"), "duration_s: number must be finite"),
-])
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("duration_s", "many", "duration_s: Input should be a valid number"),
+        ("error", "x" * 2**20, "error: string longer than 4096 characters"),
+        ("created_at", "9999-12-31T23:59:59Z", "created_at: .*must lie between"),
+        ("duration_s", float("inf"), "duration_s: number must be finite"),
+    ],
+)
 def test_a_build_row_of_an_imported_db_is_validated(tmp_path, column, value, message):
     other = tmp_path / "ci" / "matrix.db"
     with MatrixStore.open(other) as store:
@@ -160,14 +183,18 @@ def test_a_build_row_of_an_imported_db_is_validated(tmp_path, column, value, mes
     conn.close()
     result = _invoke("matrix", "import", other, "--db", tmp_path / "m.db")
     import re
+
     assert result.exit_code == 2 and re.search(message, result.output), result.output
     assert not (tmp_path / "m.db").exists()
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("run_id", 12345, "run_id: Input should be a valid string"),
-    ("finished_at", 17, "finished_at: Input should be a valid string"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("run_id", 12345, "run_id: Input should be a valid string"),
+        ("finished_at", 17, "finished_at: Input should be a valid string"),
+    ],
+)
 def test_publish_validates_through_the_schema(tmp_path, field, value, message):
     src = _write(tmp_path / "run" / "result.json", make_result(**{field: value}))
     result = _invoke("matrix", "publish", src, "--name", "x", "-o", tmp_path / "results")
@@ -177,8 +204,10 @@ def test_publish_validates_through_the_schema(tmp_path, field, value, message):
 
 def test_text_is_stored_without_control_or_bidi_characters(tmp_path):
     db = tmp_path / "m.db"
-    src = _write(tmp_path / "r" / "result.json", make_result(status="fail", error_class="nan_loss",
-                                                            error="loss \u202eNaN\x00\x1b[2J at step 3"))
+    src = _write(
+        tmp_path / "r" / "result.json",
+        make_result(status="fail", error_class="nan_loss", error="loss \u202eNaN\x00\x1b[2J at step 3"),
+    )
     assert _invoke("matrix", "import", src, "--db", db).exit_code == 0
     with MatrixStore.open(db, readonly=True) as store:
         assert store.runs()[0]["result"]["error"] == "loss NaN[2J at step 3"
@@ -229,8 +258,11 @@ def test_a_symlinked_container_log_is_not_followed(tmp_path):
     real.mkdir()
     (real / "container.log").write_text("step 1 loss 1.95\n")
     with MatrixStore.open(db) as store:
-        store.record_run(make_result(finished_at="2026-12-02T13:00:41Z"), attempt_dir=str(attempt.relative_to(tmp_path)),
-                         source=str(secret.with_name("result.json")))
+        store.record_run(
+            make_result(finished_at="2026-12-02T13:00:41Z"),
+            attempt_dir=str(attempt.relative_to(tmp_path)),
+            source=str(secret.with_name("result.json")),
+        )
         store.record_run(make_result(finished_at="2026-12-02T13:00:42Z"), attempt_dir=str(linked.relative_to(tmp_path)))
         store.record_run(make_result(finished_at="2026-12-02T13:00:43Z"), attempt_dir=str(real.relative_to(tmp_path)))
     site = tmp_path / "site"
@@ -253,9 +285,11 @@ def test_a_nan_row_stored_by_an_older_envbuild_is_skipped_everywhere_and_named_b
     bad["metrics"]["samples_per_s"] = float("nan")
     conn = sqlite3.connect(db)
     with conn:  # as an older envbuild stored it: json.dumps writes NaN
-        conn.execute("INSERT INTO runs (run_id, cell_id, command, status, result_json, finished_at, recorded_at)"
-                     " SELECT ?, cell_id, 'train', 'pass', ?, ?, ? FROM runs WHERE id = 2",
-                     (bad["run_id"], json.dumps(bad), bad["finished_at"], bad["finished_at"]))
+        conn.execute(
+            "INSERT INTO runs (run_id, cell_id, command, status, result_json, finished_at, recorded_at)"
+            " SELECT ?, cell_id, 'train', 'pass', ?, ?, ? FROM runs WHERE id = 2",
+            (bad["run_id"], json.dumps(bad), bad["finished_at"], bad["finished_at"]),
+        )
     conn.close()
     site = tmp_path / "site"
     result = _report(db, site)

@@ -21,27 +21,82 @@ EXAMPLES = 80
 ROCM_KEY = "rocm6.2-torch2.4-gfx90a-py3.10"
 CPU_KEY = "cpu-torch2.13-py3.11"
 
-_text = st.one_of(st.text(max_size=30), st.sampled_from(["\u202eevil", "a\x00b", "\x1b[2J", "<script>x</script>",
-                                                         "../../etc/passwd", "9999-12-31T23:59:59Z", "x" * 5000]))
+_text = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "\u202eevil",
+            "a\x00b",
+            "\x1b[2J",
+            "<script>x</script>",
+            "../../etc/passwd",
+            "9999-12-31T23:59:59Z",
+            "x" * 5000,
+        ]
+    ),
+)
 _number = st.one_of(st.integers(), st.floats(), st.sampled_from([1e308, -1e308, float("nan"), float("inf"), 2**70]))
 _leaf = st.one_of(st.none(), st.booleans(), _number, _text)
-_json = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                    st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                     max_leaves=12)
-_paths = st.sampled_from([
-    "config", "config.preset", "metrics", "metrics.samples_per_s", "metrics.mfu", "metrics.curves",
-    "metrics.curves.train_loss", "metrics.curves.train_loss.0", "metrics.eval_after", "metrics.eval_after.accuracy",
-    "metrics.steps", "hardware", "hardware.gpu_count", "hardware.gpu_name", "finished_at", "started_at", "run_id",
-    "status", "error_class", "error", "probes", "probes.0", "probes.0.values", "probes.0.name", "probes.0.status",
-    "versions", "versions.torch", "versions.python", "image", "image.tag", "image.manifest", "host", "host.os",
-    "command", "wall_time_s", "dataset", "model"])
+_json = st.recursive(
+    _leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=12,
+)
+_paths = st.sampled_from(
+    [
+        "config",
+        "config.preset",
+        "metrics",
+        "metrics.samples_per_s",
+        "metrics.mfu",
+        "metrics.curves",
+        "metrics.curves.train_loss",
+        "metrics.curves.train_loss.0",
+        "metrics.eval_after",
+        "metrics.eval_after.accuracy",
+        "metrics.steps",
+        "hardware",
+        "hardware.gpu_count",
+        "hardware.gpu_name",
+        "finished_at",
+        "started_at",
+        "run_id",
+        "status",
+        "error_class",
+        "error",
+        "probes",
+        "probes.0",
+        "probes.0.values",
+        "probes.0.name",
+        "probes.0.status",
+        "versions",
+        "versions.torch",
+        "versions.python",
+        "image",
+        "image.tag",
+        "image.manifest",
+        "host",
+        "host.os",
+        "command",
+        "wall_time_s",
+        "dataset",
+        "model",
+    ]
+)
 # Values the schema may accept where they land (so that most examples reach every command), and anything.
-_plausible = st.one_of(st.none(), st.floats(0, 1e6), st.integers(0, 10**6), st.text(max_size=20),
-                       st.sampled_from(["\u202eevil", "\x1b[2J<b>", "2026-11-30T10:00:00Z", "pass", "fail"]),
-                       st.lists(st.tuples(st.integers(0, 100), st.one_of(st.none(), st.floats(0, 10))).map(list),
-                                max_size=5),
-                       st.dictionaries(st.sampled_from(["accuracy", "loss", "train_loss", "n", "preset"]),
-                                       st.one_of(st.floats(0, 1), st.text(max_size=5)), max_size=3))
+_plausible = st.one_of(
+    st.none(),
+    st.floats(0, 1e6),
+    st.integers(0, 10**6),
+    st.text(max_size=20),
+    st.sampled_from(["\u202eevil", "\x1b[2J<b>", "2026-11-30T10:00:00Z", "pass", "fail"]),
+    st.lists(st.tuples(st.integers(0, 100), st.one_of(st.none(), st.floats(0, 10))).map(list), max_size=5),
+    st.dictionaries(
+        st.sampled_from(["accuracy", "loss", "train_loss", "n", "preset"]),
+        st.one_of(st.floats(0, 1), st.text(max_size=5)),
+        max_size=3,
+    ),
+)
 _mutation = st.lists(st.tuples(_paths, st.one_of(_plausible, _plausible, _json)), min_size=1, max_size=3)
 
 
@@ -114,8 +169,9 @@ def test_any_mutated_result_works_or_is_refused_cleanly_in_every_command(mutatio
         for data in (site / "data").glob("*.json"):
             strict_json(data.read_text())
         compare_scripts(site)  # each cell's profiles, strict JSON in its own compare/<slug>.js
-        for blob in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>',
-                               (site / "compare.html").read_text(), re.S):
+        for blob in re.findall(
+            r'<script type="application/json"[^>]*>(.*?)</script>', (site / "compare.html").read_text(), re.S
+        ):
             strict_json(blob)
         for page in site.rglob("*.html"):
             text = page.read_text()

@@ -23,8 +23,9 @@ def envbuild(*args) -> subprocess.CompletedProcess:
     return subprocess.run([*ENVBUILD, *map(str, args)], capture_output=True, text=True, timeout=60, env=env)
 
 
-@pytest.mark.parametrize("kind, words", [("zero", "a symbolic link"), ("fifo", "not a regular file"),
-                                         ("link", "a symbolic link")])
+@pytest.mark.parametrize(
+    "kind, words", [("zero", "a symbolic link"), ("fifo", "not a regular file"), ("link", "a symbolic link")]
+)
 def test_an_irregular_result_json_is_skipped_with_a_reason(tmp_path, kind, words):
     folder = tmp_path / "artifacts"
     (folder / "bad").mkdir(parents=True)

@@ -34,11 +34,18 @@ def _damage(db, marker: bytes, replacement: bytes):
     assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-@pytest.mark.parametrize("cell_field, value", [("arch", "../../x"), ("flavor", "/abs/path"), ("arch", "a/b"),
-                                               ("python", "3.10/../..")])
+@pytest.mark.parametrize(
+    "cell_field, value", [("arch", "../../x"), ("flavor", "/abs/path"), ("arch", "a/b"), ("python", "3.10/../..")]
+)
 def test_a_result_with_an_unsafe_cell_is_refused_at_import(tmp_path, cell_field, value):
-    cell = {"flavor": "rocm", "accel_version": "6.2", "torch": "2.4", "arch": "gfx90a", "python": "3.10",
-            cell_field: value}
+    cell = {
+        "flavor": "rocm",
+        "accel_version": "6.2",
+        "torch": "2.4",
+        "arch": "gfx90a",
+        "python": "3.10",
+        cell_field: value,
+    }
     bad = _write(tmp_path / "r" / "result.json", make_result(image={"manifest": {"cell": cell}}))
     db = tmp_path / "m.db"
     result = _invoke("matrix", "import", str(bad), "--db", str(db))
@@ -58,13 +65,16 @@ def test_a_damaged_row_is_skipped_with_a_warning_and_listed_by_check(tmp_path):
     _damage(db, b'"MARKER-ONE"', b'\xff\xfe{"MARKER-O')  # invalid UTF-8 and broken JSON inside result_json
     listed = CliRunner().invoke(main, ["matrix", "list", "--json", "--db", str(db)])
     assert listed.exit_code == 0, listed.output  # list reads the verdict columns, not the damaged JSON
-    assert {c["key"]: c["status"] for c in json.loads(listed.stdout)} == {"cpu-torch2.13-py3.11": "pass",
-                                                                           ROCM_KEY: "pass"}
+    assert {c["key"]: c["status"] for c in json.loads(listed.stdout)} == {
+        "cpu-torch2.13-py3.11": "pass",
+        ROCM_KEY: "pass",
+    }
     shown = CliRunner().invoke(main, ["matrix", "show", ROCM_KEY, "--db", str(db)])
     assert shown.exit_code == 0
     assert f"warning: skipped runs row 1 ({broken['run_id']}): result_json unreadable" in shown.stderr
-    report = CliRunner().invoke(main, ["report", "-o", str(tmp_path / "site"), "--db", str(db),
-                                                       "--no-recipes", "--no-results"])
+    report = CliRunner().invoke(
+        main, ["report", "-o", str(tmp_path / "site"), "--db", str(db), "--no-recipes", "--no-results"]
+    )
     assert report.exit_code == 0, report.output
     assert broken["run_id"] in report.stderr and (tmp_path / "site" / "index.html").is_file()
     check = CliRunner().invoke(main, ["matrix", "check", "--db", str(db)])
@@ -77,8 +87,16 @@ def test_a_damaged_row_is_skipped_with_a_warning_and_listed_by_check(tmp_path):
     assert clean.exit_code == 0 and "every row readable" in clean.output
 
 
-@pytest.mark.parametrize("args", [("matrix", "list"), ("matrix", "show", ROCM_KEY), ("matrix", "export", "--json"),
-                                  ("matrix", "check"), ("report", "-o", "site")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("matrix", "list"),
+        ("matrix", "show", ROCM_KEY),
+        ("matrix", "export", "--json"),
+        ("matrix", "check"),
+        ("report", "-o", "site"),
+    ],
+)
 def test_reads_on_an_empty_file_exit_2_and_leave_it_empty(tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "empty.db"
@@ -108,9 +126,16 @@ def test_importing_a_garbage_db_creates_no_matrix(tmp_path, monkeypatch, content
     assert not (tmp_path / "envbuild-matrix.db").exists()
 
 
-@pytest.mark.parametrize("args", [("matrix", "list"), ("matrix", "import", "r.json"), ("report", "-o", "site"),
-                                  ("run", "workload", "--local", "--out", "run"),
-                                  ("image", "--flavor", "cpu", "--torch", "2.13", "-o", "ctx")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("matrix", "list"),
+        ("matrix", "import", "r.json"),
+        ("report", "-o", "site"),
+        ("run", "workload", "--local", "--out", "run"),
+        ("image", "--flavor", "cpu", "--torch", "2.13", "-o", "ctx"),
+    ],
+)
 def test_a_corrupt_database_is_exit_2_everywhere(tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
     _write(tmp_path / "r.json", cpu_result())
@@ -154,8 +179,12 @@ def test_importing_a_db_counts_every_run(tmp_path):
         for result in (make_result(), cpu_result()):
             store.record_run(result)
     db = tmp_path / "m.db"
-    assert "imported 2 new run(s), 0 already recorded" in _invoke("matrix", "import", str(other), "--db", str(db)).output
-    assert "imported 0 new run(s), 2 already recorded" in _invoke("matrix", "import", str(other), "--db", str(db)).output
+    assert (
+        "imported 2 new run(s), 0 already recorded" in _invoke("matrix", "import", str(other), "--db", str(db)).output
+    )
+    assert (
+        "imported 0 new run(s), 2 already recorded" in _invoke("matrix", "import", str(other), "--db", str(db)).output
+    )
 
 
 def test_an_unsafe_cell_recorded_by_an_older_envbuild_is_skipped_not_written_anywhere(tmp_path):
@@ -165,11 +194,16 @@ def test_an_unsafe_cell_recorded_by_an_older_envbuild_is_skipped_not_written_any
         store.record_run(make_result())
     conn = sqlite3.connect(db)
     with conn:
-        conn.execute("INSERT INTO cells (key, flavor, accel_version, torch, arch, python) VALUES"
-                     " ('rocm6.2-torch2.4-../../x-py3.10', 'rocm', '6.2', '2.4', '../../x', '3.10')")
+        conn.execute(
+            "INSERT INTO cells (key, flavor, accel_version, torch, arch, python) VALUES"
+            " ('rocm6.2-torch2.4-../../x-py3.10', 'rocm', '6.2', '2.4', '../../x', '3.10')"
+        )
         evil = dict(make_result(), run_id="e" * 32)
-        conn.execute("INSERT INTO runs (run_id, cell_id, command, status, result_json, recorded_at)"
-                     " VALUES (?, 2, 'train', 'pass', ?, '2026-12-02T13:00:00Z')", (evil["run_id"], json.dumps(evil)))
+        conn.execute(
+            "INSERT INTO runs (run_id, cell_id, command, status, result_json, recorded_at)"
+            " VALUES (?, 2, 'train', 'pass', ?, '2026-12-02T13:00:00Z')",
+            (evil["run_id"], json.dumps(evil)),
+        )
     conn.close()
     (tmp_path / "work").mkdir()
     site = tmp_path / "work" / "site"

@@ -129,16 +129,44 @@ def test_every_documented_block_key_is_a_model_field():
 
 
 # ---- properties -----------------------------------------------------------------------------
-_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-                       st.text(max_size=50))
-_json = st.recursive(_json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                         st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-                     max_leaves=20)
-_paths = st.sampled_from(["config", "metrics", "metrics.samples_per_s", "metrics.curves", "metrics.curves.train_loss",
-                          "metrics.curves.train_loss.0", "metrics.eval_after", "metrics.eval_after.accuracy",
-                          "hardware", "hardware.gpu_count", "finished_at", "started_at", "run_id", "status",
-                          "error_class", "error", "probes", "probes.0", "probes.0.values", "probes.0.name",
-                          "versions", "versions.torch", "image", "host", "command", "schema_version"])
+_json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=50)
+)
+_json = st.recursive(
+    _json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=20,
+)
+_paths = st.sampled_from(
+    [
+        "config",
+        "metrics",
+        "metrics.samples_per_s",
+        "metrics.curves",
+        "metrics.curves.train_loss",
+        "metrics.curves.train_loss.0",
+        "metrics.eval_after",
+        "metrics.eval_after.accuracy",
+        "hardware",
+        "hardware.gpu_count",
+        "finished_at",
+        "started_at",
+        "run_id",
+        "status",
+        "error_class",
+        "error",
+        "probes",
+        "probes.0",
+        "probes.0.values",
+        "probes.0.name",
+        "versions",
+        "versions.torch",
+        "image",
+        "host",
+        "command",
+        "schema_version",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,15 +205,24 @@ def test_a_real_run_with_the_speed_levers_passes_and_hostile_lever_fields_do_not
     from workload_fixtures import quick_train
 
     budget = PRESETS["throughput"]
-    code, result = quick_train(tmp_path, max_steps=1, tokens_per_step=budget.tokens_per_step, pack=True,
-                               pack_length=budget.pack_length, varlen_attention=True, merged_qkv=True)
+    code, result = quick_train(
+        tmp_path,
+        max_steps=1,
+        tokens_per_step=budget.tokens_per_step,
+        pack=True,
+        pack_length=budget.pack_length,
+        varlen_attention=True,
+        merged_qkv=True,
+    )
     assert code == 0, result.get("error")
     result = json.loads((tmp_path / "result.json").read_text())  # what the door reads: the written file
     speed = result["config"]["speed"]
     assert speed["merged_qkv"] is True and speed["merged_qkv_blocks"] > 0 and speed["varlen_error"]
     assert validate(result) == result
-    for key, value, message in (("merged_qkv_blocks", math.nan, "must be finite"),
-                                ("varlen_error", "x" * (MAX_TEXT + 1), f"longer than {MAX_TEXT}")):
+    for key, value, message in (
+        ("merged_qkv_blocks", math.nan, "must be finite"),
+        ("varlen_error", "x" * (MAX_TEXT + 1), f"longer than {MAX_TEXT}"),
+    ):
         hostile = copy.deepcopy(result)
         hostile["config"]["speed"][key] = value
         with pytest.raises(ResultSchemaError, match=rf"config\.speed\.{key}: .*{message}"):

@@ -49,7 +49,12 @@ def _at(hours: float) -> str:
 # (path, the last value allowed, the first value refused, what the refusal says)
 EDGES = [
     ("error", "x" * 4096, "x" * 4097, r"error: string longer than 4096 characters \(4097\)"),
-    ("host.note", 1e15, 1.0000001e15, r"host.note: number must be finite and within ±1e\+15 \(got 1000000100000000\.0\)"),
+    (
+        "host.note",
+        1e15,
+        1.0000001e15,
+        r"host.note: number must be finite and within ±1e\+15 \(got 1000000100000000\.0\)",
+    ),
     ("host.note", -1e15, -1.0000001e15, r"host.note: number must be finite and within"),
     ("host.note", 1e15, 1e15 + 1, r"host.note: number must be finite and within ±1e\+15 \(got 1000000000000001\.0\)"),
     ("host.note", -1e15, -1e15 - 1, r"host.note: number must be finite and within"),
@@ -60,7 +65,12 @@ EDGES = [
     ("metrics.eval_after.macro_f1", 1.0, 1.5, r"metrics.eval_after.macro_f1: Input should be less than or equal to 1"),
     ("metrics.eval_after.loss", 0.0, -1e-9, r"metrics.eval_after.loss: Input should be greater than or equal to 0"),
     ("metrics.eval_after.loss", 1e15, 1.5e15, r"metrics.eval_after.loss: number must be finite"),
-    ("metrics.samples_per_s", 1e-9, 9.9e-10, r"metrics.samples_per_s: .*a rate is 0 or at least 1e-09 \(got 9\.9e-10\)"),
+    (
+        "metrics.samples_per_s",
+        1e-9,
+        9.9e-10,
+        r"metrics.samples_per_s: .*a rate is 0 or at least 1e-09 \(got 9\.9e-10\)",
+    ),
     ("metrics.samples_per_s", 0, 5e-324, r"metrics.samples_per_s: .*a rate is 0 or at least"),
     ("metrics.tokens_per_s", 0.0, 1e-12, r"metrics.tokens_per_s: .*a rate is 0"),
     ("metrics.mfu", 1e-9, 1e-10, r"metrics.mfu: .*a rate is 0"),
@@ -75,7 +85,12 @@ EDGES = [
     ("metrics.curves.train_loss", [[3, 0]], [[1, True]], r"curves.train_loss.0: .*a value that is a number or null"),
     ("metrics.curves.train_loss", [[3, 0]], [[1, "1.0"]], r"curves.train_loss.0: .*a value that is a number or null"),
     ("metrics.curves", {"n" * 200: []}, {"n" * 201: []}, r"metrics.curves: object keys must be strings of at most 200"),
-    ("metrics.curves", {"train_loss": []}, {"": []}, r"metrics.curves\.\.\[key\]: String should have at least 1 character"),
+    (
+        "metrics.curves",
+        {"train_loss": []},
+        {"": []},
+        r"metrics.curves\.\.\[key\]: String should have at least 1 character",
+    ),
     ("hardware.gpu_count", 65_536, 65_537, r"hardware.gpu_count: Input should be less than or equal to 65536"),
     ("hardware.gpu_count", 0, -1, r"hardware.gpu_count: Input should be greater than or equal to 0"),
     ("hardware.peak_tflops", 0, -1, r"hardware.peak_tflops: Input should be greater than or equal to 0"),
@@ -104,20 +119,35 @@ EDGES = [
     ("invocation.envbuild", ["x" * 4096], ["a"] * 1001, r"invocation.envbuild: List should have at most 1000 items"),
     ("host.gpu_archs", ["gfx90a"] * 1024, ["gfx90a"] * 1025, r"host.gpu_archs: List should have at most 1024 items"),
     ("host.gpus", [{}] * 1024, [{}] * 1025, r"host.gpus: List should have at most 1024 items"),
-    ("conditions", {"contended": False, "contention": ["x"] * 100},
-     {"contended": True, "contention": ["x"] * 101}, r"conditions.contention: List should have at most 100 items"),
-    ("conditions", {"contended": False, "gpu": {"other_processes": [{}] * 1024}},
-     {"contended": False, "gpu": {"other_processes": [{}] * 1025}}, r"conditions.gpu.other_processes: List should"),
+    (
+        "conditions",
+        {"contended": False, "contention": ["x"] * 100},
+        {"contended": True, "contention": ["x"] * 101},
+        r"conditions.contention: List should have at most 100 items",
+    ),
+    (
+        "conditions",
+        {"contended": False, "gpu": {"other_processes": [{}] * 1024}},
+        {"contended": False, "gpu": {"other_processes": [{}] * 1025}},
+        r"conditions.gpu.other_processes: List should",
+    ),
     ("conditions", {"contended": False, "cpu_count": 0}, {"contention": []}, r"conditions.contended: Field required"),
-    ("probes", [{"name": "p", "status": "skip"}] * 1000, [{"name": "p", "status": "skip"}] * 1001,
-     r"probes: List should have at most 1000 items"),
-    ("metrics.curves.train_loss", [[0, 1.0]] * 100_000, [[0, 1.0]] * 100_001,
-     r"metrics.curves.train_loss: more than 100000 entries"),
+    (
+        "probes",
+        [{"name": "p", "status": "skip"}] * 1000,
+        [{"name": "p", "status": "skip"}] * 1001,
+        r"probes: List should have at most 1000 items",
+    ),
+    (
+        "metrics.curves.train_loss",
+        [[0, 1.0]] * 100_000,
+        [[0, 1.0]] * 100_001,
+        r"metrics.curves.train_loss: more than 100000 entries",
+    ),
 ]
 
 
-@pytest.mark.parametrize("path, allowed, refused, message", EDGES,
-                         ids=[f"{p}:{str(r)[:16]}" for p, _, r, _ in EDGES])
+@pytest.mark.parametrize("path, allowed, refused, message", EDGES, ids=[f"{p}:{str(r)[:16]}" for p, _, r, _ in EDGES])
 def test_each_bound_allows_its_edge_and_refuses_past_it(path, allowed, refused, message):
     raw = with_value(path, allowed)
     assert validate(raw) == raw
@@ -147,7 +177,9 @@ def test_values_nest_at_most_16_levels(depth, refused):
 def test_at_most_twenty_problems_are_collected_and_five_shown():
     raw = with_value("host.x", [[float("nan")] for _ in range(30)])
     err = refusal(raw)
-    assert len(err.problems) == 20 and err.problems[0] == "host.x.0.0: number must be finite and within ±1e+15 (got nan)"
+    assert (
+        len(err.problems) == 20 and err.problems[0] == "host.x.0.0: number must be finite and within ±1e+15 (got nan)"
+    )
     assert str(err) == "; ".join(err.problems[:5]) + " (and 15 more)"
     six = refusal(with_value("host.x", [float("inf")] * 6))
     assert len(six.problems) == 6 and str(six).endswith("(got inf) (and 1 more)")
@@ -161,23 +193,30 @@ def test_at_most_twenty_problems_are_collected_and_five_shown():
 def test_every_bad_value_is_named_not_only_the_first():
     raw = make_result()
     raw["host"] = {"y" * 201: 1, "after": float("nan")}
-    assert refusal(raw).problems == ["host: object keys must be strings of at most 200 characters",
-                                     "host.after: number must be finite and within ±1e+15 (got nan)"]
+    assert refusal(raw).problems == [
+        "host: object keys must be strings of at most 200 characters",
+        "host.after: number must be finite and within ±1e+15 (got nan)",
+    ]
     raw = make_result()
     raw["host"] = {1: "a", "z": 2**64}
-    assert refusal(raw).problems == ["host: object keys must be strings of at most 200 characters",
-                                     "host.z: integer outside ±2^63"]
+    assert refusal(raw).problems == [
+        "host: object keys must be strings of at most 200 characters",
+        "host.z: integer outside ±2^63",
+    ]
 
 
-@pytest.mark.parametrize("raw, message", [
-    ([make_result()], "(top level): must be a JSON object"),
-    ("result", "(top level): must be a JSON object"),
-    (None, "(top level): must be a JSON object"),
-    ("x" * 4097, "(top level): string longer than 4096 characters (4097)"),
-    (float("nan"), "(top level): number must be finite and within ±1e+15 (got nan)"),
-    (2**64, "(top level): integer outside ±2^63"),
-    ((1, 2), "(top level): not a JSON value (tuple)"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ([make_result()], "(top level): must be a JSON object"),
+        ("result", "(top level): must be a JSON object"),
+        (None, "(top level): must be a JSON object"),
+        ("x" * 4097, "(top level): string longer than 4096 characters (4097)"),
+        (float("nan"), "(top level): number must be finite and within ±1e+15 (got nan)"),
+        (2**64, "(top level): integer outside ±2^63"),
+        ((1, 2), "(top level): not a JSON value (tuple)"),
+    ],
+)
 def test_what_is_not_a_json_object_is_refused_at_the_top_level(raw, message):
     assert refusal(raw).problems == [message]
 
@@ -193,10 +232,16 @@ def test_keys_are_cleaned_like_values_and_clean_text_passes_unchanged():
     assert validate(raw) is not raw and raw["host"] == {"a\u202eb\x00": "c\u2067d", "tab\tkept": "new\nline"}
 
 
-@pytest.mark.parametrize("status, error_class, ok", [
-    ("pass", None, True), ("fail", "nan_loss", True), ("error", "interrupted", True),
-    ("fail", None, False), ("error", None, False),
-])
+@pytest.mark.parametrize(
+    "status, error_class, ok",
+    [
+        ("pass", None, True),
+        ("fail", "nan_loss", True),
+        ("error", "interrupted", True),
+        ("fail", None, False),
+        ("error", None, False),
+    ],
+)
 def test_a_result_that_did_not_pass_names_its_class(status, error_class, ok):
     raw = make_result(status=status, error_class=error_class)
     if ok:
@@ -220,8 +265,10 @@ def test_a_problem_shows_what_it_got_shortened():
 
 def test_a_union_of_numbers_is_named_by_its_field_only():
     err = refusal(with_value("metrics.samples_per_s", "<script>"))
-    assert err.problems == ["metrics.samples_per_s: Input should be a valid integer (got '<script>')",
-                            "metrics.samples_per_s: Input should be a valid number (got '<script>')"]
+    assert err.problems == [
+        "metrics.samples_per_s: Input should be a valid integer (got '<script>')",
+        "metrics.samples_per_s: Input should be a valid number (got '<script>')",
+    ]
 
 
 def test_missing_fields_and_choices_do_not_repeat_the_input():
@@ -240,23 +287,31 @@ def test_unknown_keys_are_kept_and_known_blocks_are_open():
 
 
 # ---- builds of a merged matrix file --------------------------------------------------------------------------------
-BUILD = {"build_uid": "a" * 32, "status": "pass", "created_at": "2026-12-02T13:00:00Z", "duration_s": 3.5,
-         "manifest": {"cell": {"flavor": "cpu"}}}
+BUILD = {
+    "build_uid": "a" * 32,
+    "status": "pass",
+    "created_at": "2026-12-02T13:00:00Z",
+    "duration_s": 3.5,
+    "manifest": {"cell": {"flavor": "cpu"}},
+}
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"status": "fail"}, "(top level): a failed build needs a failure_class"),
-    ({"status": "fail", "failure_class": None}, "(top level): a failed build needs a failure_class"),
-    ({"status": "fail", "failure_class": ""}, "failure_class: String should have at least 1 character"),
-    ({"status": "error", "failure_class": "x"}, "status: Input should be 'pass' or 'fail'"),
-    ({"failure_class": "-x"}, "failure_class: String should match pattern"),
-    ({"failure_class": "a b"}, "failure_class: String should match pattern"),
-    ({"build_uid": "b" * 65}, "build_uid: String should have at most 64 characters"),
-    ({"build_uid": ""}, "build_uid: String should have at least 1 character"),
-    ({"build_uid": "-b"}, "build_uid: String should match pattern"),
-    ({"created_at": None}, "created_at: Input should be a valid string"),
-    ({"duration_s": -1}, "duration_s: Input should be greater than or equal to 0"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"status": "fail"}, "(top level): a failed build needs a failure_class"),
+        ({"status": "fail", "failure_class": None}, "(top level): a failed build needs a failure_class"),
+        ({"status": "fail", "failure_class": ""}, "failure_class: String should have at least 1 character"),
+        ({"status": "error", "failure_class": "x"}, "status: Input should be 'pass' or 'fail'"),
+        ({"failure_class": "-x"}, "failure_class: String should match pattern"),
+        ({"failure_class": "a b"}, "failure_class: String should match pattern"),
+        ({"build_uid": "b" * 65}, "build_uid: String should have at most 64 characters"),
+        ({"build_uid": ""}, "build_uid: String should have at least 1 character"),
+        ({"build_uid": "-b"}, "build_uid: String should match pattern"),
+        ({"created_at": None}, "created_at: Input should be a valid string"),
+        ({"duration_s": -1}, "duration_s: Input should be greater than or equal to 0"),
+    ],
+)
 def test_a_merged_build_row_is_checked(changes, message):
     with pytest.raises(ResultSchemaError) as err:
         validate_build({**BUILD, **changes})
@@ -264,8 +319,14 @@ def test_a_merged_build_row_is_checked(changes, message):
 
 
 def test_a_merged_build_row_passes_cleaned_and_keeps_its_other_columns():
-    row = {**BUILD, "status": "fail", "failure_class": "compile_error", "error": "x\x1b[2Jy", "id": 7,
-           "build_uid": "b" * 64}
+    row = {
+        **BUILD,
+        "status": "fail",
+        "failure_class": "compile_error",
+        "error": "x\x1b[2Jy",
+        "id": 7,
+        "build_uid": "b" * 64,
+    }
     assert validate_build(row) == {**row, "error": "x[2Jy"}
     assert validate_build(BUILD) == BUILD
     assert validate_build({**BUILD, "build_uid": "b"})["build_uid"] == "b"
@@ -273,15 +334,22 @@ def test_a_merged_build_row_passes_cleaned_and_keeps_its_other_columns():
 
 # ---- the table in docs/result-schema.md ---------------------------------------------------------------------------
 def test_the_documented_command_prints_the_rules_table():
-    table = subprocess.run([sys.executable, "-m", "builder.store.result_schema"], capture_output=True, text=True,
-                           check=True, cwd=REPO).stdout
+    table = subprocess.run(
+        [sys.executable, "-m", "builder.store.result_schema"], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout
     assert table == result_schema.rules_markdown()
-    imported = subprocess.run([sys.executable, "-c", "import builder.store.result_schema"], capture_output=True,
-                              text=True, check=True, cwd=REPO)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import builder.store.result_schema"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     assert imported.stdout == ""  # only the command prints it, not every import (each envbuild command's)
     rows = {line.split(" | ")[0].strip("| `"): line for line in table.splitlines()[2:]}
-    assert rows["run_id"] == ("| `run_id` | string | required; matches `^[A-Za-z0-9][A-Za-z0-9_.-]*$`;"
-                              " ≤ 64 characters |")
+    assert rows["run_id"] == (
+        "| `run_id` | string | required; matches `^[A-Za-z0-9][A-Za-z0-9_.-]*$`; ≤ 64 characters |"
+    )
     assert rows["metrics.eval_after.accuracy"] == "| `metrics.eval_after.accuracy` | number or null | 0 … 1 |"
     assert rows["metrics.samples_per_s"] == "| `metrics.samples_per_s` | number or null | 0 … 1e15 |"
     assert rows["hardware.gpu_count"] == "| `hardware.gpu_count` | integer or null | 0 … 65536 |"
@@ -294,11 +362,14 @@ def test_the_documented_command_prints_the_rules_table():
 
 
 # ---- through the door ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("path, value, message", [
-    ("metrics.samples_per_s", 5e-324, "metrics.samples_per_s: a rate is 0 or at least 1e-09"),
-    ("host.x", [[float("inf")] for _ in range(30)], "(and 15 more)"),
-    ("error", "x" * 4097, "error: string longer than 4096 characters (4097)"),
-])
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("metrics.samples_per_s", 5e-324, "metrics.samples_per_s: a rate is 0 or at least 1e-09"),
+        ("host.x", [[float("inf")] for _ in range(30)], "(and 15 more)"),
+        ("error", "x" * 4097, "error: string longer than 4096 characters (4097)"),
+    ],
+)
 def test_the_import_door_refuses_past_a_bound_and_stores_nothing(tmp_path, path, value, message):
     src = tmp_path / "run" / "result.json"
     src.parent.mkdir()

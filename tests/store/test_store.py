@@ -48,9 +48,17 @@ def test_run_is_recorded_once_per_run_id_with_its_probes(tmp_path):
 
 def test_run_links_to_the_build_with_its_image_digest(tmp_path):
     with MatrixStore.open(tmp_path / "m.db") as store:
-        build_id = store.record_build(CELL, status="pass", image_tag="envbuild/x:1", image_digest="sha256:aa",
-                                      recipe_hash="r1", context_hash="c1", duration_s=12.5, log_path="b.log",
-                                      manifest={"cell": CELL.model_dump()})
+        build_id = store.record_build(
+            CELL,
+            status="pass",
+            image_tag="envbuild/x:1",
+            image_digest="sha256:aa",
+            recipe_hash="r1",
+            context_hash="c1",
+            duration_s=12.5,
+            log_path="b.log",
+            manifest={"cell": CELL.model_dump()},
+        )
         run = store.record_run(make_result(image={"tag": "envbuild/x:1", "digest": "sha256:aa"}))
         assert store.runs()[0]["build_id"] == build_id
         build = store.builds(CELL.key)[0]
@@ -66,13 +74,16 @@ def test_failed_build_needs_a_failure_class(tmp_path):
         assert store.builds()[0]["failure_class"] == "compile"
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda r: r.update(schema_version=2), "schema_version 2"),
-    (lambda r: r.pop("run_id"), "run_id"),
-    (lambda r: r.update(status="ok"), "status must be one of"),
-    (lambda r: r.update(status="fail"), "error_class"),
-    (lambda r: r["versions"].pop("torch"), "versions.torch"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r.update(schema_version=2), "schema_version 2"),
+        (lambda r: r.pop("run_id"), "run_id"),
+        (lambda r: r.update(status="ok"), "status must be one of"),
+        (lambda r: r.update(status="fail"), "error_class"),
+        (lambda r: r["versions"].pop("torch"), "versions.torch"),
+    ],
+)
 def test_invalid_results_are_refused_and_nothing_is_written(tmp_path, mutate, message):
     result = make_result()
     mutate(result)
@@ -127,7 +138,7 @@ def test_damaged_pages_are_refused_and_left_byte_for_byte(tmp_path):
     data = bytearray(db.read_bytes())
     page = 4096
     assert len(data) > 4 * page
-    data[2 * page:4 * page] = b"\xa5" * (2 * page)  # overwrite two table pages, keep the header valid
+    data[2 * page : 4 * page] = b"\xa5" * (2 * page)  # overwrite two table pages, keep the header valid
     db.write_bytes(bytes(data))
     with pytest.raises(StoreError, match="corrupt|integrity check"):
         MatrixStore.connect(db)
@@ -175,12 +186,14 @@ def _store_of_commit(commit: str, tmp_path):
     imports of the modules that since moved into subpackages point at their new places."""
     import importlib.util
 
-    shown = subprocess.run(["git", "-C", str(Path(__file__).parent), "show", f"{commit}:builder/store.py"],
-                           capture_output=True, text=True)
+    shown = subprocess.run(
+        ["git", "-C", str(Path(__file__).parent), "show", f"{commit}:builder/store.py"], capture_output=True, text=True
+    )
     if shown.returncode != 0:
         pytest.skip(f"no git history with {commit} here: {shown.stderr.strip()}")
-    source = (shown.stdout.replace("from builder.cells import", "from builder.plan.cells import")
-              .replace("from builder import verdict_rules", "from builder.store import verdict_rules"))
+    source = shown.stdout.replace("from builder.cells import", "from builder.plan.cells import").replace(
+        "from builder import verdict_rules", "from builder.store import verdict_rules"
+    )
     path = tmp_path / f"store_{commit}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -200,16 +213,35 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
     manifest = {"cell": cell.model_dump(), "base_image": "rocm/dev-ubuntu-22.04:6.2", "context_hash": "c" * 64}
     with old.MatrixStore.open(db) as store:
         assert store.schema_version == 1
-        build = store.record_build(cell, status="pass", image_digest="sha256:aa", manifest=manifest,
-                                   context_hash="c" * 64, created_at="2026-12-01T09:00:00Z")
-        store.record_run(make_result(finished_at="2026-12-01T10:00:00Z",
-                                     image={"tag": "t", "digest": "sha256:aa", "manifest": manifest}), build_id=build)
-        store.record_run(make_result(status="error", error_class="interrupted", error="Ctrl-C",
-                                     finished_at="2026-12-01T11:00:00Z"))
-        store.record_build(cell, status="fail", failure_class="base_image_unavailable", error="typo",
-                           created_at="2026-12-01T12:00:00Z")
-        store.record_build(cell, status="fail", failure_class="compile_error", error="hipcc", manifest=manifest,
-                           context_hash="c" * 64, created_at="2026-12-01T08:00:00Z")
+        build = store.record_build(
+            cell,
+            status="pass",
+            image_digest="sha256:aa",
+            manifest=manifest,
+            context_hash="c" * 64,
+            created_at="2026-12-01T09:00:00Z",
+        )
+        store.record_run(
+            make_result(
+                finished_at="2026-12-01T10:00:00Z", image={"tag": "t", "digest": "sha256:aa", "manifest": manifest}
+            ),
+            build_id=build,
+        )
+        store.record_run(
+            make_result(status="error", error_class="interrupted", error="Ctrl-C", finished_at="2026-12-01T11:00:00Z")
+        )
+        store.record_build(
+            cell, status="fail", failure_class="base_image_unavailable", error="typo", created_at="2026-12-01T12:00:00Z"
+        )
+        store.record_build(
+            cell,
+            status="fail",
+            failure_class="compile_error",
+            error="hipcc",
+            manifest=manifest,
+            context_hash="c" * 64,
+            created_at="2026-12-01T08:00:00Z",
+        )
     with MatrixStore.open(db) as store:
         assert store.schema_version == SCHEMA_VERSION == 4
         (summary,) = summarize(store)
@@ -217,8 +249,11 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
         assert {(r["provenance"], r["signer"]) for r in store.runs()} == {("unsigned", None)}
     assert summary.status == "pass" and summary.failure_class is None
     assert [(e.verdict, e.failure_class) for e in summary.events] == [
-        ("fail", "build:compile_error"), ("pass", None), ("attempt", "interrupted"),
-        ("attempt", "build:base_image_unavailable")]
+        ("fail", "build:compile_error"),
+        ("pass", None),
+        ("attempt", "interrupted"),
+        ("attempt", "build:base_image_unavailable"),
+    ]
     assert summary.environment == "rocm/dev-ubuntu-22.04:6.2 ctx cccccccccccc"
     assert [(a.verdict, b.verdict) for a, b in summary.flips] == [("fail", "pass")] and summary.flaky
     conn = sqlite3.connect(db)

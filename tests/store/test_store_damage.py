@@ -26,22 +26,41 @@ def db(tmp_path):
     with MatrixStore.open(db) as store:
         store.record_run(failed_result(finished_at="2026-12-01T10:00:00Z"))
         store.record_run(cpu_result())
-        store.record_build(Cell(flavor="cpu", torch="2.13", python="3.11"), status="fail",
-                           failure_class="compile_error", error="cc1: error", created_at="2026-12-01T09:00:00Z")
+        store.record_build(
+            Cell(flavor="cpu", torch="2.13", python="3.11"),
+            status="fail",
+            failure_class="compile_error",
+            error="cc1: error",
+            created_at="2026-12-01T09:00:00Z",
+        )
     return db
 
 
 # invalid UTF-8 (0xff) written into TEXT columns behind the store, as a byte flip on disk would
-@pytest.mark.parametrize("table, column", [("runs", "error"), ("runs", "error_class"), ("builds", "error"),
-                                           ("probes", "message"), ("runs", "finished_at"), ("builds", "image_tag")])
+@pytest.mark.parametrize(
+    "table, column",
+    [
+        ("runs", "error"),
+        ("runs", "error_class"),
+        ("builds", "error"),
+        ("probes", "message"),
+        ("runs", "finished_at"),
+        ("builds", "image_tag"),
+    ],
+)
 def test_invalid_utf8_in_stored_text_is_a_warning_everywhere(db, tmp_path, table, column):
     conn = sqlite3.connect(db)
     with conn:
         conn.execute(f"UPDATE {table} SET {column} = CAST(x'6c6f7373ff2062616e67' AS TEXT)")
     conn.close()
     warned = []
-    for args in (("matrix", "list"), ("matrix", "list", "--json"), ("matrix", "show", ROCM_KEY),
-                 ("matrix", "export", "--json"), ("report", "-o", tmp_path / "site", "--no-recipes")):
+    for args in (
+        ("matrix", "list"),
+        ("matrix", "list", "--json"),
+        ("matrix", "show", ROCM_KEY),
+        ("matrix", "export", "--json"),
+        ("report", "-o", tmp_path / "site", "--no-recipes"),
+    ):
         result = _run(*args, "--db", db)
         assert result.exit_code == 0, (args, result.output, result.exception)
         warned += [args[1]] if "were not UTF-8" in result.stderr else []

@@ -46,13 +46,23 @@ def test_safe_slug_keeps_safe_text_and_never_merges_two_texts():
 
 
 def test_publish_drops_the_host_name_and_kernel_command_line(tmp_path):
-    result = cpu_result(host={"hostname": "secret-host-21", "kernel_cmdline": "root=/dev/sda1 secret=1",
-                              "os": "Debian 12", "kernel": "6.1.0", "gpus": []})
+    result = cpu_result(
+        host={
+            "hostname": "secret-host-21",
+            "kernel_cmdline": "root=/dev/sda1 secret=1",
+            "os": "Debian 12",
+            "kernel": "6.1.0",
+            "gpus": [],
+        }
+    )
     source = tmp_path / "run" / "result.json"
     source.parent.mkdir()
     source.write_text(json.dumps(result))
-    out = CliRunner().invoke(main, ["matrix", "publish", str(source), "--name", "local-21", "-o",
-                                    str(tmp_path / "results")], catch_exceptions=False)
+    out = CliRunner().invoke(
+        main,
+        ["matrix", "publish", str(source), "--name", "local-21", "-o", str(tmp_path / "results")],
+        catch_exceptions=False,
+    )
     assert out.exit_code == 0, out.output
     published = (tmp_path / "results" / "cpu-torch2.13-py3.11" / "local-21" / "result.json").read_text()
     assert "secret-host-21" not in published and "secret=1" not in published
@@ -84,8 +94,15 @@ def test_a_damaged_build_manifest_is_skipped_with_a_warning(tmp_path):
     db = tmp_path / "m.db"
     manifest = {"cell": ROCM.model_dump(), "base_image": "rocm/dev-ubuntu-22.04:6.2", "context_hash": "c" * 64}
     with MatrixStore.open(db) as store:
-        build = store.record_build(ROCM, status="fail", failure_class="compile_error", error="hipcc",
-                                   manifest=manifest, context_hash="c" * 64, created_at="2026-12-02T09:00:00Z")
+        build = store.record_build(
+            ROCM,
+            status="fail",
+            failure_class="compile_error",
+            error="hipcc",
+            manifest=manifest,
+            context_hash="c" * 64,
+            created_at="2026-12-02T09:00:00Z",
+        )
     conn = sqlite3.connect(db)
     conn.execute("UPDATE builds SET manifest_json = CAST(x'ff7b226365' AS TEXT) WHERE id = ?", (build,))
     conn.commit()
@@ -119,22 +136,39 @@ class _SilentEngine:
         self.sock.close()
 
 
-@pytest.mark.parametrize("command, message", [
-    (["run", "workload", "--image", "envbuild/x:21", "--out", "OUT", "--db", "DB"],
-     "run interrupted (SIGTERM) before the workload started"),
-    (["image", "--context", "CTX", "--tag", "envbuild-test/guards:21", "--db", "DB"],
-     "build interrupted (SIGTERM); nothing was tagged"),
-], ids=["run-before-the-workload", "build-before-the-engine-answers"])
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        (
+            ["run", "workload", "--image", "envbuild/x:21", "--out", "OUT", "--db", "DB"],
+            "run interrupted (SIGTERM) before the workload started",
+        ),
+        (
+            ["image", "--context", "CTX", "--tag", "envbuild-test/guards:21", "--db", "DB"],
+            "build interrupted (SIGTERM); nothing was tagged",
+        ),
+    ],
+    ids=["run-before-the-workload", "build-before-the-engine-answers"],
+)
 def test_sigterm_before_anything_started_exits_143(tmp_path, command, message):
     engine = _SilentEngine(tmp_path / "engine.sock")
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text("FROM scratch\n")
-    (ctx / "manifest.json").write_text(json.dumps({"cell": Cell(flavor="cpu", accel_version=None, torch="2.13",
-                                                                arch=None, python="3.11").model_dump()}))
+    (ctx / "manifest.json").write_text(
+        json.dumps(
+            {"cell": Cell(flavor="cpu", accel_version=None, torch="2.13", arch=None, python="3.11").model_dump()}
+        )
+    )
     args = [{"OUT": str(tmp_path / "out"), "DB": str(tmp_path / "m.db"), "CTX": str(ctx)}.get(a, a) for a in command]
-    proc = subprocess.Popen([*ENVBUILD, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=tmp_path, env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/engine.sock"})
+    proc = subprocess.Popen(
+        [*ENVBUILD, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/engine.sock"},
+    )
     try:
         deadline = time.monotonic() + 60
         while not engine.held and time.monotonic() < deadline:  # it is waiting on the engine now
@@ -160,11 +194,19 @@ def test_verify_requires_the_torch_local_label_exactly(tmp_path):
 
 def _on_digest(digest: str, status: str, at: str, store) -> None:
     manifest = {"cell": ROCM.model_dump(), "base_image": "rocm/dev-ubuntu-22.04:6.2", "context_hash": "c" * 64}
-    build = store.record_build(ROCM, status="pass", image_digest=f"sha256:{digest * 64}", manifest=manifest,
-                               context_hash="c" * 64, base_digest=f"sha256:{digest * 64}", created_at=at)
+    build = store.record_build(
+        ROCM,
+        status="pass",
+        image_digest=f"sha256:{digest * 64}",
+        manifest=manifest,
+        context_hash="c" * 64,
+        base_digest=f"sha256:{digest * 64}",
+        created_at=at,
+    )
     image = {"tag": "envbuild/x:1", "digest": f"sha256:{digest * 64}", "manifest": manifest}
-    result = make_result(image=image, finished_at=at) if status == "pass" else \
-        failed_result(image=image, finished_at=at)
+    result = (
+        make_result(image=image, finished_at=at) if status == "pass" else failed_result(image=image, finished_at=at)
+    )
     store.record_run(result, build_id=build)
 
 
@@ -174,8 +216,10 @@ def test_the_base_image_digest_is_part_of_the_environment(tmp_path):
         _on_digest("a", "pass", "2026-12-02T10:00:00Z", store)
         _on_digest("b", "fail", "2026-12-02T11:00:00Z", store)
         (summary,) = summarize(store)
-    assert summary.environments == ["rocm/dev-ubuntu-22.04:6.2@aaaaaaaaaaaa ctx cccccccccccc",
-                                    "rocm/dev-ubuntu-22.04:6.2@bbbbbbbbbbbb ctx cccccccccccc"]
+    assert summary.environments == [
+        "rocm/dev-ubuntu-22.04:6.2@aaaaaaaaaaaa ctx cccccccccccc",
+        "rocm/dev-ubuntu-22.04:6.2@bbbbbbbbbbbb ctx cccccccccccc",
+    ]
     assert (summary.status, summary.flips, summary.flaky) == ("fail", [], False)
 
 

@@ -71,6 +71,7 @@ def test_a_reader_sees_a_creators_first_commit_whole(tmp_path, monkeypatch):
             if "sqlite_master" in sql and not fired:
                 fired.append(sql)
                 store_schema._migrate(creator, db)
+
         conn.set_trace_callback(commit_meanwhile)
         return conn
 

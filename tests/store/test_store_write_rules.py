@@ -41,16 +41,22 @@ def test_a_changed_run_under_the_same_id_is_a_conflict_whichever_way_it_sorts(tm
 def test_a_replaced_run_leaves_only_its_new_probes(tmp_path):
     first = make_result()
     second = _changed(first, 90.0)
-    second["probes"] = [{"name": "gemm_vs_fp64", "status": "fail", "values": {"rel_err": 0.3},
-                         "message": "relative error 0.3 > 0.05"}]
+    second["probes"] = [
+        {"name": "gemm_vs_fp64", "status": "fail", "values": {"rel_err": 0.3}, "message": "relative error 0.3 > 0.05"}
+    ]
     db = tmp_path / "m.db"
     with MatrixStore.open(db) as store:
         store.record_run(first)
         replaced = store.record_run(second, replace=True)
         assert replaced.outcome == "replaced" and replaced.inserted
-        assert store.probe_rows(replaced.row_id) == [{"name": "gemm_vs_fp64", "status": "fail",
-                                                      "message": "relative error 0.3 > 0.05",
-                                                      "values": {"rel_err": 0.3}}]
+        assert store.probe_rows(replaced.row_id) == [
+            {
+                "name": "gemm_vs_fp64",
+                "status": "fail",
+                "message": "relative error 0.3 > 0.05",
+                "values": {"rel_err": 0.3},
+            }
+        ]
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM probes WHERE run_row NOT IN (SELECT id FROM runs)").fetchone() == (0,)
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)
@@ -64,8 +70,12 @@ def test_a_probes_message_and_values_are_stored(tmp_path):
         rows = {p["name"]: p for p in store.probe_rows(row)}
     assert rows["sdpa_vs_math"]["message"] == "max abs error 0.2 > 0.01"
     assert rows["sdpa_vs_math"]["values"] == {"max_abs_err": 0.2}
-    assert rows["device_discovery"] == {"name": "device_discovery", "status": "pass", "message": "",
-                                        "values": {"device_count": 1}}
+    assert rows["device_discovery"] == {
+        "name": "device_discovery",
+        "status": "pass",
+        "message": "",
+        "values": {"device_count": 1},
+    }
 
 
 def test_the_speed_columns_come_from_the_results_metrics(tmp_path):
@@ -106,8 +116,10 @@ def test_a_run_is_never_linked_to_a_build_of_another_cell(tmp_path, other_first)
         else:
             store.ensure_cell(CELL)
             build = store.record_build(other, status="pass")
-        with pytest.raises(InvalidResultError, match=f"is of cell {CELL.key}, but build {build} is of cell "
-                                                     f"{other.key}; nothing was recorded"):
+        with pytest.raises(
+            InvalidResultError,
+            match=f"is of cell {CELL.key}, but build {build} is of cell {other.key}; nothing was recorded",
+        ):
             store.record_run(make_result(), build_id=build)
         with pytest.raises(InvalidResultError, match="but build 999 is of cell \\(none\\)"):
             store.record_run(make_result(), build_id=999)
@@ -129,14 +141,17 @@ def test_a_build_keeps_its_log_path_and_names_its_base_image(tmp_path):
     manifest = {"base_image": "rocm/dev-ubuntu-22.04:6.2", "cell": CELL.model_dump()}
     with MatrixStore.open(tmp_path / "m.db") as store:
         store.record_build(CELL, status="pass", log_path=tmp_path / "build.log", manifest=manifest, build_uid="a")
-        store.record_build(CELL, status="pass", manifest=manifest, base_image="envbuild-local/rocm:6.2",
-                           build_uid="b")
+        store.record_build(CELL, status="pass", manifest=manifest, base_image="envbuild-local/rocm:6.2", build_uid="b")
         store.record_build(CELL, status="pass", base_image="envbuild-local/rocm:6.2", build_uid="c")
         store.record_build(CELL, status="pass", build_uid="d")
         builds = {b["build_uid"]: b for b in store.builds()}
     assert builds["a"]["log_path"] == str(tmp_path / "build.log") and builds["b"]["log_path"] is None
-    assert [builds[u]["base_image"] for u in "abcd"] == ["rocm/dev-ubuntu-22.04:6.2", "envbuild-local/rocm:6.2",
-                                                        "envbuild-local/rocm:6.2", None]
+    assert [builds[u]["base_image"] for u in "abcd"] == [
+        "rocm/dev-ubuntu-22.04:6.2",
+        "envbuild-local/rocm:6.2",
+        "envbuild-local/rocm:6.2",
+        None,
+    ]
 
 
 def test_a_merge_never_replaces_a_run_unless_asked(tmp_path):
@@ -159,8 +174,10 @@ def test_a_stored_cell_key_with_other_coordinates_is_never_joined(tmp_path, arch
     with sqlite3.connect(db) as conn:  # as an older envbuild, whose keys could collide, might have written it
         conn.execute("UPDATE cells SET arch = ? WHERE key = ?", (arch, CELL.key))
     with MatrixStore.open(db) as store:
-        with pytest.raises(InvalidResultError, match=f"cell key {CELL.key} in the matrix names other coordinates "
-                                                     f"\\(rocm, 6.2, 2.4, {arch}, 3.10\\)"):
+        with pytest.raises(
+            InvalidResultError,
+            match=f"cell key {CELL.key} in the matrix names other coordinates \\(rocm, 6.2, 2.4, {arch}, 3.10\\)",
+        ):
             store.record_run(make_result())
 
 
@@ -171,8 +188,11 @@ def test_a_cells_coordinates_stored_under_another_key_are_never_joined(tmp_path)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE cells SET key = 'rocm6.2-torch2.4-gfx90a-py3.10-old' WHERE key = ?", (CELL.key,))
     with MatrixStore.open(db) as store:
-        with pytest.raises(InvalidResultError, match=f"cell {CELL.key}: its coordinates are stored under another "
-                                                     "key; `envbuild matrix check` lists the row"):
+        with pytest.raises(
+            InvalidResultError,
+            match=f"cell {CELL.key}: its coordinates are stored under another "
+            "key; `envbuild matrix check` lists the row",
+        ):
             store.record_run(make_result())
         assert store.runs() == []
 

@@ -51,29 +51,41 @@ def test_the_real_results_are_what_their_names_say():
     assert (real("bad-data")["status"], real("bad-data")["error_class"]) == ("error", "data_error")
 
 
-@pytest.mark.parametrize("name, verdict", [("smoke-pass", "pass"), ("killed", "fail"),
-                                           ("interrupted", "attempt"), ("bad-data", "attempt")])
+@pytest.mark.parametrize(
+    "name, verdict", [("smoke-pass", "pass"), ("killed", "fail"), ("interrupted", "attempt"), ("bad-data", "attempt")]
+)
 def test_verdict_of_one_real_result(name, verdict):
     assert run_verdict(real(name)) == verdict
 
 
-@pytest.mark.parametrize("names, status, failure_class, runs, attempts, flaky", [
-    (["smoke-pass"], "pass", None, 1, 0, False),            # skipped probes do not make it partial
-    (["killed"], "fail", "process_died", 1, 0, False),     # status error is a fail, never a pass
-    (["interrupted"], "untested", None, 0, 1, False),      # an attempt alone is no verdict
-    (["bad-data"], "untested", None, 0, 1, False),
-    (["smoke-pass", "bad-data", "interrupted"], "pass", None, 1, 2, False),  # user errors never flip a pass
-    (["smoke-pass", "killed"], "fail", "process_died", 2, 0, True),          # a crash in the environment does
-])
+@pytest.mark.parametrize(
+    "names, status, failure_class, runs, attempts, flaky",
+    [
+        (["smoke-pass"], "pass", None, 1, 0, False),  # skipped probes do not make it partial
+        (["killed"], "fail", "process_died", 1, 0, False),  # status error is a fail, never a pass
+        (["interrupted"], "untested", None, 0, 1, False),  # an attempt alone is no verdict
+        (["bad-data"], "untested", None, 0, 1, False),
+        (["smoke-pass", "bad-data", "interrupted"], "pass", None, 1, 2, False),  # user errors never flip a pass
+        (["smoke-pass", "killed"], "fail", "process_died", 2, 0, True),  # a crash in the environment does
+    ],
+)
 def test_what_matrix_list_shows_for_real_results(tmp_path, names, status, failure_class, runs, attempts, flaky):
     line = imported(tmp_path, *names)
-    assert (line["status"], line["failure_class"], line["runs"], line["attempts"], line["flaky"]) == \
-        (status, failure_class, runs, attempts, flaky)
+    assert (line["status"], line["failure_class"], line["runs"], line["attempts"], line["flaky"]) == (
+        status,
+        failure_class,
+        runs,
+        attempts,
+        flaky,
+    )
 
 
 def test_show_lists_attempts_apart_from_verdicts(tmp_path):
     imported(tmp_path, "smoke-pass", "interrupted")
     shown = json.loads(matrix(tmp_path / "m.db", "show", KEY, "--json").output)
-    assert [(h["verdict"], h["failure_class"]) for h in shown["history"]] == [("pass", None), ("attempt", "interrupted")]
+    assert [(h["verdict"], h["failure_class"]) for h in shown["history"]] == [
+        ("pass", None),
+        ("attempt", "interrupted"),
+    ]
     assert [a["outcome"] for a in shown["records"]] == ["pass", "error interrupted (attempt)"]
     assert shown["flips"] == []

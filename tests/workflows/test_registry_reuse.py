@@ -36,10 +36,12 @@ def registry(tmp_path_factory) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    (root / "config.yml").write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
-                                     f"http:\n  addr: 127.0.0.1:{port}\n")
-    proc = subprocess.Popen([binary, "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    (root / "config.yml").write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(
+        [binary, "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(100):
             try:
@@ -62,8 +64,23 @@ def context(tmp_path, local_base) -> Path:
 
 
 def _image(ctx: Path, tag: str, registry: str):
-    return CliRunner().invoke(main, ["image", "--context", str(ctx), "--tag", tag, "--registry", registry,
-                                     "--reuse-remote", "--push", "--no-record", "--network", "host"])
+    return CliRunner().invoke(
+        main,
+        [
+            "image",
+            "--context",
+            str(ctx),
+            "--tag",
+            tag,
+            "--registry",
+            registry,
+            "--reuse-remote",
+            "--push",
+            "--no-record",
+            "--network",
+            "host",
+        ],
+    )
 
 
 def test_a_tag_in_the_registry_is_pulled_not_rebuilt(context, registry, docker_engine):
@@ -85,8 +102,22 @@ def test_a_tag_in_the_registry_is_pulled_not_rebuilt(context, registry, docker_e
 
 
 def test_an_unreachable_registry_falls_back_to_building(context):
-    result = CliRunner().invoke(main, ["image", "--context", str(context), "--tag", "envbuild-test/reuse:x",
-                                       "--registry", "127.0.0.1:1", "--reuse-remote", "--no-record", "--network", "host"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "image",
+            "--context",
+            str(context),
+            "--tag",
+            "envbuild-test/reuse:x",
+            "--registry",
+            "127.0.0.1:1",
+            "--reuse-remote",
+            "--no-record",
+            "--network",
+            "host",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "cannot be pulled" in result.output and "built" in result.output
     subprocess.run(["docker", "rmi", "-f", "127.0.0.1:1/envbuild-test/reuse:x"], capture_output=True)

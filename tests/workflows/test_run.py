@@ -50,8 +50,24 @@ def test_pass_collects_result_with_host_and_image(tmp_path, fake_image, docker_e
     (data / "emotions.jsonl").write_text("{}\n")
     out, db = tmp_path / "out", tmp_path / "matrix.db"
     token = "hf_secret_token_value_123"
-    result = run_cli("--image", fake_image, "--preset", "pass", "--model", str(model), "--data", str(data),
-                     "--out", str(out), "--db", str(db), "--", "--max-steps", "3", env={"HF_TOKEN": token})
+    result = run_cli(
+        "--image",
+        fake_image,
+        "--preset",
+        "pass",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--db",
+        str(db),
+        "--",
+        "--max-steps",
+        "3",
+        env={"HF_TOKEN": token},
+    )
     assert result.exit_code == 0, result.output
     assert token not in result.output
     record = result_of(out)
@@ -79,8 +95,10 @@ def matrix_list(db: Path) -> dict:
     return {line["key"]: line for line in json.loads(listed.output)}
 
 
-@pytest.mark.parametrize("mode, error_class", [("die", "container_died"), ("pass-then-crash", "container_died"),
-                                               ("garbage", "invalid_result")])
+@pytest.mark.parametrize(
+    "mode, error_class",
+    [("die", "container_died"), ("pass-then-crash", "container_died"), ("garbage", "invalid_result")],
+)
 def test_faults_never_record_pass(tmp_path, fake_image, docker_engine, mode, error_class):
     out, db = fake_mode(tmp_path / "out", mode), tmp_path / "m.db"
     ok = fake_mode(tmp_path / "ok", "pass")
@@ -94,8 +112,13 @@ def test_faults_never_record_pass(tmp_path, fake_image, docker_engine, mode, err
     if mode == "garbage":
         assert (out / "result.invalid.json").read_text().startswith('{"schema_version": 1')
     cell = matrix_list(db)[FAKE_CELL]  # a crash in the environment is a verdict: the pass flips to fail
-    assert (cell["status"], cell["failure_class"], cell["runs"], cell["attempts"], cell["flaky"]) == \
-        ("fail", error_class, 2, 0, True)
+    assert (cell["status"], cell["failure_class"], cell["runs"], cell["attempts"], cell["flaky"]) == (
+        "fail",
+        error_class,
+        2,
+        0,
+        True,
+    )
 
 
 def test_bad_input_refused_by_the_workload_is_exit_2_and_not_recorded(tmp_path, fake_image, docker_engine):
@@ -109,9 +132,12 @@ def test_bad_input_refused_by_the_workload_is_exit_2_and_not_recorded(tmp_path, 
 
 def start_sleeper(fake_image: str, out: Path, engine, db: Path) -> subprocess.Popen:
     """`envbuild run workload` (recording into `db`) in a subprocess whose container sleeps; returns once it sleeps."""
-    proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--image", fake_image,
-                             "--out", str(fake_mode(out, "sleep")), "--db", str(db)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*ENVBUILD, "run", "workload", "--image", fake_image, "--out", str(fake_mode(out, "sleep")), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     log, deadline = out / "container.log", time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and "sleeping" in log.read_text()):
         time.sleep(0.3)
@@ -205,8 +231,10 @@ def test_rocm_device_flags_follow_the_selected_gpus(tmp_path):
     assert every["security_opt"] == ["seccomp=unconfined"] and every["ipc_mode"] == "host"
     assert "video" in every["group_add"] and str(os.getgid()) in every["group_add"]
     some = device_options("rocm", "0,2", host)
-    assert some["devices"][1:] == [f"{root}/dev/dri/renderD128:/dev/dri/renderD128:rwm",
-                                   f"{root}/dev/dri/renderD130:/dev/dri/renderD130:rwm"]
+    assert some["devices"][1:] == [
+        f"{root}/dev/dri/renderD128:/dev/dri/renderD128:rwm",
+        f"{root}/dev/dri/renderD130:/dev/dri/renderD130:rwm",
+    ]
     with pytest.raises(RunError, match="GPUs 0..2"):
         device_options("rocm", "5", host)
     cuda = device_options("cuda", "1", host)

@@ -35,8 +35,9 @@ def test_local_run_collects_and_records(tmp_path):
 def test_local_bad_input(tmp_path):
     runner = CliRunner()
     db = ["--db", str(tmp_path / "m.db")]
-    missing = runner.invoke(main, ["run", "workload", "--local", "--model", "./no/such/model",
-                                   "--out", str(tmp_path / "a"), *db])
+    missing = runner.invoke(
+        main, ["run", "workload", "--local", "--model", "./no/such/model", "--out", str(tmp_path / "a"), *db]
+    )
     assert missing.exit_code == 2 and "no such file or directory" in missing.output
     gpus = runner.invoke(main, ["run", "workload", "--local", "--gpus", "0", "--out", str(tmp_path / "b"), *db])
     assert gpus.exit_code == 2 and "--gpus needs --image" in gpus.output
@@ -46,8 +47,12 @@ def test_local_bad_input(tmp_path):
 
 def test_local_ctrl_c_is_never_pass(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--local", "--out", str(out), "--no-record"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*ENVBUILD, "run", "workload", "--local", "--out", str(out), "--no-record"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline, seen = time.monotonic() + 120, ""
     while time.monotonic() < deadline and "step" not in seen:
         seen += proc.stdout.readline()

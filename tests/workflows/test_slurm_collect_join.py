@@ -34,8 +34,9 @@ def submitted(tmp_path: Path, monkeypatch, state: str):
     (attempt / "submission.json").write_text(sub.model_dump_json(indent=2))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sacct").write_text(f"#!/bin/sh\necho '{JOB}_0|{state}|0:0|2026-12-04T09:41:47|2026-12-04T09:43:09|"
-                                   "hpc-node0'\n")
+    (bin_dir / "sacct").write_text(
+        f"#!/bin/sh\necho '{JOB}_0|{state}|0:0|2026-12-04T09:41:47|2026-12-04T09:43:09|hpc-node0'\n"
+    )
     (bin_dir / "sacct").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     task = sub.tasks[0]
@@ -46,10 +47,13 @@ def submitted(tmp_path: Path, monkeypatch, state: str):
 def completed_result(sub, task, source: Path = CPU_RESULT, state: str = "COMPLETED", **changes) -> dict:
     """A result.json as `finish_task` completes it for this task, with `changes`."""
     result = json.loads(source.read_text())
-    result["image"] = dict(sub.images[task.sif_sha256], environment="apptainer",
-                           sif={"path": str(task.sif), "sha256": task.sif_sha256})
-    result["host"] = {"hostname": "hpc-node0", "slurm": {"job_id": JOB, "task": 0, "state": state,
-                                                         "exit_code": "0:0", "config": "default"}}
+    result["image"] = dict(
+        sub.images[task.sif_sha256], environment="apptainer", sif={"path": str(task.sif), "sha256": task.sif_sha256}
+    )
+    result["host"] = {
+        "hostname": "hpc-node0",
+        "slurm": {"job_id": JOB, "task": 0, "state": state, "exit_code": "0:0", "config": "default"},
+    }
     for key, value in changes.items():
         result[key] = value
     return result
@@ -85,8 +89,11 @@ def test_a_timed_out_task_with_a_pass_for_another_cell_is_an_attempt_not_a_verdi
     """The reproduction: a cpu-SIF task Slurm ended as TIMEOUT, a pass for cuda13.0-torch2.11-sm_90-py3.12."""
     sub, task, db = submitted(tmp_path, monkeypatch, "TIMEOUT")
     forged = completed_result(sub, task, H200_RESULT)
-    forged["image"]["manifest"] = json.loads(H200_RESULT.read_text())["image"]["manifest"] \
-        if (json.loads(H200_RESULT.read_text()).get("image") or {}).get("manifest") else None
+    forged["image"]["manifest"] = (
+        json.loads(H200_RESULT.read_text())["image"]["manifest"]
+        if (json.loads(H200_RESULT.read_text()).get("image") or {}).get("manifest")
+        else None
+    )
     forged["image"] = {k: v for k, v in forged["image"].items() if v is not None}
     (task.out_dir / "result.json").write_text(json.dumps(forged))
     out = collect(db)
@@ -95,13 +102,16 @@ def test_a_timed_out_task_with_a_pass_for_another_cell_is_an_attempt_not_a_verdi
     assert "slurm_result_mismatch" in out.output and "verdict: pass" not in out.output
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"host": {"slurm": {"job_id": "8", "task": 0, "state": "COMPLETED"}}}, "not a job of task 0"),
-    ({"host": {"slurm": {"job_id": JOB, "task": 1, "state": "COMPLETED"}}}, "not a job of task 0"),
-    ({"host": {"slurm": {"job_id": JOB, "task": False, "state": "COMPLETED"}}}, "not a job of task 0"),  # == 0
-    ({"host": {"slurm": {"job_id": JOB, "task": 0.0, "state": "COMPLETED"}}}, "not a job of task 0"),
-    ({"image": {"sif": {"sha256": "0" * 64}}}, "is not the one task 0 ran"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"host": {"slurm": {"job_id": "8", "task": 0, "state": "COMPLETED"}}}, "not a job of task 0"),
+        ({"host": {"slurm": {"job_id": JOB, "task": 1, "state": "COMPLETED"}}}, "not a job of task 0"),
+        ({"host": {"slurm": {"job_id": JOB, "task": False, "state": "COMPLETED"}}}, "not a job of task 0"),  # == 0
+        ({"host": {"slurm": {"job_id": JOB, "task": 0.0, "state": "COMPLETED"}}}, "not a job of task 0"),
+        ({"image": {"sif": {"sha256": "0" * 64}}}, "is not the one task 0 ran"),
+    ],
+)
 def test_a_result_of_another_job_task_or_sif_is_refused(tmp_path, monkeypatch, change, words):
     sub, task, db = submitted(tmp_path, monkeypatch, "COMPLETED")
     result = completed_result(sub, task)

@@ -31,8 +31,13 @@ def workload_result(**changes) -> dict:
 
 
 def one_task(tmp_path: Path, tasks: int = 1, jobs: list[dict] | None = None):
-    sub = plan("0123456789ab", [make_sif(tmp_path / "sif")], {f"c{i}": [] for i in range(tasks)},
-               Site(results_dir=tmp_path / "results"), "2026-12-04T00:00:00Z")
+    sub = plan(
+        "0123456789ab",
+        [make_sif(tmp_path / "sif")],
+        {f"c{i}": [] for i in range(tasks)},
+        Site(results_dir=tmp_path / "results"),
+        "2026-12-04T00:00:00Z",
+    )
     sub.jobs.extend(jobs or [{"job_id": JOB, "tasks": list(range(tasks))}])
     return sub
 
@@ -49,8 +54,10 @@ def test_the_workloads_own_result_is_completed_with_host_and_image_and_kept_as_i
     state = state_of("7_0|COMPLETED|0:0|2026-12-04T09:41:47|2026-12-04T09:43:09|hpc-node0")
     result = finish_task(sub, task, state, JOB)
     assert result["status"] == "pass" and result["started_at"] == workload_result()["started_at"]
-    assert result["host"] == {"hostname": "hpc-node0", "slurm": {"job_id": JOB, "task": 0, "state": "COMPLETED",
-                                                                "exit_code": "0:0", "config": "c0"}}
+    assert result["host"] == {
+        "hostname": "hpc-node0",
+        "slurm": {"job_id": JOB, "task": 0, "state": "COMPLETED", "exit_code": "0:0", "config": "c0"},
+    }
     assert result["image"]["environment"] == "apptainer"
     assert result["image"]["sif"] == {"path": str(task.sif), "sha256": task.sif_sha256}
     assert result["image"]["manifest"]["cell_key"] == CELL
@@ -68,7 +75,10 @@ def test_a_task_without_a_result_is_an_error_timed_by_slurm(tmp_path):
     assert (result["status"], result["error_class"]) == ("error", "slurm_timeout")
     assert result["error"] == "Slurm ended the task as TIMEOUT (exit code 0:0); the workload wrote no result.json"
     assert (result["started_at"], result["finished_at"], result["wall_time_s"]) == (
-        "2026-12-04T09:41:47Z", "2026-12-04T09:43:09Z", 82.0)
+        "2026-12-04T09:41:47Z",
+        "2026-12-04T09:43:09Z",
+        82.0,
+    )
     assert result["versions"]["python"] == "3.11" and result["versions"]["torch"] == "2.13"
     assert result["host"]["slurm"]["state"] == "TIMEOUT" and task.out_dir.is_dir()
     assert json.loads((task.out_dir / "result.json").read_text()) == result
@@ -85,12 +95,14 @@ def test_the_workloads_bad_input_line_makes_a_usage_error(tmp_path):
     sub = one_task(tmp_path)
     task = sub.tasks[0]
     task.out_dir.mkdir(parents=True)
-    (task.out_dir / "container.log").write_text("# envbuild: task 0 of job 7 on hpc-node0\n"
-                                                "[workload] bad input: --data /data/x.jsonl: no such file\n")
+    (task.out_dir / "container.log").write_text(
+        "# envbuild: task 0 of job 7 on hpc-node0\n[workload] bad input: --data /data/x.jsonl: no such file\n"
+    )
     result = finish_task(sub, task, state_of("7_0|FAILED|2:0|2026-12-04T09:41:47|2026-12-04T09:41:50|n0"), JOB)
     assert (result["error_class"], result["error"]) == (
-        "usage_error", "the workload refused its input (exit code 2; see container.log); the workload wrote no "
-                       "result.json")
+        "usage_error",
+        "the workload refused its input (exit code 2; see container.log); the workload wrote no result.json",
+    )
 
 
 def test_a_log_that_is_no_plain_file_is_not_read(tmp_path):
@@ -102,20 +114,48 @@ def test_a_log_that_is_no_plain_file_is_not_read(tmp_path):
     assert result["error_class"] == "container_died"
 
 
-@pytest.mark.parametrize("state, code, log, expected", [
-    ("FAILED", "2:0", "nothing of the workload\n", ("container_died", "Slurm ended the task as FAILED (exit code 2:0)")),
-    ("FAILED", "1:0", "[workload] bad input: --seed x\n", ("container_died",
-                                                            "Slurm ended the task as FAILED (exit code 1:0)")),
-    ("FAILED", "12:0", "[workload] bad input: --seed x\n", ("container_died",
-                                                             "Slurm ended the task as FAILED (exit code 12:0)")),
-    ("FAILED", "3:0", "[workload] bad input: --seed x\n", ("container_died",
-                                                            "Slurm ended the task as FAILED (exit code 3:0)")),
-    ("CANCELLED", "2:0", "[workload] bad input: --seed x\n", ("slurm_cancelled",
-                                                               "Slurm ended the task as CANCELLED (exit code 2:0)")),
-    ("OUT_OF_MEMORY", "2:0", "[workload] bad input: --seed x\n", ("oom_killed",
-                                                                   "Slurm ended the task as OUT_OF_MEMORY (exit code 2:0)")),
-    ("COMPLETED", "0:0", "[workload] bad input: --seed x\n", (None, "")),
-])
+@pytest.mark.parametrize(
+    "state, code, log, expected",
+    [
+        (
+            "FAILED",
+            "2:0",
+            "nothing of the workload\n",
+            ("container_died", "Slurm ended the task as FAILED (exit code 2:0)"),
+        ),
+        (
+            "FAILED",
+            "1:0",
+            "[workload] bad input: --seed x\n",
+            ("container_died", "Slurm ended the task as FAILED (exit code 1:0)"),
+        ),
+        (
+            "FAILED",
+            "12:0",
+            "[workload] bad input: --seed x\n",
+            ("container_died", "Slurm ended the task as FAILED (exit code 12:0)"),
+        ),
+        (
+            "FAILED",
+            "3:0",
+            "[workload] bad input: --seed x\n",
+            ("container_died", "Slurm ended the task as FAILED (exit code 3:0)"),
+        ),
+        (
+            "CANCELLED",
+            "2:0",
+            "[workload] bad input: --seed x\n",
+            ("slurm_cancelled", "Slurm ended the task as CANCELLED (exit code 2:0)"),
+        ),
+        (
+            "OUT_OF_MEMORY",
+            "2:0",
+            "[workload] bad input: --seed x\n",
+            ("oom_killed", "Slurm ended the task as OUT_OF_MEMORY (exit code 2:0)"),
+        ),
+        ("COMPLETED", "0:0", "[workload] bad input: --seed x\n", (None, "")),
+    ],
+)
 def test_only_a_failed_exit_2_with_the_bad_input_line_is_a_usage_error(state, code, log, expected):
     assert end_class(state_of(f"7_0|{state}|{code}|||n0"), log) == expected
 
@@ -124,13 +164,16 @@ def test_an_interrupted_workload_takes_the_class_of_the_end_state_that_stopped_i
     sub = one_task(tmp_path)
     task = sub.tasks[0]
     task.out_dir.mkdir(parents=True)
-    (task.out_dir / "result.json").write_text(json.dumps(workload_result(
-        status="error", error_class="interrupted", error="stopped by SIGTERM after step 3")))
-    result = finish_task(sub, task, state_of("7_0|CANCELLED by 2300|0:15|2026-12-04T09:41:47|2026-12-04T09:41:50|"
-                                             "n0"), JOB)
+    (task.out_dir / "result.json").write_text(
+        json.dumps(workload_result(status="error", error_class="interrupted", error="stopped by SIGTERM after step 3"))
+    )
+    result = finish_task(
+        sub, task, state_of("7_0|CANCELLED by 2300|0:15|2026-12-04T09:41:47|2026-12-04T09:41:50|n0"), JOB
+    )
     assert (result["status"], result["error_class"]) == ("error", "slurm_cancelled")
-    assert result["error"] == ("Slurm ended the task as CANCELLED (exit code 0:15); the workload reported: "
-                               "stopped by SIGTERM after step 3")
+    assert result["error"] == (
+        "Slurm ended the task as CANCELLED (exit code 0:15); the workload reported: stopped by SIGTERM after step 3"
+    )
     assert json.loads((task.out_dir / "result.json").read_text()) == result
 
 
@@ -138,8 +181,9 @@ def test_an_interrupted_workload_of_a_completed_task_stays_interrupted(tmp_path)
     sub = one_task(tmp_path)
     task = sub.tasks[0]
     task.out_dir.mkdir(parents=True)
-    (task.out_dir / "result.json").write_text(json.dumps(workload_result(
-        status="error", error_class="interrupted", error="stopped by SIGTERM after step 3")))
+    (task.out_dir / "result.json").write_text(
+        json.dumps(workload_result(status="error", error_class="interrupted", error="stopped by SIGTERM after step 3"))
+    )
     result = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|2026-12-04T09:41:47|2026-12-04T09:41:50|n0"), JOB)
     assert (result["error_class"], result["error"]) == ("interrupted", "stopped by SIGTERM after step 3")
 
@@ -148,16 +192,22 @@ def test_a_verdict_the_workload_wrote_before_its_time_ran_out_stays_its_verdict(
     sub = one_task(tmp_path)
     task = sub.tasks[0]
     task.out_dir.mkdir(parents=True)
-    (task.out_dir / "result.json").write_text(json.dumps(workload_result(
-        status="fail", error_class="did_not_learn", error="eval accuracy 0.10 < 0.99")))
+    (task.out_dir / "result.json").write_text(
+        json.dumps(workload_result(status="fail", error_class="did_not_learn", error="eval accuracy 0.10 < 0.99"))
+    )
     result = finish_task(sub, task, state_of("7_0|TIMEOUT|0:0|2026-12-04T09:41:47|2026-12-04T09:43:09|n0"), JOB)
     assert (result["status"], result["error_class"]) == ("fail", "did_not_learn")
 
 
 def test_a_task_directory_that_cannot_be_made_is_a_slurm_error(tmp_path):
     (tmp_path / "results").write_text("a file where the shared directory should be")
-    sub = plan("0123456789ab", [make_sif(tmp_path / "sif")], {"a": []}, Site(results_dir=tmp_path / "results"),
-               "2026-12-04T00:00:00Z")
+    sub = plan(
+        "0123456789ab",
+        [make_sif(tmp_path / "sif")],
+        {"a": []},
+        Site(results_dir=tmp_path / "results"),
+        "2026-12-04T00:00:00Z",
+    )
     with pytest.raises(SlurmError, match="cannot write the task directory .*Not a directory"):
         finish_task(sub, sub.tasks[0], state_of("7_0|TIMEOUT|0:0|||n0"), JOB)
 
@@ -165,21 +215,27 @@ def test_a_task_directory_that_cannot_be_made_is_a_slurm_error(tmp_path):
 def finished(sub, task, state: str, job: str = JOB, **changes) -> dict:
     """The result.json `finish_task` wrote for `task` under `job`, as it lies in the task's folder."""
     result = workload_result(**changes)
-    result["image"] = dict(sub.images[task.sif_sha256], environment="apptainer",
-                           sif={"path": str(task.sif), "sha256": task.sif_sha256})
-    result["host"] = {"hostname": "n0", "slurm": {"job_id": job, "task": task.index, "state": state,
-                                                  "exit_code": "0:0", "config": task.config}}
+    result["image"] = dict(
+        sub.images[task.sif_sha256], environment="apptainer", sif={"path": str(task.sif), "sha256": task.sif_sha256}
+    )
+    result["host"] = {
+        "hostname": "n0",
+        "slurm": {"job_id": job, "task": task.index, "state": state, "exit_code": "0:0", "config": task.config},
+    }
     task.out_dir.mkdir(parents=True, exist_ok=True)
     (task.out_dir / "result.json").write_text(json.dumps(result))
     return result
 
 
-@pytest.mark.parametrize("said, slurm_state, status", [
-    ("FAILED", "COMPLETED", "fail"),    # the result claims another end than Slurm saw, either way round
-    ("COMPLETED", "FAILED", "fail"),
-    ("TIMEOUT", "TIMEOUT", "pass"),     # a pass for a task Slurm did not complete (states after and before
-    ("CANCELLED", "CANCELLED", "pass"),  # COMPLETED in the alphabet)
-])
+@pytest.mark.parametrize(
+    "said, slurm_state, status",
+    [
+        ("FAILED", "COMPLETED", "fail"),  # the result claims another end than Slurm saw, either way round
+        ("COMPLETED", "FAILED", "fail"),
+        ("TIMEOUT", "TIMEOUT", "pass"),  # a pass for a task Slurm did not complete (states after and before
+        ("CANCELLED", "CANCELLED", "pass"),  # COMPLETED in the alphabet)
+    ],
+)
 def test_a_result_that_disagrees_with_slurm_is_refused(tmp_path, said, slurm_state, status):
     job = "31337"  # a job id as sacct prints it, read back from JSON: compared by value
     sub = one_task(tmp_path, jobs=[{"job_id": job, "tasks": [0]}])
@@ -232,6 +288,7 @@ def test_collect_refuses_a_damaged_submission_record(tmp_path, field, value):
     sub = one_task(tmp_path)
     db = tmp_path / "m.db"
     from builder.store.attempts import new_attempt
+
     record = json.loads(sub.model_dump_json())
     record["tasks"][0][field] = value
     (new_attempt(db, "slurm", sub.id) / "submission.json").write_text(json.dumps(record))
@@ -243,6 +300,7 @@ def test_collect_refuses_a_submission_whose_results_dir_is_no_safe_path(tmp_path
     sub = one_task(tmp_path)
     db = tmp_path / "m.db"
     from builder.store.attempts import new_attempt
+
     record = json.loads(sub.model_dump_json())
     record["results_dir"] = "/tmp/a:/root"
     (new_attempt(db, "slurm", sub.id) / "submission.json").write_text(json.dumps(record))
@@ -256,8 +314,11 @@ def test_a_result_naming_another_cell_is_refused_whichever_way_it_sorts(tmp_path
     task = sub.tasks[0]
     result = finished(sub, task, "COMPLETED")
     torch = cell.split("-")[1].removeprefix("torch")
-    result["image"]["manifest"] = {**result["image"]["manifest"], "cell_key": cell,
-                                   "cell": {**result["image"]["manifest"]["cell"], "torch": torch}}
+    result["image"]["manifest"] = {
+        **result["image"]["manifest"],
+        "cell_key": cell,
+        "cell": {**result["image"]["manifest"]["cell"], "torch": torch},
+    }
     (task.out_dir / "result.json").write_text(json.dumps(result))
     refused = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)
     assert refused["error_class"] == MISMATCH_CLASS
@@ -315,7 +376,7 @@ def test_submit_run_and_collect_through_the_cli_and_a_real_bash(tmp_path, monkey
     (bin_dir / "apptainer").write_text(f"""#!/bin/bash
 printf '%s\\0' "$@" > "$RECORD_DIR/apptainer.argv"
 for word in "$@"; do case "$word" in *:/out) out=${{word%:/out}} ;; esac; done
-cp {tmp_path / 'own.json'} "$out/result.json" && echo '[workload] pass'
+cp {tmp_path / "own.json"} "$out/result.json" && echo '[workload] pass'
 """)
     (bin_dir / "apptainer").chmod(0o755)
     (tmp_path / "own.json").write_text(json.dumps(workload_result()))
@@ -324,9 +385,21 @@ cp {tmp_path / 'own.json'} "$out/result.json" && echo '[workload] pass'
     monkeypatch.setenv("REPLY_TEXT", "31;cluster\n")
     (tmp_path / "results").mkdir()
     db = tmp_path / "m.db"
-    submitted = CliRunner().invoke(main, ["slurm", "submit", "--sif", str(make_sif(tmp_path / "sif")), "--results-dir",
-                                          str(tmp_path / "results"), "--site-file", str(tmp_path / "none.toml"),
-                                          "--db", str(db)])
+    submitted = CliRunner().invoke(
+        main,
+        [
+            "slurm",
+            "submit",
+            "--sif",
+            str(make_sif(tmp_path / "sif")),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--site-file",
+            str(tmp_path / "none.toml"),
+            "--db",
+            str(db),
+        ],
+    )
     assert submitted.exit_code == 0, submitted.output
     assert submitted.stdout == "31\n"
     [script] = list((tmp_path / "envbuild-attempts").glob("*-slurm-*/job.sbatch"))
@@ -334,9 +407,19 @@ cp {tmp_path / 'own.json'} "$out/result.json" && echo '[workload] pass'
     saved = json.loads(script.with_name("submission.json").read_text())
     assert (saved["schema_version"], saved["jobs"]) == (1, [{"job_id": "31", "tasks": [0]}])
 
-    ran = subprocess.run(["bash", str(script)], env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "0",
-                                                     "SLURM_ARRAY_JOB_ID": "31", "RECORD_DIR": str(record)},
-                         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    ran = subprocess.run(
+        ["bash", str(script)],
+        env={
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "SLURM_ARRAY_TASK_ID": "0",
+            "SLURM_ARRAY_JOB_ID": "31",
+            "RECORD_DIR": str(record),
+        },
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
     assert ran.returncode == 0, ran.stderr
     assert argv_of(record, "apptainer")[-5:] == ["-m", "workload", "train", "--out", "/out"]
 
@@ -347,8 +430,13 @@ cp {tmp_path / 'own.json'} "$out/result.json" && echo '[workload] pass'
     with MatrixStore.open(db, readonly=True) as store:
         [run] = store.runs()
     assert (run["cell_key"], run["result"]["status"], run["counts"]) == (CELL, "pass", True)
-    assert run["result"]["host"]["slurm"] == {"job_id": "31", "task": 0, "state": "COMPLETED", "exit_code": "0:0",
-                                              "config": "default"}
+    assert run["result"]["host"]["slurm"] == {
+        "job_id": "31",
+        "task": 0,
+        "state": "COMPLETED",
+        "exit_code": "0:0",
+        "config": "default",
+    }
 
 
 def test_the_runtime_the_node_named_goes_into_the_result(tmp_path):
@@ -358,10 +446,15 @@ def test_the_runtime_the_node_named_goes_into_the_result(tmp_path):
     (task.out_dir / "result.json").write_text(json.dumps(workload_result()))
     (task.out_dir / "container.log").write_text(
         "# envbuild: task 0 of job 7 on n0\n# envbuild: runtime: singularity-ce version 4.1.0-jammy\n"
-        "[workload] training\n# envbuild: runtime: apptainer version 9.9.9\n")  # the workload's own line: not ours
+        "[workload] training\n# envbuild: runtime: apptainer version 9.9.9\n"
+    )  # the workload's own line: not ours
     result = finish_task(sub, task, state_of("7_0|COMPLETED|0:0|||n0"), JOB)
-    assert result["image"]["runtime"] == {"name": "singularity-ce", "version": "4.1.0-jammy",
-                                          "version_line": "singularity-ce version 4.1.0-jammy", "path": None}
+    assert result["image"]["runtime"] == {
+        "name": "singularity-ce",
+        "version": "4.1.0-jammy",
+        "version_line": "singularity-ce version 4.1.0-jammy",
+        "path": None,
+    }
 
 
 def test_a_runtime_line_that_names_no_runtime_is_kept_short_and_unnamed(tmp_path):
@@ -381,34 +474,50 @@ def test_a_task_whose_node_had_no_runtime_is_an_attempt_naming_the_node(tmp_path
     task.out_dir.mkdir(parents=True)
     (task.out_dir / "container.log").write_text(
         "# envbuild: task 0 of job 7 on n0\n"
-        "FATAL:   envbuild: no apptainer or singularity on this node's PATH (the site file's modules load one)\n")
+        "FATAL:   envbuild: no apptainer or singularity on this node's PATH (the site file's modules load one)\n"
+    )
     result = finish_task(sub, task, state_of("7_0|FAILED|255:0|||n0"), JOB)
     assert (result["status"], result["error_class"]) == ("error", "container_error")
     assert "no apptainer or singularity on this node's PATH" in result["error"]
     assert "runtime" not in result["image"]
 
 
-@pytest.mark.parametrize("code, log, expected", [
-    ("255:0", "FATAL:   container creation failed: mount /proc/self/fd/3\n", "container_error"),
-    ("255:0", "[workload] training\nFATAL:   out of memory\n", "container_died"),  # the workload had started
-    ("254:0", "FATAL:   container creation failed\n", "container_died"),
-    ("3:0", "FATAL:   container creation failed\n", "container_died"),  # "3" sorts after "255"
-    ("255:0", "no fatal line\n", "container_died"),
-])
+@pytest.mark.parametrize(
+    "code, log, expected",
+    [
+        ("255:0", "FATAL:   container creation failed: mount /proc/self/fd/3\n", "container_error"),
+        ("255:0", "[workload] training\nFATAL:   out of memory\n", "container_died"),  # the workload had started
+        ("254:0", "FATAL:   container creation failed\n", "container_died"),
+        ("3:0", "FATAL:   container creation failed\n", "container_died"),  # "3" sorts after "255"
+        ("255:0", "no fatal line\n", "container_died"),
+    ],
+)
 def test_apptainer_refusing_the_sif_on_the_node_is_an_attempt(code, log, expected):
     error_class, message = end_class(state_of(f"7_0|FAILED|{code}|||n0"), log)
     assert error_class == expected
-    assert message == (f"Slurm ended the task as FAILED (exit code {code})" if expected == "container_died"
-                       else "apptainer could not run the SIF (FATAL:   container creation failed: mount /proc/self/fd/3)")
+    assert message == (
+        f"Slurm ended the task as FAILED (exit code {code})"
+        if expected == "container_died"
+        else "apptainer could not run the SIF (FATAL:   container creation failed: mount /proc/self/fd/3)"
+    )
 
 
-@pytest.mark.parametrize("state, expected", [("OUT_OF_MEMORY", "oom_killed"), ("TIMEOUT", "slurm_timeout"),
-                                             ("PREEMPTED", "slurm_preempted"),  # these sort after FAILED
-                                             ("CANCELLED", "slurm_cancelled"), ("BOOT_FAIL", "slurm_node_fail"),
-                                             ("DEADLINE", "slurm_timeout")])  # these before
+@pytest.mark.parametrize(
+    "state, expected",
+    [
+        ("OUT_OF_MEMORY", "oom_killed"),
+        ("TIMEOUT", "slurm_timeout"),
+        ("PREEMPTED", "slurm_preempted"),  # these sort after FAILED
+        ("CANCELLED", "slurm_cancelled"),
+        ("BOOT_FAIL", "slurm_node_fail"),
+        ("DEADLINE", "slurm_timeout"),
+    ],
+)  # these before
 def test_only_a_failed_task_can_be_the_runtime_refusing_the_sif(state, expected):
     """Exit 255 with a FATAL line and no workload line is the runtime's refusal only when Slurm says FAILED; a
     task Slurm ended for its memory or its time keeps that end state."""
     log = "FATAL:   container creation failed: mount /proc/self/fd/3\n"
     assert end_class(state_of(f"7_0|{state}|255:0|||n0"), log) == (
-        expected, f"Slurm ended the task as {state} (exit code 255:0)")
+        expected,
+        f"Slurm ended the task as {state} (exit code 255:0)",
+    )

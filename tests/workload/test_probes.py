@@ -90,7 +90,9 @@ def test_measured_values_are_recorded(all_records):
 
 def test_only_and_unknown_names():
     assert [r["name"] for r in run_probes(CPU, only=["gemm_accuracy", "device_discovery"])] == [
-        "device_discovery", "gemm_accuracy"]
+        "device_discovery",
+        "gemm_accuracy",
+    ]
     with pytest.raises(ValueError, match="unknown probe"):
         run_probes(CPU, only=["gemm_acuracy"])
 
@@ -112,6 +114,7 @@ def test_dtype_narrows_half_precision_probes():
 
 
 # --- GEMM -------------------------------------------------------------------------------------
+
 
 def _truncate_to_bf16(t: torch.Tensor) -> torch.Tensor:
     """Round toward zero into bf16 (drop the low 16 bits of the fp32 pattern)."""
@@ -142,17 +145,24 @@ def test_gemm_probe_catches_wrong_results():
 def test_compare_to_reference_definitions():
     ref = torch.randn(64, 32, dtype=torch.float64)
     assert gemm.compare_to_reference(ref.clone(), ref) == {
-        "rel_error": 0.0, "scale_bias": 0.0, "max_abs_error": 0.0, "nonfinite": 0}
+        "rel_error": 0.0,
+        "scale_bias": 0.0,
+        "max_abs_error": 0.0,
+        "nonfinite": 0,
+    }
     scaled = gemm.compare_to_reference(ref * 1.01, ref)
     assert scaled["scale_bias"] == pytest.approx(0.01) and scaled["rel_error"] == pytest.approx(0.01)
     u = 2**-8  # bf16 unit roundoff; the scale-bias limit is u/2
     assert gemm.judge(gemm.compare_to_reference(ref * (1 + u / 4), ref), torch.bfloat16) == []
     assert "scale bias" in gemm.judge(gemm.compare_to_reference(ref * (1 + u), ref), torch.bfloat16)[0]
-    assert "non-finite" in gemm.judge(gemm.compare_to_reference(ref.masked_fill(ref > 2, float("inf")), ref),
-                                      torch.float16)[0]
+    assert (
+        "non-finite"
+        in gemm.judge(gemm.compare_to_reference(ref.masked_fill(ref > 2, float("inf")), ref), torch.float16)[0]
+    )
 
 
 # --- RMSNorm and attention ----------------------------------------------------------------------
+
 
 class _AllHalfRMSNorm(torch.nn.Module):
     """The naive implementation the fp32 upcast exists to avoid: x^2 overflows in fp16."""
@@ -166,8 +176,9 @@ class _AllHalfRMSNorm(torch.nn.Module):
 
 
 def test_rmsnorm_probe_catches_a_half_precision_norm(monkeypatch):
-    monkeypatch.setattr(rmsnorm, "_gemma_rmsnorm",
-                        lambda hidden, dtype, dev: (_AllHalfRMSNorm(hidden).to(dev, dtype), "all-half"))
+    monkeypatch.setattr(
+        rmsnorm, "_gemma_rmsnorm", lambda hidden, dtype, dev: (_AllHalfRMSNorm(hidden).to(dev, dtype), "all-half")
+    )
     record = rmsnorm.rmsnorm_stability(ProbeContext(CPU, dtype=torch.float16))
     assert record["status"] == "fail"
     assert record["values"]["fp16_large_max_rel_error"] > 0.5  # x^2 overflows: rsqrt(inf) zeroes the output
@@ -197,6 +208,7 @@ def test_sdpa_probe_catches_a_backend_that_ignores_the_causal_mask(monkeypatch):
 
 
 # --- tokenizer ----------------------------------------------------------------------------------
+
 
 class _DropsCharacters:
     """A tokenizer whose decode loses a character, as a broken byte fallback would."""
@@ -257,21 +269,25 @@ def test_tokenizer_probe_skips_without_tokenizer():
 
 # --- device discovery (pure functions) ----------------------------------------------------------
 
-@pytest.mark.parametrize("env, rocm, limit, variable", [
-    ({}, True, None, None),
-    ({}, False, None, None),
-    ({"CUDA_VISIBLE_DEVICES": "0,1"}, False, 2, "CUDA_VISIBLE_DEVICES"),
-    ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, False, 1, "CUDA_VISIBLE_DEVICES"),   # -1 ends the list
-    ({"CUDA_VISIBLE_DEVICES": "1,1"}, False, 0, "CUDA_VISIBLE_DEVICES"),      # a repeat selects nothing
-    ({"CUDA_VISIBLE_DEVICES": ""}, False, 0, "CUDA_VISIBLE_DEVICES"),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-8a1f,GPU-77c0"}, False, 2, "CUDA_VISIBLE_DEVICES"),
-    ({"HIP_VISIBLE_DEVICES": "0,1,2"}, False, None, None),                    # CUDA ignores HIP's variable
-    ({"HIP_VISIBLE_DEVICES": "3"}, True, 1, "HIP_VISIBLE_DEVICES"),
-    ({"ROCR_VISIBLE_DEVICES": "0,1,2,3"}, True, 4, "ROCR_VISIBLE_DEVICES"),
-    ({"ROCR_VISIBLE_DEVICES": "4,5", "HIP_VISIBLE_DEVICES": "1"}, True, 1, "HIP_VISIBLE_DEVICES"),
-    ({"ROCR_VISIBLE_DEVICES": "4,5", "CUDA_VISIBLE_DEVICES": "0"}, True, 1, "CUDA_VISIBLE_DEVICES"),
-    ({"ROCR_VISIBLE_DEVICES": "4", "HIP_VISIBLE_DEVICES": "0,1"}, True, 1, "ROCR_VISIBLE_DEVICES"),
-])
+
+@pytest.mark.parametrize(
+    "env, rocm, limit, variable",
+    [
+        ({}, True, None, None),
+        ({}, False, None, None),
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, False, 2, "CUDA_VISIBLE_DEVICES"),
+        ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, False, 1, "CUDA_VISIBLE_DEVICES"),  # -1 ends the list
+        ({"CUDA_VISIBLE_DEVICES": "1,1"}, False, 0, "CUDA_VISIBLE_DEVICES"),  # a repeat selects nothing
+        ({"CUDA_VISIBLE_DEVICES": ""}, False, 0, "CUDA_VISIBLE_DEVICES"),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-8a1f,GPU-77c0"}, False, 2, "CUDA_VISIBLE_DEVICES"),
+        ({"HIP_VISIBLE_DEVICES": "0,1,2"}, False, None, None),  # CUDA ignores HIP's variable
+        ({"HIP_VISIBLE_DEVICES": "3"}, True, 1, "HIP_VISIBLE_DEVICES"),
+        ({"ROCR_VISIBLE_DEVICES": "0,1,2,3"}, True, 4, "ROCR_VISIBLE_DEVICES"),
+        ({"ROCR_VISIBLE_DEVICES": "4,5", "HIP_VISIBLE_DEVICES": "1"}, True, 1, "HIP_VISIBLE_DEVICES"),
+        ({"ROCR_VISIBLE_DEVICES": "4,5", "CUDA_VISIBLE_DEVICES": "0"}, True, 1, "CUDA_VISIBLE_DEVICES"),
+        ({"ROCR_VISIBLE_DEVICES": "4", "HIP_VISIBLE_DEVICES": "0,1"}, True, 1, "ROCR_VISIBLE_DEVICES"),
+    ],
+)
 def test_visible_device_limit(env, rocm, limit, variable):
     assert device.visible_device_limit(env, rocm)[:2] == (limit, variable)
 
@@ -283,30 +299,36 @@ def test_visible_device_notes_flag_conflicts():
     assert any("differ" in n for n in notes)
 
 
-@pytest.mark.parametrize("count, limit, status", [
-    (0, None, "fail"), (0, 2, "fail"), (2, 2, "pass"), (1, 4, "fail"), (8, 2, "fail"), (8, None, "pass")])
+@pytest.mark.parametrize(
+    "count, limit, status",
+    [(0, None, "fail"), (0, 2, "fail"), (2, 2, "pass"), (1, 4, "fail"), (8, 2, "fail"), (8, None, "pass")],
+)
 def test_check_device_count(count, limit, status):
     verdict, message = device.check_device_count(count, limit, "HIP_VISIBLE_DEVICES" if limit else None)
     assert verdict == status
     assert (message == "") == (status == "pass")
 
 
-@pytest.mark.parametrize("arch, arch_list, rocm, ok", [
-    ("gfx90a", ["gfx900", "gfx90a:xnack-", "gfx942"], True, True),
-    ("gfx90a:sramecc+:xnack-", ["gfx90a"], True, True),
-    ("gfx908", ["gfx90a", "gfx942"], True, False),
-    ("sm_90", ["sm_80", "sm_90"], False, True),
-    ("sm_86", ["sm_80"], False, True),                  # same major, newer minor runs sm_80 code
-    ("sm_90", ["sm_80", "sm_86"], False, False),
-    ("sm_90", ["sm_80", "compute_80"], False, True),    # PTX is compiled by the driver
-    ("sm_75", ["sm_80", "compute_80"], False, False),
-    ("sm_120", ["sm_100", "sm_120"], False, True),
-])
+@pytest.mark.parametrize(
+    "arch, arch_list, rocm, ok",
+    [
+        ("gfx90a", ["gfx900", "gfx90a:xnack-", "gfx942"], True, True),
+        ("gfx90a:sramecc+:xnack-", ["gfx90a"], True, True),
+        ("gfx908", ["gfx90a", "gfx942"], True, False),
+        ("sm_90", ["sm_80", "sm_90"], False, True),
+        ("sm_86", ["sm_80"], False, True),  # same major, newer minor runs sm_80 code
+        ("sm_90", ["sm_80", "sm_86"], False, False),
+        ("sm_90", ["sm_80", "compute_80"], False, True),  # PTX is compiled by the driver
+        ("sm_75", ["sm_80", "compute_80"], False, False),
+        ("sm_120", ["sm_100", "sm_120"], False, True),
+    ],
+)
 def test_arch_supported(arch, arch_list, rocm, ok):
     assert device.arch_supported(arch, arch_list, rocm) is ok
 
 
 # --- MIOpen / hipBLASLt -------------------------------------------------------------------------
+
 
 def test_dir_writable(tmp_path):
     assert rocm_libs.dir_writable(str(tmp_path / "new" / "miopen")) == (True, "")
@@ -318,8 +340,10 @@ def test_dir_writable(tmp_path):
 
 def test_miopen_dirs_follow_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert rocm_libs.miopen_dirs({}) == {"MIOPEN_USER_DB_PATH": f"{tmp_path}/.config/miopen",
-                                         "MIOPEN_CUSTOM_CACHE_DIR": f"{tmp_path}/.cache/miopen"}
+    assert rocm_libs.miopen_dirs({}) == {
+        "MIOPEN_USER_DB_PATH": f"{tmp_path}/.config/miopen",
+        "MIOPEN_CUSTOM_CACHE_DIR": f"{tmp_path}/.cache/miopen",
+    }
     assert rocm_libs.miopen_dirs({"MIOPEN_USER_DB_PATH": "/scratch/db"})["MIOPEN_USER_DB_PATH"] == "/scratch/db"
 
 
@@ -343,6 +367,7 @@ def test_miopen_probe_writes_nothing_outside_rocm(tmp_path, monkeypatch):
 
 
 # --- collective, world size 1 -------------------------------------------------------------------
+
 
 def test_collective_smoke_reuses_an_existing_group(tmp_path):
     from workload.probes import collective
@@ -369,8 +394,9 @@ class _FakeBlasChoice:
             if backend == "cublaslt" and not self.grants_lt:
                 import warnings
 
-                warnings.warn("Attempting to use hipBLASLt on an unsupported architecture! "
-                              "Overriding blas backend to hipblas")
+                warnings.warn(
+                    "Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas"
+                )
             else:
                 self.current = "_BlasBackend.Cublaslt" if backend == "cublaslt" else backend
         return self.current

@@ -26,12 +26,17 @@ def _wheel(directory: Path, version: str) -> None:
     files = {
         "triton/__init__.py": f"__version__ = '{version}'\n",
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: pytorch-triton-rocm\nVersion: {version}\n"
-                            "Requires-Dist: filelock\n",
+        "Requires-Dist: filelock\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: envbuild-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = "".join(
-        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-        f"{len(text.encode())}\n" for name, text in files.items()) + f"{info}/RECORD,,\n"
+    record = (
+        "".join(
+            f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+            f"{len(text.encode())}\n"
+            for name, text in files.items()
+        )
+        + f"{info}/RECORD,,\n"
+    )
     with zipfile.ZipFile(directory / f"pytorch_triton_rocm-{version}-py3-none-any.whl", "w") as archive:
         for name, text in {**files, f"{info}/RECORD": record}.items():
             archive.writestr(name, text)
@@ -50,8 +55,12 @@ def _run(venv: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
 
 
 def _installed(venv: Path) -> dict[str, str]:
-    out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return dict(line.split("==") for line in out.split())
 
 
@@ -68,8 +77,12 @@ def test_the_pinned_backend_goes_in_from_the_torch_index_without_its_requirement
     assert "pytorch-triton-rocm 3.0.0" in proc.stdout
     installed = _installed(venv)
     assert installed["pytorch-triton-rocm"] == "3.0.0" and "filelock" not in installed  # --no-deps
-    imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import triton; print(triton.__version__)"],
-                              check=True, capture_output=True, text=True).stdout
+    imported = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import triton; print(triton.__version__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert imported.strip() == "3.0.0"
 
     # a version only PyPI has (its pytorch-triton-rocm stops at 2.1.0) is not found: the step asks the torch
@@ -78,10 +91,14 @@ def test_the_pinned_backend_goes_in_from_the_torch_index_without_its_requirement
     assert proc.returncode != 0 and "No matching distribution found for pytorch-triton-rocm==2.1.0" in proc.stderr
 
 
-@pytest.mark.parametrize("env", [{"TORCH_COMPILE_PACKAGE": "pytorch-triton-rocm==3.0.0"},
-                                 {"TORCH_INDEX_URL": "https://download.pytorch.org/whl/rocm6.1"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"TORCH_COMPILE_PACKAGE": "pytorch-triton-rocm==3.0.0"},
+        {"TORCH_INDEX_URL": "https://download.pytorch.org/whl/rocm6.1"},
+    ],
+)
 def test_a_missing_setting_fails_the_step_before_pip(venv, tmp_path, env):
     proc = _run(venv, tmp_path, **env)
     assert proc.returncode == 1 and "must both be set" in proc.stderr
     assert "pip" not in proc.stdout.lower()
-

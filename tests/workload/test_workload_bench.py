@@ -14,10 +14,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_script_compares_both_loops(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--tiny", "--steps", "4",
-                           "--warmup", "0", "--variants", "", "--throughput-steps", "3", "--eval-samples", "16",
-                           "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "train_throughput.py"),
+            "--tiny",
+            "--steps",
+            "4",
+            "--warmup",
+            "0",
+            "--variants",
+            "",
+            "--throughput-steps",
+            "3",
+            "--eval-samples",
+            "16",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ratio (workload / baseline) samples/s" in proc.stdout
     report = json.loads(out.read_text())
@@ -55,8 +73,22 @@ def test_step_profile_classifies_real_kernel_names():
 
 def test_step_profile_runs_a_preset(tmp_path):
     out = tmp_path / "profile.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "step_profile.py"), "--tiny", "--preset", "seed",
-                           "--steps", "2", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "step_profile.py"),
+            "--tiny",
+            "--preset",
+            "seed",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["preset"] == "seed" and report["steps"] == 2 and report["samples"] == 2 * 16
@@ -87,8 +119,12 @@ def test_step_profile_counts_kernels_not_the_ranges_over_compiled_graphs():
     recorded = json.loads((ROOT / "bench/results/h200-profile-g2b-throughput-varlen.json").read_text())["top_kernels"]
     ranges = [k["seconds"] for k in recorded if k["name"].startswith("## Call CompiledFxGraph")]
     assert ranges
-    events = [SimpleNamespace(key=k["name"], device_type=torch.autograd.DeviceType.CUDA,
-                              self_device_time_total=k["seconds"] * 1e6) for k in recorded]
+    events = [
+        SimpleNamespace(
+            key=k["name"], device_type=torch.autograd.DeviceType.CUDA, self_device_time_total=k["seconds"] * 1e6
+        )
+        for k in recorded
+    ]
     by_kind, top = kernel_breakdown(SimpleNamespace(key_averages=lambda: events))
     assert sum(by_kind.values()) == pytest.approx(sum(k["seconds"] for k in recorded) - sum(ranges))
     assert not any(name.startswith("##") for name, _ in top)
@@ -96,8 +132,9 @@ def test_step_profile_counts_kernels_not_the_ranges_over_compiled_graphs():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
 def test_gemm_levers_says_it_needs_a_gpu():
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gemm_levers.py")], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gemm_levers.py")], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and "needs a GPU" in proc.stderr
 
 

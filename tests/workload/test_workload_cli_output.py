@@ -11,8 +11,9 @@ SHORT = ["--max-steps", "2", "--no-probes", "--min-accuracy", "0"]
 
 
 def _workload(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "workload", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "workload", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def test_probe_prints_a_table_and_json(tmp_path):

@@ -102,8 +102,7 @@ def test_invalid_json_line(tmp_path):
 
 def test_csv_reads_and_reports_lines(tmp_path):
     good = tmp_path / "d.csv"
-    good.write_text("text,label\n" + "".join(f'"hello, {i}",joy\nugh {i},anger\n' for i in range(3)),
-                    encoding="utf-8")
+    good.write_text("text,label\n" + "".join(f'"hello, {i}",joy\nugh {i},anger\n' for i in range(3)), encoding="utf-8")
     data = load_dataset(good, labels=None)
     assert data.labels == ("anger", "joy") and len(data.train) + len(data.eval) == 6
     assert any(e.text == "hello, 0" for e in data.train + data.eval)
@@ -118,9 +117,26 @@ def test_csv_reads_and_reports_lines(tmp_path):
 def test_cli_refuses_bad_data_with_exit_2_and_writes_no_result(tmp_path):
     path = _jsonl(tmp_path, _rows(labels=("joy",)))
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--data", str(path),
-                           "--labels", "auto", "--out", str(out), "--no-probes"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workload",
+            "train",
+            "--preset",
+            "smoke",
+            "--data",
+            str(path),
+            "--labels",
+            "auto",
+            "--out",
+            str(out),
+            "--no-probes",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert not out.exists()  # bad data says nothing about the environment: no result
     assert f"bad input: {path}:1: only one label" in proc.stderr

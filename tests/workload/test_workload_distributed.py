@@ -16,8 +16,18 @@ from workload import launch
 from workload.result import new_result, write_result
 from workload.runner import merge_rank_probes
 
-ARGS = ["--preset", "smoke", "--no-probes", "--quiet", "--max-steps", "12", "--lora-dropout", "0",
-        "--min-accuracy", "0"]
+ARGS = [
+    "--preset",
+    "smoke",
+    "--no-probes",
+    "--quiet",
+    "--max-steps",
+    "12",
+    "--lora-dropout",
+    "0",
+    "--min-accuracy",
+    "0",
+]
 
 
 def _free_port() -> int:
@@ -41,13 +51,19 @@ def _alive(pid: int) -> bool:
 
 
 def test_plain_nproc_2_launches_torchrun_and_matches_one_process(tmp_path):
-    single = subprocess.run([sys.executable, "-m", "workload", "train", *ARGS, "--out", str(tmp_path / "one")],
-                            capture_output=True, text=True, timeout=300, env=_env())
+    single = subprocess.run(
+        [sys.executable, "-m", "workload", "train", *ARGS, "--out", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+    )
     assert single.returncode == 0, single.stderr[-2000:]
     # the same run, started plainly with --nproc 2 and with the probes (they do not touch the training RNG)
     two_args = [a for a in ARGS if a != "--no-probes"] + ["--nproc", "2", "--out", str(tmp_path / "two")]
-    multi = subprocess.run([sys.executable, "-m", "workload", "train", *two_args],
-                           capture_output=True, text=True, timeout=300, env=_env())
+    multi = subprocess.run(
+        [sys.executable, "-m", "workload", "train", *two_args], capture_output=True, text=True, timeout=300, env=_env()
+    )
     assert multi.returncode == 0, multi.stderr[-3000:]
     assert "torch.distributed.run --standalone --nproc_per_node=2 --max_restarts=0" in multi.stderr
     one = json.loads((tmp_path / "one" / "result.json").read_text())
@@ -68,16 +84,37 @@ def test_plain_nproc_2_launches_torchrun_and_matches_one_process(tmp_path):
     assert multi_rank["values"]["world_size"] == 2 and multi_rank["values"]["backend"] == "gloo"
     assert multi_rank["values"]["all_reduce_max_error"] == 0 and multi_rank["values"]["busbw_gb_s"] > 0
     # rank 0 alone wrote one result and one adapter
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["adapter", "result.json", "third-party.log",
-                                                                     "third-party.rank1.log"]  # noise per rank
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
+        "adapter",
+        "result.json",
+        "third-party.log",
+        "third-party.rank1.log",
+    ]  # noise per rank
 
 
 def _start_launch(tmp_path, timeout_s: int):
     """A plain `--nproc 2` run long enough to be disturbed; returns it once both ranks joined the group."""
     log = open(tmp_path / "stderr.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--no-probes",
-                             "--quiet", "--max-steps", "500", "--nproc", "2", "--out", str(tmp_path / "out")],
-                            stderr=log, env=_env(WORKLOAD_DIST_TIMEOUT_S=timeout_s))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workload",
+            "train",
+            "--preset",
+            "smoke",
+            "--no-probes",
+            "--quiet",
+            "--max-steps",
+            "500",
+            "--nproc",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        stderr=log,
+        env=_env(WORKLOAD_DIST_TIMEOUT_S=timeout_s),
+    )
     deadline = time.monotonic() + 120
     while not all(f"rank {r}/2" in (tmp_path / "stderr.log").read_text() for r in (0, 1)):
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-3000:]
@@ -156,9 +193,13 @@ def test_hung_rank_ends_the_run_with_distributed_timeout(tmp_path):
     peer = subprocess.Popen([sys.executable, "-c", HUNG_RANK], env={**env, "RANK": "1", "LOCAL_RANK": "1"})
     try:
         start = time.monotonic()
-        rank0 = subprocess.run([sys.executable, "-m", "workload", "train", *ARGS, "--out", str(tmp_path)],
-                               capture_output=True, text=True, timeout=180,
-                               env={**env, "RANK": "0", "LOCAL_RANK": "0"})
+        rank0 = subprocess.run(
+            [sys.executable, "-m", "workload", "train", *ARGS, "--out", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**env, "RANK": "0", "LOCAL_RANK": "0"},
+        )
         elapsed = time.monotonic() - start
     finally:
         peer.kill()
@@ -170,6 +211,7 @@ def test_hung_rank_ends_the_run_with_distributed_timeout(tmp_path):
 
 
 # --- the launcher's decisions -------------------------------------------------------------------------------
+
 
 def test_process_count():
     assert launch.resolve_nproc("auto", "auto", 0) == 1
@@ -190,8 +232,13 @@ def test_process_count():
 
 
 def test_bad_nproc_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "workload", "train", "--nproc", "0"], capture_output=True,
-                          text=True, timeout=60, env=_env())
+    proc = subprocess.run(
+        [sys.executable, "-m", "workload", "train", "--nproc", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+    )
     assert proc.returncode == 2 and "--nproc" in proc.stderr
 
 
@@ -201,11 +248,13 @@ def test_visible_device_variables_must_agree_with_the_gpus():
     assert launch.visible_devices_problem({"CUDA_VISIBLE_DEVICES": "2,3"}, rocm=False, gpu_count=2) is None
     too_many = launch.visible_devices_problem({"HIP_VISIBLE_DEVICES": "0,1,2,3"}, rocm=True, gpu_count=2)
     assert "HIP_VISIBLE_DEVICES selects 4" in too_many and "device_count() is 2" in too_many
-    differ = launch.visible_devices_problem({"HIP_VISIBLE_DEVICES": "0,1", "CUDA_VISIBLE_DEVICES": "0"},
-                                            rocm=True, gpu_count=2)
+    differ = launch.visible_devices_problem(
+        {"HIP_VISIBLE_DEVICES": "0,1", "CUDA_VISIBLE_DEVICES": "0"}, rocm=True, gpu_count=2
+    )
     assert "differ" in differ and "CUDA_VISIBLE_DEVICES='0'" in differ
-    rocr = launch.visible_devices_problem({"ROCR_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0,1"},
-                                          rocm=True, gpu_count=1)
+    rocr = launch.visible_devices_problem(
+        {"ROCR_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0,1"}, rocm=True, gpu_count=1
+    )
     assert "ROCR_VISIBLE_DEVICES leaves only 1" in rocr
 
 
@@ -213,8 +262,16 @@ def test_ranks_get_the_arguments_without_nproc():
     argv = ["train", "--nproc", "2", "--preset", "smoke", "--nproc=auto", "--out", "D"]
     assert launch.rank_argv(argv) == ["train", "--preset", "smoke", "--out", "D"]
     command = launch.torchrun_command(argv, 2)
-    assert command[1:9] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                            "--max_restarts=0", "--monitor_interval=1", "-m", "workload"]
+    assert command[1:9] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--max_restarts=0",
+        "--monitor_interval=1",
+        "-m",
+        "workload",
+    ]
 
 
 def test_torchrun_hands_every_train_option_to_the_ranks_unchanged():
@@ -255,23 +312,27 @@ def _written(tmp_path, status, error_class):
     write_result(tmp_path, dict(new_result("train"), status=status, error_class=error_class))
 
 
-@pytest.mark.parametrize("rank0, code, signum, expected", [
-    (("pass", None), 0, None, ("pass", None)),
-    (("pass", None), 1, None, ("error", "process_died")),  # rank 0 passed, another rank failed
-    (("error", "interrupted"), 1, None, ("error", "process_died")),  # torchrun stopped rank 0
-    (("error", "distributed_timeout"), 1, None, ("error", "distributed_timeout")),
-    (("fail", "did_not_learn"), 1, None, ("fail", "did_not_learn")),
-    (("error", "interrupted"), 1, signal.SIGTERM, ("error", "interrupted")),
-    (None, 1, None, ("error", "process_died")),  # rank 0 never wrote: the parent's placeholder is left
-    (None, 0, signal.SIGINT, ("error", "interrupted")),
-])
+@pytest.mark.parametrize(
+    "rank0, code, signum, expected",
+    [
+        (("pass", None), 0, None, ("pass", None)),
+        (("pass", None), 1, None, ("error", "process_died")),  # rank 0 passed, another rank failed
+        (("error", "interrupted"), 1, None, ("error", "process_died")),  # torchrun stopped rank 0
+        (("error", "distributed_timeout"), 1, None, ("error", "distributed_timeout")),
+        (("fail", "did_not_learn"), 1, None, ("fail", "did_not_learn")),
+        (("error", "interrupted"), 1, signal.SIGTERM, ("error", "interrupted")),
+        (None, 1, None, ("error", "process_died")),  # rank 0 never wrote: the parent's placeholder is left
+        (None, 0, signal.SIGINT, ("error", "interrupted")),
+    ],
+)
 def test_reconcile_never_leaves_a_pass_for_a_failed_launch(tmp_path, rank0, code, signum, expected):
     envelope = new_result("train")
     write_result(tmp_path, envelope)
     if rank0:
         _written(tmp_path, *rank0)
-    exit_code, returned = launch.reconcile(tmp_path, envelope, code, signum,
-                                           "rank 1 (local_rank 1) failed first: exit code 1")
+    exit_code, returned = launch.reconcile(
+        tmp_path, envelope, code, signum, "rank 1 (local_rank 1) failed first: exit code 1"
+    )
     result = json.loads((tmp_path / "result.json").read_text())
     assert {k: v for k, v in returned.items() if not k.startswith("_")} == result
     assert (result["status"], result["error_class"]) == expected
@@ -280,10 +341,14 @@ def test_reconcile_never_leaves_a_pass_for_a_failed_launch(tmp_path, rank0, code
 
 
 def test_a_probe_failing_on_another_rank_fails_the_merged_record():
-    rank0 = [{"name": "device_discovery", "status": "pass", "values": {"arch": "gfx90a"}, "message": ""},
-             {"name": "gemm_accuracy", "status": "pass", "values": {}, "message": ""}]
-    rank1 = [{"name": "device_discovery", "status": "fail", "values": {}, "message": "no code for gfx942"},
-             {"name": "gemm_accuracy", "status": "pass", "values": {}, "message": ""}]
+    rank0 = [
+        {"name": "device_discovery", "status": "pass", "values": {"arch": "gfx90a"}, "message": ""},
+        {"name": "gemm_accuracy", "status": "pass", "values": {}, "message": ""},
+    ]
+    rank1 = [
+        {"name": "device_discovery", "status": "fail", "values": {}, "message": "no code for gfx942"},
+        {"name": "gemm_accuracy", "status": "pass", "values": {}, "message": ""},
+    ]
     merged = merge_rank_probes([rank0, rank1])
     assert merged[0]["status"] == "fail" and merged[0]["values"] == {"arch": "gfx90a", "failed_ranks": [1]}
     assert merged[0]["message"] == "rank 1: no code for gfx942"

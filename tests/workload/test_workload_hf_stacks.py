@@ -35,7 +35,9 @@ def _transformers4_stacks() -> dict[str, dict[str, str]]:
 def _rocm_lock(transformers: str) -> bytes:
     """The requirements.lock rendered for the first ROCm cell whose stack pins this transformers, for this Python."""
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    plan = next(p for p in all_plans(flavor="rocm") if p.stack["transformers"] == transformers and p.cell.python == python)
+    plan = next(
+        p for p in all_plans(flavor="rocm") if p.stack["transformers"] == transformers and p.cell.python == python
+    )
     return context_files(plan)[0]["requirements.lock"]
 
 
@@ -56,8 +58,12 @@ def make_stack_venv(venv: Path) -> Path:
     done = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     python = venv / "bin" / "python"
-    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                         capture_output=True, text=True, timeout=60)
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert own.returncode == 0, own.stderr[-2000:]
     Path(own.stdout.strip(), "envbuild-test-outer-site.pth").write_text("\n".join(_site_dirs()) + "\n")
     return python
@@ -70,15 +76,35 @@ def stack_python(request, tmp_path_factory) -> tuple[str, Path]:
     lock = venv.parent / "requirements.lock"
     lock.write_bytes(_rocm_lock(request.param))
     # the lock is complete: pip's hash-checking mode with --no-deps installs every dependency from it
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--only-binary", "sentencepiece",
-                              "--no-deps", "--require-hashes", "-r", str(lock)], capture_output=True, text=True)
+    install = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--only-binary",
+            "sentencepiece",
+            "--no-deps",
+            "--require-hashes",
+            "-r",
+            str(lock),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert install.returncode == 0, install.stderr[-2000:]
     return request.param, python
 
 
 def _train(python: Path, out: Path, *args: str) -> tuple[int, dict]:
-    proc = subprocess.run([str(python), "-m", "workload", "train", "--preset", "smoke", "--quiet",
-                           "--out", str(out), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(python), "-m", "workload", "train", "--preset", "smoke", "--quiet", "--out", str(out), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     result = out / "result.json"
     assert result.is_file(), f"exit {proc.returncode}, no result.json; stderr tail:\n{proc.stderr[-3000:]}"
     return proc.returncode, json.loads(result.read_text())
@@ -86,15 +112,23 @@ def _train(python: Path, out: Path, *args: str) -> tuple[int, dict]:
 
 def test_the_stack_venv_sees_this_interpreters_torch_and_its_own_packages_first(tmp_path):
     python = make_stack_venv(tmp_path / "venv")
-    probe = subprocess.run([str(python), "-c", "import sys, torch; print(torch.__file__); print(sys.prefix)"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [str(python), "-c", "import sys, torch; print(torch.__file__); print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr[-2000:]
     torch_file, prefix = probe.stdout.split()
     import torch
 
     assert torch_file == torch.__file__ and prefix == str(tmp_path / "venv")
-    own = subprocess.run([str(python), "-c", "import sys; print([p for p in sys.path if 'site-packages' in p][0])"],
-                         capture_output=True, text=True, timeout=60)
+    own = subprocess.run(
+        [str(python), "-c", "import sys; print([p for p in sys.path if 'site-packages' in p][0])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert own.returncode == 0, own.stderr[-2000:]
     assert own.stdout.strip().startswith(str(tmp_path / "venv")), own.stdout
 

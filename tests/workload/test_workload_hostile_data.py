@@ -10,8 +10,10 @@ import sys
 
 ROW_BYTES = 50_000_000
 MEMORY_BOUND_KB = 1024 * 1024  # 1 GiB peak RSS for the whole smoke run (measured: ~0.45 GB with or without the row)
-_RSS_OF_CHILD = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
-                 "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+_RSS_OF_CHILD = (
+    "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)"
+)
 
 
 def _rows():
@@ -31,9 +33,31 @@ def test_a_50_mb_row_is_cut_at_read_time_and_memory_stays_bounded(tmp_path):
             f.write(json.dumps(row) + "\n")
     assert data.stat().st_size > ROW_BYTES
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-c", _RSS_OF_CHILD, sys.executable, "-m", "workload", "train",
-                           "--data", str(data), "--labels", "auto", "--out", str(out), "--max-steps", "2",
-                           "--no-probes", "--min-accuracy", "0"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _RSS_OF_CHILD,
+            sys.executable,
+            "-m",
+            "workload",
+            "train",
+            "--data",
+            str(data),
+            "--labels",
+            "auto",
+            "--out",
+            str(out),
+            "--max-steps",
+            "2",
+            "--no-probes",
+            "--min-accuracy",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     peak_kb = int(proc.stdout.split()[-1])
     assert peak_kb < MEMORY_BOUND_KB, f"peak RSS {peak_kb / 1024:.0f} MB"
@@ -45,11 +69,36 @@ def test_a_50_mb_row_is_cut_at_read_time_and_memory_stays_bounded(tmp_path):
 
 def test_long_tokenization_shows_progress(tmp_path):
     data = tmp_path / "many.jsonl"
-    data.write_text("".join(json.dumps({"text": f"{label} row {i}", "label": label}) + "\n"
-                            for label in ("joy", "anger") for i in range(400)))
-    proc = subprocess.run([sys.executable, "-m", "workload", "train", "--data", str(data), "--labels", "auto",
-                           "--out", str(tmp_path / "out"), "--max-steps", "1", "--no-probes", "--min-accuracy", "0"],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "WORKLOAD_PROGRESS_S": "0"})
+    data.write_text(
+        "".join(
+            json.dumps({"text": f"{label} row {i}", "label": label}) + "\n"
+            for label in ("joy", "anger")
+            for i in range(400)
+        )
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workload",
+            "train",
+            "--data",
+            str(data),
+            "--labels",
+            "auto",
+            "--out",
+            str(tmp_path / "out"),
+            "--max-steps",
+            "1",
+            "--no-probes",
+            "--min-accuracy",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "WORKLOAD_PROGRESS_S": "0"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tokenizing the training texts: 512/640" in proc.stderr
     assert "tokenizing the training texts: 640/640" in proc.stderr

@@ -86,8 +86,10 @@ def test_with_dropout_q_k_v_share_one_mask():
         got = [q(x), k(x), v(x)]
     torch.manual_seed(7)
     dropped = F.dropout(x, 0.5, training=True)  # the one mask the merged path draws
-    want = [F.linear(x, m.base_layer.weight) + m.lora_B["default"](m.lora_A["default"](dropped)) * m.scaling["default"]
-            for m in (q, k, v)]
+    want = [
+        F.linear(x, m.base_layer.weight) + m.lora_B["default"](m.lora_A["default"](dropped)) * m.scaling["default"]
+        for m in (q, k, v)
+    ]
     for g, w in zip(got, want):
         assert_same_math(g, w, REDUCTION, DEPTH)
     # peft's own path draws a mask per projection: its k differs from the shared-mask one
@@ -127,9 +129,19 @@ def test_only_plain_lora_on_two_or_more_projections_is_merged():
 
     from tests.workload.test_workload_speed import BOS, EOS
 
-    config = transformers.GemmaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=1, head_dim=16, num_labels=7,
-                                      pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
+    config = transformers.GemmaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        num_labels=7,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+    )
 
     def blocks(**lora):
         from peft import LoraConfig, get_peft_model
@@ -142,8 +154,9 @@ def test_only_plain_lora_on_two_or_more_projections_is_merged():
     assert blocks(target_modules=["q_proj", "v_proj"]) == 2
     assert blocks(target_modules=["q_proj", "o_proj"]) == 0  # one projection: nothing to merge
     assert blocks(target_modules=["q_proj", "k_proj", "v_proj"], use_dora=True) == 0
-    model = apply_lora(transformers.GemmaForSequenceClassification._from_config(config), 4, 8, 0.0,
-                       ("q_proj", "k_proj", "v_proj"))
+    model = apply_lora(
+        transformers.GemmaForSequenceClassification._from_config(config), 4, 8, 0.0, ("q_proj", "k_proj", "v_proj")
+    )
     model.base_model.model.model.layers[0].self_attn.k_proj.lora_dropout["default"] = torch.nn.Dropout(0.3)
     assert sum(1 for m in model.modules() if mergeable(m)) == 1  # different dropout: that block stays peft's
 
@@ -160,8 +173,9 @@ def test_training_with_merged_qkv_reproduces_peft_losses_and_says_so(compiled, m
     for merged in (False, True):
         recipe = _recipe(compile=compiled, merged_qkv=merged)
         model = _model_b("gemma", torch.float64)  # dtype="fp32" below means no autocast: the run stays float64
-        stats = train(model, data, recipe, device=CPU, dtype="fp32", pad_id=PAD,
-                      compile_backend="aot_eager" if compiled else None)  # the compiled path on the CPU, quickly
+        stats = train(
+            model, data, recipe, device=CPU, dtype="fp32", pad_id=PAD, compile_backend="aot_eager" if compiled else None
+        )  # the compiled path on the CPU, quickly
         runs.append(([loss for _, loss in stats.train_loss], stats))
     (plain, plain_stats), (merged_losses, merged_stats) = runs
     assert plain_stats.merged_qkv_blocks == 0 and merged_stats.merged_qkv_blocks == 2

@@ -17,8 +17,15 @@ from workload.training.presets import PRESETS
 DATA = load_dataset()
 
 
-@pytest.mark.parametrize("model_id,family", [("tiny-gemma", "gemma"), ("tiny-gemma2", "gemma2"),
-                                             ("tiny-gemma3", "gemma3_text"), ("tiny-gemma4", "gemma4_text")])
+@pytest.mark.parametrize(
+    "model_id,family",
+    [
+        ("tiny-gemma", "gemma"),
+        ("tiny-gemma2", "gemma2"),
+        ("tiny-gemma3", "gemma3_text"),
+        ("tiny-gemma4", "gemma4_text"),
+    ],
+)
 def test_tiny_family_trains_and_round_trips(tmp_path, model_id, family):
     texts = [e.text for e in DATA.train]
     loaded = load_base(model_id, len(DATA.labels), work_dir=tmp_path / "base", tokenizer_texts=texts)
@@ -31,9 +38,14 @@ def test_tiny_family_trains_and_round_trips(tmp_path, model_id, family):
     before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
     ids = encode(loaded.tokenizer, texts, 64)
     labels = [DATA.labels.index(e.label) for e in DATA.train]
-    stats = train(loaded.model, Tokenised(ids, labels, ids[:4], labels[:4]),
-                  PRESETS["smoke"].replace(max_steps=2, log_every=1), device=torch.device("cpu"), dtype="fp32",
-                  pad_id=loaded.tokenizer.pad_token_id)
+    stats = train(
+        loaded.model,
+        Tokenised(ids, labels, ids[:4], labels[:4]),
+        PRESETS["smoke"].replace(max_steps=2, log_every=1),
+        device=torch.device("cpu"),
+        dtype="fp32",
+        pad_id=loaded.tokenizer.pad_token_id,
+    )
     assert stats.steps == 2 and all(loss == loss for _, loss in stats.train_loss)
     for name, p in loaded.model.named_parameters():
         if name not in trainable:
@@ -126,9 +138,19 @@ def test_attention_flops_match_the_matmuls_a_real_forward_and_backward_runs():
     from workload.training.metrics import attention_flops, attention_layers, mfu_from_flops
 
     config = transformers.Gemma4TextConfig(
-        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, head_dim=16, global_head_dim=32, hidden_size_per_layer_input=8,
-        vocab_size_per_layer_input=100, sliding_window=16, layer_types=["sliding_attention", "full_attention"])
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        global_head_dim=32,
+        hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=100,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+    )
     torch.manual_seed(0)
     backbone = transformers.Gemma4TextModel._from_config(config, attn_implementation="eager")
     model = apply_lora(models.LastTokenClassifier(backbone, 7), 4, 8, 0.0, ("q_proj", "k_proj", "v_proj", "o_proj"))

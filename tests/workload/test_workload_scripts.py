@@ -16,9 +16,14 @@ CJK_START = 0x4E00
 def _cjk_rows(n_per_label=200, chars_per_label=3000, length=40, seed=0):
     """Two labels drawn from disjoint CJK blocks: > 5,000 distinct characters, most of them rare."""
     rng = random.Random(seed)
-    return [{"text": "".join(chr(CJK_START + offset + rng.randrange(chars_per_label)) for _ in range(length)),
-             "label": label}
-            for label, offset in (("a", 0), ("b", chars_per_label)) for _ in range(n_per_label)]
+    return [
+        {
+            "text": "".join(chr(CJK_START + offset + rng.randrange(chars_per_label)) for _ in range(length)),
+            "label": label,
+        }
+        for label, offset in (("a", 0), ("b", chars_per_label))
+        for _ in range(n_per_label)
+    ]
 
 
 _WORDS = {
@@ -46,8 +51,25 @@ def _write(path, rows):
 
 
 def _train(data, out):
-    return subprocess.run([sys.executable, "-m", "workload", "train", "--preset", "smoke", "--data", str(data),
-                           "--labels", "auto", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workload",
+            "train",
+            "--preset",
+            "smoke",
+            "--data",
+            str(data),
+            "--labels",
+            "auto",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_large_character_set_keeps_the_common_characters_and_falls_back_to_bytes(tmp_path):

@@ -41,15 +41,30 @@ def _data(n_train=96, n_eval=32, vocab=300):
 def _model(family="gemma", seed=0, global_head_dim=16):
     import transformers
 
-    common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=1, head_dim=16, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS)
+    common = dict(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+    )
     torch.manual_seed(seed)
     if family == "gemma4_text":
         from workload.model.classifier import LastTokenClassifier
 
-        config = transformers.Gemma4TextConfig(**common, global_head_dim=global_head_dim,
-                                               hidden_size_per_layer_input=8, vocab_size_per_layer_input=300,
-                                               sliding_window=16, layer_types=["sliding_attention", "full_attention"])
+        config = transformers.Gemma4TextConfig(
+            **common,
+            global_head_dim=global_head_dim,
+            hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=300,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"],
+        )
         base = LastTokenClassifier(transformers.Gemma4TextModel._from_config(config, attn_implementation="sdpa"), 7)
     else:
         config = transformers.GemmaConfig(**common, num_labels=7)
@@ -60,11 +75,21 @@ def _model(family="gemma", seed=0, global_head_dim=16):
 
 
 def _recipe(**changes):
-    base = PRESETS["seed"].replace(dtype="fp32", lora_dropout=0.0, log_every=1, max_steps=4, epochs=1,
-                                   warmup_steps=2, learning_rate=2e-3, max_length=256)
+    base = PRESETS["seed"].replace(
+        dtype="fp32",
+        lora_dropout=0.0,
+        log_every=1,
+        max_steps=4,
+        epochs=1,
+        warmup_steps=2,
+        learning_rate=2e-3,
+        max_length=256,
+    )
     import dataclasses
-    return dataclasses.replace(base, **{"compile": False, "bucket_lengths": None, "micro_batch_tokens": None,
-                                        "graph_steps": False, **changes})
+
+    return dataclasses.replace(
+        base, **{"compile": False, "bucket_lengths": None, "micro_batch_tokens": None, "graph_steps": False, **changes}
+    )
 
 
 def _run(recipe, family="gemma", data=None, device=CPU, dtype=torch.float64, compile_backend=None):
@@ -73,8 +98,9 @@ def _run(recipe, family="gemma", data=None, device=CPU, dtype=torch.float64, com
     data = data or _data()
     model = _model(family).to(device, dtype)
     stats = train(model, data, recipe, device=device, dtype="fp32", pad_id=PAD, compile_backend=compile_backend)
-    ev = evaluate(model, data.eval_ids, data.eval_labels, device=device, dtype="fp32", pad_id=PAD, recipe=recipe,
-                  num_labels=7)
+    ev = evaluate(
+        model, data.eval_ids, data.eval_labels, device=device, dtype="fp32", pad_id=PAD, recipe=recipe, num_labels=7
+    )
     return [loss for _, loss in stats.train_loss], ev, stats
 
 
@@ -140,6 +166,7 @@ def test_packed_forward_equals_padded_forward_logits_and_gradients(family, devic
     order = [i for r in rows for i in r]
     pids, mask = collate([data.train_ids[i] for i in order], PAD, 8, 512)
     padded = model(input_ids=pids.to(device), attention_mask=mask.to(device)).logits
+
     def same(got, want):
         if device == "cpu":
             assert_same_math(got, want, 512, 32)  # 512-token rows, 2 layers forward and backward
@@ -275,13 +302,16 @@ def test_a_wheel_whose_compile_needs_a_gpu_trains_eager_on_a_host_without_one(mo
     from torch._dynamo.utils import counters
 
     budget = dict(tokens_per_step=1024, pack_length=256, pack=True)
-    monkeypatch.setenv("ENVBUILD_TORCH_COMPILE_NEEDS_GPU", "torch 2.13.0+rocm7.2: no CPU compile (pytorch/pytorch#189194)")
+    monkeypatch.setenv(
+        "ENVBUILD_TORCH_COMPILE_NEEDS_GPU", "torch 2.13.0+rocm7.2: no CPU compile (pytorch/pytorch#189194)"
+    )
     torch._dynamo.reset()
     counters.clear()
     eager = _run(_recipe(**budget, compile=True), compile_backend="aot_eager")
     assert not counters["stats"]["unique_graphs"]
-    assert eager[2].compile_error == ("unavailable in this image: no GPU on this host: torch 2.13.0+rocm7.2: no CPU "
-                                      "compile (pytorch/pytorch#189194)")
+    assert eager[2].compile_error == (
+        "unavailable in this image: no GPU on this host: torch 2.13.0+rocm7.2: no CPU compile (pytorch/pytorch#189194)"
+    )
     _assert_same(_run(_recipe(**budget)), eager)
     monkeypatch.delenv("ENVBUILD_TORCH_COMPILE_NEEDS_GPU")
     compiled = _run(_recipe(**budget, compile=True), compile_backend="aot_eager")
@@ -299,8 +329,9 @@ def test_compile_layers_wraps_every_decoder_layer_and_undoes_it():
 
 def test_lr_scales_with_sqrt_of_samples_per_step_and_warmup_keeps_samples():
     data = _data(n_train=400)
-    recipe = _recipe(tokens_per_step=2048, pack_length=256, pack=True, lr_scaling="sqrt", learning_rate=2e-4,
-                     warmup_steps=100)
+    recipe = _recipe(
+        tokens_per_step=2048, pack_length=256, pack=True, lr_scaling="sqrt", learning_rate=2e-4, warmup_steps=100
+    )
     steps = plan_epoch([len(x) for x in data.train_ids], recipe, seed=0)
     mean = sum(len(s.samples) for s in steps) / len(steps)
     lr, warmup = scaled_schedule(recipe, steps)
@@ -315,6 +346,7 @@ def test_presets_and_bad_combinations():
     assert seed.graph_steps and not fast.graph_steps
     # Where whole-step graphs cannot run, the run goes on uncaptured and says why.
     from workload.training.loop import _graphs_unsupported
+
     assert _graphs_unsupported(seed, "bf16", 1) is None
     assert "packed" in _graphs_unsupported(fast, "bf16", 1) and "fp16" in _graphs_unsupported(seed, "fp16", 1)
     assert "ranks" in _graphs_unsupported(seed, "bf16", 2)
@@ -325,8 +357,15 @@ def test_presets_and_bad_combinations():
     with pytest.raises(ValueError, match="pack_length"):
         plan_epoch(lengths, _recipe(tokens_per_step=512, pack=True, pack_length=128, max_length=256), seed=0)
     with pytest.raises(ValueError, match="reduce_sum"):
-        train(_model(), _data(n_train=8), _recipe(tokens_per_step=512, pack=True, pack_length=256), device=CPU,
-              dtype="fp32", pad_id=PAD, ddp_world=2)
+        train(
+            _model(),
+            _data(n_train=8),
+            _recipe(tokens_per_step=512, pack=True, pack_length=256),
+            device=CPU,
+            dtype="fp32",
+            pad_id=PAD,
+            ddp_world=2,
+        )
 
 
 def _packed_rank(rank, world, port, out):
@@ -345,8 +384,17 @@ def _packed_rank(rank, world, port, out):
 
     recipe = _recipe(tokens_per_step=1024, pack_length=256, pack=True, micro_batch_tokens=256)
     model = DistributedDataParallel(_model().double())
-    stats = train(model, _data(), recipe, device=CPU, dtype="fp32", pad_id=PAD, ddp_rank=rank, ddp_world=world,
-                  reduce_sum=reduce_sum)
+    stats = train(
+        model,
+        _data(),
+        recipe,
+        device=CPU,
+        dtype="fp32",
+        pad_id=PAD,
+        ddp_rank=rank,
+        ddp_world=world,
+        reduce_sum=reduce_sum,
+    )
     lora = [p.detach().sum().item() for n, p in model.module.named_parameters() if p.requires_grad]
     (out / f"rank{rank}.json").write_text(json.dumps({"losses": stats.train_loss, "params": lora}))
     # Exit without tearing gloo down: freeing DDP's reducer destroys the process group with the GIL held while a

@@ -18,18 +18,45 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def workload(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workload", "train", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=900, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                                       "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "workload", "train", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def test_the_tiny_shape_trains_its_timed_steps_and_the_report_shows_the_speed(tmp_path):
     """`envbuild run workload --local --preset speed` end to end: the run, its record, the cell's step 6."""
     out, db, site = tmp_path / "out", tmp_path / "m.db", tmp_path / "site"
-    ran = subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", "run", "workload", "--local",
-                          "--preset", "speed", "--model", "tiny-shape", "--no-probes", "--min-accuracy", "0",
-                          "--out", str(out), "--db", str(db)], cwd=REPO, capture_output=True, text=True, timeout=900,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from builder.cli import main; main()",
+            "run",
+            "workload",
+            "--local",
+            "--preset",
+            "speed",
+            "--model",
+            "tiny-shape",
+            "--no-probes",
+            "--min-accuracy",
+            "0",
+            "--out",
+            str(out),
+            "--db",
+            str(db),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+    )
     assert ran.returncode == 0, ran.stderr
     result = json.loads((out / "result.json").read_text())
     metrics, recipe = result["metrics"], preset_for("speed", "tiny-shape")
@@ -38,14 +65,33 @@ def test_the_tiny_shape_trains_its_timed_steps_and_the_report_shows_the_speed(tm
     assert len(metrics["curves"]["train_loss"]) == 12 and metrics["eval_after"]["accuracy"] >= 0
     assert result["model"]["random_weights"] is True and result["model"]["id"] == "tiny-shape"
     assert result["dataset"]["path"] == "synthetic" and result["dataset"]["n_eval"] == 512
-    assert result["invocation"]["data"] == {"name": "synthetic", "bundled": False, "sha256": result["dataset"]["sha256"]}
+    assert result["invocation"]["data"] == {
+        "name": "synthetic",
+        "bundled": False,
+        "sha256": result["dataset"]["sha256"],
+    }
     assert result["invocation"]["overrides"] == {"min_accuracy": 0.0}  # the tiny shape's own steps are no override
     assert result["conditions"]["contended"] in (True, False)  # recorded; this shared CPU may well be contended
     log = (out / "workload.log").read_text()  # the workload's progress, shown on the terminal as it runs
     assert "ETA" in log and "untimed" in log and "ETA" in ran.stdout
-    report = subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", "report", "-o", str(site),
-                             "--db", str(db), "--no-recipes"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from builder.cli import main; main()",
+            "report",
+            "-o",
+            str(site),
+            "--db",
+            str(db),
+            "--no-recipes",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert report.returncode == 0, report.stderr
     page = (site / "cells" / "cpu-torch2.13-py3.11.html").read_text()
     speed = page.split('id="speed-table"', 1)[1].split("</table>", 1)[0]
@@ -53,11 +99,14 @@ def test_the_tiny_shape_trains_its_timed_steps_and_the_report_shows_the_speed(tm
     assert 'data-step="6" data-state="done"' in page
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--preset", "speed", "--model", "google/gemma-2b"), "the speed preset trains a random-weight shape"),
-    (("--preset", "smoke", "--model", "gemma-2b-shape"), "trains with --preset speed only"),
-    (("--preset", "speed", "--untimed-steps", "-1"), "--untimed-steps -1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--preset", "speed", "--model", "google/gemma-2b"), "the speed preset trains a random-weight shape"),
+        (("--preset", "smoke", "--model", "gemma-2b-shape"), "trains with --preset speed only"),
+        (("--preset", "speed", "--untimed-steps", "-1"), "--untimed-steps -1"),
+    ],
+)
 def test_a_shape_and_the_speed_preset_go_together(tmp_path, args, message):
     done = workload(*args, "--out", str(tmp_path / "out"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
@@ -67,8 +116,18 @@ def test_a_shape_and_the_speed_preset_go_together(tmp_path, args, message):
 def test_the_speed_preset_is_the_throughput_levers_with_timed_steps():
     speed, throughput = PRESETS["speed"], PRESETS["throughput"]
     assert (speed.model, speed.max_steps, speed.untimed_steps, speed.seed) == ("gemma-2b-shape", 50, 10, 0)
-    for lever in ("tokens_per_step", "pack", "pack_length", "micro_batch_tokens", "compile", "varlen_attention",
-                  "merged_qkv", "lr_scaling", "lora_r", "dtype"):
+    for lever in (
+        "tokens_per_step",
+        "pack",
+        "pack_length",
+        "micro_batch_tokens",
+        "compile",
+        "varlen_attention",
+        "merged_qkv",
+        "lr_scaling",
+        "lora_r",
+        "dtype",
+    ):
         assert getattr(speed, lever) == getattr(throughput, lever), lever
 
 

@@ -85,8 +85,9 @@ def test_the_switch_sets_every_config_and_restores_it_even_on_error():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     model = _model("gemma4_text")
-    configs = {id(m.config): m.config for m in model.modules() if hasattr(getattr(m, "config", None),
-                                                                           "_attn_implementation")}
+    configs = {
+        id(m.config): m.config for m in model.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")
+    }
     with pytest.raises(RuntimeError):
         with varlen_attention_on(model):
             assert {c._attn_implementation for c in configs.values()} == {NAME}
@@ -99,8 +100,14 @@ def test_on_the_cpu_packed_rows_keep_their_masks_and_the_run_says_why():
     recipe = _recipe(tokens_per_step=1024, pack=True, pack_length=256, bucket_lengths=None)
     data = _data()
     masked = train(_model(), data, recipe, device=torch.device("cpu"), dtype="fp32", pad_id=PAD)
-    asked = train(_model(), data, dataclasses.replace(recipe, varlen_attention=True), device=torch.device("cpu"),
-                  dtype="fp32", pad_id=PAD)
+    asked = train(
+        _model(),
+        data,
+        dataclasses.replace(recipe, varlen_attention=True),
+        device=torch.device("cpu"),
+        dtype="fp32",
+        pad_id=PAD,
+    )
     assert not asked.varlen_attention and "CPU" in asked.varlen_error
     assert asked.train_loss == masked.train_loss
 
@@ -157,14 +164,26 @@ def test_training_with_varlen_attention_reproduces_masked_packed_losses(compiled
     """global_head_dim 512: the memory-efficient kernel, which runs between the compiled graphs (inductor cannot
     trace its backward in torch 2.11)."""
     dev = torch.device("cuda")
-    recipe = _recipe(tokens_per_step=1024, pack=True, pack_length=256, bucket_lengths=None, compile=compiled,
-                     dtype="bf16", max_steps=6)
+    recipe = _recipe(
+        tokens_per_step=1024,
+        pack=True,
+        pack_length=256,
+        bucket_lengths=None,
+        compile=compiled,
+        dtype="bf16",
+        max_steps=6,
+    )
     data = _data()
     runs = []
     for varlen in (False, True):
-        stats = train(_model("gemma4_text", global_head_dim=global_head_dim).to(dev), data,
-                      dataclasses.replace(recipe, varlen_attention=varlen),
-                      device=dev, dtype="bf16", pad_id=PAD)
+        stats = train(
+            _model("gemma4_text", global_head_dim=global_head_dim).to(dev),
+            data,
+            dataclasses.replace(recipe, varlen_attention=varlen),
+            device=dev,
+            dtype="bf16",
+            pad_id=PAD,
+        )
         assert stats.varlen_attention == varlen and stats.varlen_error is None
         assert stats.compiled_layers == (2 if compiled else 0), stats.compile_error
         runs.append([loss for _, loss in stats.train_loss])

@@ -45,9 +45,26 @@ def _attend(q, k, v, starts, scale, left, right):
     return out
 
 
-def _flash_cpu(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, is_causal, return_debug_mask, *, scale=None,
-               window_size_left=None, window_size_right=None, seqused_k=None, alibi_slopes=None, block_table=None,
-               num_splits=None):
+def _flash_cpu(
+    q,
+    k,
+    v,
+    cu_q,
+    cu_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    return_debug_mask,
+    *,
+    scale=None,
+    window_size_left=None,
+    window_size_right=None,
+    seqused_k=None,
+    alibi_slopes=None,
+    block_table=None,
+    num_splits=None,
+):
     CALLS.append("flash")
     assert q.shape[-1] <= 256, "Flash Attention takes head_dim <= 256"
     assert dropout_p == 0.0 and torch.equal(cu_q, cu_k) and q.shape[1] % k.shape[1] == 0
@@ -56,12 +73,32 @@ def _flash_cpu(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, is_causal, return_d
     left = -1 if window_size_left is None else window_size_left
     right = 0 if is_causal else (-1 if window_size_right is None else window_size_right)
     out = _attend(q, k, v, cu_q.tolist(), scale, left, right).to(q.dtype)
-    return (out, torch.zeros(q.shape[1], q.shape[0]), torch.zeros(2, dtype=torch.int64), torch.zeros(()),
-            torch.zeros(()))
+    return (
+        out,
+        torch.zeros(q.shape[1], q.shape[0]),
+        torch.zeros(2, dtype=torch.int64),
+        torch.zeros(()),
+        torch.zeros(()),
+    )
 
 
-def _efficient_cpu(q, k, v, bias, cu_q, cu_k, max_q, max_k, dropout_p, custom_mask_type, compute_log_sumexp=False,
-                   *, scale=None, seqlen_k=None, window_size=None):
+def _efficient_cpu(
+    q,
+    k,
+    v,
+    bias,
+    cu_q,
+    cu_k,
+    max_q,
+    max_k,
+    dropout_p,
+    custom_mask_type,
+    compute_log_sumexp=False,
+    *,
+    scale=None,
+    seqlen_k=None,
+    window_size=None,
+):
     CALLS.append("efficient")
     assert q.shape[0] == 1 and bias is None and dropout_p == 0.0 and window_size is None
     assert k.shape[2] == q.shape[2], "the memory-efficient kernel has no head sharing"
@@ -105,14 +142,23 @@ def _packed(head_dim, heads=4, kv_heads=2, dtype=torch.bfloat16):
     return q, k, v, pos, cu
 
 
-@pytest.mark.parametrize("head_dim, window, kernel", [(16, None, "flash"), (16, 16, "flash"), (32, 5, "flash"),
-                                                      (256, None, "flash"), (257, None, "efficient"),
-                                                      (512, None, "efficient")])
+@pytest.mark.parametrize(
+    "head_dim, window, kernel",
+    [
+        (16, None, "flash"),
+        (16, 16, "flash"),
+        (32, 5, "flash"),
+        (256, None, "flash"),
+        (257, None, "efficient"),
+        (512, None, "efficient"),
+    ],
+)
 def test_each_sample_attends_to_its_own_earlier_tokens_within_the_window(cpu_kernels, head_dim, window, kernel):
     q, k, v, pos, cu = _packed(head_dim)
     scale = 0.3
-    out, weights = varlen_attention(None, q, k, v, None, scaling=scale, sliding_window=window,
-                                    cu_seq_lens_q=cu, max_length_q=256)
+    out, weights = varlen_attention(
+        None, q, k, v, None, scaling=scale, sliding_window=window, cu_seq_lens_q=cu, max_length_q=256
+    )
     assert weights is None and out.shape == (3, 256, 4, head_dim) and out.dtype == torch.bfloat16
     assert cpu_kernels == [kernel]
     expected = _reference(q, k, v, pos, scale, window)
@@ -139,11 +185,14 @@ def test_fp32_activations_run_at_the_autocast_precision_and_plain_fp32_is_refuse
     assert (out.double() - expected).abs().max().item() <= 1e-2 * expected.abs().max().item()
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    (dict(cu_seq_lens_q=None), ValueError, "packed batches only"),
-    (dict(dropout=0.1), NotImplementedError, "no attention dropout or logit softcapping"),
-    (dict(softcap=30.0), NotImplementedError, "no attention dropout or logit softcapping"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(cu_seq_lens_q=None), ValueError, "packed batches only"),
+        (dict(dropout=0.1), NotImplementedError, "no attention dropout or logit softcapping"),
+        (dict(softcap=30.0), NotImplementedError, "no attention dropout or logit softcapping"),
+    ],
+)
 def test_what_the_kernels_cannot_do_is_refused_before_they_run(cpu_kernels, kwargs, error, message):
     q, k, v, _, cu = _packed(16)
     with pytest.raises(error, match=message):
@@ -181,8 +230,9 @@ def test_the_model_through_varlen_is_as_accurate_as_the_masked_packed_path(cpu_k
 
 
 @pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 2), (3, 1)])  # 4 - 2 == 4 // 2: the others tell them apart
-def test_on_a_torch_whose_varlen_attn_cannot_share_heads_the_glue_repeats_them(cpu_kernels, monkeypatch, heads,
-                                                                               kv_heads):
+def test_on_a_torch_whose_varlen_attn_cannot_share_heads_the_glue_repeats_them(
+    cpu_kernels, monkeypatch, heads, kv_heads
+):
     """torch 2.11 (the H200's) has no `enable_gqa` in varlen_attn: key/value heads are repeated before the call."""
     monkeypatch.setattr(varlen, "_flash_takes_gqa", lambda: False)
     seen = []
@@ -196,8 +246,7 @@ def test_on_a_torch_whose_varlen_attn_cannot_share_heads_the_glue_repeats_them(c
 
     monkeypatch.setattr(module, "varlen_attn", without_gqa)
     q, k, v, pos, cu = _packed(16, heads=heads, kv_heads=kv_heads)
-    out, _ = varlen_attention(None, q, k, v, None, scaling=0.3, sliding_window=16, cu_seq_lens_q=cu,
-                              max_length_q=256)
+    out, _ = varlen_attention(None, q, k, v, None, scaling=0.3, sliding_window=16, cu_seq_lens_q=cu, max_length_q=256)
     assert seen == [(heads, heads, heads)]
     expected = _reference(q, k, v, pos, 0.3, 16)
     assert (out.double() - expected).abs().max().item() <= 1e-2 * expected.abs().max().item()

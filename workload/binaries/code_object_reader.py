@@ -66,7 +66,7 @@ class Coverage:
 
     @property
     def verdict(self) -> str:
-        """"present", "missing" or "unknown" (nothing readable) for the requested arch."""
+        """ "present", "missing" or "unknown" (nothing readable) for the requested arch."""
         if self.arch is None:
             return "unknown"
         if not any(b.bundles for b in self.binaries) and not self.library_files:
@@ -79,12 +79,19 @@ class Coverage:
         """Files and library dirs that lack the requested arch."""
         if self.arch is None:
             return []
-        return ([b.path for b in self.binaries if b.bundles and self.arch not in b.archs]
-                + [d for d, counts in self.library_files.items() if self.arch not in counts])
+        return [b.path for b in self.binaries if b.bundles and self.arch not in b.archs] + [
+            d for d, counts in self.library_files.items() if self.arch not in counts
+        ]
 
     def to_json(self) -> dict:
-        return {"arch": self.arch, "verdict": self.verdict, "archs": self.archs, "missing_in": self.missing_in(),
-                "binaries": [asdict(b) for b in self.binaries], "library_files": self.library_files}
+        return {
+            "arch": self.arch,
+            "verdict": self.verdict,
+            "archs": self.archs,
+            "missing_in": self.missing_in(),
+            "binaries": [asdict(b) for b in self.binaries],
+            "library_files": self.library_files,
+        }
 
 
 def target_id(triple: str) -> str | None:
@@ -115,7 +122,7 @@ def _bundle_triples(data: mmap.mmap | bytes, start: int) -> list[str] | None:
             pos += 24
             if length > 1024:
                 return None
-            triples.append(bytes(data[pos:pos + length]).decode("ascii"))
+            triples.append(bytes(data[pos : pos + length]).decode("ascii"))
             pos += length
         return triples
     except (struct.error, UnicodeDecodeError):
@@ -208,17 +215,32 @@ def loaded_split(torch_lib: Path, rocm_libs: list[Path], arch: str | None) -> tu
     their DT_NEEDED entries name that are found in `torch_lib` or `rocm_libs` (in that order, as a wheel's
     bundled copies come first), plus the rocBLAS/hipBLASLt kernel dirs of the loaded ones."""
     dirs = [d.resolve() for d in [torch_lib, *rocm_libs] if d.is_dir()]
-    roots = sorted(p for p in dirs[0].iterdir() if p.is_file() and _is_shared_library(p)
-                   and p.name.startswith(_TORCH_LIBRARIES)) if torch_lib.is_dir() else []
+    roots = (
+        sorted(
+            p
+            for p in dirs[0].iterdir()
+            if p.is_file() and _is_shared_library(p) and p.name.startswith(_TORCH_LIBRARIES)
+        )
+        if torch_lib.is_dir()
+        else []
+    )
     loaded = {str(p) for p in closure(roots, dirs)}
     loaded_dirs: dict[str, dict[str, int]] = {}
     for library in loaded:
         loaded_dirs |= kernel_dirs_of(Path(library))
     everything = coverage(dirs, arch)  # one scan of each file, split below
-    return (Coverage(arch=arch, binaries=[b for b in everything.binaries if b.path in loaded],
-                     library_files=dict(sorted(loaded_dirs.items()))),
-            Coverage(arch=arch, binaries=[b for b in everything.binaries if b.path not in loaded],
-                     library_files={d: c for d, c in everything.library_files.items() if d not in loaded_dirs}))
+    return (
+        Coverage(
+            arch=arch,
+            binaries=[b for b in everything.binaries if b.path in loaded],
+            library_files=dict(sorted(loaded_dirs.items())),
+        ),
+        Coverage(
+            arch=arch,
+            binaries=[b for b in everything.binaries if b.path not in loaded],
+            library_files={d: c for d, c in everything.library_files.items() if d not in loaded_dirs},
+        ),
+    )
 
 
 def torch_lib() -> Path | None:
@@ -241,7 +263,9 @@ def torch_paths() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workload.binaries.code_object_reader", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m workload.binaries.code_object_reader", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("paths", nargs="*", type=Path, help="files or dirs (default: torch/lib and /opt/rocm/lib)")
     parser.add_argument("--arch", help="the GPU arch that must be present, e.g. gfx90a")
     parser.add_argument("--json", action="store_true")

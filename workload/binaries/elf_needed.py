@@ -23,7 +23,7 @@ def needed(path: Path) -> list[str]:
         header = handle.read(64)
         if len(header) < 64 or header[:4] != _ELF_MAGIC or header[4] != 2 or header[5] != 1:
             return []
-        shoff, = struct.unpack_from("<Q", header, 0x28)
+        (shoff,) = struct.unpack_from("<Q", header, 0x28)
         shentsize, shnum = struct.unpack_from("<HH", header, 0x3A)
         if not shoff or shentsize < 64 or not 0 < shnum <= _MAX_SECTIONS:
             return []

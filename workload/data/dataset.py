@@ -39,8 +39,14 @@ class Dataset:
         return sum(e.truncated for e in self.train + self.eval)
 
     def summary(self) -> dict:
-        return {"path": self.path, "sha256": self.sha256, "n_train": len(self.train),
-                "n_eval": len(self.eval), "labels": list(self.labels), "truncated_chars": self.truncated}
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "n_train": len(self.train),
+            "n_eval": len(self.eval),
+            "labels": list(self.labels),
+            "truncated_chars": self.truncated,
+        }
 
 
 def _decoded_lines(path: Path, handle, digest) -> Iterator[tuple[int, str]]:
@@ -50,8 +56,9 @@ def _decoded_lines(path: Path, handle, digest) -> Iterator[tuple[int, str]]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise DataError(path, f"not valid UTF-8 (byte {e.start} of the line); save the file as UTF-8",
-                            line=number) from None
+            raise DataError(
+                path, f"not valid UTF-8 (byte {e.start} of the line); save the file as UTF-8", line=number
+            ) from None
         yield number, (line[1:] if number == 1 and line.startswith("\ufeff") else line)
 
 
@@ -104,8 +111,9 @@ def _example(path: Path, line: int, record: dict, text_col: str, label_col: str,
     return Example(text=text[:max_chars], label=label, line=line, truncated=len(text) > max_chars)
 
 
-def read_examples(path: str | Path, text_col: str = "text", label_col: str = "label",
-                  max_chars: int = DEFAULT_MAX_CHARS) -> tuple[list[Example], str]:
+def read_examples(
+    path: str | Path, text_col: str = "text", label_col: str = "label", max_chars: int = DEFAULT_MAX_CHARS
+) -> tuple[list[Example], str]:
     """All examples of a .jsonl/.json/.csv file (texts cut to `max_chars` as they are read: one line in
     memory at a time) and the sha256 of its bytes."""
     path = Path(path)
@@ -131,8 +139,9 @@ def read_examples(path: str | Path, text_col: str = "text", label_col: str = "la
     return examples, digest.hexdigest()
 
 
-def stratified_split(examples: list[Example], labels: tuple[str, ...], eval_fraction: float,
-                     seed: int) -> tuple[list[Example], list[Example]]:
+def stratified_split(
+    examples: list[Example], labels: tuple[str, ...], eval_fraction: float, seed: int
+) -> tuple[list[Example], list[Example]]:
     """Per label: shuffle with `seed`, put round(n*fraction) (at least 1, at most n-1) into eval."""
     rng = random.Random(seed)
     train, evals = [], []
@@ -147,9 +156,16 @@ def stratified_split(examples: list[Example], labels: tuple[str, ...], eval_frac
     return train, evals
 
 
-def load_dataset(path: str | Path | None = None, *, labels: tuple[str, ...] | None = None,
-                 eval_fraction: float = 0.2, seed: int = 42, text_col: str = "text",
-                 label_col: str = "label", max_chars: int = DEFAULT_MAX_CHARS) -> Dataset:
+def load_dataset(
+    path: str | Path | None = None,
+    *,
+    labels: tuple[str, ...] | None = None,
+    eval_fraction: float = 0.2,
+    seed: int = 42,
+    text_col: str = "text",
+    label_col: str = "label",
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Dataset:
     """Load, validate and split a dataset. `labels=None` takes the sorted label set found in the file."""
     path = Path(path) if path else DEFAULT_DATASET
     examples, sha = read_examples(path, text_col, label_col, max_chars)
@@ -157,19 +173,30 @@ def load_dataset(path: str | Path | None = None, *, labels: tuple[str, ...] | No
         allowed = set(labels)
         for e in examples:
             if e.label not in allowed:
-                raise DataError(path, f"unknown label {e.label!r}; expected one of {list(labels)} "
-                                      "(pass --labels auto to take the labels from the data)", line=e.line)
+                raise DataError(
+                    path,
+                    f"unknown label {e.label!r}; expected one of {list(labels)} "
+                    "(pass --labels auto to take the labels from the data)",
+                    line=e.line,
+                )
     else:
         labels = tuple(sorted({e.label for e in examples}))
     present = {e.label for e in examples}
     if len(present) < 2:
-        raise DataError(path, f"only one label ({sorted(present)[0]!r}) in the file: classification needs "
-                              "at least two", line=examples[0].line)
+        raise DataError(
+            path,
+            f"only one label ({sorted(present)[0]!r}) in the file: classification needs at least two",
+            line=examples[0].line,
+        )
     for label in labels:
         group = [e for e in examples if e.label == label]
         if len(group) < 2:
             where = group[0].line if group else None
-            raise DataError(path, f"too small to split: label {label!r} has {len(group)} example(s), "
-                                  "need at least 2 (one for training, one for evaluation)", line=where)
+            raise DataError(
+                path,
+                f"too small to split: label {label!r} has {len(group)} example(s), "
+                "need at least 2 (one for training, one for evaluation)",
+                line=where,
+            )
     train, evals = stratified_split(examples, labels, eval_fraction, seed)
     return Dataset(path=str(path), sha256=sha, labels=tuple(labels), train=tuple(train), eval=tuple(evals))

@@ -20,8 +20,9 @@ def class_tokens(num_labels: int) -> list[list[int]]:
     return tokens
 
 
-def synthetic_data(n: int, vocab: int, seed: int, num_labels: int = 7,
-                   max_length: int = 512) -> tuple[list[list[int]], list[int]]:
+def synthetic_data(
+    n: int, vocab: int, seed: int, num_labels: int = 7, max_length: int = 512
+) -> tuple[list[list[int]], list[int]]:
     """`n` samples (token ids, label): a fixed `seed` gives the same data on every machine."""
     rng = random.Random(seed)
     signal = class_tokens(num_labels)

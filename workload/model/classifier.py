@@ -21,8 +21,12 @@ SEQ_CLS_CLASSES = {
     "gemma4": None,
     "gemma4_text": None,
 }
-CONFIG_CLASSES = {"gemma": "GemmaConfig", "gemma2": "Gemma2Config", "gemma3_text": "Gemma3TextConfig",
-                  "gemma4_text": "Gemma4TextConfig"}
+CONFIG_CLASSES = {
+    "gemma": "GemmaConfig",
+    "gemma2": "Gemma2Config",
+    "gemma3_text": "Gemma3TextConfig",
+    "gemma4_text": "Gemma4TextConfig",
+}
 ADAPTER_META = "workload_adapter.json"
 LABEL_MAP = "label_map.json"
 
@@ -37,9 +41,11 @@ def _transformers_class(name: str, family: str):
     transformers = _hf()
     cls = getattr(transformers, name, None)
     if cls is None:
-        raise UnsupportedFamily(f"the installed transformers {transformers.__version__} has no {name}: "
-                                f"Gemma family {family!r} is not supported by it; install a transformers "
-                                "release that includes this family")
+        raise UnsupportedFamily(
+            f"the installed transformers {transformers.__version__} has no {name}: "
+            f"Gemma family {family!r} is not supported by it; install a transformers "
+            "release that includes this family"
+        )
     return cls
 
 
@@ -99,8 +105,11 @@ def load_tokenizer(source: str | Path):
     from transformers import AutoTokenizer
 
     source_path = Path(source)
-    if source_path.is_dir() and (source_path / "tokenizer.model").is_file() \
-            and not (source_path / "tokenizer_config.json").is_file():
+    if (
+        source_path.is_dir()
+        and (source_path / "tokenizer.model").is_file()
+        and not (source_path / "tokenizer_config.json").is_file()
+    ):
         tok = _transformers_class("GemmaTokenizer", "gemma").from_pretrained(str(source_path))
     else:
         tok = AutoTokenizer.from_pretrained(str(source))
@@ -112,7 +121,8 @@ def load_tokenizer(source: str | Path):
 def _tiny_model(model_id: str, num_labels: int, tokenizer, attn: str | None, seed: int) -> tuple[nn.Module, str]:
     family = TINY_FAMILIES[model_id]
     config = _transformers_class(CONFIG_CLASSES[family], family)(
-        **tiny_config_kwargs(family, len(tokenizer)), num_labels=num_labels)
+        **tiny_config_kwargs(family, len(tokenizer)), num_labels=num_labels
+    )
     torch.manual_seed(seed)
     if family == "gemma4_text":
         backbone = _from_config(_transformers_class("Gemma4TextModel", family), config, attn)
@@ -127,8 +137,10 @@ def _pretrained_model(model_id: str, revision: str | None, num_labels: int, torc
         config = AutoConfig.from_pretrained(model_id, revision=revision)
     except (KeyError, ValueError) as e:
         import transformers
-        raise UnsupportedFamily(f"the installed transformers {transformers.__version__} cannot read the config of "
-                                f"{model_id}: {e}") from e
+
+        raise UnsupportedFamily(
+            f"the installed transformers {transformers.__version__} cannot read the config of {model_id}: {e}"
+        ) from e
     except OSError as e:
         raise ModelError(f"cannot load {model_id}: {e}") from e
     family = config.model_type
@@ -165,21 +177,35 @@ def check_model_source(model_id: str) -> None:
 
             near = difflib.get_close_matches(model_id, sorted(TINY_FAMILIES), n=1, cutoff=0.75)
             hint = f"did you mean {near[0]}? " if near else ""
-            raise PathError(f"--model {model_id}: not a tiny model, a local directory or a hub id (owner/name); "
-                            f"{hint}tiny models: {', '.join(sorted(TINY_FAMILIES))}")
+            raise PathError(
+                f"--model {model_id}: not a tiny model, a local directory or a hub id (owner/name); "
+                f"{hint}tiny models: {', '.join(sorted(TINY_FAMILIES))}"
+            )
         return
     path = Path(model_id).expanduser()
     if not path.exists():
-        raise PathError(f"--model {model_id}: no such directory; pass a model directory (with config.json "
-                        f"and weights), a hub id such as google/gemma-2b, or one of {sorted(TINY_FAMILIES)}")
+        raise PathError(
+            f"--model {model_id}: no such directory; pass a model directory (with config.json "
+            f"and weights), a hub id such as google/gemma-2b, or one of {sorted(TINY_FAMILIES)}"
+        )
     if not (path / "config.json").is_file():
-        raise PathError(f"--model {model_id}: no config.json in it; a model directory holds what "
-                        "save_pretrained writes (config.json, *.safetensors, tokenizer files)")
+        raise PathError(
+            f"--model {model_id}: no config.json in it; a model directory holds what "
+            "save_pretrained writes (config.json, *.safetensors, tokenizer files)"
+        )
 
 
-def load_base(model_id: str, num_labels: int, *, torch_dtype=torch.float32, attn: str | None = None,
-              revision: str | None = None, seed: int = 42, work_dir: Path | None = None,
-              tokenizer_texts: list[str] | None = None) -> LoadedModel:
+def load_base(
+    model_id: str,
+    num_labels: int,
+    *,
+    torch_dtype=torch.float32,
+    attn: str | None = None,
+    revision: str | None = None,
+    seed: int = 42,
+    work_dir: Path | None = None,
+    tokenizer_texts: list[str] | None = None,
+) -> LoadedModel:
     """The base classifier (not yet LoRA-wrapped) and its tokenizer. Tiny models are built and saved to `work_dir`."""
     if is_tiny(model_id):
         if work_dir is None or tokenizer_texts is None:
@@ -222,14 +248,21 @@ def _load_tiny_base(base_dir: Path, num_labels: int, torch_dtype, attn: str | No
     return cls.from_pretrained(str(base_dir), num_labels=num_labels, **kwargs), tokenizer, family
 
 
-def apply_lora(model: nn.Module, r: int, alpha: int, dropout: float, target_modules,
-               train_embeddings: bool = False) -> nn.Module:
+def apply_lora(
+    model: nn.Module, r: int, alpha: int, dropout: float, target_modules, train_embeddings: bool = False
+) -> nn.Module:
     """Wrap with LoRA on `target_modules`; the `score` head (and optionally `embed_tokens`) is trained in full."""
     from peft import LoraConfig, get_peft_model
 
     full = ["score"] + (["embed_tokens"] if train_embeddings else [])
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        modules_to_save=full, bias="none")
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=list(target_modules),
+        modules_to_save=full,
+        bias="none",
+    )
     return get_peft_model(model, config)
 
 
@@ -257,18 +290,28 @@ def save_adapter(loaded: LoadedModel, out_dir: Path, labels: tuple[str, ...], re
     """Adapter + `score` head (safetensors), label map, and what predict needs to rebuild the base."""
     out_dir.mkdir(parents=True, exist_ok=True)
     loaded.model.save_pretrained(str(out_dir), safe_serialization=True)
-    (out_dir / LABEL_MAP).write_text(json.dumps(
-        {"labels": list(labels), "label2id": {name: i for i, name in enumerate(labels)}}, ensure_ascii=False,
-        indent=1))
+    (out_dir / LABEL_MAP).write_text(
+        json.dumps(
+            {"labels": list(labels), "label2id": {name: i for i, name in enumerate(labels)}},
+            ensure_ascii=False,
+            indent=1,
+        )
+    )
     base = loaded.model_id
     if loaded.base_dir is not None:
         import shutil
+
         target = out_dir / "base"
         if target.resolve() != loaded.base_dir.resolve():
             shutil.copytree(loaded.base_dir, target, dirs_exist_ok=True)
         base = "base"
-    meta = {"base_model": base, "model_id": loaded.model_id, "revision": loaded.revision,
-            "family": loaded.family, **recipe_info}
+    meta = {
+        "base_model": base,
+        "model_id": loaded.model_id,
+        "revision": loaded.revision,
+        "family": loaded.family,
+        **recipe_info,
+    }
     (out_dir / ADAPTER_META).write_text(json.dumps(meta, indent=1))
     return out_dir
 
@@ -282,8 +325,10 @@ def read_adapter_meta(adapter_dir: Path) -> tuple[dict, tuple[str, ...]]:
         meta = json.loads((adapter_dir / ADAPTER_META).read_text())
         labels = tuple(json.loads((adapter_dir / LABEL_MAP).read_text())["labels"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PathError(f"--adapter {adapter_dir}: not a workload adapter ({ADAPTER_META} or {LABEL_MAP} "
-                        f"missing or unreadable: {e}); {hint}") from None
+        raise PathError(
+            f"--adapter {adapter_dir}: not a workload adapter ({ADAPTER_META} or {LABEL_MAP} "
+            f"missing or unreadable: {e}); {hint}"
+        ) from None
     return meta, labels
 
 

@@ -15,12 +15,31 @@ from .classifier import LastTokenClassifier
 
 PAD, EOS, BOS = 0, 1, 2
 SHAPES = {
-    "gemma-2b-shape": ("gemma", dict(vocab_size=256000, hidden_size=2048, intermediate_size=16384,
-                                     num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1,
-                                     head_dim=256)),
+    "gemma-2b-shape": (
+        "gemma",
+        dict(
+            vocab_size=256000,
+            hidden_size=2048,
+            intermediate_size=16384,
+            num_hidden_layers=18,
+            num_attention_heads=8,
+            num_key_value_heads=1,
+            head_dim=256,
+        ),
+    ),
     "gemma4-e2b-shape": ("gemma4_text", {}),
-    "tiny-shape": ("gemma", dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=1, head_dim=16)),
+    "tiny-shape": (
+        "gemma",
+        dict(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=16,
+        ),
+    ),
 }
 
 
@@ -44,8 +63,9 @@ def vocab_size(name: str) -> int:
     return _config(name)[1].vocab_size
 
 
-def build(name: str, num_labels: int, *, torch_dtype: torch.dtype, device: torch.device, seed: int,
-          attn: str | None = None) -> tuple[nn.Module, str]:
+def build(
+    name: str, num_labels: int, *, torch_dtype: torch.dtype, device: torch.device, seed: int, attn: str | None = None
+) -> tuple[nn.Module, str]:
     """(the random-weight classifier of shape `name` on `device` in `torch_dtype`, its family); seeded."""
     family, config = _config(name)
     torch.manual_seed(seed)

@@ -26,16 +26,24 @@ def arch_code_objects(ctx: ProbeContext) -> dict:
     flags = sorted({f.split(":")[0] for f in (torch._C._cuda_getArchFlags() or "").split()})
     torch_lib, rocm_libs = library_dirs()
     loaded, other = loaded_split(torch_lib, rocm_libs, arch)
-    values = {"arch": arch, "compiled_archs": flags, "code_object_archs": loaded.archs, "verdict": loaded.verdict,
-              "missing_in": loaded.missing_in(), "other_missing_in": other.missing_in()}
+    values = {
+        "arch": arch,
+        "compiled_archs": flags,
+        "code_object_archs": loaded.archs,
+        "verdict": loaded.verdict,
+        "missing_in": loaded.missing_in(),
+        "other_missing_in": other.missing_in(),
+    }
     problems = []
     if arch not in flags:
         problems.append(f"torch was compiled for {', '.join(flags) or 'no arch'}, not {arch}")
     if loaded.verdict == "missing":
         problems.append(f"no {arch} code objects in {', '.join(loaded.missing_in())} (loaded by torch)")
-    message = "; ".join(problems) + (": kernels would fail with 'HIP error: invalid device function'"
-                                     if problems else "")
+    message = "; ".join(problems) + (
+        ": kernels would fail with 'HIP error: invalid device function'" if problems else ""
+    )
     if other.missing_in():
-        message += ("; " if message else "") + (f"note: {arch} is missing in {', '.join(other.missing_in())}, "
-                                                 "which torch does not load")
+        message += ("; " if message else "") + (
+            f"note: {arch} is missing in {', '.join(other.missing_in())}, which torch does not load"
+        )
     return result("arch_code_objects", FAIL if problems else PASS, values, message)

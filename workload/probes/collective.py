@@ -111,8 +111,12 @@ def collective_smoke(ctx: ProbeContext, timeout_s: float = TIMEOUT_S) -> dict:
                 os.remove(os.path.join(store_dir, name))
             os.rmdir(store_dir)
     ok = values["all_reduce_max_error"] == 0.0
-    return result("collective_smoke", PASS if ok else FAIL, values,
-                  "" if ok else f"all_reduce returned a wrong sum (max error {values['all_reduce_max_error']})")
+    return result(
+        "collective_smoke",
+        PASS if ok else FAIL,
+        values,
+        "" if ok else f"all_reduce returned a wrong sum (max error {values['all_reduce_max_error']})",
+    )
 
 
 def _broadcast_check(device: torch.device) -> dict:
@@ -160,7 +164,11 @@ def multi_rank_collective(
             return result("multi_rank_collective", FAIL, values, "collective returned wrong values")
         values.update(run_with_deadline(lambda: _bandwidth(device, size_bytes, iterations), timeout_s))
     except TimeoutError as exc:
-        return result("multi_rank_collective", FAIL, values,
-                      f"{exc}: a peer is dead or stuck (on multi-GPU ROCm hosts check iommu=pt, ROCm/rccl#1129); "
-                      "this process group should not be used further")
+        return result(
+            "multi_rank_collective",
+            FAIL,
+            values,
+            f"{exc}: a peer is dead or stuck (on multi-GPU ROCm hosts check iommu=pt, ROCm/rccl#1129); "
+            "this process group should not be used further",
+        )
     return result("multi_rank_collective", PASS, values)

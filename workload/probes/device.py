@@ -50,8 +50,10 @@ def visible_device_limit(env: Mapping[str, str], rocm: bool) -> tuple[int | None
         limit, var = _count_listed(env["ROCR_VISIBLE_DEVICES"]), "ROCR_VISIBLE_DEVICES"
     hip_var = next((v for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if v in env), None)
     if hip_var:
-        if "HIP_VISIBLE_DEVICES" in env and "CUDA_VISIBLE_DEVICES" in env and (
-            env["HIP_VISIBLE_DEVICES"] != env["CUDA_VISIBLE_DEVICES"]
+        if (
+            "HIP_VISIBLE_DEVICES" in env
+            and "CUDA_VISIBLE_DEVICES" in env
+            and (env["HIP_VISIBLE_DEVICES"] != env["CUDA_VISIBLE_DEVICES"])
         ):
             notes.append("HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES differ; HIP_VISIBLE_DEVICES is used")
         selected = _count_listed(env[hip_var])
@@ -66,7 +68,10 @@ def check_device_count(device_count: int, limit: int | None, variable: str | Non
     """Verdict on the device count torch reports against what the environment asks for."""
     if device_count == 0:
         where = f" ({variable} allows {limit})" if variable else ""
-        return FAIL, f"torch sees no GPU{where}: check the device nodes passed to the container and the visible-device variables"
+        return (
+            FAIL,
+            f"torch sees no GPU{where}: check the device nodes passed to the container and the visible-device variables",
+        )
     if limit is not None and device_count != limit:
         return FAIL, (
             f"{variable} selects {limit} device(s) but torch.cuda.device_count() is {device_count}: "
@@ -135,8 +140,11 @@ def device_discovery(ctx: ProbeContext) -> dict:
     supported = arch_supported(arch, arch_list, rocm)
     values["arch_in_arch_list"] = supported
     if not supported:
-        notes.insert(0, f"this torch build has no code for {arch} (built for {', '.join(arch_list)}): "
-                        "kernels will fail with 'invalid device function'; use a build for this arch")
+        notes.insert(
+            0,
+            f"this torch build has no code for {arch} (built for {', '.join(arch_list)}): "
+            "kernels will fail with 'invalid device function'; use a build for this arch",
+        )
         return result("device_discovery", FAIL, values, "; ".join(notes))
     return result("device_discovery", PASS, values, "; ".join(notes))
 
@@ -173,9 +181,13 @@ def bf16_support(ctx: ProbeContext) -> dict:
     if reported and matmul_ok:
         return result("bf16_support", PASS, values)
     if not reported and matmul_ok:
-        return result("bf16_support", FAIL, values,
-                      "torch.cuda.is_bf16_supported() says no but a bf16 matmul works and is accurate: "
-                      "code that trusts the flag will needlessly disable bf16")
+        return result(
+            "bf16_support",
+            FAIL,
+            values,
+            "torch.cuda.is_bf16_supported() says no but a bf16 matmul works and is accurate: "
+            "code that trusts the flag will needlessly disable bf16",
+        )
     message = "bf16 matmul " + ("is inaccurate" if "matmul_rel_error" in values else "failed") + " on this device"
     if not wanted:
         return result("bf16_support", SKIP, values, message + " (this run does not use bf16)")

@@ -28,18 +28,20 @@ def peak_tflops(gpu_name: str | None) -> float | None:
 
 
 def pick_device(requested: str = "auto") -> torch.device:
-    """"auto": the first GPU when torch sees one (CUDA or ROCm, both via torch.cuda), else the CPU."""
+    """ "auto": the first GPU when torch sees one (CUDA or ROCm, both via torch.cuda), else the CPU."""
     if requested == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {requested!r} requested but torch sees no GPU "
-                           f"(torch {torch.__version__}, hip={torch.version.hip}, cuda={torch.version.cuda})")
+        raise RuntimeError(
+            f"device {requested!r} requested but torch sees no GPU "
+            f"(torch {torch.__version__}, hip={torch.version.hip}, cuda={torch.version.cuda})"
+        )
     return device
 
 
 def resolve_dtype(requested: str, device: torch.device) -> str:
-    """"auto": bf16 on GPUs that support it (MI200/MI300, Ampere+), fp16 on other GPUs, fp32 on CPU."""
+    """ "auto": bf16 on GPUs that support it (MI200/MI300, Ampere+), fp16 on other GPUs, fp32 on CPU."""
     if requested != "auto":
         if requested not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"unknown dtype {requested!r}: use auto, fp32, bf16 or fp16")
@@ -61,10 +63,14 @@ def _version(package: str) -> str | None:
 
 def versions() -> dict:
     return {
-        "python": platform.python_version(), "torch": torch.__version__, "hip": torch.version.hip,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "hip": torch.version.hip,
         "cuda": torch.version.cuda,
-        **{name: _version(name) for name in ("transformers", "peft", "accelerate", "sentencepiece",
-                                             "safetensors", "numpy")},
+        **{
+            name: _version(name)
+            for name in ("transformers", "peft", "accelerate", "sentencepiece", "safetensors", "numpy")
+        },
         "workload": __version__,
     }
 
@@ -80,10 +86,21 @@ def device_arch(device: torch.device | int) -> str:
 def hardware(device: torch.device) -> dict:
     """GPU identity; `gpu_count` is how many GPUs this process sees."""
     if device.type != "cuda":
-        return {"device_type": "cpu", "vendor": "cpu", "gpu_name": None, "arch": None, "gpu_count": 0,
-                "peak_tflops": None}
+        return {
+            "device_type": "cpu",
+            "vendor": "cpu",
+            "gpu_name": None,
+            "arch": None,
+            "gpu_count": 0,
+            "peak_tflops": None,
+        }
     props = torch.cuda.get_device_properties(device)
     vendor = "amd" if torch.version.hip else "nvidia"
-    return {"device_type": "cuda", "vendor": vendor, "gpu_name": props.name, "arch": device_arch(device) or None,
-            "gpu_count": torch.cuda.device_count(),
-            "peak_tflops": peak_tflops(props.name)}
+    return {
+        "device_type": "cuda",
+        "vendor": vendor,
+        "gpu_name": props.name,
+        "arch": device_arch(device) or None,
+        "gpu_count": torch.cuda.device_count(),
+        "peak_tflops": peak_tflops(props.name),
+    }

@@ -66,9 +66,13 @@ def judge(metrics: dict, dtype: torch.dtype) -> list[str]:
     if metrics["nonfinite"]:
         problems.append(f"{metrics['nonfinite']} non-finite values")
     if not metrics["rel_error"] < REL_ERROR_LIMIT_U * u:
-        problems.append(f"relative error {metrics['rel_error']:.3g} >= {REL_ERROR_LIMIT_U:g}u = {REL_ERROR_LIMIT_U * u:.3g}")
+        problems.append(
+            f"relative error {metrics['rel_error']:.3g} >= {REL_ERROR_LIMIT_U:g}u = {REL_ERROR_LIMIT_U * u:.3g}"
+        )
     if not abs(metrics["scale_bias"]) < SCALE_BIAS_LIMIT_U * u:
-        problems.append(f"scale bias {metrics['scale_bias']:.3g} beyond ±{SCALE_BIAS_LIMIT_U:g}u = {SCALE_BIAS_LIMIT_U * u:.3g}")
+        problems.append(
+            f"scale bias {metrics['scale_bias']:.3g} beyond ±{SCALE_BIAS_LIMIT_U:g}u = {SCALE_BIAS_LIMIT_U * u:.3g}"
+        )
     return problems
 
 

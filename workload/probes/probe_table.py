@@ -7,10 +7,14 @@ _SKIP_KEYS = {"duration_s"}
 
 def key_value(values: dict) -> str:
     """A probe's headline as `name=value`: its first measured error, else its first number or flag; "-" if none."""
-    measured = [(key, value) for key, value in values.items()
-                if key not in _SKIP_KEYS and "limit" not in key and isinstance(value, (bool, int, float))]
-    ranked = sorted(measured, key=lambda kv: (not ("error" in kv[0] and not isinstance(kv[1], bool)),
-                                              isinstance(kv[1], bool)))
+    measured = [
+        (key, value)
+        for key, value in values.items()
+        if key not in _SKIP_KEYS and "limit" not in key and isinstance(value, (bool, int, float))
+    ]
+    ranked = sorted(
+        measured, key=lambda kv: (not ("error" in kv[0] and not isinstance(kv[1], bool)), isinstance(kv[1], bool))
+    )
     if not ranked:
         return "-"
     key, value = ranked[0]
@@ -25,7 +29,7 @@ def limit(values: dict) -> str:
 def _printable(text: str, width: int) -> str:
     """One line, control characters shown as `?`, cut to `width`."""
     text = "".join(c if c.isprintable() else "?" for c in str(text))
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def probe_table(probes: list[dict], message_width: int = 60) -> str:
@@ -33,9 +37,11 @@ def probe_table(probes: list[dict], message_width: int = 60) -> str:
     rows = [("probe", "status", "key value", "limit", "message")]
     for p in probes:
         values = p.get("values") or {}
-        rows.append((p.get("name", "?"), p.get("status", "?"), key_value(values), limit(values),
-                     p.get("message") or ""))
+        rows.append(
+            (p.get("name", "?"), p.get("status", "?"), key_value(values), limit(values), p.get("message") or "")
+        )
     rows = [tuple(_printable(cell, message_width) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "".join(("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4]).rstrip() + "\n"
-                   for row in rows)
+    return "".join(
+        ("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4]).rstrip() + "\n" for row in rows
+    )

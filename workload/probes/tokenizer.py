@@ -30,7 +30,8 @@ SAMPLES = [
 def _bare_sentencepiece_dir(path: str) -> bool:
     """Only a tokenizer.model (the workload's tiny tokenizer): AutoTokenizer cannot tell its class."""
     return os.path.isfile(os.path.join(path, "tokenizer.model")) and not os.path.isfile(
-        os.path.join(path, "tokenizer_config.json"))
+        os.path.join(path, "tokenizer_config.json")
+    )
 
 
 def _load(path: str, use_fast: bool = True):
@@ -114,7 +115,9 @@ def tokenizer_integrity(ctx: ProbeContext, texts: list[str] = SAMPLES) -> dict:
         problems.append(f"{len(failures)} text(s) not restored by decode(encode()), e.g. {text!r} -> {decoded!r}")
 
     unk = getattr(under_test, "unk_token_id", None)
-    values["unk_tokens"] = sum(under_test.encode(t, add_special_tokens=False).count(unk) for t in texts) if unk is not None else 0
+    values["unk_tokens"] = (
+        sum(under_test.encode(t, add_special_tokens=False).count(unk) for t in texts) if unk is not None else 0
+    )
     if values["unk_tokens"]:
         problems.append(f"{values['unk_tokens']} unknown token(s): characters are lost (train with byte_fallback)")
 

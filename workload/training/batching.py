@@ -20,8 +20,9 @@ def encode_counted(tokenizer, texts: list[str], max_length: int, on_progress=Non
     limit = max_length - (eos is not None)
     out, truncated = [], 0
     for start in range(0, len(texts), ENCODE_CHUNK):
-        chunk = tokenizer(list(texts[start:start + ENCODE_CHUNK]), add_special_tokens=True, truncation=True,
-                          max_length=limit + 1)["input_ids"]
+        chunk = tokenizer(
+            list(texts[start : start + ENCODE_CHUNK]), add_special_tokens=True, truncation=True, max_length=limit + 1
+        )["input_ids"]
         for ids in chunk:
             truncated += len(ids) > limit
             ids = list(ids[:limit])
@@ -48,9 +49,12 @@ def train_batches(lengths: list[int], batch_size: int, *, seed: int, bucket_batc
     rng.shuffle(order)
     if bucket_batches > 1:
         window = batch_size * bucket_batches
-        order = [i for start in range(0, len(order), window)
-                 for i in sorted(order[start:start + window], key=lambda j: lengths[j])]
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        order = [
+            i
+            for start in range(0, len(order), window)
+            for i in sorted(order[start : start + window], key=lambda j: lengths[j])
+        ]
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     if bucket_batches > 1:
         rng.shuffle(batches)
     return batches
@@ -58,18 +62,19 @@ def train_batches(lengths: list[int], batch_size: int, *, seed: int, bucket_batc
 
 def eval_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     order = sorted(range(len(lengths)), key=lambda j: lengths[j])
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def collate(ids: list[list[int]], pad_id: int, multiple: int, max_length: int,
-            pin: bool = False, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def collate(
+    ids: list[list[int]], pad_id: int, multiple: int, max_length: int, pin: bool = False, width: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded input_ids and attention_mask, length rounded up to `multiple` (or exactly `width`)."""
     width = width or padded_length(max(len(x) for x in ids), multiple, max_length)
     input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(ids), width), dtype=torch.long)
     for row, x in enumerate(ids):
-        input_ids[row, :len(x)] = torch.tensor(x, dtype=torch.long)
-        mask[row, :len(x)] = 1
+        input_ids[row, : len(x)] = torch.tensor(x, dtype=torch.long)
+        mask[row, : len(x)] = 1
     if pin:
         input_ids, mask = input_ids.pin_memory(), mask.pin_memory()
     return input_ids, mask
@@ -80,8 +85,9 @@ def bucket_length(length: int, buckets: tuple[int, ...]) -> int:
     return next((b for b in buckets if b >= length), buckets[-1])
 
 
-def token_budget_batches(lengths: list[int], tokens_per_step: int, buckets: tuple[int, ...], *,
-                         seed: int) -> list[list[int]]:
+def token_budget_batches(
+    lengths: list[int], tokens_per_step: int, buckets: tuple[int, ...], *, seed: int
+) -> list[list[int]]:
     """One epoch of batches with a padded-token budget: each batch holds samples of one bucket length L
     (padded to L), `tokens_per_step // L` of them, so only `len(buckets)` shapes occur (plus each bucket's
     last, smaller batch). Batch order is shuffled."""
@@ -94,13 +100,14 @@ def token_budget_batches(lengths: list[int], tokens_per_step: int, buckets: tupl
         members = by_bucket[bucket]
         rng.shuffle(members)
         size = max(1, tokens_per_step // bucket)
-        batches += [members[i:i + size] for i in range(0, len(members), size)]
+        batches += [members[i : i + size] for i in range(0, len(members), size)]
     rng.shuffle(batches)
     return batches
 
 
-def packed_steps(lengths: list[int], row_length: int, rows_per_step: int, *, seed: int,
-                 window_steps: int = 8) -> list[list[list[int]]]:
+def packed_steps(
+    lengths: list[int], row_length: int, rows_per_step: int, *, seed: int, window_steps: int = 8
+) -> list[list[list[int]]]:
     """One epoch of packed steps: each step is `rows_per_step` rows (lists of sample indices) whose lengths sum
     to at most `row_length`. Samples are shuffled, then packed first-fit-decreasing inside windows of about
     `window_steps` steps' worth of tokens (nearly full rows, still random groups); step order is shuffled.
@@ -130,13 +137,14 @@ def packed_steps(lengths: list[int], row_length: int, rows_per_step: int, *, see
                 space[slot] -= lengths[i]
         rows += bins
         start = end
-    steps = [rows[i:i + rows_per_step] for i in range(0, len(rows), rows_per_step)]
+    steps = [rows[i : i + rows_per_step] for i in range(0, len(rows), rows_per_step)]
     rng.shuffle(steps)
     return steps
 
 
-def collate_packed(rows: list[list[list[int]]], pad_id: int, row_length: int, n_rows: int,
-                   pin: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate_packed(
+    rows: list[list[list[int]]], pad_id: int, row_length: int, n_rows: int, pin: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Padding-free batch: each row concatenates whole samples (`rows[r]` = their token id lists), the rest of
     the row is pad; always `n_rows` x `row_length` (one shape). Position ids restart at 0 for every sample
     (and for the pad tail), which is how transformers recognises packed sequences and masks attention to each
@@ -148,8 +156,8 @@ def collate_packed(rows: list[list[list[int]]], pad_id: int, row_length: int, n_
     for r in range(n_rows):
         samples, at = rows[r] if r < len(rows) else [], 0
         for x in samples:
-            input_ids[r, at:at + len(x)] = torch.tensor(x, dtype=torch.long)
-            position_ids[r, at:at + len(x)] = torch.arange(len(x))
+            input_ids[r, at : at + len(x)] = torch.tensor(x, dtype=torch.long)
+            position_ids[r, at : at + len(x)] = torch.arange(len(x))
             at += len(x)
             ends.append(r * row_length + at - 1)
         position_ids[r, at:] = torch.arange(row_length - at)

@@ -13,13 +13,27 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import NonFiniteLoss
-from .batching import (bucket_length, collate, collate_packed, eval_batches, packed_steps, padded_length,
-                       token_budget_batches, train_batches)
+from .batching import (
+    bucket_length,
+    collate,
+    collate_packed,
+    eval_batches,
+    packed_steps,
+    padded_length,
+    token_budget_batches,
+    train_batches,
+)
 from .merged_qkv import merged_qkv_on
 from .metrics import accuracy, attention_flops, attention_layers, macro_f1
 from .presets import Recipe
-from .speed import (COMPILE_NEEDS_GPU_ENV, COMPILE_UNAVAILABLE_ENV, compile_layers, packed_logits,
-                    packing_supported, uncompile_layers)
+from .speed import (
+    COMPILE_NEEDS_GPU_ENV,
+    COMPILE_UNAVAILABLE_ENV,
+    compile_layers,
+    packed_logits,
+    packing_supported,
+    uncompile_layers,
+)
 from .varlen import cu_seqlens, sequence_count, varlen_attention_on, varlen_available
 
 
@@ -96,8 +110,17 @@ def make_optimizer(params, recipe: Recipe, device: torch.device, total_steps: in
 
 
 @torch.no_grad()
-def evaluate(model, ids: list[list[int]], labels: list[int], *, device: torch.device, dtype: str, pad_id: int,
-             recipe: Recipe, num_labels: int) -> dict:
+def evaluate(
+    model,
+    ids: list[list[int]],
+    labels: list[int],
+    *,
+    device: torch.device,
+    dtype: str,
+    pad_id: int,
+    recipe: Recipe,
+    num_labels: int,
+) -> dict:
     """Accuracy, macro-F1 and mean loss on (ids, labels); leaves the model in train mode."""
     model.eval()
     preds, total_loss = [0] * len(ids), 0.0
@@ -110,8 +133,11 @@ def evaluate(model, ids: list[list[int]], labels: list[int], *, device: torch.de
         for i, p in zip(batch, logits.argmax(-1).tolist()):
             preds[i] = p
     model.train()
-    return {"accuracy": accuracy(preds, labels), "macro_f1": macro_f1(preds, labels, num_labels),
-            "loss": total_loss / max(1, len(ids))}
+    return {
+        "accuracy": accuracy(preds, labels),
+        "macro_f1": macro_f1(preds, labels, num_labels),
+        "loss": total_loss / max(1, len(ids)),
+    }
 
 
 def _check_finite(stats: TrainStats, losses: list, norms: list, first_step: int, dtype: str, reduce_sum) -> None:
@@ -124,8 +150,10 @@ def _check_finite(stats: TrainStats, losses: list, norms: list, first_step: int,
         stats.grad_norm.append([step, norm])
         # Under fp16 AMP an inf gradient norm is a skipped step (GradScaler lowers the scale); the loss must be finite.
         if not math.isfinite(loss) or (dtype != "fp16" and not math.isfinite(norm)):
-            raise NonFiniteLoss(f"training diverged at step {step}: loss={loss}, grad_norm={norm} "
-                                "(lower the learning rate, or use bf16/fp32 instead of fp16)")
+            raise NonFiniteLoss(
+                f"training diverged at step {step}: loss={loss}, grad_norm={norm} "
+                "(lower the learning rate, or use bf16/fp32 instead of fp16)"
+            )
 
 
 @dataclass
@@ -144,18 +172,22 @@ def plan_epoch(lengths: list[int], recipe: Recipe, seed: int) -> list[Step]:
     if not recipe.tokens_per_step:  # bucket_lengths then only sets the padded widths
         if recipe.pack:
             raise ValueError("pack needs tokens_per_step (a token budget per optimizer step)")
-        return [Step(b) for b in train_batches(lengths, recipe.batch_size, seed=seed,
-                                               bucket_batches=recipe.bucket_batches)]
+        return [
+            Step(b) for b in train_batches(lengths, recipe.batch_size, seed=seed, bucket_batches=recipe.bucket_batches)
+        ]
     if recipe.bucket_lengths:
         if recipe.pack:
             raise ValueError("choose either pack or bucket_lengths, not both")
-        return [Step(b) for b in token_budget_batches(lengths, recipe.tokens_per_step, recipe.bucket_lengths,
-                                                      seed=seed)]
+        return [
+            Step(b) for b in token_budget_batches(lengths, recipe.tokens_per_step, recipe.bucket_lengths, seed=seed)
+        ]
     if recipe.max_length > recipe.pack_length:
         raise ValueError(f"pack_length {recipe.pack_length} must be at least max_length {recipe.max_length}")
     rows_per_step = max(1, recipe.tokens_per_step // recipe.pack_length)
-    return [Step([i for row in rows for i in row], rows)
-            for rows in packed_steps(lengths, recipe.pack_length, rows_per_step, seed=seed)]
+    return [
+        Step([i for row in rows for i in row], rows)
+        for rows in packed_steps(lengths, recipe.pack_length, rows_per_step, seed=seed)
+    ]
 
 
 def _pad_width(lengths: list[int], recipe: Recipe) -> int:
@@ -173,12 +205,12 @@ def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0,
         rows_per_step = max(1, recipe.tokens_per_step // recipe.pack_length)
         per = min(-(-rows_per_step // world), max(1, cap // recipe.pack_length) if cap else rows_per_step)
         mine = step.rows[rank::world]
-        return [{"rows": mine[i:i + per], "n_rows": per} for i in range(0, len(mine), per)]
+        return [{"rows": mine[i : i + per], "n_rows": per} for i in range(0, len(mine), per)]
     width = _pad_width([lengths[i] for i in step.samples], recipe)
     per = max(world, cap // width) if cap else len(step.samples)
     out = []
     for i in range(0, len(step.samples), per):
-        mine = step.samples[i:i + per][rank::world]
+        mine = step.samples[i : i + per][rank::world]
         if not mine:
             raise ValueError(f"a micro-batch of {per} samples leaves rank {rank} of {world} without samples")
         out.append({"samples": mine, "width": width})
@@ -187,25 +219,38 @@ def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0,
 
 def _sequences(micro: dict, data: Tokenised, recipe: Recipe) -> int:
     """The (bucketed) sequence count of a packed micro-batch, as the varlen kernels see it."""
-    return sequence_count([[len(data.train_ids[i]) for i in row] for row in micro["rows"]], recipe.pack_length,
-                          micro["n_rows"])
+    return sequence_count(
+        [[len(data.train_ids[i]) for i in row] for row in micro["rows"]], recipe.pack_length, micro["n_rows"]
+    )
 
 
-def _host_batch(micro: dict, data: Tokenised, recipe: Recipe, pad_id: int, pin: bool,
-                varlen: bool = False) -> tuple[torch.Tensor, ...]:
+def _host_batch(
+    micro: dict, data: Tokenised, recipe: Recipe, pad_id: int, pin: bool, varlen: bool = False
+) -> tuple[torch.Tensor, ...]:
     """Host tensors of one micro-batch: padded (input_ids, attention_mask, target) or packed (input_ids,
     position_ids, sample ends[, cu_seqlens with `varlen`], target); pinned on GPUs."""
     if "rows" in micro:
-        tensors = collate_packed([[data.train_ids[i] for i in row] for row in micro["rows"]], pad_id,
-                                 recipe.pack_length, micro["n_rows"], pin=pin)
+        tensors = collate_packed(
+            [[data.train_ids[i] for i in row] for row in micro["rows"]],
+            pad_id,
+            recipe.pack_length,
+            micro["n_rows"],
+            pin=pin,
+        )
         if varlen:
             cu = cu_seqlens(tensors[1], _sequences(micro, data, recipe))
             tensors = (*tensors, cu.pin_memory() if pin else cu)
         samples = [i for row in micro["rows"] for i in row]
     else:
         samples = micro["samples"]
-        tensors = collate([data.train_ids[i] for i in samples], pad_id, recipe.pad_multiple, recipe.max_length,
-                          pin=pin, width=micro["width"])
+        tensors = collate(
+            [data.train_ids[i] for i in samples],
+            pad_id,
+            recipe.pad_multiple,
+            recipe.max_length,
+            pin=pin,
+            width=micro["width"],
+        )
     target = torch.tensor([data.train_labels[i] for i in samples])
     return (*tensors, target.pin_memory() if pin else target)
 
@@ -237,8 +282,9 @@ def scaled_schedule(recipe: Recipe, schedule: list[Step]) -> tuple[float, int]:
     return recipe.learning_rate * factor, max(1, round(recipe.warmup_steps / ratio))
 
 
-def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, world, params,
-             varlen: bool = False) -> None:
+def _warm_up(
+    model, schedule, data, recipe, device, dtype, pad_id, pin, rank, world, params, varlen: bool = False
+) -> None:
     """One forward/backward per distinct micro-batch shape (compilation happens here, outside the timing);
     the gradients are thrown away."""
     lengths = [len(x) for x in data.train_ids]
@@ -252,8 +298,9 @@ def _warm_up(model, schedule, data, recipe, device, dtype, pad_id, pin, rank, wo
             if shape in seen:
                 continue
             seen.add(shape)
-            logits, target = _logits(model, _to_device(_host_batch(micro, data, recipe, pad_id, pin, varlen),
-                                                       device), device, dtype)
+            logits, target = _logits(
+                model, _to_device(_host_batch(micro, data, recipe, pad_id, pin, varlen), device), device, dtype
+            )
             F.cross_entropy(logits.float(), target).backward()
     for p in params:
         p.grad = None
@@ -272,7 +319,7 @@ def _average_gradients(params, reduce_sum, world: int) -> None:
     flat = reduce_sum(torch.cat([g.reshape(-1) for g in grads])) / world
     at = 0
     for p, g in zip(params, grads):
-        p.grad = flat[at:at + g.numel()].view_as(g).clone()
+        p.grad = flat[at : at + g.numel()].view_as(g).clone()
         at += g.numel()
 
 
@@ -316,8 +363,9 @@ def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params,
     lengths = [len(x) for x in data.train_ids]
     try:
         for step in schedule:
-            graphs.capture([_host_batch(micro, data, recipe, pad_id, True)
-                            for micro in micro_batches(step, lengths, recipe)])
+            graphs.capture(
+                [_host_batch(micro, data, recipe, pad_id, True) for micro in micro_batches(step, lengths, recipe)]
+            )
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - the steps run uncaptured instead (recorded)
@@ -336,7 +384,7 @@ def _schedule(recipe: Recipe, lengths: list[int]) -> tuple[Recipe, list]:
         recipe = dataclasses.replace(recipe, pack=False, varlen_attention=False)
     schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
     if recipe.max_steps:
-        schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[:recipe.max_steps]
+        schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[: recipe.max_steps]
     return recipe, schedule
 
 
@@ -368,22 +416,52 @@ def _varlen(recipe: Recipe, device: torch.device, dtype: str, stats: TrainStats)
     if not (recipe.pack and recipe.varlen_attention):
         return False
     # the kernels are GPU-only; elsewhere packed rows use masks
-    stats.varlen_error = ("no varlen attention kernel on the CPU" if device.type != "cuda"
-                          else f"the varlen kernels take bf16/fp16, not {dtype}" if dtype not in ("bf16", "fp16")
-                          else varlen_available())
+    stats.varlen_error = (
+        "no varlen attention kernel on the CPU"
+        if device.type != "cuda"
+        else f"the varlen kernels take bf16/fp16, not {dtype}"
+        if dtype not in ("bf16", "fp16")
+        else varlen_available()
+    )
     return stats.varlen_error is None
 
 
-def _warm_up_compiled(model, schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank, ddp_world, params,
-                      varlen, stats: TrainStats, compiled: int) -> int:
+def _warm_up_compiled(
+    model,
+    schedule,
+    data,
+    recipe,
+    device,
+    dtype,
+    pad_id,
+    pin,
+    ddp_rank,
+    ddp_world,
+    params,
+    varlen,
+    stats: TrainStats,
+    compiled: int,
+) -> int:
     """Compile every step shape before the timed loop (`stats.warmup_seconds`); the compiled layer count, or 0
     when compiling failed and the same loop runs eager (recorded)."""
     _sync(device)
     begin = time.perf_counter()
     # Warm-up through the unwrapped module: DDP would sync (and ranks may see different shapes).
     try:
-        _warm_up(getattr(model, "module", model), schedule, data, recipe, device, dtype, pad_id, pin,
-                 ddp_rank, ddp_world, params, varlen)
+        _warm_up(
+            getattr(model, "module", model),
+            schedule,
+            data,
+            recipe,
+            device,
+            dtype,
+            pad_id,
+            pin,
+            ddp_rank,
+            ddp_world,
+            params,
+            varlen,
+        )
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - compilation failed: the same loop runs eager (recorded)
@@ -407,8 +485,17 @@ def _update(params, optimizer, scheduler, scaler, max_grad_norm: float) -> torch
     return norm
 
 
-def _log(stats: TrainStats, step_no: int, steps: int, recipe: Recipe, dtype: str, reduce_sum, on_step,
-         pending_loss: list, pending_norm: list) -> tuple[list, list]:
+def _log(
+    stats: TrainStats,
+    step_no: int,
+    steps: int,
+    recipe: Recipe,
+    dtype: str,
+    reduce_sum,
+    on_step,
+    pending_loss: list,
+    pending_norm: list,
+) -> tuple[list, list]:
     """Every `log_every` steps and at the last: check the pending losses and norms (one sync) and report the
     step; returns the lists still pending."""
     if step_no % recipe.log_every != 0 and step_no != steps:
@@ -419,9 +506,20 @@ def _log(stats: TrainStats, step_no: int, steps: int, recipe: Recipe, dtype: str
     return [], []
 
 
-def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype: str, pad_id: int,
-          on_step=None, ddp_rank: int = 0, ddp_world: int = 1, reduce_sum=None,
-          compile_backend: str | None = None) -> TrainStats:
+def train(
+    model,
+    data: Tokenised,
+    recipe: Recipe,
+    *,
+    device: torch.device,
+    dtype: str,
+    pad_id: int,
+    on_step=None,
+    ddp_rank: int = 0,
+    ddp_world: int = 1,
+    reduce_sum=None,
+    compile_backend: str | None = None,
+) -> TrainStats:
     """Train `model` (its trainable parameters) for the recipe's epochs (or max_steps).
 
     Steps come from `plan_epoch`; each runs as one or more micro-batches (`micro_batches`). Under data
@@ -439,9 +537,13 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
     if recipe.graph_steps and device.type == "cuda":
         stats.graph_error = _graphs_unsupported(recipe, dtype, ddp_world)
         use_graphs = stats.graph_error is None
-    optimizer, scheduler = make_optimizer(params, recipe.replace(learning_rate=learning_rate,
-                                                                 warmup_steps=warmup_steps), device, len(schedule),
-                                          capturable=use_graphs)
+    optimizer, scheduler = make_optimizer(
+        params,
+        recipe.replace(learning_rate=learning_rate, warmup_steps=warmup_steps),
+        device,
+        len(schedule),
+        capturable=use_graphs,
+    )
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "fp16"))
     stats.learning_rate, stats.warmup_steps = learning_rate, warmup_steps
     stats.packed = recipe.pack
@@ -465,15 +567,30 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
         if recipe.merged_qkv:
             stats.merged_qkv_blocks = attention.enter_context(merged_qkv_on(model))
         if compiled:
-            compiled = _warm_up_compiled(model, schedule, data, recipe, device, dtype, pad_id, pin, ddp_rank,
-                                         ddp_world, params, varlen, stats, compiled)
+            compiled = _warm_up_compiled(
+                model,
+                schedule,
+                data,
+                recipe,
+                device,
+                dtype,
+                pad_id,
+                pin,
+                ddp_rank,
+                ddp_world,
+                params,
+                varlen,
+                stats,
+                compiled,
+            )
         stats.compiled_layers = compiled
         graphs = None
         if use_graphs:
             _sync(device)
             begin = time.perf_counter()
-            graphs = _capture_steps(forward_model, schedule, data, recipe, device, dtype, pad_id, params, optimizer,
-                                    stats)
+            graphs = _capture_steps(
+                forward_model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats
+            )
             stats.warmup_seconds += time.perf_counter() - begin
         stats.graphed_layouts = len(graphs.graphs) if graphs else 0
         trained_lengths: list[int] = []
@@ -497,8 +614,9 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
                 _record_step(stats, step_no, step, lengths, trained_lengths)
                 pending_loss.append(step_loss)
                 pending_norm.append(norm)
-                pending_loss, pending_norm = _log(stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step,
-                                                  pending_loss, pending_norm)
+                pending_loss, pending_norm = _log(
+                    stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step, pending_loss, pending_norm
+                )
                 continue
             step_loss = torch.zeros((), device=device)
             for k, micro in enumerate(micros):
@@ -517,8 +635,9 @@ def train(model, data: Tokenised, recipe: Recipe, *, device: torch.device, dtype
             pending_loss.append(step_loss)
             pending_norm.append(norm.detach().float())
             _record_step(stats, step_no, step, lengths, trained_lengths)
-            pending_loss, pending_norm = _log(stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step,
-                                              pending_loss, pending_norm)
+            pending_loss, pending_norm = _log(
+                stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step, pending_loss, pending_norm
+            )
         _sync(device)
         stats.seconds = time.perf_counter() - start
         stats.samples, stats.tokens = stats.samples - untimed[0], stats.tokens - untimed[1]

@@ -25,9 +25,15 @@ def _plain_lora(module) -> str | None:
     if not (hasattr(module, "lora_A") and isinstance(getattr(module, "base_layer", None), nn.Linear)):
         return None
     adapters = list(module.active_adapters)
-    if (len(adapters) != 1 or adapters[0] not in module.lora_A or adapters[0] in getattr(module, "lora_variant", {})
-            or module.merged or module.disable_adapters or module.base_layer.bias is not None
-            or getattr(module, "lora_bias", {}).get(adapters[0], False)):
+    if (
+        len(adapters) != 1
+        or adapters[0] not in module.lora_A
+        or adapters[0] in getattr(module, "lora_variant", {})
+        or module.merged
+        or module.disable_adapters
+        or module.base_layer.bias is not None
+        or getattr(module, "lora_bias", {}).get(adapters[0], False)
+    ):
         return None
     return adapters[0]
 
@@ -47,8 +53,16 @@ def mergeable(attention: nn.Module) -> list[nn.Module]:
     if len(layers) < 2 or len(adapters) != 1:
         return []
     adapter = adapters.pop()
-    same = {(m.base_layer.in_features, m.base_layer.weight.dtype, m.base_layer.weight.device,
-             m.lora_A[adapter].weight.dtype, _dropout_p(m, adapter)) for m in layers}
+    same = {
+        (
+            m.base_layer.in_features,
+            m.base_layer.weight.dtype,
+            m.base_layer.weight.device,
+            m.lora_A[adapter].weight.dtype,
+            _dropout_p(m, adapter),
+        )
+        for m in layers
+    }
     return layers if len(same) == 1 and _dropout_p(layers[0], adapter) is not None else []
 
 
@@ -63,7 +77,7 @@ class _Merged:
         self.weight = torch.cat([m.base_layer.weight.detach() for m in layers])
         at = 0
         for m, size in zip(layers, self.sizes):
-            m.base_layer.weight.data = self.weight[at:at + size]
+            m.base_layer.weight.data = self.weight[at : at + size]
             at += size
         self.pending_input: torch.Tensor | None = None  # the input whose k/v outputs wait in `pending`
         self.pending: dict[int, torch.Tensor] = {}
@@ -74,8 +88,9 @@ class _Merged:
         lora_a = torch.cat([m.lora_A[adapter].weight for m in self.layers])
         dropped = first.lora_dropout[adapter](first._cast_input_dtype(x, lora_a.dtype))
         low = F.linear(dropped, lora_a).split([m.lora_A[adapter].out_features for m in self.layers], dim=-1)
-        return [(b + m.lora_B[adapter](lo) * m.scaling[adapter]).to(b.dtype)
-                for b, lo, m in zip(base, low, self.layers)]
+        return [
+            (b + m.lora_B[adapter](lo) * m.scaling[adapter]).to(b.dtype) for b, lo, m in zip(base, low, self.layers)
+        ]
 
     def first_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if args or kwargs:

@@ -25,7 +25,8 @@ def third_party_to(log_path: Path | None):
     with open(log_path, "a", encoding="utf-8", buffering=1) as log, warnings.catch_warnings():
         log.write("# third-party warnings and log records of this run (progress bars are off)\n")
         warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: log.write(
-            warnings.formatwarning(message, category, filename, lineno, line))
+            warnings.formatwarning(message, category, filename, lineno, line)
+        )
         handler = logging.StreamHandler(log)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         loggers = [logging.getLogger(name) for name in _LIBRARIES]

@@ -26,5 +26,10 @@ def pass_bar(eval_labels: list[int], num_labels: int, *, floor: float = 0.0, giv
         bar, source = floor, "preset floor"
     else:
         bar, source = rule, "majority rate + margin"
-    return {"min_accuracy": round(bar, 4), "majority_rate": round(majority, 4), "chance": round(chance, 4),
-            "margin": MARGIN, "source": source}
+    return {
+        "min_accuracy": round(bar, 4),
+        "majority_rate": round(majority, 4),
+        "chance": round(chance, 4),
+        "margin": MARGIN,
+        "source": source,
+    }

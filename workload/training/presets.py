@@ -35,7 +35,9 @@ class Recipe:
     pad_multiple: int = 64  # pad batch lengths to a multiple: few distinct shapes
     bucket_batches: int = 50  # length-sort within windows of this many batches
     max_grad_norm: float = 1.0
-    min_accuracy: float | None = None  # the pass bar given with --min-accuracy; None: the rule (workload/training/pass_bar.py)
+    min_accuracy: float | None = (
+        None  # the pass bar given with --min-accuracy; None: the rule (workload/training/pass_bar.py)
+    )
     accuracy_floor: float = 0.0  # the preset's own lowest bar; the rule's bar applies when it is higher
     max_steps: int | None = None
     untimed_steps: int = 0  # optimizer steps before the timing starts (samples/s, tokens/s and MFU count the rest)
@@ -56,29 +58,60 @@ class Recipe:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def lora_dict(self) -> dict:
-        return {"r": self.lora_r, "alpha": self.lora_alpha, "dropout": self.lora_dropout,
-                "target_modules": list(self.target_modules)}
+        return {
+            "r": self.lora_r,
+            "alpha": self.lora_alpha,
+            "dropout": self.lora_dropout,
+            "target_modules": list(self.target_modules),
+        }
 
 
 PRESETS = {
     # The reference recipe from the issue: LoRA r=64/alpha=16/dropout 0.1 on q/k/v/o, full head, lr 2e-4,
     # batch 16, 3 epochs, max length 512, warmup 100, weight decay 0.01, 7 emotion classes.
-    "seed": Recipe(preset="seed", model="google/gemma-2b", lora_r=64, lora_alpha=16, lora_dropout=0.1,
-                   learning_rate=2e-4, batch_size=16, epochs=3, max_length=512, warmup_steps=100,
-                   weight_decay=0.01,
-                   # Speed levers that keep the recipe's 16 samples per step: batches padded to 64/128/256/512
-                   # tokens (few shapes), a step over 4096 padded tokens run as micro-batches (gradient
-                   # accumulation inside the step: the same update up to rounding; it also caps peak memory),
-                   # decoder layers compiled on GPUs (one graph per micro-batch shape: (16,64) (16,128) (8,256)
-                   # (4,512)), and each step layout's whole step replayed as one captured device graph on GPUs.
-                   bucket_lengths=(64, 128, 256, 512), micro_batch_tokens=2048, compile=True, graph_steps=True),
+    "seed": Recipe(
+        preset="seed",
+        model="google/gemma-2b",
+        lora_r=64,
+        lora_alpha=16,
+        lora_dropout=0.1,
+        learning_rate=2e-4,
+        batch_size=16,
+        epochs=3,
+        max_length=512,
+        warmup_steps=100,
+        weight_decay=0.01,
+        # Speed levers that keep the recipe's 16 samples per step: batches padded to 64/128/256/512
+        # tokens (few shapes), a step over 4096 padded tokens run as micro-batches (gradient
+        # accumulation inside the step: the same update up to rounding; it also caps peak memory),
+        # decoder layers compiled on GPUs (one graph per micro-batch shape: (16,64) (16,128) (8,256)
+        # (4,512)), and each step layout's whole step replayed as one captured device graph on GPUs.
+        bucket_lengths=(64, 128, 256, 512),
+        micro_batch_tokens=2048,
+        compile=True,
+        graph_steps=True,
+    ),
     # Tiny random-initialised Gemma on CPU: proves the pipeline end to end and that it learns, in seconds.
     # Its random embeddings carry no meaning, so they are trained too (LoRA alone on random features
     # memorises the training texts and generalises poorly).
-    "smoke": Recipe(preset="smoke", model="tiny-gemma", lora_r=8, lora_alpha=16, lora_dropout=0.1,
-                    learning_rate=1e-2, batch_size=16, epochs=6, max_length=64, warmup_steps=10,
-                    weight_decay=0.01, dtype="fp32", pad_multiple=8, train_embeddings=True, accuracy_floor=0.45,
-                    log_every=6),
+    "smoke": Recipe(
+        preset="smoke",
+        model="tiny-gemma",
+        lora_r=8,
+        lora_alpha=16,
+        lora_dropout=0.1,
+        learning_rate=1e-2,
+        batch_size=16,
+        epochs=6,
+        max_length=64,
+        warmup_steps=10,
+        weight_decay=0.01,
+        dtype="fp32",
+        pad_multiple=8,
+        train_embeddings=True,
+        accuracy_floor=0.45,
+        log_every=6,
+    ),
 }
 
 # `throughput`: a token budget per optimizer step (32 packed rows of 512 tokens, run as 2 micro-batches of
@@ -90,10 +123,20 @@ PRESETS = {
 # the epoch's schedule at run time. On GPUs the packed rows go through varlen attention kernels (each sample
 # attends to its own tokens; no dense row x row mask is built or computed: workload/training/varlen.py). q/k/v run as one
 # base GEMM and one LoRA-A GEMM per layer, with one LoRA dropout mask shared by the three (workload/training/merged_qkv.py).
-PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput", tokens_per_step=16384,
-                                            bucket_lengths=None, pack=True, pack_length=512,
-                                            micro_batch_tokens=8192, lr_scaling="sqrt", compile=True,
-                                            graph_steps=False, varlen_attention=True, merged_qkv=True)
+PRESETS["throughput"] = dataclasses.replace(
+    PRESETS["seed"],
+    preset="throughput",
+    tokens_per_step=16384,
+    bucket_lengths=None,
+    pack=True,
+    pack_length=512,
+    micro_batch_tokens=8192,
+    lr_scaling="sqrt",
+    compile=True,
+    graph_steps=False,
+    varlen_attention=True,
+    merged_qkv=True,
+)
 
 # `speed`: the standard speed measurement of a cell (docs/workload.md "The speed preset"), the same on every GPU.
 # A random-weight classifier of a real model's shape (`--model gemma-2b-shape`, or `gemma4-e2b-shape`;
@@ -102,16 +145,36 @@ PRESETS["throughput"] = dataclasses.replace(PRESETS["seed"], preset="throughput"
 # past the pass bar), the throughput preset's levers, bf16 where the device has it, 10 untimed steps (after the
 # compile warm-up) and then 40 timed ones, seed 0. Its samples/s, tokens/s, MFU and peak memory are the cell's speed.
 SPEED_LABELS = tuple(f"class{k}" for k in range(7))
-PRESETS["speed"] = dataclasses.replace(PRESETS["throughput"], preset="speed", model="gemma-2b-shape",
-                                       labels=SPEED_LABELS, epochs=1, max_steps=50, untimed_steps=10, seed=0,
-                                       log_every=10)
+PRESETS["speed"] = dataclasses.replace(
+    PRESETS["throughput"],
+    preset="speed",
+    model="gemma-2b-shape",
+    labels=SPEED_LABELS,
+    epochs=1,
+    max_steps=50,
+    untimed_steps=10,
+    seed=0,
+    log_every=10,
+)
 
 #: The speed preset on the CPU test shape (the pipeline, not the hardware: 12 steps of 512 tokens in rows of 256,
 #: samples of at most 256; too few steps for the tiny model to learn the data, so its tests pass --min-accuracy 0), the
 #: smoke preset's learning rate and trained embeddings (a tiny random model learns nothing with LoRA alone).
-SHAPE_CHANGES = {"tiny-shape": dict(tokens_per_step=512, micro_batch_tokens=512, pack_length=256, max_length=256,
-                                    learning_rate=1e-2, lr_scaling="none", warmup_steps=2, train_embeddings=True,
-                                    max_steps=12, untimed_steps=2, log_every=4)}
+SHAPE_CHANGES = {
+    "tiny-shape": dict(
+        tokens_per_step=512,
+        micro_batch_tokens=512,
+        pack_length=256,
+        max_length=256,
+        learning_rate=1e-2,
+        lr_scaling="none",
+        warmup_steps=2,
+        train_embeddings=True,
+        max_steps=12,
+        untimed_steps=2,
+        log_every=4,
+    )
+}
 
 
 def preset_for(name: str, model: str | None = None) -> Recipe:

@@ -27,16 +27,29 @@ def packing_supported() -> bool:
     return True
 
 
-def packed_logits(model: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                  ends: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+def packed_logits(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    ends: torch.Tensor,
+    cu_seqlens: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Logits of every sample of a packed batch (`batching.collate_packed`): the backbone runs without an
     attention mask, so transformers derives a per-sample causal mask from the restarting position ids
     (no attention across samples), or, with `cu_seqlens` (workload.training.varlen, its attention switched on), the
     varlen kernels take the sample boundaries instead of a mask; each sample is pooled at its own last token,
     as the padded path does."""
     backbone, score = classifier_parts(model)
-    varlen = {} if cu_seqlens is None else {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens,
-                                            "max_length_q": input_ids.shape[1], "max_length_k": input_ids.shape[1]}
+    varlen = (
+        {}
+        if cu_seqlens is None
+        else {
+            "cu_seq_lens_q": cu_seqlens,
+            "cu_seq_lens_k": cu_seqlens,
+            "max_length_q": input_ids.shape[1],
+            "max_length_k": input_ids.shape[1],
+        }
+    )
     hidden = backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state
     pooled = hidden.reshape(-1, hidden.shape[-1]).index_select(0, ends)
     return score(pooled.to(score.weight.dtype if hasattr(score, "weight") else pooled.dtype))
@@ -44,14 +57,19 @@ def packed_logits(model: nn.Module, input_ids: torch.Tensor, position_ids: torch
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The repeated decoder layers (every `nn.ModuleList` named `layers`)."""
-    return [layer for name, module in model.named_modules()
-            if name.split(".")[-1] == "layers" and isinstance(module, nn.ModuleList) for layer in module]
+    return [
+        layer
+        for name, module in model.named_modules()
+        if name.split(".")[-1] == "layers" and isinstance(module, nn.ModuleList)
+        for layer in module
+    ]
 
 
 #: Set in an image whose torch cannot compile (its value says why); the training loop then stays eager.
 COMPILE_UNAVAILABLE_ENV = "ENVBUILD_TORCH_COMPILE_UNAVAILABLE"
 #: Set by envbuild where the image's torch cannot compile on a host with no GPU (a known regression of the wheel).
 COMPILE_NEEDS_GPU_ENV = "ENVBUILD_TORCH_COMPILE_NEEDS_GPU"
+
 
 def compile_layers(model: nn.Module, *, backend: str = "inductor") -> int:
     """Regional compilation: `torch.compile` each decoder layer (static shapes, one graph per input shape,

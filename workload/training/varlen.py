@@ -52,7 +52,7 @@ def cu_seqlens(position_ids: torch.Tensor, sequences: int) -> torch.Tensor:
     if starts.numel() > sequences:
         raise ValueError(f"{starts.numel()} sequences in the batch, more than the {sequences} planned")
     out = torch.full((sequences + 1,), flat.numel(), dtype=torch.int32)
-    out[:starts.numel()] = starts.to(torch.int32)
+    out[: starts.numel()] = starts.to(torch.int32)
     return out
 
 
@@ -83,15 +83,26 @@ def _mem_efficient(q, k, v, cu, max_len, scale, sliding_window):
         raise NotImplementedError(f"head_dim {q.shape[-1]} with a sliding window: no varlen kernel here")
     k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], 1) for t in (k, v))
     causal_from_top_left = 1
-    out = torch.ops.aten._efficient_attention_forward(q[None], k[None], v[None], None, cu, cu, max_len, max_len,
-                                                      0.0, causal_from_top_left, True, scale=scale)[0]
+    out = torch.ops.aten._efficient_attention_forward(
+        q[None], k[None], v[None], None, cu, cu, max_len, max_len, 0.0, causal_from_top_left, True, scale=scale
+    )[0]
     return out[0]
 
 
-def varlen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                     sliding_window: int | None = None, softcap: float | None = None, cu_seq_lens_q=None,
-                     max_length_q: int | None = None, **_) -> tuple[torch.Tensor, None]:
+def varlen_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    cu_seq_lens_q=None,
+    max_length_q: int | None = None,
+    **_,
+) -> tuple[torch.Tensor, None]:
     """transformers' attention signature: query/key/value (batch, heads, seq, head_dim) of packed rows, with
     `cu_seq_lens_q` over the flattened batch; returns (batch, seq, heads, head_dim)."""
     if cu_seq_lens_q is None:
@@ -124,8 +135,9 @@ def varlen_attention_on(model: nn.Module):
     """Every config in `model` set to the varlen implementation while the block runs (packed training),
     restored after (evaluation runs padded batches with masks)."""
     register()
-    configs = {id(m.config): m.config for m in model.modules() if hasattr(getattr(m, "config", None),
-                                                                           "_attn_implementation")}
+    configs = {
+        id(m.config): m.config for m in model.modules() if hasattr(getattr(m, "config", None), "_attn_implementation")
+    }
     before = {key: config._attn_implementation for key, config in configs.items()}
     try:
         for config in configs.values():
