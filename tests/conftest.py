@@ -13,10 +13,10 @@ from pathlib import Path
 
 import docker.errors
 import pytest
+from repo import LOCAL_BASE
 
 from builder.engine.docker import EngineUnavailable, docker_client
 
-LOCAL_BASE = "envbuild-local/debian:bookworm"
 REQUIRE_DOCKER = os.environ.get("ENVBUILD_REQUIRE_DOCKER") == "1"
 
 # The README's test command is `.venv/bin/python -m pytest`, with the venv not activated: the programs the tests

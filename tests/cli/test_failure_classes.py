@@ -28,18 +28,42 @@ KEY = CELL.key
 
 # (kind, error / failure class) -> the verdict column of `matrix show`; written out, never derived from the rules
 RUN_CLASSES = {
-    "interrupted": "attempt", "data_error": "attempt", "model_error": "attempt", "usage_error": "attempt",
-    "input_error": "attempt", "container_error": "attempt", "did_not_train": "attempt",
-    "process_died": "fail", "container_died": "fail", "oom_killed": "fail", "no_result": "fail",
-    "invalid_result": "fail", "nan_loss": "fail", "did_not_learn": "fail", "probe_failure": "fail",
-    "unsupported_family": "fail", "oom": "fail", "distributed_timeout": "fail", "exception": "fail",
-    "slurm_timeout": "attempt", "slurm_node_fail": "attempt", "slurm_preempted": "attempt",
-    "slurm_cancelled": "attempt", "slurm_lost": "attempt", "slurm_result_mismatch": "attempt",
+    "interrupted": "attempt",
+    "data_error": "attempt",
+    "model_error": "attempt",
+    "usage_error": "attempt",
+    "input_error": "attempt",
+    "container_error": "attempt",
+    "did_not_train": "attempt",
+    "process_died": "fail",
+    "container_died": "fail",
+    "oom_killed": "fail",
+    "no_result": "fail",
+    "invalid_result": "fail",
+    "nan_loss": "fail",
+    "did_not_learn": "fail",
+    "probe_failure": "fail",
+    "unsupported_family": "fail",
+    "oom": "fail",
+    "distributed_timeout": "fail",
+    "exception": "fail",
+    "slurm_timeout": "attempt",
+    "slurm_node_fail": "attempt",
+    "slurm_preempted": "attempt",
+    "slurm_cancelled": "attempt",
+    "slurm_lost": "attempt",
+    "slurm_result_mismatch": "attempt",
 }
 BUILD_CLASSES = {
-    "base_image_unavailable": "attempt", "build_context_error": "attempt", "interrupted": "attempt",
-    "usage_error": "attempt", "compile_error": "fail", "network_pip_index": "fail", "dependency_conflict": "fail",
-    "image_verify_failed": "fail", "unknown": "fail",
+    "base_image_unavailable": "attempt",
+    "build_context_error": "attempt",
+    "interrupted": "attempt",
+    "usage_error": "attempt",
+    "compile_error": "fail",
+    "network_pip_index": "fail",
+    "dependency_conflict": "fail",
+    "image_verify_failed": "fail",
+    "unknown": "fail",
 }
 CASES = [("run", c, v) for c, v in RUN_CLASSES.items()] + [("build", c, v) for c, v in BUILD_CLASSES.items()]
 
@@ -103,8 +127,9 @@ def test_the_migration_and_the_writes_share_the_class_sets():
 
 
 def envbuild(*args, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*ENVBUILD, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*ENVBUILD, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def listed(db: Path) -> dict:
@@ -117,8 +142,13 @@ def listed(db: Path) -> dict:
 def test_a_killed_local_run_is_a_process_died_fail(tmp_path):
     """SIGKILL to the workload under `envbuild run workload --local`, fresh (not a frozen fixture)."""
     db = tmp_path / "m.db"
-    proc = subprocess.Popen([*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / "out"), "--db", str(db)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [*ENVBUILD, "run", "workload", "--local", "--out", str(tmp_path / "out"), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )
     seen = ""
     while "step " not in seen:
         line = proc.stdout.readline()
@@ -135,8 +165,19 @@ def test_a_killed_local_run_is_a_process_died_fail(tmp_path):
 
 def test_a_model_that_does_not_exist_is_a_model_error_attempt(tmp_path):
     db = tmp_path / "m.db"
-    run = envbuild("run", "workload", "--local", "--model", "google/no-such-gemma-21", "--out", str(tmp_path / "out"),
-                   "--db", str(db), cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    run = envbuild(
+        "run",
+        "workload",
+        "--local",
+        "--model",
+        "google/no-such-gemma-21",
+        "--out",
+        str(tmp_path / "out"),
+        "--db",
+        str(db),
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
     assert run.returncode == 1, run.stderr[-2000:]
     line = listed(db)
     assert (line["status"], line["runs"], line["attempts"]) == ("untested", 0, 1)
@@ -146,8 +187,22 @@ def test_a_model_that_does_not_exist_is_a_model_error_attempt(tmp_path):
 @pytest.mark.docker
 def test_a_base_image_that_does_not_exist_is_an_attempt(tmp_path, docker_engine):
     db = tmp_path / "m.db"
-    build = envbuild("image", "--flavor", "cpu", "--torch", "2.13", "--base-image", "envbuild-local/no-such-base:21",
-                     "-o", str(tmp_path / "ctx"), "--network", "host", "--db", str(db), cwd=tmp_path)
+    build = envbuild(
+        "image",
+        "--flavor",
+        "cpu",
+        "--torch",
+        "2.13",
+        "--base-image",
+        "envbuild-local/no-such-base:21",
+        "-o",
+        str(tmp_path / "ctx"),
+        "--network",
+        "host",
+        "--db",
+        str(db),
+        cwd=tmp_path,
+    )
     assert build.returncode == 1, build.stderr[-2000:]
     line = listed(db)
     assert (line["status"], line["builds"], line["attempts"]) == ("untested", 1, 1)
@@ -156,11 +211,12 @@ def test_a_base_image_that_does_not_exist_is_an_attempt(tmp_path, docker_engine)
 
 @pytest.mark.docker
 def test_a_bad_context_is_a_build_context_error_attempt(tmp_path, docker_engine):
-    from conftest import LOCAL_BASE
+    from repo import LOCAL_BASE
 
     ctx, db = tmp_path / "ctx", tmp_path / "m.db"
-    rendered = envbuild("render", "--flavor", "cpu", "--torch", "2.13", "--base-image", LOCAL_BASE, "-o", str(ctx),
-                        cwd=tmp_path)
+    rendered = envbuild(
+        "render", "--flavor", "cpu", "--torch", "2.13", "--base-image", LOCAL_BASE, "-o", str(ctx), cwd=tmp_path
+    )
     assert rendered.returncode == 0, rendered.stderr
     (ctx / "common" / "install_base.sh").unlink()  # the Dockerfile COPYs it
     build = envbuild("image", "--context", str(ctx), "--network", "host", "--db", str(db), cwd=tmp_path)
