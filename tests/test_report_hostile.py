@@ -69,7 +69,7 @@ def hostile_site(tmp_path_factory):
 def test_hostile_text_is_inert_in_index_cell_page_and_summary(hostile_site):
     tmp, _ = hostile_site
     site = tmp / "site"
-    _check_html((site / "index.html").read_text(), ["filter.js"])
+    _check_html((site / "index.html").read_text(), ["index-cells.js", "filter.js"])
     cell = (site / "cells" / f"{KEY}.html").read_text()
     _check_html(cell, [])
     assert cell.count("&lt;script&gt;alert(1)") >= 8  # error, class, tag, digest, versions, device, probe x3

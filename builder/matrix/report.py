@@ -39,6 +39,8 @@ HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<c
 PAGE_RUNS = 3
 #: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
 DATA_FILE_BYTES = 900_000
+#: Cells per page of the index (about 2 kB each): 5,000 cells give 13 pages of about 800 kB, never one 10 MB page.
+INDEX_PAGE_CELLS = 400
 LOG_TAIL_BYTES = 256 * 1024
 PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
 _FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
@@ -203,14 +205,45 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     for answer in gpus:
         (root / "gpus" / f"{answer.slug}.html").write_text(html.get_template("gpu.html.j2").render(
             a=answer, root="../", **common))
-    (root / "index.html").write_text(html.get_template("index.html.j2").render(
-        torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, gpus=gpus, root="", **common))
+    _write_index(root, html, common, summaries, entries, ordered, filters, gpus)
     (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
         torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
     (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
     report_compare.write(root, html, store, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def index_page_name(number: int) -> str:
+    """The file of the index's page `number` (1-based): index.html, index-2.html, ..."""
+    return "index.html" if number == 1 else f"index-{number}.html"
+
+
+def _write_index(root: Path, html: Environment, common: dict, summaries: list[CellSummary],
+                 entries: dict[str, IndexEntry], ordered: list[IndexEntry], filters: dict, gpus: list) -> None:
+    """The index in pages of INDEX_PAGE_CELLS cells (grid order), and index-cells.js: every cell's filter values in
+    short, so that a filter on any page finds the matching cells of every page."""
+    pages = [ordered[i:i + INDEX_PAGE_CELLS] for i in range(0, len(ordered), INDEX_PAGE_CELLS)] or [[]]
+    by_key = {s.key: s for s in summaries}
+    links = [{"number": n, "href": index_page_name(n), "first": page[0].key if page else ""}
+             for n, page in enumerate(pages, 1)]
+    for number, page in enumerate(pages, 1):
+        torch_lines, rows = _grid([by_key[e.key] for e in page], entries)
+        (root / index_page_name(number)).write_text(html.get_template("index.html.j2").render(
+            torch_lines=torch_lines, rows=rows, entries=page, filters=filters, gpus=gpus, root="",
+            pages=links, page=number, total=len(ordered), **common))
+    fields = ("arch", "release", "torch", "python", "status", "provenance")
+    values = {f: sorted({getattr(e, f) for e in ordered}) for f in fields}
+    names = sorted({g for e in ordered for g in e.gpus})
+    index = {f: {v: i for i, v in enumerate(values[f])} for f in fields}
+    gpu_index = {g: i for i, g in enumerate(names)}
+    cells = []
+    for number, page in enumerate(pages, 1):
+        for e in page:
+            row = [e.key, number, *(index[f][getattr(e, f)] for f in fields), [gpu_index[g] for g in e.gpus]]
+            cells.append(row + ([e.slug] if e.slug != e.key else []))
+    data = {"fields": fields, "values": values, "gpus": names, "pages": len(pages), "cells": cells}
+    (root / "index-cells.js").write_text("window.envbuildCells = " + json.dumps(data, separators=(",", ":")) + ";\n")
 
 
 def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
