@@ -9,12 +9,10 @@ leaves the previous site whole. Every file name comes from `builder.matrix.slug.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import shlex
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,41 +178,40 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
         # the plot follows the standard speed measurement; a contended one is never plotted (it is marked on the page)
         if row["configuration"].preset == cell_ladder.SPEED_PRESET and not row["contended"]:
             throughput.setdefault(row["cell_key"], []).append(row)
-    # the per-cell data files (every run parsed and thinned) in a second process, beside the pages
-    data_files = [(s.key, entries[s.key].slug, json.dumps(summary_record(s, with_runs=False), sort_keys=True,
-                                                          default=str)) for s in summaries]
-    with data_writer(Path(store.path), root, data_files, None if host_details else PUBLIC_HOST_KEYS) as written:
-        index_cells = []
-        for summary in summaries:
-            entry = entries[summary.key]
-            page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), attempts_db,
-                              skipped, speed.get(summary.key))
-            (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
-                page=page, root="../", **common))
-            index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
-                                "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
-        torch_lines, rows = _grid(summaries, entries)
-        ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
-        filters = {"arch": sorted({e.arch for e in ordered}), "release": _release_filter(ordered),
-                   "torch": sorted({e.torch for e in ordered}, key=_version_key),
-                   "python": sorted({e.python for e in ordered}, key=_version_key),
-                   "gpu": sorted({g for e in ordered for g in e.gpus}),
-                   "status": list(VERDICTS),
-                   "provenance": [(kind, _PROVENANCE_FILTER[kind]) for kind in (*provenance.KINDS, "none")
-                                  if any(e.provenance == kind for e in ordered)]}
-        gpus = gpu_answers.answers(ordered)
-        (root / "gpus").mkdir()
-        for answer in gpus:
-            (root / "gpus" / f"{answer.slug}.html").write_text(html.get_template("gpu.html.j2").render(
-                a=answer, root="../", **common))
-        _write_index(root, html, common, summaries, entries, ordered, filters, gpus)
-        (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
-            torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
-        (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
-        report_compare.write(root, html, store, summaries, common)
-        data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
-        (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        written()  # the data files are complete (a failure in the writer raises here)
+    index_cells = []
+    for summary in summaries:
+        entry = entries[summary.key]
+        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), attempts_db, skipped,
+                          speed.get(summary.key))
+        (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
+            page=page, root="../", **common))
+        record = summary_record(summary, with_runs=False)
+        runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
+        runs = [thin_run_json(run) for run in runs]  # curves downsampled: the store keeps every point
+        _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
+        index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
+                            "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
+    torch_lines, rows = _grid(summaries, entries)
+    ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
+    filters = {"arch": sorted({e.arch for e in ordered}), "release": _release_filter(ordered),
+               "torch": sorted({e.torch for e in ordered}, key=_version_key),
+               "python": sorted({e.python for e in ordered}, key=_version_key),
+               "gpu": sorted({g for e in ordered for g in e.gpus}),
+               "status": list(VERDICTS),
+               "provenance": [(kind, _PROVENANCE_FILTER[kind]) for kind in (*provenance.KINDS, "none")
+                              if any(e.provenance == kind for e in ordered)]}
+    gpus = gpu_answers.answers(ordered)
+    (root / "gpus").mkdir()
+    for answer in gpus:
+        (root / "gpus" / f"{answer.slug}.html").write_text(html.get_template("gpu.html.j2").render(
+            a=answer, root="../", **common))
+    _write_index(root, html, common, summaries, entries, ordered, filters, gpus)
+    (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
+        torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
+    (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
+    report_compare.write(root, html, store, summaries, common)
+    data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
+    (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def index_page_name(number: int) -> str:
@@ -247,57 +244,6 @@ def _write_index(root: Path, html: Environment, common: dict, summaries: list[Ce
             cells.append(row + ([e.slug] if e.slug != e.key else []))
     data = {"fields": fields, "values": values, "gpus": names, "pages": len(pages), "cells": cells}
     (root / "index-cells.js").write_text("window.envbuildCells = " + json.dumps(data, separators=(",", ":")) + ";\n")
-
-
-@contextmanager
-def data_writer(db: Path, root: Path, cells: list[tuple[str, str, str]], host_keys: tuple[str, ...] | None):
-    """Write the data files of `cells` ((key, slug, record JSON)) in a worker process with its own read-only
-    connection to `db` while the caller writes the pages; yields a function that waits for them and raises
-    ReportError if the worker failed. The worker is stopped if the caller fails. One CPU: written here first."""
-    if (os.cpu_count() or 1) < 2:
-        write_data_files(db, root, cells, host_keys)
-        yield lambda: None
-        return
-    receive, send = multiprocessing.Pipe(duplex=False)
-    worker = multiprocessing.get_context("spawn").Process(target=_data_worker, args=(send, db, root, cells, host_keys),
-                                                          daemon=True)
-    worker.start()
-    send.close()
-
-    def wait() -> None:
-        failure = receive.recv() if receive.poll(None) else "the data writer ended without a word"
-        worker.join()
-        if failure or worker.exitcode:
-            raise ReportError(f"writing the per-cell data files failed: {failure or f'exit {worker.exitcode}'}")
-
-    try:
-        yield wait
-    except BaseException:
-        worker.terminate()
-        worker.join()
-        raise
-    finally:
-        receive.close()
-
-
-def _data_worker(send, db: Path, root: Path, cells: list[tuple[str, str, str]], host_keys) -> None:
-    """The data writer's process: says "" when done, else what went wrong."""
-    try:
-        write_data_files(db, root, cells, host_keys)
-        send.send("")
-    except Exception as exc:  # reported to the parent, which raises it as a ReportError
-        send.send(f"{type(exc).__name__}: {exc}")
-    finally:
-        send.close()
-
-
-def write_data_files(db: Path, root: Path, cells: list[tuple[str, str, str]],
-                     host_keys: tuple[str, ...] | None) -> None:
-    """data/<slug>.json of each (key, slug, record JSON): the cell's runs from `db` (opened read-only), curves
-    downsampled (the store keeps every point)."""
-    with MatrixStore.open(db, readonly=True) as store:
-        for key, slug, record in cells:
-            _write_data(root, slug, record, [thin_run_json(run) for run in store.runs_json(key, host_keys=host_keys)])
 
 
 def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
