@@ -74,12 +74,14 @@ def test_every_index_page_stays_small_and_a_filter_finds_a_cell_on_a_later_page(
     assert (site / found[last[0]][0]).is_file()
     assert first.value["shown"] == f"{first.value['here'] + len(found)} of {n} cells"
 
-    # the page link carries the filters: the cell is shown there, and the others hidden
+    # the page link carries the filters: the cell is shown there, and the others hidden (at 800 px)
     visible = """(function () {
       var rows = Array.from(document.querySelectorAll('#cells tbody tr')).filter(function (r) { return !r.hidden; });
-      return {keys: rows.map(function (r) { return r.dataset.cell; }), arch: document.getElementById('filters').arch.value};
+      return {keys: rows.map(function (r) { return r.dataset.cell; }), arch: document.getElementById('filters').arch.value,
+              width: [document.documentElement.scrollWidth, window.innerWidth]};
     })()"""
     later = inspect_page((site / found[last[0]][1].split("#")[0]).as_uri() + "#" + found[last[0]][1].split("#")[1],
-                         tmp_path / "later.png", visible)
+                         tmp_path / "later.png", visible, width=800)
     assert later.errors == [] and later.value["arch"] == want["arch"]
     assert last[0] in later.value["keys"] and len(later.value["keys"]) < INDEX_PAGE_CELLS
+    assert later.value["width"][0] <= 800  # the page list wraps: no horizontal scroll at 800 px
