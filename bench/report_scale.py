@@ -104,7 +104,7 @@ def real_templates() -> list[dict]:
 
 
 def bench_cells(count: int) -> list[Cell]:
-    """The recipe cells, then made-up ROCm x torch x arch x Python cells (sorted, fixed) up to `count`."""
+    """The recipe cells, then made-up ROCm x torch x arch x Python cells (fixed order) up to `count` (up to ~7,500)."""
     cells = list(recipe_cells())
     seen = {c.key for c in cells}
     for rocm in ("6.0", "6.1", "6.2", "6.3", "6.4", "7.0"):
@@ -113,6 +113,17 @@ def bench_cells(count: int) -> list[Cell]:
                 for python in ("3.10", "3.12"):
                     cell = Cell(flavor="rocm", accel_version=rocm, torch=torch, arch=arch, python=python)
                     if len(cells) < count and cell.key not in seen:
+                        cells.append(cell)
+                        seen.add(cell.key)
+    # beyond those (a report of thousands of cells): patch releases, more torch lines, archs and Pythons
+    for rocm in (f"{major}.{minor}.{patch}" for major in (6, 7) for minor in range(5) for patch in range(1, 4)):
+        for torch in (f"2.{minor}" for minor in range(3, 13)):
+            for arch in ("gfx90a", "gfx942", "gfx1100", "gfx950", "gfx1030", "gfx1201"):
+                for python in ("3.10", "3.11", "3.12", "3.13"):
+                    if len(cells) >= count:
+                        return cells
+                    cell = Cell(flavor="rocm", accel_version=rocm, torch=torch, arch=arch, python=python)
+                    if cell.key not in seen:
                         cells.append(cell)
                         seen.add(cell.key)
     return cells[:count]

@@ -39,8 +39,8 @@ HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<c
 PAGE_RUNS = 3
 #: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
 DATA_FILE_BYTES = 900_000
-#: Cells per page of the index (about 2 kB each): 5,000 cells give 13 pages of about 800 kB, never one 10 MB page.
-INDEX_PAGE_CELLS = 400
+#: Cells per page of the index (about 2 kB each): 5,000 cells give 18 pages of about 600 kB, never one 10 MB page.
+INDEX_PAGE_CELLS = 300
 LOG_TAIL_BYTES = 256 * 1024
 PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
 _FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
