@@ -121,7 +121,7 @@ def bench_cells(count: int) -> list[Cell]:
             for arch in ("gfx90a", "gfx942", "gfx1100", "gfx950", "gfx1030", "gfx1201"):
                 for python in ("3.10", "3.11", "3.12", "3.13"):
                     if len(cells) >= count:
-                        return cells
+                        return cells[:count]
                     cell = Cell(flavor="rocm", accel_version=rocm, torch=torch, arch=arch, python=python)
                     if cell.key not in seen:
                         cells.append(cell)
