@@ -1,8 +1,8 @@
 """The index comes in pages of a bounded size, however many cells the matrix holds, and its filters still find a
 cell on a later page (headless Chromium, from file://).
 
-The store is bench/report_scale.py's realistic one (varied copies of the committed real results), small: 600
-cells with one run each (recipe cells among them), two pages; every index file stays under 1 MB, and the part
+The store is bench/report_scale.py's realistic one (varied copies of the committed real results), small: 400
+cells with one run each, 622 with the recipe cells: three pages; every index file stays under 1 MB, and the part
 that grows with the cell count (index-cells.js) stays under 1 MB at 5,000 cells.
 """
 
@@ -27,7 +27,7 @@ def _site(tmp_path: Path) -> Path:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     db, site = tmp_path / "matrix.db", tmp_path / "site"
-    bench.realistic_db(db, runs=600, n_cells=600)
+    bench.realistic_db(db, runs=400, n_cells=400)
     result = CliRunner().invoke(main, ["report", "-o", str(site), "--db", str(db), "--no-results"])
     assert result.exit_code == 0, result.output
     return site
