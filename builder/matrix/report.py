@@ -22,7 +22,7 @@ from builder import __version__
 from builder.matrix import (attempt_files, gpu_answers, compare as report_compare, diff, gpu_prices, ladder as cell_ladder,
                             plots as report_plots, provenance, run_config, site_folders, vendor_support)
 from builder.matrix import page_bounds
-from builder.matrix.curve_points import thin_run_json
+from builder.matrix.curve_points import REPORT_POINTS, thin_run_json
 from builder.matrix.slug import safe_slug
 from builder.plan import gpu_names, image_origin
 from builder.matrix.store import MatrixStore, utc_now
@@ -186,8 +186,9 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
         (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
             page=page, root="../", **common))
         record = summary_record(summary, with_runs=False)
-        runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
-        runs = [thin_run_json(run) for run in runs]  # curves downsampled: the store keeps every point
+        runs = store.runs_json_curves(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
+        # curves downsampled (the store keeps every point); a run without a long curve is passed on unparsed
+        runs = [thin_run_json(run) if longest > REPORT_POINTS else run for run, longest in runs]
         _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
         index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
                             "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
