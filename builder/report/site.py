@@ -23,23 +23,29 @@ from builder.store import attempt_files, provenance, run_config
 from builder.report import compare as report_compare, diff, gpu_answers, gpu_prices, ladder as cell_ladder
 from builder.report import plots as report_plots, site_folders, vendor_support
 from builder.report import page_bounds
-from builder.report.curve_points import thin_run_json
+from builder.report.curve_points import REPORT_POINTS, thin_run_json
 from builder.slug import safe_slug
 from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
-from builder.store.summary import (VERDICTS, CellSummary, configuration_line, run_verdict, summary_line,
-                                    summary_record)
+from builder.store.summary import VERDICTS, CellSummary, configuration_line, run_verdict, summary_line, summary_record
 
 TEMPLATES_DIR = Path(__file__).with_name("report_templates")
 MARKER = ".envbuild-report"  # marks a folder as a report this command may replace
-_PROVENANCE_FILTER = {"ci": "this project's CI", "contributed": "contributed, signed", "unsigned": "unsigned",
-                      "revoked": "revoked signature", "none": "no run"}
+_PROVENANCE_FILTER = {
+    "ci": "this project's CI",
+    "contributed": "contributed, signed",
+    "unsigned": "unsigned",
+    "revoked": "revoked signature",
+    "none": "no run",
+}
 HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<cell>.json
 #: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
 #: come from the store's columns, so a report never parses every stored result.
 PAGE_RUNS = 3
 #: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
 DATA_FILE_BYTES = 900_000
+#: Cells per page of the index (about 2 kB each): 5,000 cells give 18 pages of about 600 kB, never one 10 MB page.
+INDEX_PAGE_CELLS = 300
 LOG_TAIL_BYTES = 256 * 1024
 PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
 _FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
@@ -84,7 +90,9 @@ class IndexEntry:
     # torch built from a source no peer has shown to compile (manifest evidence step "source build, not yet proven")
     unproven: bool = False
     gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
-    measured_in: str = ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
+    measured_in: str = (
+        ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
+    )
 
 
 @dataclass(frozen=True)
@@ -93,9 +101,17 @@ class GridRow:
     entries: dict[str, list[IndexEntry]]  # torch line -> entries (one per Python line)
 
 
-def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path, *,
-                 generated_at: str | None = None, vendor: dict | None = None, host_details: bool = False,
-                 warn=None, attempts_db: Path | None = None) -> Path:
+def build_report(
+    store: MatrixStore,
+    summaries: list[CellSummary],
+    out_dir: Path,
+    *,
+    generated_at: str | None = None,
+    vendor: dict | None = None,
+    host_details: bool = False,
+    warn=None,
+    attempts_db: Path | None = None,
+) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
     `summaries`: from `summarize(store, ..., runs_per_cell=PAGE_RUNS)` (pages show the newest runs;
@@ -113,16 +129,25 @@ def build_report(store: MatrixStore, summaries: list[CellSummary], out_dir: Path
     build_dir = site_folders.building_dir(out_dir)
     try:
         skipped: list[str] = []
-        _write_site(store, summaries, build_dir, generated_at or utc_now(),
-                    vendor_support.load() if vendor is None else vendor, host_details, skipped,
-                    Path(attempts_db or store.path))
+        _write_site(
+            store,
+            summaries,
+            build_dir,
+            generated_at or utc_now(),
+            vendor_support.load() if vendor is None else vendor,
+            host_details,
+            skipped,
+            Path(attempts_db or store.path),
+        )
         _swap(build_dir, out_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
     if skipped and warn:
-        warn(f"{len(skipped)} log(s) not published, e.g. {skipped[0]}; a report publishes only the logs"
-             " in attempt folders this matrix file's store created")
+        warn(
+            f"{len(skipped)} log(s) not published, e.g. {skipped[0]}; a report publishes only the logs"
+            " in attempt folders this matrix file's store created"
+        )
     return out_dir / "index.html"
 
 
@@ -138,8 +163,10 @@ def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ReportError(f"{out_dir} is a file; give a folder for the report")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MARKER).exists():
-        raise ReportError(f"{out_dir} is not empty and holds no envbuild report ({MARKER} is missing);"
-                          " nothing was changed. Give a new or empty folder, or a previous report's")
+        raise ReportError(
+            f"{out_dir} is not empty and holds no envbuild report ({MARKER} is missing);"
+            " nothing was changed. Give a new or empty folder, or a previous report's"
+        )
 
 
 def _swap(build_dir: Path, out_dir: Path) -> None:
@@ -161,8 +188,16 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, generated_at: str, vendor: dict,
-                host_details: bool, skipped: list[str], attempts_db: Path) -> None:
+def _write_site(
+    store: MatrixStore,
+    summaries: list[CellSummary],
+    root: Path,
+    generated_at: str,
+    vendor: dict,
+    host_details: bool,
+    skipped: list[str],
+    attempts_db: Path,
+) -> None:
     html, md = _environments()
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
     common = {"generated_at": generated_at, "version": __version__, "counts": counts}
@@ -181,38 +216,116 @@ def _write_site(store: MatrixStore, summaries: list[CellSummary], root: Path, ge
     index_cells = []
     for summary in summaries:
         entry = entries[summary.key]
-        page = _cell_page(summary, entry, root, host_details, throughput.get(summary.key, []), attempts_db, skipped,
-                          speed.get(summary.key))
-        (root / "cells" / f"{entry.slug}.html").write_text(html.get_template("cell.html.j2").render(
-            page=page, root="../", **common))
+        page = _cell_page(
+            summary,
+            entry,
+            root,
+            host_details,
+            throughput.get(summary.key, []),
+            attempts_db,
+            skipped,
+            speed.get(summary.key),
+        )
+        (root / "cells" / f"{entry.slug}.html").write_text(
+            html.get_template("cell.html.j2").render(page=page, root="../", **common)
+        )
         record = summary_record(summary, with_runs=False)
-        runs = store.runs_json(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
-        runs = [thin_run_json(run) for run in runs]  # curves downsampled: the store keeps every point
+        runs = store.runs_json_curves(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
+        # curves downsampled (the store keeps every point); a run without a long curve is passed on unparsed
+        runs = [thin_run_json(run) if longest > REPORT_POINTS else run for run, longest in runs]
         _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
-        index_cells.append({**summary_line(summary), "cell": summary.cell.model_dump(),
-                            "data": f"data/{entry.slug}.json", "page": f"cells/{entry.slug}.html"})
+        index_cells.append(
+            {
+                **summary_line(summary),
+                "cell": summary.cell.model_dump(),
+                "data": f"data/{entry.slug}.json",
+                "page": f"cells/{entry.slug}.html",
+            }
+        )
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
-    filters = {"arch": sorted({e.arch for e in ordered}), "release": _release_filter(ordered),
-               "torch": sorted({e.torch for e in ordered}, key=_version_key),
-               "python": sorted({e.python for e in ordered}, key=_version_key),
-               "gpu": sorted({g for e in ordered for g in e.gpus}),
-               "status": list(VERDICTS),
-               "provenance": [(kind, _PROVENANCE_FILTER[kind]) for kind in (*provenance.KINDS, "none")
-                              if any(e.provenance == kind for e in ordered)]}
+    filters = {
+        "arch": sorted({e.arch for e in ordered}),
+        "release": _release_filter(ordered),
+        "torch": sorted({e.torch for e in ordered}, key=_version_key),
+        "python": sorted({e.python for e in ordered}, key=_version_key),
+        "gpu": sorted({g for e in ordered for g in e.gpus}),
+        "status": list(VERDICTS),
+        "provenance": [
+            (kind, _PROVENANCE_FILTER[kind])
+            for kind in (*provenance.KINDS, "none")
+            if any(e.provenance == kind for e in ordered)
+        ],
+    }
     gpus = gpu_answers.answers(ordered)
     (root / "gpus").mkdir()
     for answer in gpus:
-        (root / "gpus" / f"{answer.slug}.html").write_text(html.get_template("gpu.html.j2").render(
-            a=answer, root="../", **common))
-    (root / "index.html").write_text(html.get_template("index.html.j2").render(
-        torch_lines=torch_lines, rows=rows, entries=ordered, filters=filters, gpus=gpus, root="", **common))
-    (root / "summary.md").write_text(md.get_template("summary.md.j2").render(
-        torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common))
+        (root / "gpus" / f"{answer.slug}.html").write_text(
+            html.get_template("gpu.html.j2").render(a=answer, root="../", **common)
+        )
+    _write_index(root, html, common, summaries, entries, ordered, filters, gpus)
+    (root / "summary.md").write_text(
+        md.get_template("summary.md.j2").render(
+            torch_lines=torch_lines, rows=rows, entries=ordered, link_base="", **common
+        )
+    )
     (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
     report_compare.write(root, html, store, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def index_page_name(number: int) -> str:
+    """The file of the index's page `number` (1-based): index.html, index-2.html, ..."""
+    return "index.html" if number == 1 else f"index-{number}.html"
+
+
+def _write_index(
+    root: Path,
+    html: Environment,
+    common: dict,
+    summaries: list[CellSummary],
+    entries: dict[str, IndexEntry],
+    ordered: list[IndexEntry],
+    filters: dict,
+    gpus: list,
+) -> None:
+    """The index in pages of INDEX_PAGE_CELLS cells (grid order), and index-cells.js: every cell's filter values in
+    short, so that a filter on any page finds the matching cells of every page."""
+    pages = [ordered[i : i + INDEX_PAGE_CELLS] for i in range(0, len(ordered), INDEX_PAGE_CELLS)] or [[]]
+    by_key = {s.key: s for s in summaries}
+    links = [
+        {"number": n, "href": index_page_name(n), "first": page[0].key if page else ""}
+        for n, page in enumerate(pages, 1)
+    ]
+    for number, page in enumerate(pages, 1):
+        torch_lines, rows = _grid([by_key[e.key] for e in page], entries)
+        (root / index_page_name(number)).write_text(
+            html.get_template("index.html.j2").render(
+                torch_lines=torch_lines,
+                rows=rows,
+                entries=page,
+                filters=filters,
+                gpus=gpus,
+                root="",
+                pages=links,
+                page=number,
+                total=len(ordered),
+                **common,
+            )
+        )
+    fields = ("arch", "release", "torch", "python", "status", "provenance")
+    values = {f: sorted({getattr(e, f) for e in ordered}) for f in fields}
+    names = sorted({g for e in ordered for g in e.gpus})
+    index = {f: {v: i for i, v in enumerate(values[f])} for f in fields}
+    gpu_index = {g: i for i, g in enumerate(names)}
+    cells = []
+    for number, page in enumerate(pages, 1):
+        for e in page:
+            row = [e.key, number, *(index[f][getattr(e, f)] for f in fields), [gpu_index[g] for g in e.gpus]]
+            cells.append(row + ([e.slug] if e.slug != e.key else []))
+    data = {"fields": fields, "values": values, "gpus": names, "pages": len(pages), "cells": cells}
+    (root / "index-cells.js").write_text("window.envbuildCells = " + json.dumps(data, separators=(",", ":")) + ";\n")
 
 
 def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
@@ -230,7 +343,8 @@ def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
     for name, chunk in zip(more, chunks[1:]):
         (root / name).write_text('{"runs": [' + ", ".join(chunk) + "]}")
     (root / "data" / f"{slug}.json").write_text(
-        record[:-1] + ', "more_runs": ' + json.dumps(more) + ', "runs": [' + ", ".join(chunks[0]) + "]}")
+        record[:-1] + ', "more_runs": ' + json.dumps(more) + ', "runs": [' + ", ".join(chunks[0]) + "]}"
+    )
 
 
 def release_value(flavor: str, accel: str | None) -> str:
@@ -254,8 +368,13 @@ def _release_filter(entries: list[IndexEntry]) -> list[tuple[str, list[tuple[str
     return out
 
 
-def summary_markdown(summaries: list[CellSummary], generated_at: str, vendor: dict | None = None,
-                     link_base: str | None = None, speed: dict[str, dict] | None = None) -> str:
+def summary_markdown(
+    summaries: list[CellSummary],
+    generated_at: str,
+    vendor: dict | None = None,
+    link_base: str | None = None,
+    speed: dict[str, dict] | None = None,
+) -> str:
     """The site's summary.md alone (e.g. committed as docs/compatibility.md); `link_base` None: no links.
     `speed`: `store.newest_of_preset("speed")`, where the speed columns come from."""
     _, md = _environments()
@@ -265,15 +384,26 @@ def summary_markdown(summaries: list[CellSummary], generated_at: str, vendor: di
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
-    return md.get_template("summary.md.j2").render(torch_lines=torch_lines, rows=rows, entries=ordered,
-                                                   link_base=link_base, generated_at=generated_at,
-                                                   version=__version__, counts=counts)
+    return md.get_template("summary.md.j2").render(
+        torch_lines=torch_lines,
+        rows=rows,
+        entries=ordered,
+        link_base=link_base,
+        generated_at=generated_at,
+        version=__version__,
+        counts=counts,
+    )
 
 
 def _environments() -> tuple[Environment, Environment]:
     """(HTML environment, autoescaped; Markdown environment, every value escaped by `finalize`)."""
-    options = dict(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
-                   lstrip_blocks=True, keep_trailing_newline=True)
+    options = dict(
+        loader=FileSystemLoader(TEMPLATES_DIR),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     html = Environment(autoescape=select_autoescape(["html.j2"]), finalize=page_bounds.clip, **options)
     md = Environment(autoescape=False, finalize=markdown_text, **options)
     for env in (html, md):
@@ -336,22 +466,38 @@ def recipe_facts() -> dict[str, cell_ladder.Recipe]:
         plans = all_plans(load())
     except (RecipeError, ResolveError, OSError):
         return {}
-    return {p.cell.key: cell_ladder.Recipe(torch_source=p.torch_source, torch_requirement=p.torch_requirement,
-                                           wheel_index_url=p.wheel_index_url,
-                                           lock=f"recipes/locks/{p.lock_path.name}", locked=p.lock_path.is_file())
-            for p in plans}
+    return {
+        p.cell.key: cell_ladder.Recipe(
+            torch_source=p.torch_source,
+            torch_requirement=p.torch_requirement,
+            wheel_index_url=p.wheel_index_url,
+            lock=f"recipes/locks/{p.lock_path.name}",
+            locked=p.lock_path.is_file(),
+        )
+        for p in plans
+    }
 
 
-def _ladder(s: CellSummary, vendor: vendor_support.VendorSupport, recipe: cell_ladder.Recipe | None,
-            speed: dict | None) -> cell_ladder.Ladder:
+def _ladder(
+    s: CellSummary, vendor: vendor_support.VendorSupport, recipe: cell_ladder.Recipe | None, speed: dict | None
+) -> cell_ladder.Ladder:
     deciding = [row for row in s.runs if row.get("counts", True) and run_config.of_result(row["result"]).decides]
     verdict_row = deciding[-1] if deciding else None
-    return cell_ladder.ladder(s.cell, vendor, recipe, s.builds, verdict_row and verdict_row["result"], verdict_row,
-                              speed and speed["result"], speed)
+    return cell_ladder.ladder(
+        s.cell,
+        vendor,
+        recipe,
+        s.builds,
+        verdict_row and verdict_row["result"],
+        verdict_row,
+        speed and speed["result"],
+        speed,
+    )
 
 
-def _index_entry(s: CellSummary, vendor: dict, recipe: cell_ladder.Recipe | None = None,
-                 speed: dict | None = None) -> IndexEntry:
+def _index_entry(
+    s: CellSummary, vendor: dict, recipe: cell_ladder.Recipe | None = None, speed: dict | None = None
+) -> IndexEntry:
     """One cell of the index. Its speed, MFU, samples per GPU-hour and cost come from its latest `speed` preset
     run only, never from the smoke verdict (a tiny model's numbers say nothing about the hardware)."""
     train = (speed or {}).get("result") or {}
@@ -359,15 +505,34 @@ def _index_entry(s: CellSummary, vendor: dict, recipe: cell_ladder.Recipe | None
     cell = s.cell
     support = vendor_support.support_of(cell, vendor)
     return IndexEntry(
-        key=s.key, slug=safe_slug(s.key), flavor=cell.flavor, accel=cell.accel_version or "cpu",
+        key=s.key,
+        slug=safe_slug(s.key),
+        flavor=cell.flavor,
+        accel=cell.accel_version or "cpu",
         release=release_value(cell.flavor, cell.accel_version),
-        arch=cell.arch or "none", torch=cell.torch, python=cell.python, status=s.status,
-        failure_class=s.failure_class, note=s.note, last_at=(s.last_event_at or "")[:16].replace("T", " "),
-        hardware=_hardware(s.latest_run), samples_per_s=metrics.get("samples_per_s"), mfu=metrics.get("mfu"),
-        **_cost(train), flaky=s.flaky, flips=len(s.flips), runs=s.run_count, vendor=support,
-        ladder=_ladder(s, support, recipe, speed), speed_contended=cell_ladder.contended(train),
+        arch=cell.arch or "none",
+        torch=cell.torch,
+        python=cell.python,
+        status=s.status,
+        failure_class=s.failure_class,
+        note=s.note,
+        last_at=(s.last_event_at or "")[:16].replace("T", " "),
+        hardware=_hardware(s.latest_run),
+        samples_per_s=metrics.get("samples_per_s"),
+        mfu=metrics.get("mfu"),
+        **_cost(train),
+        flaky=s.flaky,
+        flips=len(s.flips),
+        runs=s.run_count,
+        vendor=support,
+        ladder=_ladder(s, support, recipe, speed),
+        speed_contended=cell_ladder.contended(train),
         vendor_claim=cell_ladder.vendor_claim(support, recipe),
-        unproven=s.unproven, gpus=_gpu_names(s), measured_in=_measured_in(s.latest_run), **_cell_provenance(s))
+        unproven=s.unproven,
+        gpus=_gpu_names(s),
+        measured_in=_measured_in(s.latest_run),
+        **_cell_provenance(s),
+    )
 
 
 def _measured_in(result: dict | None) -> str:
@@ -399,8 +564,11 @@ def _cell_provenance(s: CellSummary) -> dict:
     row = counted[-1]
     principal = (row["signer"] or "").split(" (", 1)[0] or None
     short = {provenance.CI: "this project's CI", provenance.CONTRIBUTED: f"signed by {principal}"}
-    return {"provenance": row["provenance"], "provenance_label": provenance.label(row["provenance"], row["signer"]),
-            "provenance_short": short.get(row["provenance"], "unsigned")}
+    return {
+        "provenance": row["provenance"],
+        "provenance_label": provenance.label(row["provenance"], row["signer"]),
+        "provenance_short": short.get(row["provenance"], "unsigned"),
+    }
 
 
 def _measured_by(summary: CellSummary, root: Path) -> list[dict]:
@@ -413,13 +581,27 @@ def _measured_by(summary: CellSummary, root: Path) -> list[dict]:
         if row.get("attestation") and row["provenance"] in provenance.PUBLISHED:
             link = f"attestations/{safe_slug(result['run_id'])}.intoto.jsonl"
             (root / link).write_text(row["attestation"] + "\n")
-        rows.append({"run_id": result["run_id"], "at": result.get("finished_at") or row["recorded_at"],
-                     "verdict": run_verdict(result), "provenance": row["provenance"],
-                     "label": provenance.label(row["provenance"], row["signer"]), "hardware": _hardware(result),
-                     "host": " · ".join(str(v) for v in (host.get("os"), host.get("kernel") and f"kernel {host['kernel']}",
-                                                         host.get("amdgpu_version") and f"amdgpu {host['amdgpu_version']}")
-                                        if v) or "-",
-                     "attestation": link})
+        rows.append(
+            {
+                "run_id": result["run_id"],
+                "at": result.get("finished_at") or row["recorded_at"],
+                "verdict": run_verdict(result),
+                "provenance": row["provenance"],
+                "label": provenance.label(row["provenance"], row["signer"]),
+                "hardware": _hardware(result),
+                "host": " · ".join(
+                    str(v)
+                    for v in (
+                        host.get("os"),
+                        host.get("kernel") and f"kernel {host['kernel']}",
+                        host.get("amdgpu_version") and f"amdgpu {host['amdgpu_version']}",
+                    )
+                    if v
+                )
+                or "-",
+                "attestation": link,
+            }
+        )
     return rows
 
 
@@ -438,7 +620,12 @@ def _row_label(cell) -> tuple[tuple, str]:
         label += f" · {cell.arch}"
         names = gpu_names.marketing_names(cell.arch)
         label += f" ({', '.join(names)})" if names else ""
-    return (_FLAVOR_ORDER.get(cell.flavor, 1), cell.flavor, _version_key(cell.accel_version or "0"), cell.arch or ""), label
+    return (
+        _FLAVOR_ORDER.get(cell.flavor, 1),
+        cell.flavor,
+        _version_key(cell.accel_version or "0"),
+        cell.arch or "",
+    ), label
 
 
 def _grid(summaries: list[CellSummary], entries: dict[str, IndexEntry]) -> tuple[list[str], list[GridRow]]:
@@ -452,8 +639,16 @@ def _grid(summaries: list[CellSummary], entries: dict[str, IndexEntry]) -> tuple
     return torch_lines, [rows[k] for k in sorted(rows)]
 
 
-def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details: bool,
-               throughput: list[dict], db: Path, skipped: list[str], speed: dict | None = None) -> dict:
+def _cell_page(
+    summary: CellSummary,
+    entry: IndexEntry,
+    root: Path,
+    host_details: bool,
+    throughput: list[dict],
+    db: Path,
+    skipped: list[str],
+    speed: dict | None = None,
+) -> dict:
     """Everything one cell page shows, with its plots drawn and logs copied into the site."""
     latest, train = summary.latest_run, summary.latest_train_run
     plots = {"curves": None, "accuracy": None}
@@ -462,10 +657,15 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         plots["accuracy"] = report_plots.accuracy_before_after(train, root / "plots" / f"{entry.slug}-accuracy.svg")
     plots["throughput"] = report_plots.throughput_history(throughput, root / "plots" / f"{entry.slug}-throughput.svg")
     image = _latest_image(summary)
-    run_logs = {e.ident: _copy_log(db, e.attempt_dir, ("container.log", "workload.log"), root, skipped)
-                for e in summary.events[-HISTORY_ROWS:] if e.kind == "run"}
-    builds = [{**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
-              for b in summary.builds[-HISTORY_ROWS:]]
+    run_logs = {
+        e.ident: _copy_log(db, e.attempt_dir, ("container.log", "workload.log"), root, skipped)
+        for e in summary.events[-HISTORY_ROWS:]
+        if e.kind == "run"
+    }
+    builds = [
+        {**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
+        for b in summary.builds[-HISTORY_ROWS:]
+    ]
     build_logs = {b["build_uid"]: b["log_link"] for b in builds}
     host = (latest or {}).get("host")
     return {
@@ -482,17 +682,24 @@ def _cell_page(summary: CellSummary, entry: IndexEntry, root: Path, host_details
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
         "image_origin": image_origin_label(image),
-        "reproduce": _reproduce(summary.cell, image.get("tag"), entry.ladder.steps[1].state == cell_ladder.DONE,
-                                cell_ladder.foreign_image(image)),
+        "reproduce": _reproduce(
+            summary.cell,
+            image.get("tag"),
+            entry.ladder.steps[1].state == cell_ladder.DONE,
+            cell_ladder.foreign_image(image),
+        ),
         "recorded_command": _recorded_command(latest),
         "configuration": run_config.VERDICT_LABEL,
         "measurements": [_measurement(summary, c) for c in reversed(summary.configurations)],
         "builds": list(reversed(builds)),
         "host": page_bounds.rows(_rows(host) if host_details else _rows(public_host(host))) if host else None,
-        "probes": page_bounds.probes([{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
-                                      for p in (latest or {}).get("probes") or []]),
-        "history": [(e, run_logs.get(e.ident) if e.kind == "run" else build_logs.get(e.ident))
-                    for e in reversed(summary.events[-HISTORY_ROWS:])],
+        "probes": page_bounds.probes(
+            [{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))} for p in (latest or {}).get("probes") or []]
+        ),
+        "history": [
+            (e, run_logs.get(e.ident) if e.kind == "run" else build_logs.get(e.ident))
+            for e in reversed(summary.events[-HISTORY_ROWS:])
+        ],
         "history_total": len(summary.events),
         "flips": list(reversed(summary.flips))[:10],
         "measured_by": _measured_by(summary, root),
@@ -506,16 +713,26 @@ def _speed_page(speed: dict | None, entry: IndexEntry) -> dict | None:
         return None
     result = speed["result"]
     metrics = result.get("metrics") if isinstance(result.get("metrics"), dict) else {}
-    before = (metrics.get("eval_before") or {}).get("accuracy") if isinstance(metrics.get("eval_before"), dict) else None
+    before = (
+        (metrics.get("eval_before") or {}).get("accuracy") if isinstance(metrics.get("eval_before"), dict) else None
+    )
     after = (metrics.get("eval_after") or {}).get("accuracy") if isinstance(metrics.get("eval_after"), dict) else None
     learned = "-" if after is None else f"eval accuracy {_num(before, 3)} → {_num(after, 3)}"
     model = result.get("model") if isinstance(result.get("model"), dict) else {}
-    return {"metrics": _metrics(metrics), "samples_per_gpu_hour": entry.samples_per_gpu_hour,
-            "cost_per_1k": entry.cost_per_1k, "learned": learned, "model": str(model.get("id") or "-"),
-            "run_id": result.get("run_id"), "status": result.get("status"), "finished_at": result.get("finished_at"),
-            "signer": provenance.label(speed["provenance"], speed["signer"]),
-            "contended": cell_ladder.contended(result), "conditions": conditions_text(result),
-            "command": _recorded_command(result)}
+    return {
+        "metrics": _metrics(metrics),
+        "samples_per_gpu_hour": entry.samples_per_gpu_hour,
+        "cost_per_1k": entry.cost_per_1k,
+        "learned": learned,
+        "model": str(model.get("id") or "-"),
+        "run_id": result.get("run_id"),
+        "status": result.get("status"),
+        "finished_at": result.get("finished_at"),
+        "signer": provenance.label(speed["provenance"], speed["signer"]),
+        "contended": cell_ladder.contended(result),
+        "conditions": conditions_text(result),
+        "command": _recorded_command(result),
+    }
 
 
 def conditions_text(result: dict) -> str:
@@ -538,8 +755,11 @@ def conditions_text(result: dict) -> str:
             parts.append(f"{label} {_value_text(gpu[key])}")
     if c.get("other_envbuild_runs") is not None:
         parts.append(f"other envbuild runs on this matrix: {_value_text(c['other_envbuild_runs'])}")
-    verdict = "CONTENDED: " + "; ".join(cell_ladder.contention_reasons(result)) if cell_ladder.contended(result) \
+    verdict = (
+        "CONTENDED: " + "; ".join(cell_ladder.contention_reasons(result))
+        if cell_ladder.contended(result)
         else "uncontended"
+    )
     return " · ".join([verdict, *parts])
 
 
@@ -547,10 +767,12 @@ def _measurement(summary: CellSummary, configuration: str) -> dict:
     """One measurement configuration on a cell page: its status line, the numbers of its latest completed run
     and the command that made that run."""
     result = summary.latest_completed(configuration)
-    return {"line": configuration_line(summary, configuration),
-            "metrics": _metrics((result or {}).get("metrics") or {}) if result else None,
-            "run_id": (result or {}).get("run_id"),
-            "command": _recorded_command(result) if result else None}
+    return {
+        "line": configuration_line(summary, configuration),
+        "metrics": _metrics((result or {}).get("metrics") or {}) if result else None,
+        "run_id": (result or {}).get("run_id"),
+        "command": _recorded_command(result) if result else None,
+    }
 
 
 def _recorded_command(result: dict | None) -> dict | None:
@@ -565,8 +787,14 @@ def _recorded_command(result: dict | None) -> dict | None:
     config = result.get("config") if isinstance(result.get("config"), dict) else {}
     model = (result.get("model") or {}).get("id") if isinstance(result.get("model"), dict) else None
     image = (result.get("image") or {}).get("tag") if isinstance(result.get("image"), dict) else None
-    rebuilt = ["envbuild", "run", "workload", *(["--image", image] if image else ["--local"]),
-               "--preset", str(config.get("preset") or "smoke")]
+    rebuilt = [
+        "envbuild",
+        "run",
+        "workload",
+        *(["--image", image] if image else ["--local"]),
+        "--preset",
+        str(config.get("preset") or "smoke"),
+    ]
     rebuilt += ["--model", str(model)] if model else []
     return {"text": shlex.join(rebuilt), "recorded": False}
 
@@ -666,8 +894,14 @@ def _latest_image(summary: CellSummary) -> dict:
     return {}
 
 
-_METRIC_KEYS = ("steps", "samples_per_s", "tokens_per_s", "mfu", "peak_memory_allocated_bytes",
-                "peak_memory_reserved_bytes")
+_METRIC_KEYS = (
+    "steps",
+    "samples_per_s",
+    "tokens_per_s",
+    "mfu",
+    "peak_memory_allocated_bytes",
+    "peak_memory_reserved_bytes",
+)
 _EVAL_KEYS = ("accuracy", "macro_f1", "loss")
 _RUN_KEYS = ("run_id", "command", "status", "error_class", "error", "finished_at", "wall_time_s")
 _PROBE_KEYS = ("name", "status", "message")

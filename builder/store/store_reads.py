@@ -112,6 +112,16 @@ class StoreReads(StoreConnection):
 
         `host_keys`: keep only these keys of each run's `host` block, plus `gpu_count` (None: all of it).
         """
+        return [text for text, _ in self._runs_json(cell_key, host_keys, with_curves=False)]
+
+    def runs_json_curves(self, cell_key: str, *, host_keys: tuple[str, ...] | None = None) -> list[tuple[str, int]]:
+        """`runs_json`, each text with the length of its longest curve (metrics.curves; 0 without one), measured
+        by SQLite: a caller that only shortens long curves parses none of the others."""
+        return self._runs_json(cell_key, host_keys, with_curves=True)
+
+    def _runs_json(
+        self, cell_key: str, host_keys: tuple[str, ...] | None, *, with_curves: bool
+    ) -> list[tuple[str, int]]:
         column = "runs.result_json"
         args: list = []
         if host_keys is not None:
@@ -123,16 +133,27 @@ class StoreReads(StoreConnection):
             )
             for key in host_keys:
                 args += [key, f"$.host.{key}"]
+        longest = (
+            (
+                "(SELECT MAX(CASE WHEN curve.type = 'array' THEN json_array_length(curve.value) END)"
+                " FROM json_each(runs.result_json, '$.metrics.curves') AS curve"
+                " WHERE json_type(runs.result_json, '$.metrics.curves') = 'object')"
+            )
+            if with_curves
+            else "0"
+        )
         cur = self._rows(
             f"SELECT json_valid(runs.result_json), runs.id, runs.run_id,"
-            f" CASE WHEN json_valid(runs.result_json) THEN {column} END FROM runs JOIN cells ON cells.id = runs.cell_id"
+            f" CASE WHEN json_valid(runs.result_json) THEN {column} END,"
+            f" CASE WHEN json_valid(runs.result_json) THEN {longest} END"
+            " FROM runs JOIN cells ON cells.id = runs.cell_id"
             " WHERE cells.key = ? ORDER BY COALESCE(runs.finished_at, runs.recorded_at), runs.id",
             [*args, cell_key],
         )
         out = []
-        for valid, row_id, run_id, text in cur:
+        for valid, row_id, run_id, text, curve in cur:
             if valid:
-                out.append(text)
+                out.append((text, curve or 0))
             else:
                 self.damaged.append(DamagedRow("runs", row_id, str(run_id), "result_json", "not valid JSON"))
         return out

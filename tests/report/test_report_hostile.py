@@ -26,9 +26,15 @@ def _hostile() -> dict:
     result["hardware"]["gpu_name"] = EVIL
     result["model"]["id"] = EVIL
     result["probes"] = [{"name": EVIL, "status": "fail", "message": EVIL, "values": {EVIL: EVIL, "n": 3}}]
-    result["host"] = {"hostname": SECRET_HOST, "kernel_cmdline": SECRET_CMDLINE, "kernel": "6.8.0-45-generic",
-                      "amdgpu_version": "6.8.5", "os": EVIL, "gpus": [{"node": 1, "arch": "gfx90a"}],
-                      "gpu_archs": ["gfx90a"]}
+    result["host"] = {
+        "hostname": SECRET_HOST,
+        "kernel_cmdline": SECRET_CMDLINE,
+        "kernel": "6.8.0-45-generic",
+        "amdgpu_version": "6.8.5",
+        "os": EVIL,
+        "gpus": [{"node": 1, "arch": "gfx90a"}],
+        "gpu_archs": ["gfx90a"],
+    }
     return result
 
 
@@ -59,7 +65,9 @@ def hostile_site(tmp_path_factory):
     with MatrixStore.open(db) as store:
         store.record_run(_hostile())
     before = {p for p in tmp.rglob("*")}
-    result = CliRunner().invoke(main, ["report", "-o", str(tmp / "site"), "--db", str(db), "--no-recipes", "--no-results"])
+    result = CliRunner().invoke(
+        main, ["report", "-o", str(tmp / "site"), "--db", str(db), "--no-recipes", "--no-results"]
+    )
     assert result.exit_code == 0, result.output
     written = {p for p in tmp.rglob("*")} - before
     assert all(p.is_relative_to(tmp / "site") or p.name.startswith("m.db") for p in written)
@@ -69,7 +77,7 @@ def hostile_site(tmp_path_factory):
 def test_hostile_text_is_inert_in_index_cell_page_and_summary(hostile_site):
     tmp, _ = hostile_site
     site = tmp / "site"
-    _check_html((site / "index.html").read_text(), ["filter.js"])
+    _check_html((site / "index.html").read_text(), ["index-cells.js", "filter.js"])
     cell = (site / "cells" / f"{KEY}.html").read_text()
     _check_html(cell, [])
     assert cell.count("&lt;script&gt;alert(1)") >= 8  # error, class, tag, digest, versions, device, probe x3
@@ -97,8 +105,19 @@ def test_the_published_site_holds_no_hostname_or_kernel_cmdline(hostile_site, tm
     assert SECRET_HOST not in published and SECRET_CMDLINE not in published and "kernel_cmdline" not in published
     cell = (tmp / "site" / "cells" / f"{KEY}.html").read_text()
     assert "6.8.0-45-generic" in cell and "6.8.5" in cell and "gpu_count" in cell
-    full = CliRunner().invoke(main, ["report", "-o", str(tmp_path / "full"), "--db", str(db), "--no-recipes", "--no-results",
-                                     "--include-host-details"])
+    full = CliRunner().invoke(
+        main,
+        [
+            "report",
+            "-o",
+            str(tmp_path / "full"),
+            "--db",
+            str(db),
+            "--no-recipes",
+            "--no-results",
+            "--include-host-details",
+        ],
+    )
     assert full.exit_code == 0
     assert SECRET_HOST in (tmp_path / "full" / "cells" / f"{KEY}.html").read_text()
 
@@ -134,8 +153,10 @@ def test_a_failed_report_leaves_the_previous_site_whole(hostile_site, tmp_path, 
 def test_a_folder_that_is_not_a_report_is_never_replaced(hostile_site, tmp_path):
     _, db = hostile_site
     (tmp_path / "notes.txt").write_text("mine")
-    with MatrixStore.open(db, readonly=True) as store, \
-            pytest.raises(ReportError, match="not empty and holds no envbuild report"):
+    with (
+        MatrixStore.open(db, readonly=True) as store,
+        pytest.raises(ReportError, match="not empty and holds no envbuild report"),
+    ):
         build_report(store, [], tmp_path)
     result = CliRunner().invoke(main, ["report", "-o", str(tmp_path), "--db", str(db)])
     assert result.exit_code == 2 and (tmp_path / "notes.txt").read_text() == "mine"
