@@ -88,9 +88,8 @@ def read_text(location: str, deadline: float | None = None) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def anchors(page: str, where: str = "the page") -> list[str]:
-    """The anchor texts of `page`; UpstreamError naming `where` when the parser cannot read it."""
-    parser = _Anchors()
+def parse_page(parser: html.parser.HTMLParser, page: str, where: str) -> None:
+    """Feed `page` to `parser`; UpstreamError naming `where` when html.parser cannot read it."""
     try:
         parser.feed(page)
         parser.close()
@@ -98,6 +97,12 @@ def anchors(page: str, where: str = "the page") -> list[str]:
         raise UpstreamError(
             f"{where}: not an HTML index page the parser can read ({exc or type(exc).__name__})"
         ) from None
+
+
+def anchors(page: str, where: str = "the page") -> list[str]:
+    """The anchor texts of `page`; UpstreamError naming `where` when the parser cannot read it."""
+    parser = _Anchors()
+    parse_page(parser, page, where)
     return parser.names
 
 

@@ -49,16 +49,10 @@ class _Links(html.parser.HTMLParser):
 def pinned_hashes(page: str, recipes: Recipes, flavor: str = "rocm", where: str = "the page") -> dict[str, str]:
     """{wheel file: sha256} of the torch wheels on a PEP 503 project page that a recipe pins; UpstreamError naming
     `where` when the parser cannot read the page."""
-    from builder.plan.upstream import UpstreamError
+    from builder.plan.upstream import parse_page
 
     parser = _Links()
-    try:
-        parser.feed(page)
-        parser.close()
-    except (AssertionError, ValueError, IndexError) as exc:  # html.parser's refusals (e.g. an unknown "<![")
-        raise UpstreamError(
-            f"{where}: not an HTML index page the parser can read ({exc or type(exc).__name__})"
-        ) from None
+    parse_page(parser, page, where)
     found = {}
     for text, href in parser.links:
         name = urllib.parse.unquote(text)
