@@ -295,3 +295,35 @@ def host_flavor(flavor: str, host_root: Path = Path("/")) -> str:
     (/dev/kfd for ROCm, /dev/nvidiactl for CUDA), else cpu (the run is a CPU measurement of that build)."""
     device = {"rocm": "dev/kfd", "cuda": "dev/nvidiactl"}.get(flavor)
     return flavor if device and (host_root / device).exists() else "cpu"
+
+
+def prepare(
+    console, seen: Probe, what: str, made: str, whose: str, request, host_root: Path
+) -> tuple[str, list[lockfile.Entry], Path | None, str]:
+    """Say what is brought into `what` (an image or a SIF envbuild did not build), bring it in, and pick the flavor
+    this host runs its torch as: (lock key, missing entries, the folder they are in or None, flavor). A GPU build
+    on a host without that GPU runs on the CPU (a CPU measurement of that build); --gpus is then bad input."""
+    from rich.markup import escape
+
+    key, missing = lacking(seen)
+    brought = (
+        f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)" if missing else ""
+    )
+    console.print(
+        escape(
+            f"{what} was not {made} by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
+            f"Python {seen.python}; bringing in the workload{brought}, read-only"
+        )
+    )
+    deps = bring_in(seen, key, missing, request.wheels)
+    flavor = host_flavor(seen.flavor, host_root)
+    if flavor != seen.flavor:
+        console.print(
+            escape(
+                f"note: this host has no {seen.flavor.upper()} GPU: {whose} {seen.flavor} torch runs on "
+                "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"
+            )
+        )
+        if request.gpus:
+            raise RunError(f"--gpus {request.gpus}: this host has no GPU {whose} {seen.flavor} torch can use")
+    return key, missing, deps, flavor

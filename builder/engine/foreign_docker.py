@@ -8,7 +8,6 @@ import time
 import docker.errors
 from docker.types import Mount
 from rich.console import Console
-from rich.markup import escape
 
 from builder.engine import foreign
 from builder.engine.container import (
@@ -50,30 +49,7 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
     out_dir = check_out_dir(request.out_dir)
     where = f"image {request.image}"
     seen = probe(client, image.id, python, where)
-    key, missing = foreign.lacking(seen)
-    console.print(
-        escape(
-            f"{where} was not built by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
-            f"Python {seen.python}; bringing in the workload"
-            + (
-                f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)"
-                if missing
-                else ""
-            )
-            + ", read-only"
-        )
-    )
-    deps = foreign.bring_in(seen, key, missing, request.wheels)
-    flavor = foreign.host_flavor(seen.flavor, host.root)
-    if flavor != seen.flavor:
-        console.print(
-            escape(
-                f"note: this host has no {seen.flavor.upper()} GPU: the image's {seen.flavor} torch runs on "
-                "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"
-            )
-        )
-        if request.gpus:
-            raise RunError(f"--gpus {request.gpus}: this host has no GPU the image's {seen.flavor} torch can use")
+    key, missing, deps, flavor = foreign.prepare(console, seen, where, "built", "the image's", request, host.root)
     devices = device_options(flavor, request.gpus, host)
     mounts, environment, model_arg, data_arg = input_mounts(out_dir, hub_id, model_dir, data)
     environment.update(foreign.run_environment(bool(request.network)))

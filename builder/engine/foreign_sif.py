@@ -22,7 +22,7 @@ from builder.engine.apptainer import (
     runtime_record,
     stream_apptainer,
 )
-from builder.engine.container import RunError, workload_args
+from builder.engine.container import workload_args
 from builder.engine.doctor import HostView, host_record
 from builder.engine.run_result import RunEnd, envbuild_invocation
 from builder.paths import file_sha256
@@ -47,30 +47,7 @@ def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
     apptainer = apptainer_binary()
     sha256 = file_sha256(sif)
     seen = probe(apptainer, sif, python)
-    key, missing = foreign.lacking(seen)
-    console.print(
-        escape(
-            f"{sif.name} was not made by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
-            f"Python {seen.python}; bringing in the workload"
-            + (
-                f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)"
-                if missing
-                else ""
-            )
-            + ", read-only"
-        )
-    )
-    deps = foreign.bring_in(seen, key, missing, request.wheels)
-    flavor = foreign.host_flavor(seen.flavor, host.root)
-    if flavor != seen.flavor:
-        console.print(
-            escape(
-                f"note: this host has no {seen.flavor.upper()} GPU: the SIF's {seen.flavor} torch runs on "
-                "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"
-            )
-        )
-        if request.gpus:
-            raise RunError(f"--gpus {request.gpus}: this host has no GPU the SIF's {seen.flavor} torch can use")
+    key, missing, deps, flavor = foreign.prepare(console, seen, sif.name, "made", "the SIF's", request, host.root)
     gpu_flags(flavor, request.gpus)
     src = foreign.copy_workload(out_dir.parent)
     try:
