@@ -128,6 +128,7 @@ def build_report(
             warn(f"removed {stale.name}, left by an earlier report that was killed")
     build_dir = site_folders.building_dir(out_dir)
     try:
+        build_dir.mkdir(mode=0o700)
         skipped: list[str] = []
         _write_site(
             store,

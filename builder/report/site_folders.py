@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -19,8 +18,9 @@ _OWNED = re.compile(r"\.(?P<name>.+)\.(building|old)-(?:(?P<pid>[0-9]+)-)?[0-9A-
 
 
 def building_dir(out_dir: Path) -> Path:
-    """A new, empty folder beside `out_dir` to build the next site in."""
-    return Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.building-{os.getpid()}-"))
+    """A name, not yet taken, beside `out_dir` to build the next site in. The caller makes the folder inside the
+    block that removes it, so a Ctrl-C that lands just after the folder appears still removes it."""
+    return out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def old_dir(out_dir: Path) -> Path:
