@@ -333,27 +333,20 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
         failure_class, failure = "container_error", str(exc)
         (out_dir / LOG_NAME).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
         console.print(f"[red]{escape(str(exc))}[/]")
-        return RunEnd(
-            out_dir,
-            failure_class=failure_class,
-            failure=failure,
-            started=started,
-            finished=time.time(),
-            versions=versions,
-            host=host_record(host),
-            image=image,
+    else:
+        image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and version
+        argv = exec_argv(
+            apptainer,
+            sif,
+            flavor,
+            run.gpus,
+            binds,
+            ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)],
         )
-    image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and its version
-    argv = exec_argv(
-        apptainer,
-        sif,
-        flavor,
-        run.gpus,
-        binds,
-        ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)],
-    )
-    console.print(escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
-    failure_class, failure = stream_apptainer(argv, out_dir, console)
+        console.print(
+            escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}")
+        )
+        failure_class, failure = stream_apptainer(argv, out_dir, console)
     return RunEnd(
         out_dir,
         failure_class=failure_class,
