@@ -24,6 +24,9 @@ _HOME = os.environ.get("ENVBUILD_HOME")
 #: The root holding recipes/, images/, ci/ and results/: the package's data, or ENVBUILD_HOME's tree.
 DATA_ROOT = Path(_HOME) if _HOME else _package_dir("builder") / "_data"
 RECIPES_DIR = DATA_ROOT / "recipes"
+#: The environment variable naming a site's recipe folder over RECIPES_DIR: the CLI reads it, with --recipes,
+#: and passes the folder down (builder.cli.site_recipes); nothing else reads it.
+RECIPES_ENV_VAR = "ENVBUILD_RECIPES"
 IMAGES_DIR = DATA_ROOT / "images"
 CI_TEMPLATES_DIR = DATA_ROOT / "ci"
 RESULTS_DIR = DATA_ROOT / "results"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import errno
 import importlib
-import os
 from pathlib import Path
 
 import click
 
 from builder import __version__
+from builder.paths import RECIPES_ENV_VAR
 
 # name -> (module, attribute, the summary `envbuild --help` shows: the command's own first docstring line)
 COMMANDS = {
@@ -121,11 +121,11 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="envbuild")
 @click.option(
     "--recipes",
-    "site_recipes",
+    "site_recipes",  # handed to each verb by builder.cli.site_recipes
     type=click.Path(file_okay=False, exists=True, path_type=Path),
-    envvar="ENVBUILD_RECIPES",
+    envvar=RECIPES_ENV_VAR,
     help="A site's recipe folder over the packaged recipes/: its entries add to "
-    "or replace the packaged ones (docs/render.md) [env ENVBUILD_RECIPES].",
+    f"or replace the packaged ones (docs/render.md) [env {RECIPES_ENV_VAR}].",
 )
 def main(site_recipes: Path | None) -> None:
     """Reproducible, verified ROCm fine-tuning environments, with evidence.
@@ -133,5 +133,3 @@ def main(site_recipes: Path | None) -> None:
     Exit codes: 0 success, 1 a build or run that did not pass, 2 bad input (nothing written), 130 Ctrl-C,
     143 SIGTERM.
     Start with `envbuild recipes list`; `envbuild COMMAND --help` for each command."""
-    if site_recipes is not None:  # read where recipes are loaded (builder.plan.recipe_overlay), by every verb
-        os.environ["ENVBUILD_RECIPES"] = str(site_recipes)

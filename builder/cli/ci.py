@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from builder.cli import site_recipes
 from builder.cli.paths import writable_output
 from builder.plan.ci_render import GENERATED_DIR, render_ci
 from builder.plan.recipe_cells import RecipeCellsError
@@ -38,13 +39,13 @@ def render(out_dir: Path, check: bool) -> None:
         writable_output(out_dir, "'-o' / '--output'")
     try:
         if not check:
-            for path in render_ci(out_dir):
+            for path in render_ci(out_dir, site=site_recipes.folder()):
                 click.echo(f"wrote {path}")
             return
         with tempfile.TemporaryDirectory() as fresh:
             stale = [
                 path.name
-                for path in render_ci(Path(fresh))
+                for path in render_ci(Path(fresh), site=site_recipes.folder())
                 if not (out_dir / path.name).is_file() or not filecmp.cmp(path, out_dir / path.name, shallow=False)
             ]
     except RecipeCellsError as exc:

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from builder.cli import site_recipes
 from builder.engine.doctor import FAIL, HostView, host_record
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
@@ -35,7 +36,9 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
 def doctor(as_json: bool, root: Path, flavor: str, no_engine: bool) -> None:
     """Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU
     archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails."""
-    record = host_record(HostView(root=root, check_engine=not no_engine), flavor=flavor)
+    record = host_record(
+        HostView(root=root, check_engine=not no_engine), flavor=flavor, site_recipes=site_recipes.folder()
+    )
     if as_json:
         click.echo(json.dumps(record, indent=2))
     else:

@@ -8,10 +8,11 @@ import time
 
 import click
 
+from builder.cli import site_recipes
 from builder.slug import terminal_safe
 from builder.plan.lock import keys, parse, read, resolve_lock, write_lock
 from builder.plan.lock_names import LOCKS_DIR, LockError, lock_path
-from builder.plan.recipes import RecipeError, load
+from builder.plan.recipes import RecipeError
 
 
 class LockFailed(click.ClickException):
@@ -62,7 +63,7 @@ def lock(
     if check and (verify or refresh):
         raise click.UsageError("--check is offline and writes nothing; drop --verify/--refresh")
     try:
-        recipes = load()
+        recipes = site_recipes.load()
         selected = [k for k in keys(recipes) if (torch_line in (None, k[0])) and (python in (None, k[1]))]
     except RecipeError as exc:  # bad recipe data is bad input: exit code 2, as the docstring says
         raise LockFailed(str(exc)) from exc

@@ -132,14 +132,17 @@ def plan_from_options(**options) -> Plan:
     """Resolve the request the options describe and print, on stderr, what the resolver chose and the notice of a
     source cell; bad requests become click.UsageError (exit code 2), a source cell under --proven-only exits 2
     after its notice."""
+    from builder.cli import site_recipes
     from builder.plan.notice import source_notice
     from builder.plan.recipes import RecipeError
     from builder.plan.resolve import ResolveError, UnprovenSourceError, resolve
 
+    request = request_from_options(**options)
     try:
-        plan = resolve(request_from_options(**options))
+        recipes = site_recipes.load()
+        plan = resolve(request, recipes)
     except UnprovenSourceError as exc:
-        for line in source_notice(exc.plan):
+        for line in source_notice(exc.plan, recipes):
             click.echo(line, err=True)
         click.echo(f"envbuild: {exc}", err=True)
         raise SystemExit(2) from exc
@@ -147,7 +150,7 @@ def plan_from_options(**options) -> Plan:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
         raise BadRecipeData(exc) from exc
-    for line in (*plan.notes, *source_notice(plan)):
+    for line in (*plan.notes, *source_notice(plan, recipes)):
         click.echo(line, err=True)
     return plan
 
@@ -171,15 +174,15 @@ def recipes_group() -> None:
 @click.option("--unproven", is_flag=True, expose_value=False, help="Accepted and ignored: every cell is listed.")
 def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
     """List the known cells (flavor x release x torch x arch x Python) and where torch comes from."""
-    from builder.plan.recipes import RecipeError, load
+    from builder.cli import site_recipes
+    from builder.paths import RECIPES_DIR
+    from builder.plan import recipe_overlay
+    from builder.plan.recipes import RecipeError
     from builder.plan.resolve import all_plans
 
-    from builder.paths import RECIPES_DIR
-    from builder.plan.recipe_overlay import current, origin
-
     try:
-        recipes = load()
-        overlay = current(RECIPES_DIR)
+        recipes = site_recipes.load()
+        overlay = recipe_overlay.of(RECIPES_DIR, site_recipes.folder())  # built by the load above
         if flavor is not None and flavor not in recipes.flavors:
             raise click.UsageError(f"unknown flavor {flavor!r}; choose one of {', '.join(sorted(recipes.flavors))}")
         plans = all_plans(recipes, flavor, proven_only=proven_only)
@@ -196,7 +199,7 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
             "fact_source": p.torch.source,
             "origin": (
                 f"site ({overlay.source})"
-                if origin(
+                if recipe_overlay.origin(
                     overlay,
                     p.cell.flavor,
                     recipes.flavors[p.cell.flavor].releases_file,
@@ -251,13 +254,14 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool,
     Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read or parsed."""
     import time
 
-    from builder.plan.recipes import RecipeError, load
+    from builder.cli import site_recipes
+    from builder.plan.recipes import RecipeError
     from builder.plan.upstream import Findings, UpstreamError, check_index, check_releases, read_text
 
     if not indexes and not releases:
         raise click.UsageError("give at least one --index or --releases")
     try:
-        recipes = load()
+        recipes = site_recipes.load()
         total = Findings()
         hashes: dict[str, str] = {}
         for index in indexes:
@@ -275,10 +279,9 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool,
     if record:
         from builder.paths import RECIPES_DIR
         from builder.plan import wheel_hashes
-        from builder.plan.recipe_overlay import current
 
-        overlay = current(RECIPES_DIR)  # a site's folder keeps its own record; else the packaged recipes/
-        path = wheel_hashes.record(overlay.source if overlay else RECIPES_DIR, hashes)
+        site = site_recipes.folder()  # a site's folder keeps its own record; else the packaged recipes/
+        path = wheel_hashes.record(site.resolve() if site else RECIPES_DIR, hashes)
         click.echo(f"recorded the sha256 of {len(hashes)} pinned torch wheels in {path}")
     for kind, items in (("wheel", total.wheels), ("arch", total.archs), ("release", total.releases)):
         for item in dict.fromkeys(items):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from builder.cli import site_recipes
 from builder.cli.attest import check_result, result_files, revoked_or_default, signer_options
 from builder.cli.paths import writable_output
 from builder.cli.report_results import with_results
@@ -106,7 +107,7 @@ def report(
     if markdown is not None and not check:
         writable_output(markdown, "'--markdown'", is_file=True)
     try:
-        cells = recipe_cells(every=True) if with_recipes else []
+        cells = recipe_cells(every=True, site=site_recipes.folder()) if with_recipes else []
     except RecipeCellsError as exc:
         raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
     if check:

@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from builder.cli import site_recipes
 from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.store_options import db_option, note_new_folder
 from builder.engine.interrupt import (
@@ -143,7 +144,15 @@ def workload(
     out_dir = out_dir or Path("envbuild-runs") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     )
-    request = dict(out_dir=out_dir, preset=preset, model=model, data=data, gpus=gpus, extra_args=list(extra))
+    request = dict(
+        out_dir=out_dir,
+        preset=preset,
+        model=model,
+        data=data,
+        gpus=gpus,
+        extra_args=list(extra),
+        site_recipes=site_recipes.folder(),
+    )
     created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
     watch = conditions.Watch.start(db_path)
     if watch.others_at_start:

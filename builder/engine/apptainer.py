@@ -354,7 +354,7 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
         started=started,
         finished=time.time(),
         versions=versions,
-        host=host_record(host),
+        host=host_record(host, site_recipes=run.site_recipes),
         image=image,
     )
 

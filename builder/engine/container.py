@@ -62,6 +62,7 @@ class RunRequest:
     data: Path | None = None
     gpus: str | None = None  # "all" | "0,1"
     extra_args: list[str] = field(default_factory=list)
+    site_recipes: Path | None = None  # the site's recipe folder over the packaged recipes (envbuild --recipes)
 
 
 @dataclass
@@ -215,7 +216,7 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
         started=started,
         finished=time.time(),
         versions=versions,
-        host=host_record(host),
+        host=host_record(host, site_recipes=run.site_recipes),
         image=image_block(image, run.image),
         invocation=envbuild_invocation(run, run.image),
     )

@@ -22,9 +22,9 @@ from builder.plan import gpu_names, recipes
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
 
-def validated_kernels() -> dict[str, tuple[str, ...]]:
+def validated_kernels(loaded: recipes.Recipes) -> dict[str, tuple[str, ...]]:
     """ROCm release -> host kernel lines AMD validated for it (recipes/rocm.toml `host_kernels`, with sources)."""
-    return {v: r.host_kernels for v, r in recipes.load().releases["rocm"].items() if r.host_kernels}
+    return {v: r.host_kernels for v, r in loaded.releases["rocm"].items() if r.host_kernels}
 
 
 @dataclass(frozen=True)
@@ -99,12 +99,12 @@ def kfd_gpus(host: HostView) -> list[Gpu]:
     return gpus
 
 
-def _check_kernel(host: HostView) -> Check:
+def _check_kernel(host: HostView, loaded: recipes.Recipes) -> Check:
     release = host.read("/proc/sys/kernel/osrelease") or (platform.release() if host.is_real_root else None)
     if not release:
         return Check("kernel", WARN, "kernel release unknown (no /proc/sys/kernel/osrelease)")
     line = ".".join(release.split(".")[:2])
-    validated = validated_kernels()
+    validated = validated_kernels(loaded)
     ok = [rocm for rocm, lines in validated.items() if line in lines]
     if ok:
         return Check("kernel", PASS, f"{release} (a validated kernel line for ROCm {', '.join(ok)})")
@@ -206,17 +206,18 @@ def _check_archs(host: HostView, gpus: list[Gpu], gpu_expected: bool) -> Check:
     )
 
 
-def runnable_cells(archs: list[str], kernel: str | None) -> dict[str, list[dict]]:
-    """Per host GPU arch, the ROCm releases with cells for it and their torch lines (recipes/, via the resolver's
-    known cells), each marked whether AMD validated the host's kernel line for that release ("" = not listed)."""
+def runnable_cells(archs: list[str], kernel: str | None, loaded: recipes.Recipes) -> dict[str, list[dict]]:
+    """Per host GPU arch, the ROCm releases with cells for it and their torch lines (the recipes `loaded`, via the
+    resolver's known cells), each marked whether AMD validated the host's kernel line for that release ("" = not
+    listed)."""
     from builder.plan.resolve import all_plans
 
     line = ".".join(kernel.split(".")[:2]) if kernel else ""
     found: dict[str, dict[str, set[str]]] = {arch: {} for arch in archs}
-    for plan in all_plans(recipes.load(), "rocm"):
+    for plan in all_plans(loaded, "rocm"):
         if plan.cell.arch in found:
             found[plan.cell.arch].setdefault(plan.release.version, set()).add(plan.torch.line)
-    releases = recipes.load().releases["rocm"]
+    releases = loaded.releases["rocm"]
     return {
         arch: [
             {
@@ -295,18 +296,20 @@ def _check_engine() -> tuple[Check, Check, dict]:
         )
 
 
-def host_record(host: HostView | None = None, flavor: str = "auto") -> dict:
-    """Run every check; the record is what `doctor --json` prints and what each run result carries.
+def host_record(host: HostView | None = None, flavor: str = "auto", site_recipes: Path | None = None) -> dict:
+    """Run every check; the record is what `doctor --json` prints and what each run result carries. The kernel and
+    cell checks read the packaged recipes with the site's folder `site_recipes` over them.
 
     flavor "rocm" makes missing GPU pieces failures; "auto" does so only when an AMD GPU driver or
     /dev/kfd is present (on a CPU-only host they are warnings: cpu images and --local still work).
     """
     host = host or HostView()
+    loaded = recipes.load(site=site_recipes)
     gpus = kfd_gpus(host)
     amd_present = host.path("/sys/module/amdgpu").is_dir() or host.path("/dev/kfd").exists()
     gpu_expected = flavor == "rocm" or (flavor == "auto" and amd_present)
     checks = [
-        _check_kernel(host),
+        _check_kernel(host, loaded),
         _check_driver(host, gpu_expected),
         _check_devices(host, gpu_expected),
         _check_archs(host, gpus, gpu_expected),
@@ -314,7 +317,7 @@ def host_record(host: HostView | None = None, flavor: str = "auto") -> dict:
     ]
     archs = sorted({g.arch for g in gpus})
     kernel = host.read("/proc/sys/kernel/osrelease") or (platform.release() if host.is_real_root else None)
-    cells = runnable_cells(archs, kernel)
+    cells = runnable_cells(archs, kernel, loaded)
     checks.append(_check_cells(archs, cells))
     engine_info: dict = {}
     if host.check_engine:

@@ -140,10 +140,11 @@ def check_python(python: str) -> str:
     return python
 
 
-def lacking(probe: Probe) -> tuple[str, list[lockfile.Entry]]:
-    """(lock key, the locked distributions the image lacks) for the image's torch line and Python."""
+def lacking(probe: Probe, site_recipes: Path | None = None) -> tuple[str, list[lockfile.Entry]]:
+    """(lock key, the locked distributions the image lacks) for the image's torch line and Python, in the packaged
+    locks with the site's recipe folder `site_recipes` over them."""
     line, python = probe.line(probe.torch.version), probe.line(probe.python)
-    loaded = recipes.load()
+    loaded = recipes.load(site=site_recipes)
     try:
         if line not in loaded.torch:
             raise LockError(f"the recipes know no torch {line} line", "missing")
@@ -305,7 +306,7 @@ def prepare(
     on a host without that GPU runs on the CPU (a CPU measurement of that build); --gpus is then bad input."""
     from rich.markup import escape
 
-    key, missing = lacking(seen)
+    key, missing = lacking(seen, request.site_recipes)
     brought = (
         f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)" if missing else ""
     )

@@ -87,7 +87,7 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
         started=started,
         finished=time.time(),
         versions=versions,
-        host=host_record(host),
+        host=host_record(host, site_recipes=request.site_recipes),
         image=block,
         invocation=envbuild_invocation(request, request.image),
     )

@@ -90,7 +90,7 @@ def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
         started=started,
         finished=time.time(),
         versions=versions,
-        host=host_record(host),
+        host=host_record(host, site_recipes=request.site_recipes),
         image=block,
         invocation=invocation,
     )

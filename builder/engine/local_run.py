@@ -119,7 +119,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
             started=started,
             finished=time.time(),
             versions=local_versions(),
-            host=host_record(host),
+            host=host_record(host, site_recipes=request.site_recipes),
             image=None,
             invocation=envbuild_invocation(request, None),
         )

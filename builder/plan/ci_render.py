@@ -70,22 +70,27 @@ def render_args(cell: Cell) -> list[str]:
     return args + ["--python", cell.python]
 
 
-def upstream_indexes(flavor: str = "rocm") -> list[str]:
-    """The PyTorch wheel indexes the recipes take `flavor`'s torch from (the weekly check-upstream job reads them)."""
+def upstream_indexes(flavor: str = "rocm", site: Path | None = None) -> list[str]:
+    """The PyTorch wheel indexes the recipes (with the site's folder `site` over them) take `flavor`'s torch from
+    (the weekly check-upstream job reads them)."""
     from builder.plan.recipes import load
 
-    recipes = load()
+    recipes = load(site=site)
     index = recipes.flavors[flavor].wheel_index
     suffixes = {s for r in recipes.releases[flavor].values() for s in r.wheel_suffixes}
     return sorted(index.format(suffix=s) for s in suffixes)
 
 
 def render_ci(
-    out_dir: Path = GENERATED_DIR, cells: list[Cell] | None = None, policy_path: Path = CI_POLICY
+    out_dir: Path = GENERATED_DIR,
+    cells: list[Cell] | None = None,
+    policy_path: Path = CI_POLICY,
+    site: Path | None = None,
 ) -> list[Path]:
-    """Write the workflow and the bake file into `out_dir`; returns their paths."""
+    """Write the workflow and the bake file into `out_dir` (the recipes' cells, with the site's folder `site`
+    over them, unless `cells` are given); returns their paths."""
     policy = load_policy(policy_path)
-    cells = recipe_cells() if cells is None else cells
+    cells = recipe_cells(site=site) if cells is None else cells
     if not cells:
         raise RecipeCellsError("no cells to put in CI: ci/matrix.toml [select] matches nothing the recipes resolve")
     jobs = ci_cells(cells, policy.get("runners", {}))
@@ -108,7 +113,7 @@ def render_ci(
         "cells": jobs,
         "workflow": policy.get("workflow", {}),
         "contexts_dir": CONTEXTS_DIR,
-        "upstream_indexes": upstream_indexes(),
+        "upstream_indexes": upstream_indexes(site=site),
         "policy": policy_path.name,
         "registry": registry.replace("{owner}", "${{ github.repository_owner }}"),
     }

@@ -49,12 +49,17 @@ def load_selection(path: Path = CI_POLICY) -> Selection:
 
 
 def recipe_cells(
-    selection: Selection | None = None, recipes: Recipes | None = None, *, every: bool = False
+    selection: Selection | None = None,
+    recipes: Recipes | None = None,
+    *,
+    every: bool = False,
+    site: Path | None = None,
 ) -> list[Cell]:
     """The resolver's known cells (`resolve.all_plans`) within `selection` (default: ci/matrix.toml), by key;
-    `every`: all of them, every arch and Python (what the report shows)."""
+    `every`: all of them, every arch and Python (what the report shows). Without `recipes`, the packaged ones
+    with the site's folder `site` over them."""
     try:
-        recipes = recipes or load()
+        recipes = recipes or load(site=site)
         plans = all_plans(recipes)
     except (RecipeError, ResolveError) as exc:
         raise RecipeCellsError(str(exc)) from exc

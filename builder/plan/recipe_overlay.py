@@ -1,4 +1,5 @@
-"""A site's own recipe folder over the packaged recipes/ (`envbuild --recipes DIR`, or ENVBUILD_RECIPES=DIR).
+"""A site's own recipe folder over the packaged recipes/ (`envbuild --recipes DIR`, or ENVBUILD_RECIPES=DIR, both
+read by the CLI alone and passed down as a path).
 
 The overlay has recipes/'s shape. Its TOML files merge into the packaged ones entry by entry: a named entry
 (`[release."6.3"]`, `[torch."2.7"]`, `[stack."2.7"]`, `[flavor.x]`) is added or replaces the packaged one,
@@ -11,7 +12,6 @@ downstream (resolve, lock, render, the content hash) sees one tree; `origins` sa
 from __future__ import annotations
 
 import atexit
-import os
 import re
 import shutil
 import tempfile
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import bounded_read
+from builder.paths import RECIPES_ENV_VAR
 
-ENV_VAR = "ENVBUILD_RECIPES"
 #: What one overlay file may weigh: a TOML file (the packaged ones are a few KB), a patch or a lock.
 MAX_TOML_BYTES = 1 << 20
 MAX_FILE_BYTES = 16 << 20
@@ -137,7 +137,9 @@ def _is_table_array(v) -> bool:
 def build(packaged: Path, site: Path) -> Overlay:
     """The merged tree of `packaged` with `site` over it, in a folder removed when the process ends."""
     if not site.is_dir() or site.is_symlink():
-        raise OverlayError(f"{site} is not a folder (--recipes / ${ENV_VAR} names a folder shaped like recipes/)")
+        raise OverlayError(
+            f"{site} is not a folder (--recipes / ${RECIPES_ENV_VAR} names a folder shaped like recipes/)"
+        )
     root = Path(tempfile.mkdtemp(prefix="envbuild-recipes-"))
     atexit.register(shutil.rmtree, root, True)
     shutil.copytree(packaged, root / "recipes", dirs_exist_ok=True)
@@ -167,10 +169,9 @@ def build(packaged: Path, site: Path) -> Overlay:
 _CACHE: dict[tuple[Path, Path], Overlay] = {}
 
 
-def current(packaged: Path) -> Overlay | None:
-    """The overlay ENVBUILD_RECIPES names (built once per process), or None."""
-    site = os.environ.get(ENV_VAR)
-    if not site:
+def of(packaged: Path, site: Path | None) -> Overlay | None:
+    """The overlay of the site's folder `site` over `packaged` (built once per process), or None without one."""
+    if site is None:
         return None
     key = (packaged, Path(site).resolve())
     if key not in _CACHE:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from builder.paths import RECIPES_DIR
+from builder.paths import RECIPES_DIR, RECIPES_ENV_VAR
 from builder.plan import recipe_grammar as g
 from builder.plan import recipe_overlay
 
@@ -378,14 +378,14 @@ def _merged(root: Path, file: str, table: str, dropins: list[dict]) -> dict:
     return merged
 
 
-def load(root: Path | None = None) -> Recipes:
-    """Read and validate recipes/, with the site's folder over it where ENVBUILD_RECIPES names one
-    (builder.plan.recipe_overlay); pass another root for tests. Cached per root."""
+def load(root: Path | None = None, *, site: Path | None = None) -> Recipes:
+    """Read and validate recipes/, with the site's folder `site` over it (builder.plan.recipe_overlay; the CLI
+    passes the one --recipes or ENVBUILD_RECIPES names); pass another root for tests. Cached per root."""
     if root is None:
         try:
-            overlay = recipe_overlay.current(RECIPES_DIR)
+            overlay = recipe_overlay.of(RECIPES_DIR, site)
         except recipe_overlay.OverlayError as exc:
-            raise RecipeError(f"the site recipe folder ({recipe_overlay.ENV_VAR} / --recipes): {exc}") from exc
+            raise RecipeError(f"the site recipe folder ({RECIPES_ENV_VAR} / --recipes): {exc}") from exc
         root = overlay.root if overlay else RECIPES_DIR
         if overlay:
             try:

@@ -192,3 +192,24 @@ def test_an_amd_host_is_shown_the_shortest_path_to_a_signed_result(tmp_path):
     (tmp_path / "cpu" / "proc").mkdir(parents=True)
     cpu = runner.invoke(main, ["doctor", "--no-engine", "--root", str(tmp_path / "cpu")])
     assert cpu.exit_code == 0 and "rocm/pytorch" not in cpu.output
+
+
+def test_the_cells_a_host_can_run_come_from_the_site_folder_the_cli_was_given(tmp_path, monkeypatch):
+    """`envbuild --recipes DIR doctor` lists a release the site's folder adds among the gfx90a host's cells;
+    host_record without the folder does not, whatever ENVBUILD_RECIPES says."""
+    from repo import REPO_ROOT
+
+    packaged = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
+    start = packaged.index('[release."6.2"]')
+    end = packaged.find("\n[", start + 1)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "rocm.toml").write_text(packaged[start:end].replace('[release."6.2"]', '[release."6.2.9"]') + "\n")
+    root = fake_gpu_host(tmp_path / "host")
+    monkeypatch.delenv("ENVBUILD_RECIPES", raising=False)
+    result = CliRunner().invoke(main, ["--recipes", str(site), "doctor", "--root", str(root), "--json", "--no-engine"])
+    releases = {c["rocm"] for c in json.loads(result.stdout)["runnable_cells"]["gfx90a"]}
+    assert "6.2.9" in releases and "6.2" in releases, result.output
+    monkeypatch.setenv("ENVBUILD_RECIPES", str(site))
+    record = host_record(HostView(root=root, uid=0, groups=(0,), check_engine=False))
+    assert "6.2.9" not in {c["rocm"] for c in record["runnable_cells"]["gfx90a"]}

@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from repo import REPO_ROOT
 
 PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
@@ -165,3 +167,52 @@ def test_a_peer_source_build_proves_only_its_own_release(tmp_path):
     assert other.returncode == 2, other.stdout + other.stderr
     assert "not yet proven" in " ".join(other.stderr.split()), other.stderr
     assert not (tmp_path / "no").exists()
+
+
+def _new_release_site(tmp_path):
+    """A site folder that adds ROCm 6.2.9 (a copy of 6.2 with the site's own base image)."""
+    block = _release_block("6.2").replace('[release."6.2"]', '[release."6.2.9"]')
+    return _site(
+        tmp_path, re.sub(r'base_image = "[^"]+"', 'base_image = "registry.example.org/site/rocm:6.2.9"', block)
+    )
+
+
+def test_the_plan_takes_the_site_folder_as_an_argument_and_never_reads_the_environment(tmp_path, monkeypatch):
+    """Given the folder, the loader, the resolver and the cell list use it with ENVBUILD_RECIPES unset; with the
+    variable set later (as a caller might after the CLI parsed its flags) and no folder given, they read the
+    packaged recipes alone."""
+    from builder.plan.recipe_cells import recipe_cells
+    from builder.plan.recipes import load
+    from builder.plan.resolve import Request, ResolveError, resolve
+
+    site = _new_release_site(tmp_path)
+    monkeypatch.delenv("ENVBUILD_RECIPES", raising=False)
+    given = load(site=site)
+    assert "6.2.9" in given.releases["rocm"]
+    plan = resolve(Request(accel_version="6.2.9", torch="2.5", arch="gfx90a"), given)
+    assert plan.base_image.startswith("registry.example.org/site/rocm:6.2.9")
+    assert any(c.key.startswith("rocm6.2.9-") for c in recipe_cells(every=True, site=site))
+
+    monkeypatch.setenv("ENVBUILD_RECIPES", str(site))
+    assert "6.2.9" not in load().releases["rocm"]
+    assert not any(c.key.startswith("rocm6.2.9-") for c in recipe_cells(every=True))
+    with pytest.raises(ResolveError, match="6.2.9"):
+        resolve(Request(accel_version="6.2.9", torch="2.5", arch="gfx90a"))
+
+
+def test_the_cli_reads_the_folder_at_the_door_and_leaves_the_environment_alone(tmp_path, monkeypatch):
+    """`--recipes DIR` reaches the verb as a value: the process environment is not written, so a later plan call
+    in the same process sees the packaged recipes."""
+    from click.testing import CliRunner
+
+    from builder.cli import main
+    from builder.plan.recipes import load
+
+    site = _new_release_site(tmp_path)
+    monkeypatch.delenv("ENVBUILD_RECIPES", raising=False)
+    result = CliRunner().invoke(main, ["--recipes", str(site), "recipes", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["origin"] for r in rows if r["cell"].startswith("rocm6.2.9-")} == {f"site ({site.resolve()})"}
+    assert "ENVBUILD_RECIPES" not in os.environ
+    assert "6.2.9" not in load().releases["rocm"]

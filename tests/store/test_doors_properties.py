@@ -7,7 +7,6 @@ the parsers on what they let through."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import tempfile
 import tomllib
@@ -62,26 +61,23 @@ def _toml_value(value) -> str:
 
 
 def _render(site: Path, out: Path, *extra: str):
-    try:
-        return CliRunner().invoke(
-            main,
-            [
-                "--recipes",
-                str(site),
-                "render",
-                "--rocm",
-                "6.2.9",
-                "--torch",
-                "2.5",
-                "--arch",
-                "gfx90a",
-                "-o",
-                str(out),
-                *extra,
-            ],
-        )
-    finally:
-        os.environ.pop("ENVBUILD_RECIPES", None)  # the group sets it for the recipes loader
+    return CliRunner().invoke(
+        main,
+        [
+            "--recipes",
+            str(site),
+            "render",
+            "--rocm",
+            "6.2.9",
+            "--torch",
+            "2.5",
+            "--arch",
+            "gfx90a",
+            "-o",
+            str(out),
+            *extra,
+        ],
+    )
 
 
 def _shape(out: Path) -> tuple[list[str], list[str]]:
