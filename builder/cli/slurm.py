@@ -1,23 +1,18 @@
-"""`envbuild slurm submit|collect`: cells as a Slurm job array of Apptainer tasks, results into the matrix."""
+"""`envbuild slurm submit|collect`: cells as a Slurm job array of Apptainer tasks, results into the matrix (the
+workflows builder.workflows.slurm_submit and slurm_collect do the work; this module parses and prints)."""
 
 from __future__ import annotations
 
-import json
-import os
-import sqlite3
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from builder.cli.store_options import db_option, note_new_folder, plain
-from builder.store.store import StoreError, default_db_path
+from builder.store.store import default_db_path
 
 
 class BadInput(click.ClickException):
@@ -86,17 +81,8 @@ def submit(
     The readable sbatch script and submission.json go into an attempt directory beside the matrix file;
     the job id is printed. Exit code 0 when submitted; 2 for bad input (a SIF without its record, a
     site setting that is not a plain Slurm value, no results directory, sbatch refusing the job)."""
-    from builder.store.attempts import new_attempt
-    from builder.engine.slurm import (
-        SCRIPT_NAME,
-        SlurmError,
-        load_site,
-        parse_configs,
-        plan,
-        render_script,
-        sbatch,
-        site_file as default_site_file,
-    )
+    from builder.engine.slurm import SCRIPT_NAME, SlurmError, site_file as default_site_file
+    from builder.workflows import slurm_submit
 
     options = {
         "partition": partition,
@@ -110,39 +96,14 @@ def submit(
         "results_dir": results_dir,
     }
     try:
-        site = load_site(options, site_file or default_site_file())
-        sub = plan(
-            uuid.uuid4().hex[:12],
-            list(sifs),
-            parse_configs(configs),
-            site,
-            datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        )
+        sub, script = slurm_submit.prepare(list(sifs), configs, options, site_file or default_site_file())
+        if dry_run:
+            click.echo(script, nl=False)
+            return
+        console = Console(stderr=True, soft_wrap=True)
+        job_id, attempt = slurm_submit.submit(sub, script, Path(db or default_db_path()))
     except SlurmError as exc:
         raise BadInput(str(exc)) from exc
-    script = render_script(sub)
-    if dry_run:
-        click.echo(script, nl=False)
-        return
-    console = Console(stderr=True, soft_wrap=True)
-    if not sub.results_dir.parent.is_dir():  # the tasks make their own directories in it, as the job's user
-        raise BadInput(
-            f"results directory {sub.results_dir.parent} does not exist: create it on the shared "
-            "file system the compute nodes write to"
-        )
-    try:
-        attempt = new_attempt(Path(db or default_db_path()), "slurm", sub.id)
-    except (OSError, StoreError) as exc:
-        raise BadInput(str(exc)) from exc
-    (attempt / SCRIPT_NAME).write_text(script, encoding="utf-8")
-    os.chmod(attempt / SCRIPT_NAME, 0o644)
-    try:
-        job_id = sbatch(attempt / SCRIPT_NAME, None)
-    except SlurmError as exc:
-        _write_submission(attempt, sub)  # the attempt says what was tried
-        raise BadInput(f"{exc} (script: {attempt / SCRIPT_NAME})") from exc
-    sub.jobs.append({"job_id": job_id, "tasks": [t.index for t in sub.tasks]})
-    _write_submission(attempt, sub)
     console.print(
         escape(
             f"submitted job {job_id}: {len(sub.tasks)} task(s); script {attempt / SCRIPT_NAME}; "
@@ -167,36 +128,28 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     Tasks still pending or running are listed and left for a later collect; collecting twice records
     nothing new. Exit code 0 when every finished task passed; 1 when one did not; 2 for bad input (an
     unknown job id, a damaged submission.json)."""
-    from builder.engine.slurm import SCRIPT_NAME, SlurmError, sacct, sbatch
-    from builder.store.store import MatrixStore
+    from builder.engine.slurm import SlurmError, sacct
     from builder.store.verdict_rules import counts
-    from builder.workflows.slurm_collect import collect_job
+    from builder.workflows.slurm_collect import collect as collect_into
+    from builder.workflows.slurm_submit import find_submission, resubmit as resubmit_tasks
 
     console = Console(stderr=True, soft_wrap=True)
     db_path = Path(db or default_db_path())
-    attempt, sub = _find_submission(db_path, job_id)
     try:
+        attempt, sub = find_submission(db_path, job_id)
         states = sacct(job_id)
+        note_new_folder(db_path)
+        collected = collect_into(db_path, sub, job_id, states)
     except SlurmError as exc:
         raise BadInput(str(exc)) from exc
     table = Table("task", "cell", "config", "slurm", "outcome", "class")
     table.columns[1].overflow = "fold"
-    lost, failed, pending = [], 0, 0
-    try:
-        note_new_folder(db_path)
-        store = MatrixStore.connect(db_path)
-    except (StoreError, OSError, sqlite3.Error) as exc:
-        raise BadInput(f"cannot use the matrix database {db_path}: {exc}") from exc
-    try:
-        collected = collect_job(store, sub, job_id, states)
-    except SlurmError as exc:
-        raise BadInput(str(exc)) from exc
-    finally:
-        store.close()
+    lost = [done.task.index for done in collected if done.lost]
+    failed = sum(done.result["status"] != "pass" for done in collected if done.result is not None)
+    pending = sum(done.result is None for done in collected)
     for done in collected:
         task, state, result = done.task, done.state, done.result
         if result is None:
-            pending += 1
             table.add_row(
                 str(task.index),
                 Text(task.cell),
@@ -207,28 +160,22 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
             )
             continue
         verdict = counts("run", result["status"], result.get("error_class"))
-        outcome = f"{'verdict' if verdict else 'attempt'}: {result['status']}"
         table.add_row(
             str(task.index),
             Text(task.cell),
             Text(task.config),
             Text(state.state),
-            Text(outcome),
+            Text(f"{'verdict' if verdict else 'attempt'}: {result['status']}"),
             Text(plain(result.get("error_class") or "")),
         )
-        failed += result["status"] != "pass"
-        if not verdict and result.get("error_class") != "usage_error":
-            lost.append(task.index)
     console.print(table)
     console.print(escape(f"recorded in {db_path}; {pending} task(s) not finished"))
     if lost and resubmit:
         array = ",".join(map(str, lost))
         try:
-            new_job = sbatch(attempt / SCRIPT_NAME, array)
+            new_job = resubmit_tasks(attempt, sub, lost)
         except SlurmError as exc:
             raise BadInput(str(exc)) from exc
-        sub.jobs.append({"job_id": new_job, "tasks": lost})
-        _write_submission(attempt, sub)
         console.print(escape(f"re-submitted task(s) {array} as job {new_job}; next: envbuild slurm collect {new_job}"))
         click.echo(new_job)
     elif lost:
@@ -239,27 +186,3 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
             )
         )
     raise SystemExit(1 if failed else 0)
-
-
-def _write_submission(attempt: Path, sub) -> None:
-    from builder.paths import write_text_atomic
-    from builder.engine.slurm import SUBMISSION_NAME
-
-    write_text_atomic(attempt / SUBMISSION_NAME, sub.model_dump_json(indent=2) + "\n")
-
-
-def _find_submission(db: Path, job_id: str):
-    """The attempt directory and submission that submitted `job_id` (beside the matrix file `db`)."""
-    from builder.store.attempts import ATTEMPTS_DIR
-    from builder.engine.slurm import SUBMISSION_NAME, Submission
-
-    if not job_id.isdigit():
-        raise BadInput(f"{job_id!r} is not a Slurm job id (digits only)")
-    for path in sorted((db.resolve().parent / ATTEMPTS_DIR).glob(f"*-slurm-*/{SUBMISSION_NAME}"), reverse=True):
-        try:
-            sub = Submission.model_validate_json(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValidationError, json.JSONDecodeError) as exc:
-            raise BadInput(f"{path} is not a valid submission record ({str(exc).splitlines()[0]})") from exc
-        if any(j.get("job_id") == job_id for j in sub.jobs):
-            return path.parent, sub
-    raise BadInput(f"no submission of job {job_id} beside {db} (submit with `envbuild slurm submit --db {db}`)")

@@ -1,12 +1,15 @@
 """Collecting a Slurm task: its result.json completed from the workload's own result or from the end state
 Slurm reports (`finish_task`), and joined to the task it submitted (`task_result_problem`) before it is
-recorded (`collect_job`). The sbatch script, sacct and the end-state table live in builder.engine.slurm."""
+recorded (`collect_job`; `collect` into a matrix file). The sbatch script, sacct and the end-state table live in
+builder.engine.slurm."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from builder import strict_json
 from builder.engine.apptainer import LOG_NAME, runtime_of
@@ -22,7 +25,8 @@ from builder.engine.slurm import (
     end_class,
 )
 from builder.plan.cells import Cell
-from builder.store.store import InvalidResultError, MatrixStore, validate_result
+from builder.store.store import InvalidResultError, MatrixStore, StoreError, validate_result
+from builder.store.verdict_rules import counts
 from builder.workflows.run_result import finalize, keep_run
 
 
@@ -145,6 +149,27 @@ class Collected:
     task: Task
     state: TaskState | None
     result: dict | None
+
+    @property
+    def lost(self) -> bool:
+        """Finished without a verdict for a reason Slurm gave (timeout, node failure, preemption, cancellation):
+        an attempt worth submitting again (a usage error would fail the same way)."""
+        if self.result is None:
+            return False
+        verdict = counts("run", self.result["status"], self.result.get("error_class"))
+        return not verdict and self.result.get("error_class") != "usage_error"
+
+
+def collect(db: Path, sub: Submission, job_id: str, states: dict[int, TaskState]) -> list[Collected]:
+    """`collect_job` into the matrix file `db`; SlurmError when the matrix cannot be used."""
+    try:
+        store = MatrixStore.connect(db)
+    except (StoreError, OSError, sqlite3.Error) as exc:
+        raise SlurmError(f"cannot use the matrix database {db}: {exc}") from exc
+    try:
+        return collect_job(store, sub, job_id, states)
+    finally:
+        store.close()
 
 
 def collect_job(store: MatrixStore, sub: Submission, job_id: str, states: dict[int, TaskState]) -> list[Collected]:
