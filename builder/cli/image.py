@@ -18,7 +18,7 @@ from builder.cli.render import plan_from_options, plan_table, request_options
 from builder.cli.store_options import DatabaseError, db_option, preflight_store
 from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, PushError, default_log_path, push_image
 from builder.engine.docker import EngineUnavailable
-from builder.engine.interrupt import EXIT_INTERRUPTED, describe, sigterm_as_interrupt
+from builder.engine.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
 from builder.plan.render import RenderError
 from builder.store.attempt_files import ATTEMPTS_DIR
 from builder.store.store import StoreError, default_db_path
@@ -199,36 +199,22 @@ def image(
             log_path = attempt.log_path
     with sigterm_as_interrupt() as stop:
         try:
-            outcome = workflow.build(context, tag, options, console, log_path)
-        except (BuildInterrupted, KeyboardInterrupt) as exc:
-            how = describe(exc.__cause__ or exc)
-            console.print(
-                f"[yellow]build interrupted ({how}); nothing was tagged[/]; partial log: "
-                f"{escape(str(getattr(exc, 'log_path', None) or log_path or '-'))}"
-            )
-            if attempt:
-                _finish(attempt, "fail", "interrupted", f"interrupted ({how})", None, console)
-            sys.exit(stop.exit_code)
-        except BuildError as exc:
-            if exc.failure is None:
-                if attempt:
-                    attempt.discard()
-                raise click.UsageError(str(exc)) from exc
-            _print_failure(exc, console)
-            if attempt:
-                _finish(
-                    attempt,
-                    "fail",
-                    exc.failure.failure_class,
-                    f"{exc.failure.step}: {exc.failure.message}"[:500],
-                    None,
-                    console,
-                )
-            sys.exit(1)
+            outcome = workflow.run_build(context, tag, options, console, log_path, attempt)
+        except BuildError as exc:  # no failing step: an option the engine refused, nothing attempted
+            raise click.UsageError(str(exc)) from exc
         except EngineUnavailable as exc:
-            if attempt:
-                attempt.discard()
             raise MissingPrerequisite(str(exc)) from exc
+        if isinstance(outcome, workflow.BuildStop):
+            if outcome.error is None:
+                console.print(
+                    f"[yellow]build interrupted ({outcome.how}); nothing was tagged[/]; partial log: "
+                    f"{escape(str(outcome.log_path or '-'))}"
+                )
+            else:
+                _print_failure(outcome.error, console)
+            if attempt:
+                _recorded(attempt, lambda: workflow.record_stop(attempt, outcome, console))
+            sys.exit(stop.exit_code if outcome.error is None else 1)
     verify = workflow.verify_record(outcome)
     if verify is not None:
         coverage = verify.get("arch_coverage") or {}
@@ -257,9 +243,8 @@ def _check_reproducible(
     context: workflow.BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path
 ) -> None:
     """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
-    context_dir = context.directory
     try:
-        report = workflow.reproducible(context, tag, options, console, log_path)
+        report, out = workflow.reproducible(context, tag, options, console, log_path)
     except BuildInterrupted as exc:
         console.print(f"[yellow]{exc}[/]; partial log: {exc.log_path}")
         sys.exit(EXIT_INTERRUPTED)
@@ -270,8 +255,6 @@ def _check_reproducible(
         sys.exit(1)
     except EngineUnavailable as exc:
         raise MissingPrerequisite(str(exc)) from exc
-    out = context_dir.resolve().parent / f"{context_dir.resolve().name}.repro.json"
-    out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     counted, shown = report.counted, 100
     console.print(f"build times: {report.seconds[0]:.1f} s and {report.seconds[1]:.1f} s (--no-cache)")
     console.print(
@@ -324,12 +307,6 @@ def _print_failure(exc: BuildError, console: Console) -> None:
         for line in failure.tail:
             console.print(f"  | {line}", highlight=False, markup=False)
     console.print(f"full log: {exc.log_path}")
-
-
-def _finish(
-    attempt: BuildAttempt, status: str, failure_class: str | None, error: str | None, outcome, console: Console
-) -> None:
-    _recorded(attempt, lambda: attempt.finish(status, failure_class, error, outcome, console))
 
 
 def _recorded(attempt: BuildAttempt, record) -> None:
