@@ -32,6 +32,9 @@ CI_TEMPLATES_DIR = DATA_ROOT / "ci"
 RESULTS_DIR = DATA_ROOT / "results"
 WORKLOAD_DIR = Path(_HOME) / "workload" if _HOME else _package_dir("workload")
 
+#: The logs of a build or a run, in its output folder and in its attempt directory (docs/matrix.md "Attempts").
+BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG = "build.log", "container.log", "workload.log"
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temp file beside `path`, fsync it, then rename it over `path`: a reader sees the old

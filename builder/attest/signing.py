@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from builder.attest import allowed_signers as signers_file
 from builder import strict_json
 from builder.paths import RESULTS_DIR, file_sha256, write_text_atomic
+from workload.result import RESULT_FILE as RESULT_NAME  # the workload writes it
 
 if TYPE_CHECKING:  # securesystemslib loads in ~0.1 s: only the commands that sign or verify pay for it
     from securesystemslib.dsse import Envelope
@@ -46,7 +47,6 @@ NAMESPACE = "envbuild"
 #: The attestation's file name, next to the result.json it covers: in-toto's bundle name for a file (`<file>.intoto.jsonl`,
 #: spec/v1/bundle.md), holding exactly one DSSE envelope.
 ATTESTATION_NAME = "result.json.intoto.jsonl"
-RESULT_NAME = "result.json"
 IMAGE_SUBJECT = "image"
 SIF_SUBJECT = "sif"
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -19,7 +19,7 @@ from builder.cli.store_options import DatabaseError, db_option, preflight_store
 from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, PushError, default_log_path, push_image
 from builder.engine.docker import EngineUnavailable
 from builder.engine.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
-from builder.plan.render import RenderError
+from builder.plan.render import DOCKERFILE, RenderError
 from builder.store.attempt_files import ATTEMPTS_DIR
 from builder.store.store import StoreError, default_db_path
 from builder.workflows import build as workflow
@@ -162,7 +162,7 @@ def image(
             "--context DIR builds the wheels already in DIR/wheelhouse/, which its tag covers; "
             "to change them, re-render: `envbuild render ... --wheelhouse WHEELS -o DIR`"
         )
-    elif not (context_dir / "Dockerfile").is_file():
+    elif not (context_dir / DOCKERFILE).is_file():
         raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
     else:
         context = workflow.existing(context_dir)
@@ -283,7 +283,7 @@ def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, pl
         click.echo("context:    not written (dry run; pass -o DIR to keep the build context)")
     else:
         click.echo(f"context:    {context_dir.resolve()}")
-        click.echo(f"Dockerfile: {(context_dir / 'Dockerfile').resolve()}")
+        click.echo(f"Dockerfile: {(context_dir / DOCKERFILE).resolve()}")
     click.echo(f"image tag:  {tag}")
     stages = plan.stages if plan is not None else manifest.get("stages")
     if stages:

@@ -20,6 +20,7 @@ from builder.cli.publish import publish
 from builder.cli.store_options import DatabaseError, db_option, open_store, plain, warn_damaged
 from builder.attest import signing as attest
 from builder import strict_json
+from builder.engine.run_result import RESULT_NAME
 from builder.store.provenance import Provenance
 from builder.store.run_config import VERDICT_LABEL
 from builder.store.store import (
@@ -544,7 +545,7 @@ def _import_files(paths: tuple[Path, ...]) -> list[Path]:
     files = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.name == "result.json" or p.suffix == ".db"))
+            files.extend(sorted(p for p in path.rglob("*") if p.name == RESULT_NAME or p.suffix == ".db"))
         else:
             files.append(path)
     return files

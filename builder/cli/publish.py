@@ -20,6 +20,8 @@ import click
 from builder.cli.as_found import leaves_as_found, will_create
 from builder.cli.attest import sign_options, sign_result
 from builder import strict_json
+from builder.engine.run_result import RESULT_NAME
+from builder.paths import CONTAINER_LOG
 
 
 PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
@@ -85,15 +87,15 @@ def publish(
     will_create(target)
     target.mkdir(parents=True)
     try:
-        (target / "result.json").write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
-        log = result_json.with_name("container.log")
+        (target / RESULT_NAME).write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
+        log = result_json.with_name(CONTAINER_LOG)
         if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
-            shutil.copyfile(log, target / "container.log")
+            shutil.copyfile(log, target / CONTAINER_LOG)
         elif log.is_symlink():
             click.echo(f"warning: {log} is a symbolic link; not published", err=True)
         if key is not None:
-            click.echo(str(sign_result(target / "result.json", key, commands, sif)))
+            click.echo(str(sign_result(target / RESULT_NAME, key, commands, sif)))
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-    click.echo(str(target / "result.json"))
+    click.echo(str(target / RESULT_NAME))

@@ -37,14 +37,13 @@ from builder.engine.doctor import HostView, host_record
 from builder.engine.interrupt import describe
 from builder.engine.run_result import RunEnd, check_out_dir
 from builder import strict_json
-from builder.paths import file_sha256, write_text_atomic
+from builder.paths import CONTAINER_LOG, file_sha256, write_text_atomic
 
 OUT_BIND, DATA_BIND, MODEL_BIND = "/out", "/data", "/model"
 VERIFY_SCRIPT, VERIFY_EXPECT = "/opt/envbuild/verify_image.py", "/opt/envbuild/expect.json"
 SIDECAR_SUFFIX = ".json"
 #: What a SIF record may weigh (one `envbuild sif` writes is a few KB: the image block and its manifest).
 MAX_SIDECAR_BYTES = 4 << 20
-LOG_NAME = "container.log"
 #: `apptainer` itself failed (could not start the container): its own exit code, not the workload's.
 APPTAINER_FAILED = 255
 
@@ -331,7 +330,7 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
         apptainer = apptainer_binary()
     except ApptainerError as exc:  # the environment was never reached: an attempt, never a verdict
         failure_class, failure = "container_error", str(exc)
-        (out_dir / LOG_NAME).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
+        (out_dir / CONTAINER_LOG).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
         console.print(f"[red]{escape(str(exc))}[/]")
     else:
         image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and version
@@ -364,7 +363,7 @@ def stream_apptainer(argv: list[str], out_dir: Path, console: Console) -> tuple[
     workload refusing its input raises BadWorkloadInput."""
     failure_class, failure = None, ""
     bad_input = None
-    with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+    with open(out_dir / CONTAINER_LOG, "w", encoding="utf-8", buffering=1) as log:
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, cwd=out_dir
         )
@@ -383,7 +382,7 @@ def stream_apptainer(argv: list[str], out_dir: Path, console: Console) -> tuple[
     if code == WORKLOAD_BAD_INPUT and bad_input:
         raise BadWorkloadInput(bad_input)
     if code not in (None, 0):
-        failure_class, failure = exit_failure(code, (out_dir / LOG_NAME).read_text(errors="replace"))
+        failure_class, failure = exit_failure(code, (out_dir / CONTAINER_LOG).read_text(errors="replace"))
     return failure_class, failure
 
 

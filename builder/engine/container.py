@@ -20,6 +20,7 @@ from docker.types import DeviceRequest, Mount
 from rich.console import Console
 from rich.markup import escape
 
+from builder.paths import CONTAINER_LOG
 from builder.engine.build import MANIFEST_LABEL
 from builder.engine.docker import docker_client
 from builder.engine.doctor import HostView, host_record, kfd_gpus
@@ -282,7 +283,7 @@ def stream_container(
             **devices,
         )
         container.start()
-        with open(out_dir / "container.log", "wb") as log:
+        with open(out_dir / CONTAINER_LOG, "wb") as log:
             for chunk in container.logs(stream=True, follow=True):
                 log.write(chunk)
                 log.flush()
@@ -290,7 +291,7 @@ def stream_container(
         status = container.wait()
         exit_code = status.get("StatusCode", -1)
         bad_input = [
-            m for m in map(input_error_line, (out_dir / "container.log").read_text(errors="replace").splitlines()) if m
+            m for m in map(input_error_line, (out_dir / CONTAINER_LOG).read_text(errors="replace").splitlines()) if m
         ]
         if exit_code == WORKLOAD_BAD_INPUT and bad_input:
             raise BadWorkloadInput(bad_input[-1])
@@ -303,12 +304,12 @@ def stream_container(
             if exit_code == 2 and not state.get("OOMKilled"):
                 failure_class, failure = (
                     "usage_error",
-                    "the workload refused its arguments (exit code 2; see container.log)",
+                    f"the workload refused its arguments (exit code 2; see {CONTAINER_LOG})",
                 )
     except KeyboardInterrupt as exc:
         how = describe(exc)
         failure_class, failure = "interrupted", f"the run was interrupted ({how})"
-        with open(out_dir / "container.log", "a", encoding="utf-8") as log:
+        with open(out_dir / CONTAINER_LOG, "a", encoding="utf-8") as log:
             log.write(f"\n# envbuild: interrupted ({how}); stopping the container\n")
         if container is not None:
             _stop(container)

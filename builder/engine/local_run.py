@@ -26,10 +26,10 @@ from builder.engine.container import (
     workload_args,
 )
 from builder.engine.doctor import HostView, host_record
+from builder.paths import WORKLOAD_LOG
 from builder.engine.interrupt import Terminated, describe, later_ctrl_c_ignored
 from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
-LOG_NAME = "workload.log"
 _DISTRIBUTIONS = {
     "torch": "torch",
     "transformers": "transformers",
@@ -93,7 +93,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     failure_class, failure = None, ""
     code, bad_input = None, None
     with contextlib.ExitStack() as stopping:
-        with open(out_dir / LOG_NAME, "w", encoding="utf-8", buffering=1) as log:
+        with open(out_dir / WORKLOAD_LOG, "w", encoding="utf-8", buffering=1) as log:
             proc = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
             )
@@ -110,7 +110,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
                 _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
                 _tee(proc, log)
         if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
-            (out_dir / LOG_NAME).unlink(missing_ok=True)
+            (out_dir / WORKLOAD_LOG).unlink(missing_ok=True)
             raise BadWorkloadInput(bad_input)
         return RunEnd(
             out_dir,
@@ -128,7 +128,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
 def _exit_failure(code: int) -> tuple[str, str]:
     """The error class of a non-zero exit: 2 is the workload refusing its arguments (usage_error)."""
     if code == 2:
-        return "usage_error", f"the workload refused its arguments (exit code 2; see {LOG_NAME})"
+        return "usage_error", f"the workload refused its arguments (exit code 2; see {WORKLOAD_LOG})"
     return "process_died", f"the workload exited with code {code}"
 
 

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from builder.paths import file_sha256, write_text_atomic
+from workload.result import RESULT_FILE as RESULT_NAME  # the workload writes it
 
-RESULT_NAME = "result.json"
 VERSION_KEYS = (
     "python",
     "torch",

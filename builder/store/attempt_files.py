@@ -3,7 +3,8 @@
 A path named by data (a build's `log_path`, a run's `source`, an imported row's attempt directory)
 is never opened. A log is published only when it is `<attempt root>/<attempt>/<known name>`, where the
 attempt root is `envbuild-attempts/` beside the matrix file: every part resolved, none a symlink, the
-file a regular file inside that root. This module imports nothing else from builder.
+file a regular file inside that root. This module imports only the file names from builder.paths and
+workload.result.
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ import re
 import stat
 from pathlib import Path
 
+from builder.paths import BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG
+from workload.result import RESULT_FILE
+
 ATTEMPTS_DIR = "envbuild-attempts"
+#: Each attempt's own record (builder.store.attempts writes it).
+RECORD_NAME = "attempt.json"
 #: The logs an attempt directory holds (docs/matrix.md "Attempts").
-LOG_NAMES = ("build.log", "container.log", "workload.log")
+LOG_NAMES = (BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG)
 _ATTEMPT_NAME = re.compile(r"[0-9]{8}T[0-9]{6}Z-(build|run)-[0-9A-Za-z_.-]{1,64}")
 
 
@@ -72,13 +78,13 @@ def read_tail(path: Path, limit: int) -> bytes:
 
 
 #: What merging another matrix file copies of each of its attempts (never the build context).
-ADOPTED_NAMES = ("attempt.json", "result.json", *LOG_NAMES)
+ADOPTED_NAMES = (RECORD_NAME, RESULT_FILE, *LOG_NAMES)
 ADOPT_LIMIT_BYTES = 64 * 2**20  # a longer log keeps its tail
 
 
 def _recorded_id(db: Path, attempt_dir: str) -> str | None:
     """The `id` an attempt folder's own attempt.json names (None when it has none that can be read safely)."""
-    path, _ = attempt_log(db, attempt_dir, ("attempt.json",))
+    path, _ = attempt_log(db, attempt_dir, (RECORD_NAME,))
     if path is None:
         return None
     try:

@@ -16,10 +16,8 @@ import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
-from builder.store.attempt_files import ATTEMPTS_DIR
+from builder.store.attempt_files import ATTEMPTS_DIR, RECORD_NAME
 from builder.store.store import DB_ENV_VAR, StoreError
-
-RECORD_NAME = "attempt.json"
 
 
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

@@ -14,8 +14,7 @@ from builder.engine.build import BuildOutcome, base_digest
 from builder.store.attempts import keep_context, keep_file, new_attempt, relative_to_db, write_record
 from builder.store.store import MatrixStore, utc_now
 from builder.plan.cells import Cell
-
-LOG_NAME = "build.log"
+from builder.paths import BUILD_LOG
 
 
 @dataclass
@@ -45,7 +44,7 @@ class BuildAttempt:
             Path(context_dir),
             manifest,
             tag,
-            Path(log_path) if log_path else directory / LOG_NAME,
+            Path(log_path) if log_path else directory / BUILD_LOG,
             uid,
         )
 
@@ -58,9 +57,9 @@ class BuildAttempt:
     ) -> None:
         """Copy the context and log into the attempt, write attempt.json, record the build (StoreError raises)."""
         keep_context(self.context_dir, self.directory)
-        log = self.directory / LOG_NAME
+        log = self.directory / BUILD_LOG
         if self.log_path != log:
-            keep_file(self.log_path, self.directory, LOG_NAME)
+            keep_file(self.log_path, self.directory, BUILD_LOG)
         base = self.manifest.get("base_image")
         digest = base_digest(base, log)
         image_id = outcome.image_id if outcome else None

@@ -7,6 +7,8 @@ import uuid
 from pathlib import Path
 
 from builder import strict_json
+from builder.paths import CONTAINER_LOG, WORKLOAD_LOG
+from workload.training.noise import LOG_NAME as THIRD_PARTY_LOG
 from builder.engine.run_result import RESULT_NAME, VERSION_KEYS, RunEnd, utc_iso, write_json_atomic
 from builder.store.attempts import keep_file, new_attempt, relative_to_db, write_record
 from builder.store.store import validate_result
@@ -82,7 +84,7 @@ def keep_run(db: Path, out_dir: Path, result: dict) -> str:
     """The run's own attempt directory beside the matrix file `db`: its result.json, log and attempt.json;
     returns the path the store keeps (docs/matrix.md "Attempts")."""
     attempt = new_attempt(db, "run", result["run_id"])
-    for name in (RESULT_NAME, "container.log", "workload.log", "third-party.log"):
+    for name in (RESULT_NAME, CONTAINER_LOG, WORKLOAD_LOG, THIRD_PARTY_LOG):
         keep_file(Path(out_dir) / name, attempt)
     write_record(
         attempt,

@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from builder import strict_json
-from builder.engine.apptainer import LOG_NAME, runtime_of
+from builder.paths import CONTAINER_LOG
+from builder.engine.apptainer import runtime_of
 from builder.engine.run_result import RESULT_NAME, RunEnd, write_json_atomic
 from builder.engine.slurm import (
     RUNTIME_LINE,
@@ -50,7 +51,7 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
         task.out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SlurmError(f"cannot write the task directory {task.out_dir} ({exc.strerror})") from None
-    log = task.out_dir / LOG_NAME
+    log = task.out_dir / CONTAINER_LOG
     try:
         log_text = strict_json.read_regular(log, strict_json.MAX_RESULT_BYTES).decode("utf-8", "replace")
     except (OSError, ValueError):  # none, or not a plain file of a sane size: the end state alone decides
