@@ -335,7 +335,8 @@ def export(db: Path | None, as_json: bool, output: Path | None) -> None:
 
 
 def _export(store: MatrixStore, handle) -> None:
-    """`export_data`'s document, written one cell at a time with each run's stored JSON as it is."""
+    """The matrix as JSON ({"format": "envbuild-matrix", "version": 1, "cells": [...]}), written one cell at a time
+    with each run's stored JSON as it is."""
     handle.write('{"format": "envbuild-matrix", "version": 1, "cells": [')
     for n, summary in enumerate(summarize(store, with_runs=False)):
         record = json.dumps(summary_record(summary, with_runs=False), sort_keys=True, indent=2)

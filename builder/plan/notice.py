@@ -12,7 +12,7 @@ from builder.plan.recipes import Recipes, load
 from builder.plan.resolve import Plan, nearest_proven
 
 #: Longest line and most lines the notice may have (it goes to a terminal, before the plan).
-WIDTH, MAX_LINES = 160, 12
+WIDTH = 160
 
 
 def source_notice(plan: Plan, recipes: Recipes | None = None) -> list[str]:

@@ -107,7 +107,7 @@ def adopt_attempt(source_db: Path, attempt_dir: str | None, target_db: Path, ide
         return None
     source_root = attempt_root(source_db)
     stored = Path(attempt_dir)
-    if stored.is_absolute():  # how `MatrixStore.attempt_path` hands it over
+    if stored.is_absolute():  # an absolute path under the source's attempt root is taken as its relative one
         try:
             stored = Path(ATTEMPTS_DIR) / stored.relative_to(source_root)
         except ValueError:

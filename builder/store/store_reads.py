@@ -310,12 +310,6 @@ class StoreReads(StoreConnection):
             out.append(build)
         return out
 
-    def attempt_path(self, attempt_dir: str | None) -> str | None:
-        """A stored attempt directory as a path: relative ones are relative to the matrix file's folder."""
-        if not attempt_dir:
-            return None
-        return str((self.path.resolve().parent / attempt_dir))
-
     def signed_runs(self) -> list[tuple[int, str, str | None, str | None]]:
         """(row id, run_id, signer, attestation envelope) of every run stored as signed (ci or contributed)."""
         marks = ", ".join("?" for _ in PUBLISHED)

@@ -36,14 +36,6 @@ def run_verdict(result: dict) -> str:
     return "pass"
 
 
-def run_note(result: dict) -> str:
-    """One short line on why a run did not fully pass ("" when it did)."""
-    if result["status"] != "pass":
-        return _first_line(result.get("error") or result.get("error_class") or "")
-    failed = [p["name"] for p in result.get("probes") or [] if p.get("status") == "fail"]
-    return f"probe warnings: {', '.join(failed)}" if failed else ""
-
-
 @dataclass(frozen=True)
 class Event:
     """One entry of a cell's history: a run or a failed build; a verdict, or only an attempt."""
@@ -238,11 +230,6 @@ def completed(result: dict) -> bool:
     )
 
 
-def export_data(summaries: list[CellSummary]) -> dict:
-    """The JSON form of the matrix (also the report's data.json)."""
-    return {"format": "envbuild-matrix", "version": 1, "cells": [summary_record(s) for s in summaries]}
-
-
 def summary_record(s: CellSummary, *, with_runs: bool = True) -> dict:
     """One cell: its coordinates, verdict, history, builds and (`with_runs`) runs."""
     record = {
@@ -336,7 +323,7 @@ def environment_line(s: CellSummary, environment: str) -> dict:
 
 
 def _run_event(row: dict) -> Event:
-    """A run's verdict from its store columns (the same rules as run_verdict / run_note)."""
+    """A run's verdict from its store columns (the same rules as run_verdict)."""
     if row["status"] != "pass":
         verdict, note = "fail", _first_line(row["error"] or row["error_class"] or "")
     elif row["failed_probes"]:
