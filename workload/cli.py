@@ -52,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
         help="data-parallel processes: auto = one per visible GPU (1 on the CPU); N > 1 on the CPU "
         "starts N gloo processes. A plain start re-launches itself under torchrun",
     )
+    t.add_argument(
+        "--dist-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="how long a data-parallel rank waits for the others in a collective before the run fails [default: 300]",
+    )
     t.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"])
     t.add_argument(
         "--attn",
@@ -103,6 +110,17 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--device", default="auto")
     d.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     return p
+
+
+def _seconds(text: str) -> float:
+    """argparse type for --dist-timeout: a number of seconds above 0 (and finite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0, e.g. 300")
+    return value
 
 
 def _nproc(text: str):
@@ -263,6 +281,7 @@ def _dispatch(args, argv: list[str], created: list[Path]) -> int:
             label_column=args.label_column,
             quiet=args.quiet,
             argv=argv,
+            dist_timeout_s=args.dist_timeout,
         )
         return code
     if args.command == "probe":

@@ -21,6 +21,8 @@ from .training.presets import Recipe, preset_for
 
 
 EXIT_BAD_INPUT = 2
+#: Seconds between two progress lines of a long tokenization.
+PROGRESS_EVERY_S = 2.0
 
 
 def _log(message: str) -> None:
@@ -133,10 +135,12 @@ def train_command(
     label_column: str = "label",
     quiet: bool = False,
     argv: list[str] | None = None,
+    dist_timeout_s: float | None = None,
 ) -> tuple[int, dict]:
     """Run one fine-tune; returns (exit code, result). The result is written to out_dir/result.json.
     Bad input (settings, data, model path) raises InputError before anything is written. `argv`: the
-    command line that started it (recorded in `invocation`)."""
+    command line that started it (recorded in `invocation`); `dist_timeout_s`: how long a rank of a data-parallel
+    run waits for the others (None: distributed.DEFAULT_TIMEOUT_S)."""
     from .model.shapes import is_shape
     from .training import distributed
 
@@ -167,7 +171,7 @@ def train_command(
     dist = distributed.Dist()
     noise = Path(out_dir) / third_party_log_name() if out_dir is not None else None
     try:
-        dist = distributed.init_from_env(device_name)
+        dist = distributed.init_from_env(device_name, dist_timeout_s)
         if dist.is_main:
             _write_placeholder(result, out_dir)
         result["versions"] = env.versions()
@@ -301,7 +305,7 @@ def _plain(value):
 
 
 def _tokenise(tokenizer, texts: list[str], max_length: int, what: str, quiet: bool) -> tuple[list[list[int]], int]:
-    """Token ids of `texts`, with a progress line every $WORKLOAD_PROGRESS_S seconds (2) when that takes long."""
+    """Token ids of `texts`, with a progress line every PROGRESS_EVERY_S seconds when that takes long."""
     import time
 
     from .training.batching import encode_counted
@@ -311,7 +315,7 @@ def _tokenise(tokenizer, texts: list[str], max_length: int, what: str, quiet: bo
     def progress(done: int, total: int) -> None:
         nonlocal last
         now = time.monotonic()
-        if not quiet and now - last >= float(os.environ.get("WORKLOAD_PROGRESS_S", "2")):
+        if not quiet and now - last >= PROGRESS_EVERY_S:
             _log(f"tokenizing the {what} texts: {done}/{total} ({now - started:.0f} s)")
             last = now
 

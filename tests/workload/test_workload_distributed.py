@@ -109,11 +109,13 @@ def _start_launch(tmp_path, timeout_s: int):
             "500",
             "--nproc",
             "2",
+            "--dist-timeout",
+            str(timeout_s),
             "--out",
             str(tmp_path / "out"),
         ],
         stderr=log,
-        env=_env(WORKLOAD_DIST_TIMEOUT_S=timeout_s),
+        env=_env(),
     )
     deadline = time.monotonic() + 120
     while not all(f"rank {r}/2" in (tmp_path / "stderr.log").read_text() for r in (0, 1)):
@@ -189,12 +191,12 @@ time.sleep(120)  # joined the group, then never takes part in a collective
 
 
 def test_hung_rank_ends_the_run_with_distributed_timeout(tmp_path):
-    env = _env(WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port(), WORKLOAD_DIST_TIMEOUT_S=8)
+    env = _env(WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
     peer = subprocess.Popen([sys.executable, "-c", HUNG_RANK], env={**env, "RANK": "1", "LOCAL_RANK": "1"})
     try:
         start = time.monotonic()
         rank0 = subprocess.run(
-            [sys.executable, "-m", "workload", "train", *ARGS, "--out", str(tmp_path)],
+            [sys.executable, "-m", "workload", "train", *ARGS, "--dist-timeout", "8", "--out", str(tmp_path)],
             capture_output=True,
             text=True,
             timeout=180,

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-DEFAULT_TIMEOUT_S = 300
+#: Seconds a rank waits for the others in a collective before the run fails (`train --dist-timeout`).
+DEFAULT_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -57,17 +58,18 @@ class Dist:
                 td.destroy_process_group()
 
 
-def init_from_env(device_name: str = "auto") -> Dist:
+def init_from_env(device_name: str = "auto", timeout_s: float | None = None) -> Dist:
     """Join the process group torchrun describes; a single process when WORLD_SIZE is unset or 1.
 
-    Each rank takes GPU LOCAL_RANK (nccl) unless there is no GPU or `device_name` is "cpu" (gloo)."""
+    Each rank takes GPU LOCAL_RANK (nccl) unless there is no GPU or `device_name` is "cpu" (gloo); a collective
+    that waits longer than `timeout_s` (default DEFAULT_TIMEOUT_S) for a rank fails the run."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Dist()
     import torch.distributed as td
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    timeout = datetime.timedelta(seconds=float(os.environ.get("WORKLOAD_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
+    timeout = datetime.timedelta(seconds=timeout_s or DEFAULT_TIMEOUT_S)
     if torch.cuda.is_available() and device_name != "cpu":
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
