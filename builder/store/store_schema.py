@@ -156,8 +156,9 @@ class RunConflictError(StoreError):
 
 
 def default_db_path() -> Path:
-    """`$ENVBUILD_DB` if set, else `./envbuild-matrix.db` in the current directory."""
-    return Path(os.environ.get(DB_ENV_VAR) or DEFAULT_DB_NAME)
+    """`./envbuild-matrix.db` in the current directory: the matrix when neither --db nor $ENVBUILD_DB names one (the
+    CLI reads both where it parses its options; the store never reads the environment)."""
+    return Path(DEFAULT_DB_NAME)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import sqlite3
 import subprocess
@@ -27,11 +28,20 @@ def test_new_database_gets_current_schema_wal_and_tables(tmp_path):
     assert {"cells", "builds", "runs", "probes"} <= tables
 
 
-def test_default_path_honours_environment(monkeypatch, tmp_path):
-    monkeypatch.delenv("ENVBUILD_DB", raising=False)
-    assert str(default_db_path()) == "envbuild-matrix.db"
+def test_the_cli_reads_the_database_variable_and_the_store_does_not(monkeypatch, tmp_path):
+    """$ENVBUILD_DB is read where the CLI parses --db: `matrix import` fills the file it names; the store's own
+    default stays ./envbuild-matrix.db whatever the environment says."""
+    from click.testing import CliRunner
+
+    from builder.cli import main
+
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ENVBUILD_DB", str(tmp_path / "x.db"))
-    assert default_db_path() == tmp_path / "x.db"
+    assert str(default_db_path()) == "envbuild-matrix.db"
+    (tmp_path / "r.json").write_text(json.dumps(cpu_result()))
+    result = CliRunner().invoke(main, ["matrix", "import", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "x.db").is_file() and not (tmp_path / "envbuild-matrix.db").exists()
 
 
 def test_run_is_recorded_once_per_run_id_with_its_probes(tmp_path):
