@@ -356,3 +356,18 @@ def test_a_probe_failing_on_another_rank_fails_the_merged_record():
     assert merged[0]["message"] == "rank 1: no code for gfx942"
     assert merged[1] == rank0[1] and rank0[0]["status"] == "pass"
     assert merge_rank_probes([rank0]) == rank0
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "five"])
+def test_a_dist_timeout_that_is_not_a_positive_number_is_bad_input(tmp_path, value):
+    """--dist-timeout is refused before anything runs or is written (exit code 2, the flag named)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "workload", "train", "--dist-timeout", value, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--dist-timeout" in proc.stderr and "seconds above 0" in proc.stderr
+    assert not (tmp_path / "out").exists()
