@@ -1,4 +1,5 @@
-"""Plan -> template variables: every decision the Dockerfile encodes is computed here, not in Jinja."""
+"""Plan -> template variables, labels, locks and expect.json: every decision the recipes encode is computed here
+and in builder.plan.steps (the stages and their steps), not in Jinja."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Plan -> a deterministic build context: Dockerfile and Apptainer definition (cell.def), scripts, lock, patches,
-workload, manifest. Both recipes come from the same template variables and both are in the content hash, so the
+workload, manifest. Both recipes write the same step model (builder.plan.steps) and both are in the content hash, so the
 hash names the cell whichever route builds it (Docker/BuildKit, or `apptainer build` with no Docker engine)."""
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def context_files(
         "expect.json": (json.dumps(expectations(plan, lock), indent=2, sort_keys=True) + "\n").encode(),
         **({TORCH_BUILD_LOCK: build_lock.encode()} if build_lock is not None else {}),
         KEEP: b"",
-        # only the scripts these recipes copy: editing another step's script changes no other context
+        # only the scripts the plan's steps copy: editing another step's script changes no other context
         **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
     }
     if plan.patch_dir is not None:

@@ -353,19 +353,19 @@ def stages(plan: Plan) -> tuple[Stage, ...]:
     return tuple(_STAGES[name](plan) for name in plan.stages)
 
 
-def steps(plan: Plan) -> tuple[Step, ...]:
+def plan_steps(plan: Plan) -> tuple[Step, ...]:
     """Every step of the plan's image, in Dockerfile order."""
     return tuple(step for stage in stages(plan) for step in stage.all_steps)
 
 
 def fetch_steps(plan: Plan) -> dict[str, str]:
     """The steps that may use the network -> what each fetches (the manifest's fetch_steps)."""
-    return {step.script: step.fetches for step in steps(plan) if step.fetches}
+    return {step.script: step.fetches for step in plan_steps(plan) if step.fetches}
 
 
 def scripts(plan: Plan) -> set[str]:
     """The images/common files the plan's image copies (scripts and their libraries)."""
-    return {name for step in steps(plan) for name in (*step.libs, step.script)}
+    return {name for step in plan_steps(plan) for name in (*step.libs, step.script)}
 
 
 def sif_stages(plan: Plan) -> tuple[SifStage, ...]:

@@ -61,7 +61,7 @@ def test_every_argument_a_stage_or_step_reads_is_a_pin_and_every_pin_is_read(pla
     for plan in plans:
         pins = build_args(plan)
         read = {a.name for s in steps.stages(plan) for a in s.args}
-        read |= {name for step in steps.steps(plan) for name in step.args}
+        read |= {name for step in steps.plan_steps(plan) for name in step.args}
         assert read <= set(pins), (plan.cell.key, sorted(read - set(pins)))
         assert set(pins) - read == {"BASE_IMAGE"}, (plan.cell.key, sorted(set(pins) - read))
 
@@ -81,7 +81,7 @@ def test_each_apptainer_stage_runs_its_dockerfile_chain_and_takes_what_it_binds(
 def test_the_manifests_fetch_steps_are_the_steps_the_model_marks_and_only_they_get_the_ca(name):
     plan = resolve(GOLDEN_CELLS[name])
     files, manifest = context_files(plan, golden_static())
-    marked = {step.script: step.fetches for step in steps.steps(plan) if step.fetches}
+    marked = {step.script: step.fetches for step in steps.plan_steps(plan) if step.fetches}
     assert manifest["fetch_steps"] == marked and marked
     runs = [s for s in re.split(r"\n(?=[A-Z]+ )", files["Dockerfile"].decode()) if s.startswith("RUN ")]
     with_ca = {re.search(r"/([\w.]+\.(?:sh|py))", run).group(1) for run in runs if "id=envbuild_ca" in run}
