@@ -38,9 +38,9 @@ from builder.engine.interrupt import describe
 from builder.engine.run_result import RunEnd, check_out_dir
 from builder import strict_json
 from builder.paths import CONTAINER_LOG, file_sha256, write_text_atomic
+from builder.plan.steps import VERIFY_EXPECT, VERIFY_PATH
 
 OUT_BIND, DATA_BIND, MODEL_BIND = "/out", "/data", "/model"
-VERIFY_SCRIPT, VERIFY_EXPECT = "/opt/envbuild/verify_image.py", "/opt/envbuild/expect.json"
 SIDECAR_SUFFIX = ".json"
 #: What a SIF record may weigh (one `envbuild sif` writes is a few KB: the image block and its manifest).
 MAX_SIDECAR_BYTES = 4 << 20
@@ -193,7 +193,7 @@ def build_sif(image_tag: str, out: Path, console: Console, *, compression: str |
 
 
 def verify_in_sif(apptainer: str, sif: Path, work: Path) -> dict:
-    """The image's own verify step (verify_image.py against its expect.json), run inside the SIF."""
+    """The image's own verify step (its verify script against its expect.json), run inside the SIF."""
     out = work / "verify"
     out.mkdir()
     os.chmod(out, 0o777)  # written by whoever apptainer runs as
@@ -207,7 +207,7 @@ def verify_in_sif(apptainer: str, sif: Path, work: Path) -> dict:
             f"{out}:{OUT_BIND}",
             str(sif),
             "python3",
-            VERIFY_SCRIPT,
+            VERIFY_PATH,
             VERIFY_EXPECT,
             f"{OUT_BIND}/verify.json",
         ],

@@ -100,7 +100,7 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
     ),
     FailureClass(
         "image_verify_failed",
-        "the built image does not match its manifest (images/common/verify_image.py): the FAIL lines say "
+        "the image's verify step found it does not match its manifest: the FAIL lines say "
         "what was expected and found -- another torch build, a GPU arch it was not compiled for, a binary "
         "sentencepiece, or a pin pip did not honour",
         (r"^verify: FAIL ", r"verify: the image does not match its manifest"),

@@ -1,15 +1,13 @@
-"""Plan -> template variables: every decision the Dockerfile encodes is computed here, not in Jinja."""
+"""Plan -> template variables, labels, locks and expect.json: every decision the recipes encode is computed here
+and in builder.plan.steps (the stages and their steps), not in Jinja."""
 
 from __future__ import annotations
 
-import json
-import re
-
 from builder import __version__
+from builder.plan import steps
 from builder.plan.lock import Lock
 from builder.plan.resolve import Plan
 
-_PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
 #: The label that names a context's content hash: in the Dockerfile's and cell.def's labels, and set again by the
 #: build (`envbuild image`), so an image from a hand-made context carries it too.
 CONTEXT_HASH_LABEL = "io.envbuild.context-hash"
@@ -21,33 +19,6 @@ def context_hash_of(labels: dict | None) -> str | None:
     """The content hash an image's labels name: CONTEXT_HASH_LABEL, else the legacy name; None when neither."""
     labels = labels or {}
     return labels.get(CONTEXT_HASH_LABEL) or labels.get(LEGACY_CONTEXT_HASH_LABEL) or None
-
-
-#: The build steps that may use the network, and what each fetches (listed in the manifest). Every other
-#: step -- the torch compile (build_torch.sh, with every proxy variable pointing at a closed port) and the
-#: verify step -- works offline; tests/plan/test_render.py greps every RUN of the rendered contexts for network
-#: tools outside these.
-FETCH_STEPS = {
-    "refresh_apt_key.sh": "the ROCm apt signing key (fingerprint-checked)",
-    "install_base.sh": "ca-certificates (apt)",
-    "install_rocm.sh": "amdgpu-install and ROCm (apt; installer route only)",
-    "install_os_packages.sh": "ROCm libraries a source build links (apt)",
-    "install_accel_wheels.sh": "the ROCm SDK wheels of the cell's arch (pip-ROCm route), from the torch index only",
-    "install_python.sh": "Python (apt, deadsnakes) and the venv's pip/setuptools/wheel (hash-locked)",
-    "install_build_tools.sh": "compilers and git (apt)",
-    "fetch_torch_source.sh": "the torch source and its submodules (git)",
-    "apply_patches.sh": "upstream fix commits of the patch series (git)",
-    "install_torch_build_deps.sh": "cmake/ninja (hash-locked) and the tag's requirements.txt (pip)",
-    "install_torch.sh": "the official torch wheel (wheel route; by path with --no-index otherwise)",
-    "install_torch_compile.sh": "torch.compile's backend for a source-built torch (pytorch-triton-rocm, by version)",
-    "build_sentencepiece.sh": "build tools (apt) and the sentencepiece sdist (hash-locked)",
-    "install_python_stack.sh": "the locked stack (hash-locked) and what torch needs from its index",
-}
-
-
-def _quote(value: str) -> str:
-    """A Dockerfile ARG/LABEL value: bare when safe, else a double-quoted JSON string."""
-    return value if value and _PLAIN.match(value) else json.dumps(value)
 
 
 def build_args(plan: Plan) -> dict[str, str]:
@@ -132,52 +103,18 @@ def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
 
 
 def template_vars(plan: Plan, context_hash: str, lock: Lock) -> dict:
-    """Everything images/Dockerfile.j2, images/cell.def.j2 and their partials read: each value once, as the
-    Dockerfile writes it (quoted for ARG/LABEL/ENV lines) and as plain values (`*_values`, which the
-    definition file quotes for the shell itself)."""
-    args = build_args(plan)
-    base_args = ["SOURCE_DATE_EPOCH"]
-    if plan.release.apt_key_fingerprint:
-        base_args += ["ROCM_KEY_URL", "ROCM_KEY_FINGERPRINT"]
-    if plan.release.amdgpu_install:
-        base_args += ["ROCM_VERSION", "OS_CODENAME", "AMDGPU_INSTALL_VERSION"]
-    if plan.os_packages:
-        base_args.append("OS_PACKAGES")
-        if "MIOPEN_KDB_ARCH" in args:
-            base_args.append("MIOPEN_KDB_ARCH")
-    base_args += ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA"]
-    runtime_env = {"PYTHONPATH": "/opt/envbuild"}
-    if plan.compile_unavailable:  # the workload reads this and runs eager, saying why (docs/rocm-route.md)
-        runtime_env["ENVBUILD_TORCH_COMPILE_UNAVAILABLE"] = plan.compile_unavailable
-    if plan.compile_needs_gpu:  # ... and this on a host with no GPU only (a known regression of the wheel)
-        runtime_env["ENVBUILD_TORCH_COMPILE_NEEDS_GPU"] = plan.compile_needs_gpu
-    label_values = labels(plan, context_hash, lock)
+    """Everything images/Dockerfile.j2 and images/cell.def.j2 read, each value once and unquoted (the templates
+    quote for the Dockerfile or the shell): the stages and their steps (builder.plan.steps), the pins (ARG
+    defaults), the labels."""
     return {
         "cell_key": plan.cell.key,
         "base_image": plan.base_image,
-        "arg_values": args,
-        "runtime_env_values": runtime_env,
-        "build_env_values": dict(sorted(plan.flavor.build_env.items())),
-        "label_values": label_values,
-        "stages": list(plan.stages),
-        "args": [f"{name}={_quote(value) if value else ''}" for name, value in args.items()],
-        "base_args": base_args,
-        "apt_key_step": bool(plan.release.apt_key_fingerprint),
+        "args": build_args(plan),
+        "labels": labels(plan, context_hash, lock),
         "tool_path": plan.flavor.tool_path,
         "library_path": plan.flavor.library_path,
-        "accel_install_step": bool(plan.release.amdgpu_install),
-        "accel_wheels_step": plan.accel_wheels is not None,
-        "os_packages_step": bool(plan.os_packages),
-        "torch_build_args": ["TORCH_BUILD_PINS"],
-        "runtime_env": [f"{k}={_quote(v)}" for k, v in runtime_env.items()],
-        "torch_stage": plan.torch_stage,
-        "torch_index_url": plan.wheel_index_url,
-        "compile_package": plan.flavor.compile_package,
-        "arch_env": plan.flavor.arch_env,
-        "build_env": [f"{k}={_quote(v)}" for k, v in sorted(plan.flavor.build_env.items())],
-        "source_prepare": plan.flavor.source_prepare,
-        "ccache_id": f"{plan.cell.flavor}{plan.cell.accel_version or ''}-torch{plan.torch.line}",
-        "labels": [f"{k}={_quote(v)}" for k, v in label_values.items()],
+        "stages": steps.stages(plan),
+        "sif_stages": steps.sif_stages(plan),
     }
 
 
@@ -203,7 +140,7 @@ def lock_files(plan: Plan, lock: Lock) -> dict[str, str]:
 
 
 def expectations(plan: Plan, lock: Lock) -> dict:
-    """expect.json: what images/common/verify_image.py checks at the end of the build."""
+    """expect.json: what the image's verify step checks at the end of the build."""
     release, accel = plan.release, plan.accel_wheels
     backend_version = release.version if plan.flavor.backend and plan.flavor.versioned else None
     if accel is not None:  # the wheels' HIP version is their own, not the release's (None: not verified)

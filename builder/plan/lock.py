@@ -118,8 +118,9 @@ def _recipe_inputs(recipes: Recipes, line: str, python: str) -> tuple:
 
 
 def keys(recipes: Recipes) -> list[tuple[str, str]]:
-    """(torch line, Python) of every known cell, i.e. every lock the recipes need."""
+    """(torch line, Python) of every known cell and of every line's measured Pythons: every lock the recipes need."""
     found = {(p.torch.line, p.cell.python) for p in all_plans(recipes)}
+    found |= {(line, python) for line, torch in recipes.torch.items() for python in torch.measured_pythons}
     return sorted(found, key=lambda k: (version_key(k[0]), version_key(k[1])))
 
 

@@ -160,11 +160,20 @@ class TorchLine(_Frozen):
     # wheel index suffix -> why torch.compile fails on a host with no GPU with that index's wheel (a known
     # regression, with its source); the image records it and the workload runs eager there
     compile_needs_gpu: dict[g.Label, g.Line] = Field(default_factory=dict)
+    # Python -> the public record of an image people run with this line and that Python: locked only to complete
+    # such images (`run workload --image/--apptainer`), never a recipe cell
+    measured_pythons: dict[g.Dotted, g.Line] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _compile_pin_has_its_index_and_source(self) -> "TorchLine":
         if self.compile_version and not (self.compile_index and self.compile_checked):
             raise ValueError(f"torch line {self.line}: compile_version needs compile_index and compile_checked")
+        unsourced = sorted(python for python, source in self.measured_pythons.items() if not source.strip())
+        if unsourced:
+            raise ValueError(
+                f"torch line {self.line}: measured_pythons {', '.join(unsourced)} need the public record of an image "
+                "that runs this torch with that Python"
+            )
         return self
 
     @field_validator("line")

@@ -1,5 +1,5 @@
 """Plan -> a deterministic build context: Dockerfile and Apptainer definition (cell.def), scripts, lock, patches,
-workload, manifest. Both recipes come from the same template variables and both are in the content hash, so the
+workload, manifest. Both recipes write the same step model (builder.plan.steps) and both are in the content hash, so the
 hash names the cell whichever route builds it (Docker/BuildKit, or `apptainer build` with no Docker engine)."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import jinja2
 
 from builder import __version__
 from builder.paths import IMAGES_DIR, WORKLOAD_DIR, file_sha256
-from builder.plan.context import FETCH_STEPS, expectations, labels, lock_files, template_vars
+from builder.plan import steps
+from builder.plan.context import expectations, labels, lock_files, template_vars
 from builder.plan.lock import TORCH_BUILD_LOCK, Lock, LockError, for_plan, read_build_tools_lock
 from builder.plan.resolve import Plan
 from builder.plan.wheelhouse import KEEP, WHEELHOUSE, WheelhouseError, hashes, stage, torch_origin, wheels_in
@@ -75,6 +76,38 @@ def _one_line(value):
 
 
 _LINE_BREAKING = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+_PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
+
+
+def _docker_quote(value: str) -> str:
+    """A Dockerfile ARG/LABEL/ENV value: bare when safe, else a double-quoted JSON string."""
+    return value if value and _PLAIN.match(value) else json.dumps(value)
+
+
+def _docker_assign(pair: tuple[str, str]) -> str:
+    """NAME=value of a LABEL or ENV line."""
+    return f"{pair[0]}={_docker_quote(pair[1])}"
+
+
+def _docker_copies(copies) -> list[str]:
+    """A step's copies as COPY operands, one line per run of copies into the same destination."""
+    lines: list[tuple[list[str], str]] = []
+    for copy in copies:
+        if lines and lines[-1][1] == copy.dest:
+            lines[-1][0].append(copy.src)
+        else:
+            lines.append(([copy.src], copy.dest))
+    return [" ".join([*sources, dest]) for sources, dest in lines]
+
+
+def _docker_mounts(step: steps.Step) -> list[str]:
+    """A step's RUN --mount options: the proxy CA for a step that fetches, the wheelhouse, earlier stages, a cache."""
+    mounts = ["--mount=type=secret,id=envbuild_ca,required=false"] if step.fetches else []
+    mounts += ["--mount=type=bind,source=wheelhouse,target=/wheelhouse"] if step.wheelhouse else []
+    mounts += [f"--mount=type=bind,from={b.stage},source={b.source},target={b.target}" for b in step.binds]
+    if step.cache:
+        mounts.append(f"--mount=type=cache,target={step.cache[1]},id={step.cache[0]}")
+    return mounts
 
 
 @lru_cache(maxsize=1)
@@ -89,7 +122,11 @@ def _templates() -> jinja2.Environment:
         finalize=_one_line,
     )
     env.filters["continued_lines"] = _continued_lines
-    env.filters["sh"] = shlex.quote  # a value as one shell word (the definition file's %post lines)
+    env.filters["sh"] = shlex.quote  # a value as one shell word (RUN and %post lines)
+    env.filters["dq"] = _docker_quote
+    env.filters["docker_assign"] = _docker_assign
+    env.filters["docker_copies"] = _docker_copies
+    env.filters["docker_mounts"] = _docker_mounts
     return env
 
 
@@ -163,13 +200,13 @@ def context_files(
     wheelhouse = wheelhouse or {}
     known = {**static.hashes, **wheelhouse}
     recipes = _recipes(plan, "", lock)
-    used = "".join(text.decode() for text in recipes.values())
+    used = {f"common/{name}" for name in steps.scripts(plan)}
     files = {
         **{name: text.encode() for name, text in lock_files(plan, lock).items()},
         "expect.json": (json.dumps(expectations(plan, lock), indent=2, sort_keys=True) + "\n").encode(),
         **({TORCH_BUILD_LOCK: build_lock.encode()} if build_lock is not None else {}),
         KEEP: b"",
-        # only the scripts these recipes copy: editing another step's script changes no other context
+        # only the scripts the plan's steps copy: editing another step's script changes no other context
         **{p: d for p, d in static.files.items() if not p.startswith("common/") or p in used},
     }
     if plan.patch_dir is not None:
@@ -199,7 +236,7 @@ def context_files(
         },
         "files": file_hashes(files, known),
         "torch_origin": torch_origin(plan, wheelhouse),
-        "fetch_steps": {name: what for name, what in FETCH_STEPS.items() if f"common/{name}" in files},
+        "fetch_steps": steps.fetch_steps(plan),
         "context_hash": context_hash,
         "image_tag": image_tag,
     }

@@ -2,8 +2,8 @@
 
 A wheel that changes the image must change its tag, so every file under wheelhouse/ is part of the
 content hash and of manifest.json (`files`), and the manifest says where torch comes from
-(`torch_origin`): a wheelhouse file and its sha256 (images/common/install_torch.sh installs such a file
-by path), the source build, or an index.
+(`torch_origin`): a wheelhouse file and its sha256 (the torch install step installs such a file by
+path), the source build, or an index.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def stage(wheels: list[Path], target: Path) -> None:
 
 
 def torch_origin(plan: Plan, wheel_hashes: dict[str, str]) -> dict:
-    """Where the image's torch comes from, as images/common/install_torch.sh decides it."""
+    """Where the image's torch comes from, as the torch install step decides it."""
     if plan.torch_source == "source":
         git = plan.git_source
         return {

@@ -296,7 +296,7 @@ def rocm_image(lib, tools_image, tmp_path_factory) -> str:
     torch_lib = _fake_torch(ctx, lib, "libhiprand.so.1")
     (torch_lib.parent / "__init__.py").write_text("")
     (ctx / "Dockerfile").write_text(IMAGE_DOCKERFILE.format(base=tools_image))
-    tag = "envbuild-test/issue22-rocm-inspect:1"
+    tag = "envbuild-test/rocm-inspect:1"
     build_image(ctx, tag, BuildOptions(network="host", force=True), manifest=read_manifest(ctx))
     return tag
 

@@ -65,10 +65,9 @@ def test_the_pip_rocm_route_installs_one_archs_device_package_in_both_formats():
     dockerfile, definition = files["Dockerfile"].decode(), files["cell.def"].decode()
     assert 'ARG ACCEL_REQUIREMENTS="rocm[libraries,device-gfx942]==7.14.0"' in dockerfile
     assert "ARG TORCH_VERSION=2.14.0+rocm7.14" in dockerfile and "FROM ${BASE_IMAGE} AS base" in dockerfile
-    assert (
-        "ACCEL_REQUIREMENTS='rocm[libraries,device-gfx942]==7.14.0'"
-        " TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm7.14"
-    ) in definition
+    accel = definition.index("    bash /opt/envbuild/common/install_accel_wheels.sh")
+    assert "    export ACCEL_REQUIREMENTS='rocm[libraries,device-gfx942]==7.14.0'\n" in definition[:accel]
+    assert "    export TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm7.14\n" in definition[:accel]
     for text in (dockerfile, definition):  # the SDK wheels come before torch, in the torch stage
         assert text.index("install_accel_wheels.sh") < text.rindex("install_torch.sh")
         assert "device-all" not in text and not re.search(r"device-gfx(?!942)", text)
@@ -287,12 +286,14 @@ def _step_text(run: str, files: dict[str, bytes]) -> tuple[str | None, str]:
 )
 def test_no_build_step_uses_the_network_outside_the_declared_fetch_steps(request_):
     """Every RUN of a rendered context is grepped, with the script it runs, for network
-    tools; only the declared fetch steps (builder.plan.context.FETCH_STEPS, listed in the manifest) may use them,
+    tools; only the steps the step model marks as fetching (builder.plan.steps, listed in the manifest) may use them,
     and only they get the proxy CA secret. The torch compile is offline: no network tool, every proxy variable
     at a closed port, and AOTriton's users switched off, so torch's cmake cannot download it."""
-    from builder.plan.context import FETCH_STEPS
+    from builder.plan.steps import fetch_steps
 
-    files, manifest = context_files(resolve(request_))
+    plan = resolve(request_)
+    files, manifest = context_files(plan)
+    declared = fetch_steps(plan)
     runs = _runs(files["Dockerfile"].decode())
     assert runs
     seen = set()
@@ -300,12 +301,12 @@ def test_no_build_step_uses_the_network_outside_the_declared_fetch_steps(request
         name, code = _step_text(run, files)
         seen.add(name)
         uses_network = NETWORK_TOOLS.search(code)
-        if name not in FETCH_STEPS:
+        if name not in declared:
             assert not uses_network, f"{name or run[:60]} uses {uses_network.group(0)!r} but is no declared fetch step"
             assert "envbuild_ca" not in run and "source=wheelhouse" not in run, name
         else:
             assert "--mount=type=secret,id=envbuild_ca,required=false" in run, name
-    assert set(manifest["fetch_steps"]) == seen & set(FETCH_STEPS)
+    assert set(manifest["fetch_steps"]) == seen & set(declared)
     if "build_torch.sh" in seen:
         build = files["common/build_torch.sh"].decode()
         assert "export http_proxy=$offline https_proxy=$offline" in build and "PIP_NO_INDEX=1" in build

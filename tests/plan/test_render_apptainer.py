@@ -76,8 +76,8 @@ def test_editing_the_definition_changes_the_content_hash(tmp_path):
     original = render_module.IMAGES_DIR
     try:
         render_module.IMAGES_DIR = edited
-        (edited / "apptainer" / "runtime.j2").write_text(
-            (edited / "apptainer" / "runtime.j2").read_text().replace("%runscript\n", "%runscript\n    true\n")
+        (edited / "cell.def.j2").write_text(
+            (edited / "cell.def.j2").read_text().replace("%runscript\n", "%runscript\n    true\n")
         )
         after, manifest_after = context_files(plan, golden_static())
     finally:
