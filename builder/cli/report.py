@@ -114,7 +114,7 @@ def report(
     merged, attempts_db = None, Path(db or default_db_path())
     if with_published and not check and markdown is None:  # the committed summary stays the local matrix's
         merged = tempfile.TemporaryDirectory(prefix="envbuild-report-")
-        db = with_results(
+        store = with_results(
             db,
             results_dir,
             allowed_signers,
@@ -122,7 +122,8 @@ def report(
             Path(merged.name),
             lambda message: click.echo(f"warning: {plain(message)}", err=True),
         )
-    store = open_store(db, must_exist=True)
+    else:
+        store = open_store(db, must_exist=True)
     try:  # who signed each run, derived again from the current signer files (revocation at read time)
         now = current_provenance(store, allowed_signers, revoked_or_default(revoked))
     except attest.AttestationInputError as exc:
