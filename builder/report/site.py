@@ -22,8 +22,7 @@ from builder import __version__
 from builder.store import attempt_files, provenance, run_config
 from builder.report import compare as report_compare, diff, gpu_answers, gpu_prices, ladder as cell_ladder
 from builder.report import plots as report_plots, site_folders, vendor_support
-from builder.report import page_bounds
-from builder.report.curve_points import REPORT_POINTS, thin_run_json
+from builder.report import data_files, page_bounds
 from builder.slug import safe_slug
 from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
@@ -42,8 +41,6 @@ HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<c
 #: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
 #: come from the store's columns, so a report never parses every stored result.
 PAGE_RUNS = 3
-#: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
-DATA_FILE_BYTES = 900_000
 #: Cells per page of the index (about 2 kB each): 5,000 cells give 18 pages of about 600 kB, never one 10 MB page.
 INDEX_PAGE_CELLS = 300
 LOG_TAIL_BYTES = 256 * 1024
@@ -207,6 +204,26 @@ def _write_site(
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
     for sub in ("cells", "plots", "data", "logs", "attestations"):
         (root / sub).mkdir()
+    # the data files are written by a worker thread meanwhile (SQLite and file writes run outside the GIL)
+    with data_files.DataFiles(store, root, None if host_details else PUBLIC_HOST_KEYS) as data:
+        for summary in summaries:
+            data.add(summary.key, safe_slug(summary.key), summary_record(summary, with_runs=False))
+        _write_pages(store, summaries, root, html, md, common, vendor, host_details, skipped, attempts_db)
+
+
+def _write_pages(
+    store: MatrixStore,
+    summaries: list[CellSummary],
+    root: Path,
+    html: Environment,
+    md: Environment,
+    common: dict,
+    vendor: dict,
+    host_details: bool,
+    skipped: list[str],
+    attempts_db: Path,
+) -> None:
+    """Every page of the site (cells, GPUs, index, compare), its plots, summary.md and data.json."""
     recipes, speed = recipe_facts(), store.newest_of_preset(cell_ladder.SPEED_PRESET)
     entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     throughput: dict[str, list[dict]] = {}
@@ -215,6 +232,7 @@ def _write_site(
         if row["configuration"].preset == cell_ladder.SPEED_PRESET and not row["contended"]:
             throughput.setdefault(row["cell_key"], []).append(row)
     index_cells = []
+    cell_page = html.get_template("cell.html.j2")
     for summary in summaries:
         entry = entries[summary.key]
         page = _cell_page(
@@ -227,14 +245,7 @@ def _write_site(
             skipped,
             speed.get(summary.key),
         )
-        (root / "cells" / f"{entry.slug}.html").write_text(
-            html.get_template("cell.html.j2").render(page=page, root="../", **common)
-        )
-        record = summary_record(summary, with_runs=False)
-        runs = store.runs_json_curves(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
-        # curves downsampled (the store keeps every point); a run without a long curve is passed on unparsed
-        runs = [thin_run_json(run) if longest > REPORT_POINTS else run for run, longest in runs]
-        _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
+        (root / "cells" / f"{entry.slug}.html").write_text(cell_page.render(page=page, root="../", **common))
         index_cells.append(
             {
                 **summary_line(summary),
@@ -272,7 +283,7 @@ def _write_site(
     )
     (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
     report_compare.write(root, html, store, summaries, common)
-    data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
+    data = {"format": "envbuild-report", "version": 2, "generated_at": common["generated_at"], "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -327,25 +338,6 @@ def _write_index(
             cells.append(row + ([e.slug] if e.slug != e.key else []))
     data = {"fields": fields, "values": values, "gpus": names, "pages": len(pages), "cells": cells}
     (root / "index-cells.js").write_text("window.envbuildCells = " + json.dumps(data, separators=(",", ":")) + ";\n")
-
-
-def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
-    """data/<slug>.json: the cell's record with its runs (stored JSON as it is, oldest first). Runs beyond
-    DATA_FILE_BYTES go to data/<slug>-runs-2.json, -3, ... ({"runs": [...]}), listed in `more_runs`."""
-    chunks: list[list[str]] = [[]]
-    size = len(record)
-    for run in runs:
-        if chunks[-1] and size + len(run) > DATA_FILE_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(run)
-        size += len(run) + 2
-    more = [f"data/{slug}-runs-{n}.json" for n in range(2, len(chunks) + 1)]
-    for name, chunk in zip(more, chunks[1:]):
-        (root / name).write_text('{"runs": [' + ", ".join(chunk) + "]}")
-    (root / "data" / f"{slug}.json").write_text(
-        record[:-1] + ', "more_runs": ' + json.dumps(more) + ', "runs": [' + ", ".join(chunks[0]) + "]}"
-    )
 
 
 def release_value(flavor: str, accel: str | None) -> str:
