@@ -22,7 +22,7 @@ from builder import __version__
 from builder.store import attempt_files, provenance, run_config
 from builder.report import compare as report_compare, diff, gpu_answers, gpu_prices, ladder as cell_ladder
 from builder.report import plots as report_plots, site_folders, vendor_support
-from builder.report import data_files, page_bounds
+from builder.report import data_files, matrix_reads, page_bounds
 from builder.slug import safe_slug
 from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
@@ -108,6 +108,7 @@ def build_report(
     host_details: bool = False,
     warn=None,
     attempts_db: Path | None = None,
+    reads: matrix_reads.ReadsAhead | None = None,
 ) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
@@ -116,6 +117,7 @@ def build_report(
     full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
     GPU count are. `warn(message)` hears about logs left out (see `attempt_files`). `attempts_db`: the matrix file
     whose attempt folders hold the logs, when `store` is a scratch copy of it (default: `store`'s own file).
+    `reads`: the whole-matrix reads, started before the summaries were collected (default: made here).
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
@@ -129,6 +131,7 @@ def build_report(
         skipped: list[str] = []
         _write_site(
             store,
+            reads.result() if reads is not None else matrix_reads.read(store),
             summaries,
             build_dir,
             generated_at or utc_now(),
@@ -188,6 +191,7 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
 
 def _write_site(
     store: MatrixStore,
+    reads: matrix_reads.MatrixReads,
     summaries: list[CellSummary],
     root: Path,
     generated_at: str,
@@ -208,11 +212,11 @@ def _write_site(
     with data_files.DataFiles(store, root, None if host_details else PUBLIC_HOST_KEYS) as data:
         for summary in summaries:
             data.add(summary.key, safe_slug(summary.key), summary_record(summary, with_runs=False))
-        _write_pages(store, summaries, root, html, md, common, vendor, host_details, skipped, attempts_db)
+        _write_pages(reads, summaries, root, html, md, common, vendor, host_details, skipped, attempts_db)
 
 
 def _write_pages(
-    store: MatrixStore,
+    reads: matrix_reads.MatrixReads,
     summaries: list[CellSummary],
     root: Path,
     html: Environment,
@@ -224,10 +228,10 @@ def _write_pages(
     attempts_db: Path,
 ) -> None:
     """Every page of the site (cells, GPUs, index, compare), its plots, summary.md and data.json."""
-    recipes, speed = recipe_facts(), store.newest_of_preset(cell_ladder.SPEED_PRESET)
+    recipes, speed = recipe_facts(), reads.speed
     entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     throughput: dict[str, list[dict]] = {}
-    for row in store.train_metrics():
+    for row in reads.train_metrics:
         # the plot follows the standard speed measurement; a contended one is never plotted (it is marked on the page)
         if row["configuration"].preset == cell_ladder.SPEED_PRESET and not row["contended"]:
             throughput.setdefault(row["cell_key"], []).append(row)
@@ -282,7 +286,7 @@ def _write_pages(
         )
     )
     (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
-    report_compare.write(root, html, store, summaries, common)
+    report_compare.write(root, html, reads.per_preset, summaries, common)
     data = {"format": "envbuild-report", "version": 2, "generated_at": common["generated_at"], "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
