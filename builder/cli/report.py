@@ -16,6 +16,7 @@ from builder.cli.report_results import with_results
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.attest import signing as attest
 from builder.attest.provenance_now import current_provenance
+from builder.report.matrix_reads import ReadsAhead
 from builder.report.site import PAGE_RUNS, ReportError, build_report, summary_markdown
 from builder.store.store import default_db_path
 from builder.store.summary import VERDICTS, summarize
@@ -115,7 +116,7 @@ def report(
     merged, attempts_db = None, Path(db or default_db_path())
     if with_published and not check and markdown is None:  # the committed summary stays the local matrix's
         merged = tempfile.TemporaryDirectory(prefix="envbuild-report-")
-        db = with_results(
+        store = with_results(
             db,
             results_dir,
             allowed_signers,
@@ -123,7 +124,8 @@ def report(
             Path(merged.name),
             lambda message: click.echo(f"warning: {plain(message)}", err=True),
         )
-    store = open_store(db, must_exist=True)
+    else:
+        store = open_store(db, must_exist=True)
     try:  # who signed each run, derived again from the current signer files (revocation at read time)
         now = current_provenance(store, allowed_signers, revoked_or_default(revoked))
     except attest.AttestationInputError as exc:
@@ -140,6 +142,8 @@ def report(
     else:
         store.provenance_now = now
     console = Console(stderr=True)
+    # the site's whole-matrix reads run on the other core while the summaries are collected
+    reads = ReadsAhead(store) if out_dir is not None and not check else None
     try:
         with console.status("collecting the matrix"):
             summaries = summarize(store, cells, runs_per_cell=PAGE_RUNS, with_manifests=False)
@@ -156,6 +160,7 @@ def report(
                     out_dir,
                     host_details=include_host_details,
                     attempts_db=attempts_db,
+                    reads=reads,
                     warn=lambda message: click.echo(f"warning: {plain(message)}", err=True),
                 )
     except ReportError as exc:

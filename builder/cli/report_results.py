@@ -12,30 +12,33 @@ from builder.store.store import MatrixStore, RunConflictError, StoreError, defau
 
 def with_results(
     db: Path | None, results_dir: Path, allowed_signers: Path, revoked: Path | None, scratch: Path, warn
-) -> Path:
-    """A matrix file holding the local matrix (`db`, or the default one when it exists) and every result under
-    `results_dir` whose attestation verifies (or that has none: unsigned), each with its provenance. Results that
-    do not verify, cannot be read or clash with a local run of the same id are left out, each with a warning."""
+) -> MatrixStore:
+    """A matrix in `scratch` holding the local matrix (`db`, or the default one when it exists) and every result
+    under `results_dir` whose attestation verifies (or that has none: unsigned), each with its provenance; returned
+    open (close it). Results that do not verify, cannot be read or clash with a local run of the same id are left
+    out, each with a warning."""
     local = Path(db or default_db_path())
     merged = scratch / "with-results.db"
     if local.exists() or db is not None:  # a --db that does not exist is still an error (exit 2)
         source = open_store(local, must_exist=True)
         try:
-            source.copy_to(merged)
+            store = source.scratch_copy(merged)
         finally:
             source.close()
-    files = (results_dir,) if results_dir.is_dir() else ()
-    results, _, problems = _collect(files, merged) if files else ([], [], [])
-    results, unverified, unreadable = _provenances(results, allowed_signers, revoked)
-    for problem in problems + unverified + unreadable:
-        warn(f"left out of the report: {problem}")
-    store = MatrixStore.connect(merged)
+    else:
+        store = MatrixStore.connect(merged)
     try:
+        files = (results_dir,) if results_dir.is_dir() else ()
+        results, _, problems = _collect(files, merged) if files else ([], [], [])
+        results, unverified, unreadable = _provenances(results, allowed_signers, revoked)
+        for problem in problems + unverified + unreadable:
+            warn(f"left out of the report: {problem}")
         for file, result, provenance in results:
             try:
                 store.record_run(result, source=str(file), provenance=provenance)
             except (RunConflictError, StoreError) as exc:
                 warn(f"left out of the report: {plain(file)}: {plain(exc)}")
-    finally:
+    except BaseException:
         store.close()
-    return merged
+        raise
+    return store

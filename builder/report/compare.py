@@ -21,7 +21,6 @@ from builder.report import diff, gpu_prices, page_bounds
 from builder.store import run_config
 from builder.report.curve_points import downsample
 from builder.slug import safe_slug
-from builder.store.store import MatrixStore
 from builder.store.summary import CellSummary
 
 
@@ -32,10 +31,9 @@ FOLDER = "compare"
 PREFIX, SUFFIX = "envbuildCompare.register(", ");\n"
 
 
-def profiles(store: MatrixStore, summaries: list[CellSummary]) -> dict[str, list[dict]]:
+def profiles(newest: dict[str, list[dict]], summaries: list[CellSummary]) -> dict[str, list[dict]]:
     """cell key -> the newest run's profile of each preset, the verdict configuration's first (then newest first),
-    loss curves downsampled."""
-    newest = store.newest_per_preset()
+    loss curves downsampled; `newest`: `MatrixStore.newest_per_preset()`."""
     out: dict[str, list[dict]] = {}
     for summary in summaries:
         for result in sorted(newest.get(summary.key, []), key=lambda r: not run_config.of_result(r).decides):
@@ -73,8 +71,11 @@ def script_file(key: str, cell_profiles: list[dict]) -> str:
     return f"{PREFIX}{script_json({'key': key, 'profiles': cell_profiles})}{SUFFIX}"
 
 
-def write(root: Path, html: Environment, store: MatrixStore, summaries: list[CellSummary], common: dict) -> None:
-    data = profiles(store, summaries)
+def write(
+    root: Path, html: Environment, newest: dict[str, list[dict]], summaries: list[CellSummary], common: dict
+) -> None:
+    """compare.html and compare/<slug>.js; `newest`: `MatrixStore.newest_per_preset()`."""
+    data = profiles(newest, summaries)
     keys = [s.key for s in summaries if s.key in data]
     files = {key: f"{FOLDER}/{safe_slug(key)}.js" for key in keys}
     (root / FOLDER).mkdir()

@@ -22,8 +22,7 @@ from builder import __version__
 from builder.store import attempt_files, provenance, run_config
 from builder.report import compare as report_compare, diff, gpu_answers, gpu_prices, ladder as cell_ladder
 from builder.report import plots as report_plots, site_folders, vendor_support
-from builder.report import page_bounds
-from builder.report.curve_points import REPORT_POINTS, thin_run_json
+from builder.report import data_files, matrix_reads, page_bounds
 from builder.slug import safe_slug
 from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
@@ -42,8 +41,6 @@ HISTORY_ROWS = 50  # history rows on a cell page; the full history is in data/<c
 #: Newest full results per cell the pages parse (latest run, latest train run, latest image); history rows
 #: come from the store's columns, so a report never parses every stored result.
 PAGE_RUNS = 3
-#: A per-cell data file holds runs up to about this many bytes; older runs go to data/<cell>-runs-<n>.json.
-DATA_FILE_BYTES = 900_000
 #: Cells per page of the index (about 2 kB each): 5,000 cells give 18 pages of about 600 kB, never one 10 MB page.
 INDEX_PAGE_CELLS = 300
 LOG_TAIL_BYTES = 256 * 1024
@@ -111,6 +108,7 @@ def build_report(
     host_details: bool = False,
     warn=None,
     attempts_db: Path | None = None,
+    reads: matrix_reads.ReadsAhead | None = None,
 ) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
@@ -119,6 +117,7 @@ def build_report(
     full host record (hostname, kernel command line, ...); by default only PUBLIC_HOST_KEYS and the
     GPU count are. `warn(message)` hears about logs left out (see `attempt_files`). `attempts_db`: the matrix file
     whose attempt folders hold the logs, when `store` is a scratch copy of it (default: `store`'s own file).
+    `reads`: the whole-matrix reads, started before the summaries were collected (default: made here).
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
@@ -132,6 +131,7 @@ def build_report(
         skipped: list[str] = []
         _write_site(
             store,
+            reads.result() if reads is not None else matrix_reads.read(store),
             summaries,
             build_dir,
             generated_at or utc_now(),
@@ -191,6 +191,7 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
 
 def _write_site(
     store: MatrixStore,
+    reads: matrix_reads.MatrixReads,
     summaries: list[CellSummary],
     root: Path,
     generated_at: str,
@@ -207,14 +208,35 @@ def _write_site(
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
     for sub in ("cells", "plots", "data", "logs", "attestations"):
         (root / sub).mkdir()
-    recipes, speed = recipe_facts(), store.newest_of_preset(cell_ladder.SPEED_PRESET)
+    # the data files are written by a worker thread meanwhile (SQLite and file writes run outside the GIL)
+    with data_files.DataFiles(store, root, None if host_details else PUBLIC_HOST_KEYS) as data:
+        for summary in summaries:
+            data.add(summary.key, safe_slug(summary.key), summary_record(summary, with_runs=False))
+        _write_pages(reads, summaries, root, html, md, common, vendor, host_details, skipped, attempts_db)
+
+
+def _write_pages(
+    reads: matrix_reads.MatrixReads,
+    summaries: list[CellSummary],
+    root: Path,
+    html: Environment,
+    md: Environment,
+    common: dict,
+    vendor: dict,
+    host_details: bool,
+    skipped: list[str],
+    attempts_db: Path,
+) -> None:
+    """Every page of the site (cells, GPUs, index, compare), its plots, summary.md and data.json."""
+    recipes, speed = recipe_facts(), reads.speed
     entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     throughput: dict[str, list[dict]] = {}
-    for row in store.train_metrics():
+    for row in reads.train_metrics:
         # the plot follows the standard speed measurement; a contended one is never plotted (it is marked on the page)
         if row["configuration"].preset == cell_ladder.SPEED_PRESET and not row["contended"]:
             throughput.setdefault(row["cell_key"], []).append(row)
     index_cells = []
+    cell_page = html.get_template("cell.html.j2")
     for summary in summaries:
         entry = entries[summary.key]
         page = _cell_page(
@@ -227,14 +249,7 @@ def _write_site(
             skipped,
             speed.get(summary.key),
         )
-        (root / "cells" / f"{entry.slug}.html").write_text(
-            html.get_template("cell.html.j2").render(page=page, root="../", **common)
-        )
-        record = summary_record(summary, with_runs=False)
-        runs = store.runs_json_curves(summary.key, host_keys=None if host_details else PUBLIC_HOST_KEYS)
-        # curves downsampled (the store keeps every point); a run without a long curve is passed on unparsed
-        runs = [thin_run_json(run) if longest > REPORT_POINTS else run for run, longest in runs]
-        _write_data(root, entry.slug, json.dumps(record, sort_keys=True, default=str), runs)
+        (root / "cells" / f"{entry.slug}.html").write_text(cell_page.render(page=page, root="../", **common))
         index_cells.append(
             {
                 **summary_line(summary),
@@ -271,8 +286,8 @@ def _write_site(
         )
     )
     (root / "contributing.html").write_text(html.get_template("contributing.html.j2").render(root="", **common))
-    report_compare.write(root, html, store, summaries, common)
-    data = {"format": "envbuild-report", "version": 2, "generated_at": generated_at, "cells": index_cells}
+    report_compare.write(root, html, reads.per_preset, summaries, common)
+    data = {"format": "envbuild-report", "version": 2, "generated_at": common["generated_at"], "cells": index_cells}
     (root / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -327,25 +342,6 @@ def _write_index(
             cells.append(row + ([e.slug] if e.slug != e.key else []))
     data = {"fields": fields, "values": values, "gpus": names, "pages": len(pages), "cells": cells}
     (root / "index-cells.js").write_text("window.envbuildCells = " + json.dumps(data, separators=(",", ":")) + ";\n")
-
-
-def _write_data(root: Path, slug: str, record: str, runs: list[str]) -> None:
-    """data/<slug>.json: the cell's record with its runs (stored JSON as it is, oldest first). Runs beyond
-    DATA_FILE_BYTES go to data/<slug>-runs-2.json, -3, ... ({"runs": [...]}), listed in `more_runs`."""
-    chunks: list[list[str]] = [[]]
-    size = len(record)
-    for run in runs:
-        if chunks[-1] and size + len(run) > DATA_FILE_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(run)
-        size += len(run) + 2
-    more = [f"data/{slug}-runs-{n}.json" for n in range(2, len(chunks) + 1)]
-    for name, chunk in zip(more, chunks[1:]):
-        (root / name).write_text('{"runs": [' + ", ".join(chunk) + "]}")
-    (root / "data" / f"{slug}.json").write_text(
-        record[:-1] + ', "more_runs": ' + json.dumps(more) + ', "runs": [' + ", ".join(chunks[0]) + "]}"
-    )
 
 
 def release_value(flavor: str, accel: str | None) -> str:

@@ -11,6 +11,7 @@ verdict.
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ def of_result(result: dict) -> RunConfiguration:
     )
 
 
+@functools.lru_cache(maxsize=1024)  # thousands of runs share a handful of configurations
 def of_row(extracted: str | None) -> RunConfiguration:
     """The configuration from the JSON array that `SQL` extracts (None: the row's JSON is damaged)."""
     if extracted is None:

@@ -254,6 +254,15 @@ class StoreConnection:
     def close(self) -> None:
         self._conn.close()
 
+    def sibling(self: _Store) -> _Store:
+        """Another read-only connection to this store's file, for a reader thread of the same command; not checked
+        again (this one was when it opened). Close it yourself."""
+        try:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open matrix database {self.path}: {exc}") from exc
+        return type(self)(conn, self.path)
+
     @classmethod
     def preflight(cls, path: str | os.PathLike | None = None) -> Path:
         """Check, before long work that records into it, that `path` can be opened; creates nothing.

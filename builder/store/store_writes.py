@@ -278,13 +278,18 @@ class StoreWrites(StoreConnection):
             outcomes[recorded.outcome] += 1
         return added_builds, outcomes
 
-    def copy_to(self, target: str | os.PathLike) -> None:
-        """Write a whole copy of this matrix to the new file `target` (SQLite's online backup)."""
-        copy = sqlite3.connect(target)
+    def scratch_copy(self, target: str | os.PathLike):
+        """A whole copy of this matrix in the new file `target` (SQLite's online backup), open for writing: a
+        throwaway file, so it is written without syncing to disk, and not checked again (this one was)."""
+        copy = sqlite3.connect(target, isolation_level=None)
         try:
+            copy.execute("PRAGMA synchronous = OFF")
             self._conn.backup(copy)
-        finally:
+            copy.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
             copy.close()
+            raise
+        return type(self)(copy, Path(target))
 
     def copy_published(self, target: str | os.PathLike, provenance_now: dict | None = None) -> None:
         """Write a copy of this matrix to the new file `target` without its unsigned runs (what a published report
@@ -292,6 +297,7 @@ class StoreWrites(StoreConnection):
         provenance and are kept."""
         copy = sqlite3.connect(target)
         try:
+            copy.execute("PRAGMA synchronous = OFF")  # a throwaway file
             self._conn.backup(copy)
             copy.executemany(
                 "UPDATE runs SET provenance = ?, signer = ? WHERE id = ?",
