@@ -150,7 +150,12 @@ def report(
         text = None
         if markdown is not None:
             newest = max((r["result"].get("finished_at") or "" for r in store.runs(last=1)), default="") or "-"
-            text = summary_markdown(summaries, f"from runs up to {newest}", speed=store.newest_of_preset("speed"))
+            text = summary_markdown(
+                summaries,
+                f"from runs up to {newest}",
+                speed=store.newest_of_preset("speed"),
+                site_recipes=site_recipes.folder(),
+            )
         index = None
         if out_dir is not None and not check:
             with console.status("writing the site"):
@@ -161,6 +166,7 @@ def report(
                     host_details=include_host_details,
                     attempts_db=attempts_db,
                     reads=reads,
+                    site_recipes=site_recipes.folder(),
                     warn=lambda message: click.echo(f"warning: {plain(message)}", err=True),
                 )
     except ReportError as exc:

@@ -109,6 +109,7 @@ def build_report(
     warn=None,
     attempts_db: Path | None = None,
     reads: matrix_reads.ReadsAhead | None = None,
+    site_recipes: Path | None = None,
 ) -> Path:
     """Write the site to `out_dir` (new, empty, or a previous report: replaced whole). Returns index.html.
 
@@ -118,6 +119,7 @@ def build_report(
     GPU count are. `warn(message)` hears about logs left out (see `attempt_files`). `attempts_db`: the matrix file
     whose attempt folders hold the logs, when `store` is a scratch copy of it (default: `store`'s own file).
     `reads`: the whole-matrix reads, started before the summaries were collected (default: made here).
+    `site_recipes`: the site's recipe folder the CLI was given (its cells' routes and locks), None for the packaged.
     """
     out_dir = Path(out_dir)
     _check_target(out_dir)
@@ -139,6 +141,7 @@ def build_report(
             host_details,
             skipped,
             Path(attempts_db or store.path),
+            site_recipes,
         )
         _swap(build_dir, out_dir)
     except BaseException:
@@ -199,6 +202,7 @@ def _write_site(
     host_details: bool,
     skipped: list[str],
     attempts_db: Path,
+    site_recipes: Path | None,
 ) -> None:
     html, md = _environments()
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
@@ -212,7 +216,7 @@ def _write_site(
     with data_files.DataFiles(store, root, None if host_details else PUBLIC_HOST_KEYS) as data:
         for summary in summaries:
             data.add(summary.key, safe_slug(summary.key), summary_record(summary, with_runs=False))
-        _write_pages(reads, summaries, root, html, md, common, vendor, host_details, skipped, attempts_db)
+        _write_pages(reads, summaries, root, html, md, common, vendor, host_details, skipped, attempts_db, site_recipes)
 
 
 def _write_pages(
@@ -226,9 +230,10 @@ def _write_pages(
     host_details: bool,
     skipped: list[str],
     attempts_db: Path,
+    site_recipes: Path | None,
 ) -> None:
     """Every page of the site (cells, GPUs, index, compare), its plots, summary.md and data.json."""
-    recipes, speed = recipe_facts(), reads.speed
+    recipes, speed = recipe_facts(site_recipes), reads.speed
     entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     throughput: dict[str, list[dict]] = {}
     for row in reads.train_metrics:
@@ -371,12 +376,14 @@ def summary_markdown(
     vendor: dict | None = None,
     link_base: str | None = None,
     speed: dict[str, dict] | None = None,
+    site_recipes: Path | None = None,
 ) -> str:
     """The site's summary.md alone (e.g. committed as docs/compatibility.md); `link_base` None: no links.
-    `speed`: `store.newest_of_preset("speed")`, where the speed columns come from."""
+    `speed`: `store.newest_of_preset("speed")`, where the speed columns come from; `site_recipes` as for
+    `build_report`."""
     _, md = _environments()
     vendor = vendor_support.load() if vendor is None else vendor
-    recipes, speed = recipe_facts(), speed or {}
+    recipes, speed = recipe_facts(site_recipes), speed or {}
     entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     torch_lines, rows = _grid(summaries, entries)
     ordered = [e for row in rows for t in torch_lines for e in row.entries[t]]
@@ -453,14 +460,14 @@ def _hardware(result: dict | None) -> str:
     return f"{name} × {hw.get('gpu_count')}" if hw.get("gpu_count") else str(name)
 
 
-def recipe_facts() -> dict[str, cell_ladder.Recipe]:
-    """cell key -> what the recipes say about it (torch route, lock file), for every cell they resolve; {} when the
-    recipes cannot be read (the ladder then shows step 2 open)."""
+def recipe_facts(site_recipes: Path | None = None) -> dict[str, cell_ladder.Recipe]:
+    """cell key -> what the recipes (with the site's folder, if given) say about it (torch route, lock file), for
+    every cell they resolve; {} when the recipes cannot be read (the ladder then shows step 2 open)."""
     from builder.plan.recipes import RecipeError, load
     from builder.plan.resolve import ResolveError, all_plans
 
     try:
-        plans = all_plans(load())
+        plans = all_plans(load(site=site_recipes))
     except (RecipeError, ResolveError, OSError):
         return {}
     return {
