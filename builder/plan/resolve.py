@@ -612,8 +612,20 @@ def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]
 
 def all_plans(recipes: Recipes | None = None, flavor: str | None = None, proven_only: bool = False) -> list[Plan]:
     """The known cells: every valid (flavor, release, torch line, arch, Python), torch source `auto`; with
-    `proven_only`, source builds no peer has shown to compile are left out."""
+    `proven_only`, source builds no peer has shown to compile are left out. Resolved once per recipe content
+    (its digest and root) and selection; the plans are frozen, the list is the caller's own."""
     recipes = recipes or load()
+    key = (recipes.digest, str(recipes.root), flavor, proven_only)
+    if key not in _ALL_PLANS:
+        _ALL_PLANS[key] = tuple(_resolve_all(recipes, flavor, proven_only))
+    return list(_ALL_PLANS[key])
+
+
+#: all_plans' results by (recipe digest, recipe root, flavor, proven_only)
+_ALL_PLANS: dict[tuple, tuple[Plan, ...]] = {}
+
+
+def _resolve_all(recipes: Recipes, flavor: str | None, proven_only: bool) -> list[Plan]:
     plans = []
     for name in sorted(recipes.flavors) if flavor is None else [flavor]:
         fl = recipes.flavors[name]
