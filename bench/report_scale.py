@@ -1,6 +1,6 @@
 """Time the matrix's reading commands on 10,000 realistic runs and print the figures against their targets.
 
-    python bench/report_scale.py [--runs 10000] [--cells 150] [--repeat 3] [--keep DIR] [--small] [--baseline SRC]
+    python bench/report_scale.py [--runs 10000] [--cells 150] [--repeat 3] [--keep DIR] [--small] [--baseline SRC] [--no-settle]
 
 One matrix file is generated from a fixed seed (the same data for every command timed). Default
 (realistic, issue 20): every run is one of the committed real result files (results/, tests/data/)
@@ -248,8 +248,17 @@ def realistic_db(path: Path, runs: int, n_cells: int, seed: int = 13) -> None:
             store.record_run(result, build_id=build_id)
 
 
+#: Whether each timed command starts with the previous one's writes on disk (os.sync before the clock starts).
+SETTLE = [True]
+
+
 def _envbuild(args: list[str], source: Path = REPO):
-    """Run `envbuild ARGS` (from the tree `source`) as a whole process, output discarded: (wall s, resource usage)."""
+    """Run `envbuild ARGS` (from the tree `source`) as a whole process, output discarded: (wall s, resource usage).
+    With SETTLE, the files earlier commands wrote are flushed first, outside the timing: a report replaces the last
+    report's site, and removing ~190 MB written seconds before waits on their writeback (seconds on this VM), which
+    a site written minutes or hours before does not."""
+    if SETTLE[0]:
+        os.sync()
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-c", "from builder.cli import main; main()", *args],
@@ -298,7 +307,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="Write the matrix and the site here (kept).")
     parser.add_argument("--baseline", type=Path, help="Another envbuild source tree to time on the same matrix.")
+    parser.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="Time each command right after the last one's writes, without flushing them to disk first.",
+    )
     args = parser.parse_args()
+    SETTLE[0] = not args.no_settle
     args.baseline = args.baseline.resolve() if args.baseline else None
     load_start = os.getloadavg()[0]
     work = (args.keep or Path(tempfile.mkdtemp(prefix="envbuild-report-scale-"))).resolve()  # commands run elsewhere
