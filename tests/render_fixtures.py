@@ -11,6 +11,8 @@ from builder.plan.resolve import Request
 GOLDEN_DIR = Path(__file__).parent / "golden"
 GOLDEN_WORKLOAD = GOLDEN_DIR / "workload"
 GOLDEN_FILES = ("Dockerfile", "cell.def", "requirements.lock", "manifest.json")
+#: `envbuild render` of the cell a test site's recipe folder adds (release 6.2.9, a copy of 6.2 under another base).
+SITE_CELL_RENDER = ("render", "--rocm", "6.2.9", "--torch", "2.5", "--arch", "gfx90a")
 
 #: The cells the issue asks golden files for: name -> request.
 GOLDEN_CELLS = {

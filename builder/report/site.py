@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -130,26 +130,24 @@ def build_report(
     build_dir = site_folders.building_dir(out_dir)
     try:
         build_dir.mkdir(mode=0o700)
-        skipped: list[str] = []
-        _write_site(
-            store,
-            reads.result() if reads is not None else matrix_reads.read(store),
-            summaries,
-            build_dir,
-            generated_at or utc_now(),
-            vendor_support.load() if vendor is None else vendor,
-            host_details,
-            skipped,
-            Path(attempts_db or store.path),
-            site_recipes,
+        site = _Site(
+            reads=reads.result() if reads is not None else matrix_reads.read(store),
+            summaries=summaries,
+            root=build_dir,
+            generated_at=generated_at or utc_now(),
+            vendor=vendor_support.load() if vendor is None else vendor,
+            host_details=host_details,
+            attempts_db=Path(attempts_db or store.path),
+            site_recipes=site_recipes,
         )
+        _write_site(store, site)
         _swap(build_dir, out_dir)
     except BaseException:
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
-    if skipped and warn:
+    if site.skipped and warn:
         warn(
-            f"{len(skipped)} log(s) not published, e.g. {skipped[0]}; a report publishes only the logs"
+            f"{len(site.skipped)} log(s) not published, e.g. {site.skipped[0]}; a report publishes only the logs"
             " in attempt folders this matrix file's store created"
         )
     return out_dir / "index.html"
@@ -192,48 +190,43 @@ def _swap(build_dir: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_site(
-    store: MatrixStore,
-    reads: matrix_reads.MatrixReads,
-    summaries: list[CellSummary],
-    root: Path,
-    generated_at: str,
-    vendor: dict,
-    host_details: bool,
-    skipped: list[str],
-    attempts_db: Path,
-    site_recipes: Path | None,
-) -> None:
-    html, md = _environments()
+@dataclass
+class _Site:
+    """What one report writes from: the matrix's reads and summaries, where (`root`, the building folder) and how;
+    `skipped` collects the logs left out."""
+
+    reads: matrix_reads.MatrixReads
+    summaries: list[CellSummary]
+    root: Path
+    generated_at: str
+    vendor: dict
+    host_details: bool
+    attempts_db: Path
+    site_recipes: Path | None
+    skipped: list[str] = field(default_factory=list)
+
+
+def _write_site(store: MatrixStore, site: _Site) -> None:
+    root, summaries = site.root, site.summaries
     counts = {v: sum(s.status == v for s in summaries) for v in VERDICTS}
-    common = {"generated_at": generated_at, "version": __version__, "counts": counts}
+    common = {"generated_at": site.generated_at, "version": __version__, "counts": counts}
     (root / MARKER).write_text("written by envbuild report; the next report replaces this folder whole\n")
     for name in ("style.css", "filter.js", "compare.js"):
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
     for sub in ("cells", "plots", "data", "logs", "attestations"):
         (root / sub).mkdir()
     # the data files are written by a worker thread meanwhile (SQLite and file writes run outside the GIL)
-    with data_files.DataFiles(store, root, None if host_details else PUBLIC_HOST_KEYS) as data:
+    with data_files.DataFiles(store, root, None if site.host_details else PUBLIC_HOST_KEYS) as data:
         for summary in summaries:
             data.add(summary.key, safe_slug(summary.key), summary_record(summary, with_runs=False))
-        _write_pages(reads, summaries, root, html, md, common, vendor, host_details, skipped, attempts_db, site_recipes)
+        _write_pages(site, common)
 
 
-def _write_pages(
-    reads: matrix_reads.MatrixReads,
-    summaries: list[CellSummary],
-    root: Path,
-    html: Environment,
-    md: Environment,
-    common: dict,
-    vendor: dict,
-    host_details: bool,
-    skipped: list[str],
-    attempts_db: Path,
-    site_recipes: Path | None,
-) -> None:
+def _write_pages(site: _Site, common: dict) -> None:
     """Every page of the site (cells, GPUs, index, compare), its plots, summary.md and data.json."""
-    recipes, speed = recipe_facts(site_recipes), reads.speed
+    html, md = _environments()
+    reads, summaries, root, vendor = site.reads, site.summaries, site.root, site.vendor
+    recipes, speed = recipe_facts(site.site_recipes), reads.speed
     entries = {s.key: _index_entry(s, vendor, recipes.get(s.key), speed.get(s.key)) for s in summaries}
     throughput: dict[str, list[dict]] = {}
     for row in reads.train_metrics:
@@ -248,10 +241,10 @@ def _write_pages(
             summary,
             entry,
             root,
-            host_details,
+            site.host_details,
             throughput.get(summary.key, []),
-            attempts_db,
-            skipped,
+            site.attempts_db,
+            site.skipped,
             speed.get(summary.key),
         )
         (root / "cells" / f"{entry.slug}.html").write_text(cell_page.render(page=page, root="../", **common))

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from render_fixtures import SITE_CELL_RENDER
 from repo import REPO_ROOT
 
 PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
@@ -61,20 +62,7 @@ def test_a_site_adds_a_release_and_recipes_list_says_where_each_cell_came_from(t
     plain = json.loads(_envbuild("recipes", "list", "--json", cwd=tmp_path).stdout)
     assert len(plain) == len(rows) - len(new) and not any(r["cell"].startswith("rocm6.2.9-") for r in plain)
 
-    rendered = _envbuild(
-        "--recipes",
-        str(site),
-        "render",
-        "--rocm",
-        "6.2.9",
-        "--torch",
-        "2.5",
-        "--arch",
-        "gfx90a",
-        "-o",
-        str(tmp_path / "ctx"),
-        cwd=tmp_path,
-    )
+    rendered = _envbuild("--recipes", str(site), *SITE_CELL_RENDER, "-o", str(tmp_path / "ctx"), cwd=tmp_path)
     assert rendered.returncode == 0, rendered.stderr
     assert "ARG BASE_IMAGE=registry.example.org/site/rocm:6.2.9\n" in (tmp_path / "ctx" / "Dockerfile").read_text()
 

@@ -21,6 +21,7 @@ from builder import bounded_read
 from builder.cli import main
 from builder.engine.apptainer import RunError, read_sidecar
 from builder.paths import file_sha256
+from render_fixtures import SITE_CELL_RENDER
 from repo import REPO_ROOT
 
 PACKAGED = (REPO_ROOT / "recipes" / "rocm.toml").read_text()
@@ -63,20 +64,7 @@ def _toml_value(value) -> str:
 def _render(site: Path, out: Path, *extra: str):
     return CliRunner().invoke(
         main,
-        [
-            "--recipes",
-            str(site),
-            "render",
-            "--rocm",
-            "6.2.9",
-            "--torch",
-            "2.5",
-            "--arch",
-            "gfx90a",
-            "-o",
-            str(out),
-            *extra,
-        ],
+        ["--recipes", str(site), *SITE_CELL_RENDER, "-o", str(out), *extra],
     )
 
 
