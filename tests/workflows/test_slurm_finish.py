@@ -569,7 +569,6 @@ def test_collecting_a_job_twice_records_nothing_new(tmp_path):
     assert len(attempts) == 1 and "-run-" in attempts[0]
 
 
-
 def test_a_task_result_the_matrix_holds_with_other_content_is_a_conflict_not_skipped(tmp_path):
     """The matrix already holds the task's run id with other content (merged from another copy of the
     matrix): collect refuses it, and the stored run stays as it was."""
