@@ -815,6 +815,8 @@ def test_a_stored_attestation_is_checked_again_against_its_run(run, tmp_path):
         (lambda e: e["signatures"][0].update(sig=7), r"'signatures\[0\]\.sig' is missing or not a string"),
         (lambda e: e.update(payload=e["payload"][:-1]), r"'payload' is not standard base64 \(Incorrect padding\)"),
         (lambda e: e.update(payload="!!!!"), r"'payload' is not standard base64"),
+        # b64decode raises ValueError, not binascii.Error, for text that is not ASCII
+        (lambda e: e.update(payload="é" + e["payload"]), r"'payload' is not standard base64 \(string argument"),
         (lambda e: e.pop("payloadType"), r"'payloadType' is missing"),
     ],
 )

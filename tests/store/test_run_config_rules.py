@@ -88,6 +88,8 @@ def legacy(
             False,
         ),
         ({"preset": "speed", "data": {"name": "other", "bundled": False}}, "speed · tiny-gemma · data=other", False),
+        # a name sorting after the speed preset's own "synthetic" is other data too
+        ({"preset": "speed", "data": {"name": "tokens", "bundled": False}}, "speed · tiny-gemma · data=tokens", False),
         (
             {"preset": "seed", "data": {"name": "synthetic", "bundled": False}},
             "seed · tiny-gemma · data=synthetic",

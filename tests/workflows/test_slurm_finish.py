@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.engine.slurm import Site, SlurmError, end_class, parse_sacct, plan
-from builder.workflows.slurm_collect import MISMATCH_CLASS, finish_task
-from builder.store.store import MatrixStore
+from builder.workflows.slurm_collect import MISMATCH_CLASS, collect_job, finish_task
+from builder.store.store import MatrixStore, RunConflictError
 from repo import REPO_ROOT
 from tests.engine.test_slurm_injection import make_sif
 from tests.engine.test_slurm_script import argv_of, stand_ins
@@ -521,3 +521,64 @@ def test_only_a_failed_task_can_be_the_runtime_refusing_the_sif(state, expected)
         expected,
         f"Slurm ended the task as {state} (exit code 255:0)",
     )
+
+
+def collect_runs(tmp_path: Path, sub, job: str, states: dict) -> tuple[list, list[dict], list[str]]:
+    """`collect_job` into a real matrix file: what it collected, the runs the file holds, the attempt folders."""
+    db = tmp_path / "m.db"
+    with MatrixStore.open(db) as store:
+        collected = collect_job(store, sub, job, states)
+    with MatrixStore.open(db, readonly=True) as store:
+        runs = store.runs()
+    attempts = sorted(p.name for p in (tmp_path / "envbuild-attempts").iterdir())
+    return collected, runs, attempts
+
+
+@pytest.mark.parametrize("order", ["99 first", "100 first"])
+@pytest.mark.parametrize("job", ["99", "100"])
+def test_collect_finishes_only_the_tasks_of_the_job_it_names_whichever_way_the_ids_sort(tmp_path, order, job):
+    """Task 0 went to job 99 and task 1 to job 100 ("99" sorts after "100" as text): collecting one job
+    finishes and records its own task, never the other job's."""
+    jobs = [{"job_id": "99", "tasks": [0]}, {"job_id": "100", "tasks": [1]}]
+    sub = one_task(tmp_path, tasks=2, jobs=jobs if order == "99 first" else jobs[::-1])
+    mine = 0 if job == "99" else 1
+    collected, runs, _ = collect_runs(tmp_path, sub, job, {mine: state_of(f"{job}_{mine}|TIMEOUT|0:0|||n0", job)})
+    assert [(c.task.index, c.result["host"]["slurm"]["job_id"]) for c in collected] == [(mine, job)]
+    assert [run["result"]["host"]["slurm"]["task"] for run in runs] == [mine]
+
+
+def test_a_task_still_running_does_not_stop_collect_from_finishing_the_tasks_after_it(tmp_path):
+    """Task 0 runs, sacct does not know task 1 yet, task 2 timed out: both are listed as not finished, and task
+    2 is finished and recorded all the same."""
+    sub = one_task(tmp_path, tasks=3)
+    states = {0: state_of("7_0|RUNNING|0:0|||n0"), 2: state_of("7_2|TIMEOUT|0:0|||n0")}
+    collected, runs, attempts = collect_runs(tmp_path, sub, JOB, states)
+    assert [(c.task.index, c.result is None) for c in collected] == [(0, True), (1, True), (2, False)]
+    assert collected[2].result["error_class"] == "slurm_timeout"
+    assert [run["result"]["host"]["slurm"]["task"] for run in runs] == [2] and len(attempts) == 1
+
+
+def test_collecting_a_job_twice_records_nothing_new(tmp_path):
+    """The second collect reads the task's result back: the same result, one run, one attempt folder."""
+    sub = one_task(tmp_path)
+    states = {0: state_of("7_0|TIMEOUT|0:0|||n0")}
+    first, runs, attempts = collect_runs(tmp_path, sub, JOB, states)
+    again, runs_again, attempts_again = collect_runs(tmp_path, sub, JOB, states)
+    assert again[0].result == first[0].result
+    assert (len(runs_again), attempts_again) == (1, attempts) and runs_again == runs
+    assert len(attempts) == 1 and "-run-" in attempts[0]
+
+
+def test_a_task_result_the_matrix_holds_with_other_content_is_a_conflict_not_skipped(tmp_path):
+    """The matrix already holds the task's run id with other content (merged from another copy of the
+    matrix): collect refuses it, and the stored run stays as it was."""
+    sub = one_task(tmp_path)
+    states = {0: state_of("7_0|TIMEOUT|0:0|||n0")}
+    result = finish_task(sub, sub.tasks[0], states[0], JOB)
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.record_run({**result, "error": "another copy's words"})
+        stored = store.runs()
+    with pytest.raises(RunConflictError, match=result["run_id"]):
+        collect_runs(tmp_path, sub, JOB, states)
+    with MatrixStore.open(tmp_path / "m.db", readonly=True) as store:
+        assert store.runs() == stored and stored[0]["result"]["error"] == "another copy's words"
