@@ -127,7 +127,9 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
 
     Tasks still pending or running are listed and left for a later collect; collecting twice records
     nothing new. Exit code 0 when every finished task passed; 1 when one did not; 2 for bad input (an
-    unknown job id, a damaged submission.json)."""
+    unknown job id, a damaged submission.json, a task result whose run id the matrix holds with other content:
+    that one is left out, the others are recorded)."""
+    from builder.engine.run_result import RESULT_NAME
     from builder.engine.slurm import SlurmError, sacct
     from builder.store.verdict_rules import counts
     from builder.workflows.slurm_collect import collect as collect_into
@@ -145,6 +147,7 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     table = Table("task", "cell", "config", "slurm", "outcome", "class")
     table.columns[1].overflow = "fold"
     lost = [done.task.index for done in collected if done.lost]
+    conflicts = [done for done in collected if done.conflict]
     failed = sum(done.result["status"] != "pass" for done in collected if done.result is not None)
     pending = sum(done.result is None for done in collected)
     for done in collected:
@@ -165,7 +168,9 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
             Text(task.cell),
             Text(task.config),
             Text(state.state),
-            Text(f"{'verdict' if verdict else 'attempt'}: {result['status']}"),
+            Text(
+                "left out: conflict" if done.conflict else f"{'verdict' if verdict else 'attempt'}: {result['status']}"
+            ),
             Text(plain(result.get("error_class") or "")),
         )
     console.print(table)
@@ -185,4 +190,13 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
                 f"`envbuild slurm collect {job_id} --resubmit` submits only those again"
             )
         )
-    raise SystemExit(1 if failed else 0)
+    for done in conflicts:
+        result_file = done.task.out_dir / RESULT_NAME
+        console.print(
+            escape(
+                f"task {done.task.index}: the matrix already holds run {plain(done.result['run_id'])} with other "
+                f"content, so the task's result ({plain(result_file)}) was left out; `envbuild matrix import "
+                f"{plain(result_file)} --replace` records it instead"
+            )
+        )
+    raise SystemExit(2 if conflicts else 1 if failed else 0)

@@ -145,11 +145,13 @@ def _epoch(stamp: str | None) -> float | None:
 @dataclass
 class Collected:
     """One task of a collected job: its end state (None: sacct does not know it yet) and its final result
-    (None: not finished, left for a later collect)."""
+    (None: not finished, left for a later collect). `conflict`: the matrix holds the result's run id with other
+    content, so the result was left out (nothing recorded, no attempt folder kept)."""
 
     task: Task
     state: TaskState | None
     result: dict | None
+    conflict: bool = False
 
     @property
     def lost(self) -> bool:
@@ -176,7 +178,8 @@ def collect(db: Path, sub: Submission, job_id: str, states: dict[int, TaskState]
 def collect_job(store: MatrixStore, sub: Submission, job_id: str, states: dict[int, TaskState]) -> list[Collected]:
     """Finish every finished task of `job_id` and record it in `store` with its attempt directory (a result
     already recorded the same way is not recorded again); unfinished tasks are listed and left alone.
-    SlurmError when a task's directory cannot be written."""
+    A task whose run id the matrix holds with other content is left out and marked `conflict`. SlurmError when a
+    task's directory cannot be written."""
     job = next(j for j in sub.jobs if j["job_id"] == job_id)
     collected = []
     for task in (t for t in sub.tasks if t.index in job["tasks"]):
@@ -185,8 +188,9 @@ def collect_job(store: MatrixStore, sub: Submission, job_id: str, states: dict[i
             collected.append(Collected(task, state, None))
             continue
         result = finish_task(sub, task, state, job_id)
-        if store.classify_run(result) != "identical":
+        found = store.classify_run(result)
+        if found == "new":
             kept = keep_run(store.path, task.out_dir, result)
             store.record_run(result, source=str(task.out_dir / RESULT_NAME), attempt_dir=kept)
-        collected.append(Collected(task, state, result))
+        collected.append(Collected(task, state, result, conflict=found == "conflict"))
     return collected

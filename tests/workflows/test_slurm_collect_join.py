@@ -169,3 +169,21 @@ def test_a_duplicate_key_or_a_fifo_result_is_refused_without_hanging(tmp_path, m
     os.symlink(task.out_dir / "fifo", task.out_dir / "result.json")
     os.symlink("/dev/zero", task.out_dir / "container.log")
     assert collect(db).exit_code == 1
+
+
+def test_a_result_whose_run_id_the_matrix_holds_with_other_content_is_exit_2_and_left_out(tmp_path, monkeypatch):
+    """The matrix already holds the task's run id with other content: exit 2 naming the run and the import that
+    takes the task's result instead; the stored run stays, and no attempt folder is kept for the task."""
+    sub, task, db = submitted(tmp_path, monkeypatch, "COMPLETED")
+    result = completed_result(sub, task)
+    (task.out_dir / "result.json").write_text(json.dumps(result))
+    with MatrixStore.open(db) as store:
+        store.record_run({**result, "error": "another copy's words"})
+    folders = sorted(p.name for p in (tmp_path / "envbuild-attempts").iterdir())
+    out = collect(db)
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert f"already holds run {result['run_id']} with other content" in " ".join(out.output.split())
+    assert "envbuild matrix import" in out.output and "--replace" in out.output and "left out: conflict" in out.output
+    [run] = recorded(db)
+    assert run["result"]["error"] == "another copy's words"
+    assert sorted(p.name for p in (tmp_path / "envbuild-attempts").iterdir()) == folders

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from builder.engine.slurm import Site, SlurmError, end_class, parse_sacct, plan
 from builder.workflows.slurm_collect import MISMATCH_CLASS, collect_job, finish_task
-from builder.store.store import MatrixStore, RunConflictError
+from builder.store.store import MatrixStore
 from repo import REPO_ROOT
 from tests.engine.test_slurm_injection import make_sif
 from tests.engine.test_slurm_script import argv_of, stand_ins
@@ -569,16 +569,19 @@ def test_collecting_a_job_twice_records_nothing_new(tmp_path):
     assert len(attempts) == 1 and "-run-" in attempts[0]
 
 
-def test_a_task_result_the_matrix_holds_with_other_content_is_a_conflict_not_skipped(tmp_path):
-    """The matrix already holds the task's run id with other content (merged from another copy of the
-    matrix): collect refuses it, and the stored run stays as it was."""
-    sub = one_task(tmp_path)
-    states = {0: state_of("7_0|TIMEOUT|0:0|||n0")}
+def test_a_task_result_the_matrix_holds_with_other_content_is_a_conflict_left_out(tmp_path):
+    """The matrix already holds the task's run id with other content (merged from another copy of the matrix):
+    collect marks the task a conflict, keeps no attempt folder for it, and the stored run stays as it was."""
+    sub = one_task(tmp_path, tasks=2)
+    states = {0: state_of("7_0|TIMEOUT|0:0|||n0"), 1: state_of("7_1|TIMEOUT|0:0|||n0")}
     result = finish_task(sub, sub.tasks[0], states[0], JOB)
     with MatrixStore.open(tmp_path / "m.db") as store:
         store.record_run({**result, "error": "another copy's words"})
         stored = store.runs()
-    with pytest.raises(RunConflictError, match=result["run_id"]):
-        collect_runs(tmp_path, sub, JOB, states)
-    with MatrixStore.open(tmp_path / "m.db", readonly=True) as store:
-        assert store.runs() == stored and stored[0]["result"]["error"] == "another copy's words"
+    (tmp_path / "envbuild-attempts").mkdir(exist_ok=True)
+    collected, runs, attempts = collect_runs(tmp_path, sub, JOB, states)
+    assert [(c.task.index, c.conflict) for c in collected] == [(0, True), (1, False)]
+    assert collected[0].result["run_id"] == result["run_id"]
+    assert [r for r in runs if r["result"]["run_id"] == result["run_id"]] == stored
+    assert stored[0]["result"]["error"] == "another copy's words"
+    assert len(runs) == 2 and len(attempts) == 1  # task 1's run and its folder; none for the conflict
