@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import click
@@ -326,7 +327,7 @@ def export(db: Path | None, as_json: bool, output: Path | None) -> None:
             with output.open("w", encoding="utf-8") as handle:
                 _export(store, handle)
         else:
-            _export(store, click.get_text_stream("stdout"))
+            _export(store, sys.stdout)
     except OSError as exc:
         raise click.BadParameter(f"cannot write {output} ({exc.strerror})", param_hint="'-o' / '--output'") from None
     finally:
