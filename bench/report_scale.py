@@ -249,7 +249,7 @@ def realistic_db(path: Path, runs: int, n_cells: int, seed: int = 13) -> None:
 
 
 #: Whether each timed command starts with the previous one's writes on disk (os.sync before the clock starts).
-SETTLE = [True]
+SETTLE = True
 
 
 def _envbuild(args: list[str], source: Path = REPO):
@@ -257,7 +257,7 @@ def _envbuild(args: list[str], source: Path = REPO):
     With SETTLE, the files earlier commands wrote are flushed first, outside the timing: a report replaces the last
     report's site, and removing ~190 MB written seconds before waits on their writeback (seconds on this VM), which
     a site written minutes or hours before does not."""
-    if SETTLE[0]:
+    if SETTLE:
         os.sync()
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -300,6 +300,7 @@ def peak_rss_mb(args: list[str]) -> float:
 
 
 def main() -> None:
+    global SETTLE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--cells", type=int, default=150, help="Cells the runs are spread over (realistic mode).")
@@ -313,7 +314,7 @@ def main() -> None:
         help="Time each command right after the last one's writes, without flushing them to disk first.",
     )
     args = parser.parse_args()
-    SETTLE[0] = not args.no_settle
+    SETTLE = not args.no_settle
     args.baseline = args.baseline.resolve() if args.baseline else None
     load_start = os.getloadavg()[0]
     work = (args.keep or Path(tempfile.mkdtemp(prefix="envbuild-report-scale-"))).resolve()  # commands run elsewhere

@@ -107,8 +107,9 @@ def report(
         writable_output(out_dir, "'-o' / '--output'")
     if markdown is not None and not check:
         writable_output(markdown, "'--markdown'", is_file=True)
+    site = site_recipes.folder()  # the site's recipe folder: its cells, and their routes and locks on the pages
     try:
-        cells = recipe_cells(every=True, site=site_recipes.folder()) if with_recipes else []
+        cells = recipe_cells(every=True, site=site) if with_recipes else []
     except RecipeCellsError as exc:
         raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
     if check:
@@ -154,7 +155,7 @@ def report(
                 summaries,
                 f"from runs up to {newest}",
                 speed=store.newest_of_preset("speed"),
-                site_recipes=site_recipes.folder(),
+                site_recipes=site,
             )
         index = None
         if out_dir is not None and not check:
@@ -166,7 +167,7 @@ def report(
                     host_details=include_host_details,
                     attempts_db=attempts_db,
                     reads=reads,
-                    site_recipes=site_recipes.folder(),
+                    site_recipes=site,
                     warn=lambda message: click.echo(f"warning: {plain(message)}", err=True),
                 )
     except ReportError as exc:
