@@ -34,7 +34,10 @@ def build_args(plan: Plan) -> dict[str, str]:
             "AMDGPU_INSTALL_VERSION": plan.amdgpu_install,
         }
     if plan.os_packages:
-        args["OS_PACKAGES"] = " ".join(plan.os_packages)
+        pins = plan.apt_pins
+        args["OS_PACKAGES"] = " ".join(f"{p}={pins['exact'][p]}" if p in pins["exact"] else p for p in plan.os_packages)
+        if pins["build"]:  # the OS-package step takes these at the version of that build
+            args |= {"ROCM_APT_BUILD": pins["build"], "ROCM_APT_BUILD_PACKAGES": " ".join(pins["by_build"])}
         if plan.flavor.kernel_dbs and plan.cell.arch:
             args["MIOPEN_KDB_ARCH"] = plan.cell.arch
     args |= {
@@ -95,6 +98,8 @@ def labels(plan: Plan, context_hash: str, lock: Lock) -> dict[str, str]:
         values["io.envbuild.torch-git"] = f"{git['repo']}@{git['commit'] or git['ref']}"
         values["io.envbuild.torch-git-origin"] = "fork" if git["fork"] else "upstream"
         values["io.envbuild.torch-proof"] = git["peer"] or "unproven"
+        if git.get("tag_commit"):  # the release tag's own commit, when it is not the one built
+            values["io.envbuild.torch-git-tag"] = f"{git['ref']}@{git['tag_commit']}"
     if plan.compile_unavailable:
         values["io.envbuild.torch-compile"] = f"unavailable: {plan.compile_unavailable}"
     if accel := plan.accel_wheels:

@@ -1,7 +1,10 @@
-"""The short notice a source cell prints: the public record on the cell, what a build costs, the nearest proven cells.
+"""The short notice a source cell prints: what is built (both commits of the release), the patch series with its
+sources, how the base and the OS packages are pinned, the public record on the cell, what a build costs, the nearest
+proven cells.
 
-Every statement comes from recipes/ (source-builds.toml [[evidence]] and [step], flavors.toml
-source_build_estimate) with its source; this module only lays them out.
+Every statement comes from recipes/ (source-builds.toml [[source]], [[evidence]] and [step], patches/*/series,
+rocm.toml apt_pin and base_digest_checked, flavors.toml source_build_estimate) with its source; this module only lays
+them out.
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ def source_notice(plan: Plan, recipes: Recipes | None = None) -> list[str]:
         return []
     recipes = recipes or load()
     git = plan.git_source
-    repo = git["repo"].removeprefix("https://github.com/").removesuffix(".git")
-    at = f" @ {git['commit']}" if git["commit"] else ""
     where = f"{plan.flavor.label} {plan.release.version}" if plan.flavor.versioned else plan.flavor.name
-    items = [
-        f"{plan.cell.key}: torch {plan.torch.line} builds from source here: {repo} {git['ref']}{at}",
-        f"Public record on torch {plan.torch.line} + {where}:",
-    ]
+    items = [f"{plan.cell.key}: torch {plan.torch.line} builds from source here: {_source_text(git)}"]
+    series = f"recipes/patches/torch-{plan.torch.line}/series"
+    patches = "; ".join(map(_patch_text, plan.patches)) or f"none ({series} says why)"
+    items.append(f"Patches ({series}): {patches}" if plan.patches else f"Patches: {patches}")
+    items.append(f"Pins: {_pins_text(plan)}")
+    items.append(f"Public record on torch {plan.torch.line} + {where}:")
     items += [f"  - {r.says} ({r.source})" for r in plan.evidence] or [
         "  - none found (recipes/source-builds.toml [[evidence]] lists nothing for this cell)"
     ]
@@ -42,3 +45,56 @@ def source_notice(plan: Plan, recipes: Recipes | None = None) -> list[str]:
         indent = " " * (len(item) - len(item.lstrip(" -")) or 2)
         lines += textwrap.wrap(item, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
     return lines
+
+
+def _short(text: str, n: int = 12) -> str:
+    return text[:n]
+
+
+def _cite(url: str) -> str:
+    """A GitHub pull request or issue URL as owner/repo#N; anything else as it is."""
+    parts = url.removeprefix("https://github.com/").split("/")
+    if url.startswith("https://github.com/") and len(parts) == 4 and parts[2] in ("pull", "issues"):
+        return f"{parts[0]}/{parts[1]}#{parts[3]}"
+    return url
+
+
+def _source_text(git: dict) -> str:
+    """The source in one short clause: the commit built and, where it is not the tag's, the tag's."""
+    repo = git["repo"].removeprefix("https://github.com/").removesuffix(".git")
+    if not git["commit"]:
+        return f"{repo} {git['ref']}"
+    if git.get("tag_commit") and git["tag_commit"] != git["commit"]:
+        tag = git["ref"]
+        return f"{repo} @ {_short(git['commit'])} ({tag}'s wheel commit; the tag {tag} is {_short(git['tag_commit'])})"
+    return f"{repo} {git['ref']} @ {git['commit']}"
+
+
+def _patch_text(entry) -> str:
+    """One series entry: the fix it carries and where it is fetched from."""
+    if entry.kind == "url":
+        raw = "https://raw.githubusercontent.com/"
+        owner, repo, commit = (entry.ref.removeprefix(raw).split("/") + ["", "", ""])[:3]
+        at = f"{owner}/{repo}@{_short(commit, 8)}" if entry.ref.startswith(raw) else entry.ref
+        return f"{entry.name} for {_cite(entry.url)} ({at}, sha256 {_short(entry.sha256)})"
+    if entry.kind == "commit":
+        return f"commit {_short(entry.ref)} for {_cite(entry.url)}"
+    return f"{entry.name} (this project's, sha256 {_short(entry.sha256)})"
+
+
+def _pins_text(plan: Plan) -> str:
+    """How the base image and the OS packages are pinned, in one clause each."""
+    if "@sha256:" in plan.base_image:
+        base = "base by digest"
+    else:
+        base = "base by tag only" + (" (no digest published)" if plan.release.base_digest_checked else "")
+    pins = plan.apt_pins
+    if not pins:
+        return base
+    label = f"{plan.flavor.label} {plan.release.version}"
+    if pins["build"] is None:
+        return f"{base}; {label} apt packages unpinned: no version of them was verified (manifest.json apt_pin)"
+    counts = [f"{len(pins['exact'])} exact"] if pins["exact"] else []
+    counts += [f"{len(pins['by_build'])} at that build"] if pins["by_build"] else []
+    counts += [f"{' '.join(pins['unpinned'])} unpinned"] if pins["unpinned"] else []
+    return f"{base}; {label} apt build {pins['build']}: {', '.join(counts)} (manifest.json apt_pin)"

@@ -16,6 +16,12 @@ from builder.plan import recipe_overlay
 
 _PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^sha256:([0-9a-f]{64})$")
+#: A published patch fetched at build time: an https URL whose path names the 40-hex commit it is read at
+#: (a distribution's file at a pinned commit), so the same URL always gives the same bytes.
+_PINNED_URL = re.compile(r"^https://[A-Za-z0-9._~:/?#@!$&()*+,;=%-]{1,500}$")
+_COMMIT_IN_PATH = re.compile(r"/[0-9a-f]{40}/")
+_NOTE = re.compile(r"[^\x00-\x1f\x7f]{0,500}")
 #: A torch line or Python version ("2.4", "3.10"): they name lock files (builder.plan.lock).
 DOTTED_NUMBER = re.compile(r"^\d+(\.\d+)*$")
 
@@ -96,6 +102,32 @@ class PipAccel(_Frozen):
         return value
 
 
+class AptPin(_Frozen):
+    """The accelerator's apt packages of one release, pinned (rocm.toml [release."X".apt_pin]): every package in
+    `packages` is installed at the version of the repository build `build` (the part AMD's versions end in:
+    <module version>.<release>-<build id>~<distro>), exactly `exact[package]` where that version was read in a
+    public record; a package of the release's list not named here is installed at whatever the repository serves."""
+
+    build: str  # "60200-66~22.04": ROCm 6.2.0, build 66, Ubuntu 22.04
+    packages: tuple[g.Package, ...]
+    exact: dict[g.Package, g.Version] = Field(default_factory=dict)
+    checked: g.Line  # where the build and each exact version were read
+
+    @field_validator("build")
+    @classmethod
+    def _build(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9]{5}-[0-9]{1,5}~[0-9]{2}\.[0-9]{2}", value):
+            raise ValueError(f"build must look like 60200-66~22.04 (release, build id, distro), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _exact_of_the_build(self) -> "AptPin":
+        for package, version in self.exact.items():
+            if package not in self.packages or not version.endswith("." + self.build):
+                raise ValueError(f"exact {package}={version}: must be one of packages and end in .{self.build}")
+        return self
+
+
 class Release(_Frozen):
     """One accelerator release of a flavor (a ROCm version; the single cpu pseudo-release)."""
 
@@ -115,6 +147,8 @@ class Release(_Frozen):
     default_arch: g.OptionalArch = ""
     source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
     source_build_packages: tuple[g.Package, ...] = ()  # OS packages a torch source build needs (build and run time)
+    apt_pin: AptPin | None = None  # the accelerator's packages among them, pinned to one repository build
+    base_digest_checked: g.Line = ""  # where a digest of base_image was looked for when none is pinned
     wheel_index: g.OptionalUrl = ""  # the torch index of this release when not the flavor's (AMD's own index)
     pip_accel: PipAccel | None = (
         None  # the userspace as wheels from the torch index (pip-ROCm route), None = in the base
@@ -129,6 +163,12 @@ class Release(_Frozen):
         if value and not re.fullmatch(r"[0-9A-F]{40}", value):
             raise ValueError(f"apt_key_fingerprint must be 40 upper-case hex digits, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _pinned_packages_are_installed(self) -> "Release":
+        if self.apt_pin and (extra := sorted(set(self.apt_pin.packages) - set(self.source_build_packages))):
+            raise ValueError(f"apt_pin names packages the release does not install: {extra}")
+        return self
 
     @field_validator("pythons")
     @classmethod
@@ -197,12 +237,19 @@ class BuildTools(_Frozen):
 
 
 class PatchEntry(_Frozen):
-    """One line of a series file: a local patch file or an upstream commit fetched at build time."""
+    """One line of a series file: a local patch file, an upstream commit or a published patch, the last two
+    fetched and checked at build time (the torch-src stage's patch step)."""
 
-    kind: str  # "patch" | "commit"
-    ref: str  # file name or commit sha
-    url: str = ""  # upstream PR/issue (commit entries)
-    sha256: str = ""  # of the patch file (patch entries)
+    kind: str  # "patch" | "commit" | "url"
+    ref: str  # file name, commit sha, or the URL (at a pinned commit) the patch is fetched from
+    url: str = ""  # upstream PR/issue the entry carries (commit and url entries)
+    sha256: str = ""  # of the patch file (patch entries) or of the fetched bytes, checked at build time (url)
+    note: str = ""  # the line's trailing comment: why the entry is there
+
+    @property
+    def name(self) -> str:
+        """A short name: the file name (patch, url) or the commit."""
+        return self.ref.rsplit("/", 1)[-1] if self.kind == "url" else self.ref
 
 
 class SourceBuild(_Frozen):
@@ -239,20 +286,24 @@ class SourceBuild(_Frozen):
 
 
 class SourcePin(_Frozen):
-    """The exact source a torch line's source cells check out when no peer build is listed (source-builds.toml)."""
+    """The exact source a torch line's source cells check out when no peer build is listed (source-builds.toml):
+    the commit built, and the commit the release tag points at, each with where it was read."""
 
     torch: g.Dotted
     repo: g.Url
-    ref: g.GitRef
-    commit: str  # 40 hex: the commit PyTorch's own wheels of `version` were built from
+    ref: g.GitRef  # the release tag
+    commit: str  # 40 hex: the commit PyTorch's own wheels of `version` were built from -- the one built
     version: g.Version
     checked: g.Line  # how the commit was read
+    tag_commit: str  # 40 hex: the commit `ref` points at (may differ from `commit`)
+    tag_checked: g.Line  # where the tag's commit was read
+    why: g.Line  # why `commit` is the one built
 
-    @field_validator("commit")
+    @field_validator("commit", "tag_commit")
     @classmethod
     def _full_sha(cls, value: str) -> str:
         if not _SHA.match(value):
-            raise ValueError(f"commit must be a full 40-hex sha read from the release's own wheel, got {value!r}")
+            raise ValueError(f"must be a full 40-hex sha read from a public record, got {value!r}")
         return value
 
 
@@ -340,27 +391,46 @@ def _parse_series(directory: Path) -> list[PatchEntry]:
         return []
     entries = []
     for number, raw in enumerate(series.read_text().splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip()  # '#' inside a URL is not a comment
+        line, _, note = raw.partition(" #")  # '#' inside a URL is not a comment
+        line, note = line.strip(), " ".join(note.split())
         if not line or line.startswith("#"):
             continue
-        where = f"{series}:{number}"
-        kind, *rest = line.split()
-        if kind == "patch" and len(rest) == 1 and _PATCH_NAME.match(rest[0]):
-            path = directory / rest[0]
-            if not path.is_file():
-                raise RecipeError(f"{where}: patch file {rest[0]} does not exist")
-            text = path.read_text()
-            header = text.split("\ndiff --git", 1)[0]
-            if "Why:" not in header or "Upstream:" not in header:
-                raise RecipeError(f"{where}: {rest[0]} needs 'Why:' and 'Upstream:' lines in its header")
-            entries.append(PatchEntry(kind="patch", ref=rest[0], sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
-        elif kind == "commit" and len(rest) == 2 and _SHA.match(rest[0]) and rest[1].startswith("https://"):
-            entries.append(PatchEntry(kind="commit", ref=rest[0], url=rest[1]))
-        else:
-            raise RecipeError(
-                f"{where}: expected 'patch NNNN-name.patch' or 'commit <40-hex sha> <https URL>', got {raw!r}"
-            )
+        if not _NOTE.fullmatch(note):
+            raise RecipeError(f"{series}:{number}: the comment must be one line of at most 500 printable characters")
+        entries.append(_series_entry(directory, f"{series}:{number}", line, raw, note))
     return entries
+
+
+#: What a series line may be; the error for any other line quotes it.
+SERIES_FORMS = (
+    "'patch NNNN-name.patch', 'commit <40-hex sha> <https URL>' or "
+    "'url <https URL naming a 40-hex commit> sha256:<64 hex> <https URL>'"
+)
+
+
+def _series_entry(directory: Path, where: str, line: str, raw: str, note: str) -> PatchEntry:
+    kind, *rest = line.split()
+    if kind == "patch" and len(rest) == 1 and _PATCH_NAME.match(rest[0]):
+        path = directory / rest[0]
+        if not path.is_file():
+            raise RecipeError(f"{where}: patch file {rest[0]} does not exist")
+        header = path.read_text().split("\ndiff --git", 1)[0]
+        if "Why:" not in header or "Upstream:" not in header:
+            raise RecipeError(f"{where}: {rest[0]} needs 'Why:' and 'Upstream:' lines in its header")
+        sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        return PatchEntry(kind="patch", ref=rest[0], sha256=sha256, note=note)
+    if kind == "commit" and len(rest) == 2 and _SHA.match(rest[0]) and _PINNED_URL.match(rest[1]):
+        return PatchEntry(kind="commit", ref=rest[0], url=rest[1], note=note)
+    if kind == "url" and len(rest) == 3 and _PINNED_URL.match(rest[0]) and _PINNED_URL.match(rest[2]):
+        if not _COMMIT_IN_PATH.search(rest[0]):
+            raise RecipeError(
+                f"{where}: {rest[0]} names no 40-hex commit in its path: a patch is fetched at a pinned commit"
+            )
+        digest = _SHA256.match(rest[1])
+        if digest is None:
+            raise RecipeError(f"{where}: expected sha256:<64 hex digits> after the URL, got {rest[1][:80]!r}")
+        return PatchEntry(kind="url", ref=rest[0], sha256=digest.group(1), url=rest[2], note=note)
+    raise RecipeError(f"{where}: expected {SERIES_FORMS}, got {raw!r}")
 
 
 def _digest(root: Path) -> str:

@@ -132,6 +132,9 @@ class Plan(BaseModel):
                 "proof": "unproven",
                 "peer": None,
                 "checked": pin.checked,
+                "tag_commit": pin.tag_commit,
+                "tag_checked": pin.tag_checked,
+                "why": pin.why,
             }
         return {
             "repo": build.repo,
@@ -141,6 +144,23 @@ class Plan(BaseModel):
             "proof": "peer-built",
             "peer": build.peer,
             "checked": build.checked,
+        }
+
+    @property
+    def apt_pins(self) -> dict | None:
+        """How the accelerator's OS packages are pinned (recipes/rocm.toml apt_pin): the repository build, the exact
+        versions, the packages taken at that build's version, those installed unpinned, and where it was read; None
+        when the plan installs no OS packages."""
+        if not self.os_packages:
+            return None
+        pin = self.release.apt_pin
+        packages, exact = (pin.packages, pin.exact) if pin else ((), {})
+        return {
+            "build": pin.build if pin else None,
+            "exact": {p: exact[p] for p in self.os_packages if p in exact},
+            "by_build": [p for p in self.os_packages if p in packages and p not in exact],
+            "unpinned": [p for p in self.os_packages if p not in packages],
+            "checked": pin.checked if pin else None,
         }
 
     @property
@@ -191,6 +211,9 @@ class Plan(BaseModel):
             "accel_version": self.release.version if self.flavor.versioned else None,
             "base_image": self.base_image,
             "base_image_pin": "digest" if "@sha256:" in self.base_image else "tag only",
+            "base_image_checked": self.release.base_digest_checked or None
+            if "@sha256:" not in self.base_image and self.base_image == self.release.base_image
+            else None,
             "amdgpu_install": self.amdgpu_install or None,
             "os_codename": self.release.codename,
             "python": self.cell.python,
@@ -219,6 +242,7 @@ class Plan(BaseModel):
             "stack": dict(sorted(self.stack.items())),
             "accel_wheels": self.accel_wheels,
             "os_packages": list(self.os_packages),
+            "apt_pin": self.apt_pins,
             "build_tools": {
                 "venv": dict(sorted(self.build_tools.venv.items())),
                 "torch_build": dict(sorted(self.build_tools.torch_build.items()))
@@ -269,18 +293,14 @@ class Plan(BaseModel):
             rows.append(("triton", f"{triton['package']}=={triton['version']} (pulled by the wheel from its index)"))
         if (git := self.git_source) is not None:
             origin = "fork" if git["fork"] else "upstream"
-            rows.append(
-                (
-                    "torch source",
-                    f"{git['repo']} {git['ref']}{' @ ' + git['commit'] if git['commit'] else ''} ({origin})",
-                )
-            )
+            rows.append(("torch source", f"{git_text(git)} ({origin})"))
             rows.append(("peer build", git["peer"] or "none: the first passing build is the proof"))
-            rows.append(("patches", ", ".join(p.ref for p in self.patches) or "(none)"))
+            rows.append(("patches", ", ".join(p.name for p in self.patches) or "(none)"))
             if self.flavor.source_build_estimate:
                 rows.append(("build size", self.flavor.source_build_estimate))
         if self.os_packages:
             rows.append(("OS packages", " ".join(self.os_packages)))
+            rows.append(("apt pins", apt_pin_text(self.apt_pins)))
         if self.compile_unavailable:
             rows.append(("torch.compile", f"unavailable: {self.compile_unavailable}"))
         elif self.compile_needs_gpu:
@@ -290,6 +310,32 @@ class Plan(BaseModel):
         rows += [(name, version) for name, version in sorted(self.stack.items())]
         rows += [("stages", " -> ".join(self.stages)), ("recipe hash", self.recipe_hash[:12])]
         return rows
+
+
+def git_text(git: dict) -> str:
+    """One line naming the source a build checks out: the commit built and, where it is not the tag's, both."""
+    repo, ref, commit, tag_commit = git["repo"], git["ref"], git.get("commit"), git.get("tag_commit")
+    if not commit:
+        return f"{repo} {ref}"
+    if tag_commit and tag_commit != commit:
+        return f"{repo} @ {commit}, the commit {ref}'s own wheels record (the tag {ref} points at {tag_commit})"
+    return f"{repo} {ref} @ {commit}"
+
+
+def apt_pin_text(pins: dict | None) -> str:
+    """One line saying how the OS packages are pinned (Plan.apt_pins)."""
+    if not pins:
+        return "no OS packages"
+    if pins["build"] is None:
+        return f"unpinned: {' '.join(pins['unpinned'])} (no version of this release's packages was verified)"
+    parts = [f"repository build {pins['build']}"]
+    if pins["exact"]:
+        parts.append("exact " + " ".join(f"{p}={v}" for p, v in pins["exact"].items()))
+    if pins["by_build"]:
+        parts.append(f"at that build's version (read at build time) {' '.join(pins['by_build'])}")
+    if pins["unpinned"]:
+        parts.append(f"unpinned {' '.join(pins['unpinned'])}")
+    return "; ".join(parts)
 
 
 def resolve(request: Request, recipes: Recipes | None = None) -> Plan:

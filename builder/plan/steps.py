@@ -160,9 +160,13 @@ def _base(plan: Plan) -> Stage:
         steps.append(Step("install_rocm.sh", fetches="amdgpu-install and ROCm (apt; installer route only)"))
     if plan.os_packages:
         args.append("OS_PACKAGES")
+        pinned = bool((plan.apt_pins or {}).get("build"))
+        if pinned:
+            args += ["ROCM_APT_BUILD", "ROCM_APT_BUILD_PACKAGES"]
         if plan.flavor.kernel_dbs and plan.cell.arch:
             args.append("MIOPEN_KDB_ARCH")
-        steps.append(Step("install_os_packages.sh", fetches="ROCm libraries a source build links (apt)"))
+        how = "apt, pinned to one repository build" if pinned else "apt, unpinned"
+        steps.append(Step("install_os_packages.sh", fetches=f"ROCm libraries a source build links ({how})"))
     args += ["PYTHON_VERSION", "SYSTEM_PYTHON", "PYTHON_PPA"]
     steps.append(
         Step(
@@ -207,7 +211,7 @@ def _torch_src(plan: Plan) -> Stage:
             "apply_patches.sh",
             argv=("/opt/envbuild/patches", "/src/pytorch"),
             files=(Copy("patches/", "/opt/envbuild/patches/"),),
-            fetches="upstream fix commits of the patch series (git)",
+            fetches="the patch series' upstream commits (git) and published patches (https, sha256-checked)",
         ),
     )
     comment = (

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from builder.paths import file_sha256
-from builder.plan.resolve import Plan
+from builder.plan.resolve import Plan, git_text
 
 WHEELHOUSE = "wheelhouse"
 KEEP = f"{WHEELHOUSE}/.keep"  # an empty placeholder, rendered with every context
@@ -63,6 +63,7 @@ def torch_origin(plan: Plan, wheel_hashes: dict[str, str]) -> dict:
             "repo": git["repo"],
             "ref": git["ref"],
             "commit": git["commit"] or None,
+            "tag_commit": git.get("tag_commit"),
             "proof": git["proof"],
         }
     pytag = "cp" + plan.cell.python.replace(".", "")
@@ -83,9 +84,9 @@ def origin_text(origin: dict) -> str:
         return f"{origin['file']} (sha256 {origin['sha256']})"
     if origin["from"] == "index":
         return f"{origin['requirement']} from {origin['index_url']}"
-    commit = f" @ {origin['commit']}" if origin.get("commit") else ""
-    ref = origin.get("ref", origin.get("git_tag", ""))
-    return f"source build of {origin.get('repo', '')} {ref}{commit} ({origin.get('proof', '?')})"
+    git = {"repo": origin.get("repo", ""), "ref": origin.get("ref", origin.get("git_tag", ""))}
+    git |= {"commit": origin.get("commit"), "tag_commit": origin.get("tag_commit")}
+    return f"source build of {git_text(git)} ({origin.get('proof', '?')})"
 
 
 def check(context_dir: Path, manifest: dict) -> None:

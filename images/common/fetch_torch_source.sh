@@ -18,4 +18,8 @@ else
   git clone -q --depth 1 --branch "$TORCH_GIT_REF" "$TORCH_GIT_URL" /src/pytorch
 fi
 git -C /src/pytorch submodule update -q --init --recursive --jobs 4
-git -C /src/pytorch log -1 --format="torch source at %H ($TORCH_GIT_URL ${TORCH_GIT_REF})"
+if [ -n "${TORCH_GIT_COMMIT:-}" ]; then
+  git -C /src/pytorch log -1 --format="torch source at %H ($TORCH_GIT_URL, the commit pinned for ${TORCH_GIT_REF})"
+else
+  git -C /src/pytorch log -1 --format="torch source at %H ($TORCH_GIT_URL ${TORCH_GIT_REF})"
+fi

@@ -76,15 +76,18 @@ def test_render_writes_a_context_and_says_how_torch_is_obtained(tmp_path):
     manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
     assert manifest["image_tag"] in result.stdout
     git = manifest["torch"]["git"]
-    assert {k: v for k, v in git.items() if k != "checked"} == {
+    assert {k: v for k, v in git.items() if k not in ("checked", "tag_checked")} == {
         "repo": "https://github.com/pytorch/pytorch.git",
         "ref": "v2.4.1",
         "commit": "38b96d3399a695e704ed39b60dac733c3fbf20e2",
+        "tag_commit": "ee1b6804381c57161c477caa380a840a84167676",
+        "why": "the source PyTorch's own 2.4.1 release wheels were compiled from",
         "fork": False,
         "proof": "unproven",
         "peer": None,
     }
     assert "torch-2.4.1-cp310-none-macosx_11_0_arm64.whl" in git["checked"]
+    assert "spack/spack-packages@000faf0" in git["tag_checked"]
     assert manifest["labels"]["io.envbuild.torch-proof"] == "unproven"
     assert manifest["labels"]["io.envbuild.torch-git-origin"] == "upstream"
     assert (tmp_path / "ctx" / "Dockerfile").is_file()

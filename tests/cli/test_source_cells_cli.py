@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from builder.cli import main
 from builder.plan.resolve import all_plans
 
-WIDTH, MAX_LINES = 160, 12  # what the notice may take: the request, not the module constant
+# what the notice may take: the request, not the module constant (12 lines, and two more since it also says what is
+# patched and how the base and the OS packages are pinned)
+WIDTH, MAX_LINES = 160, 14
 
 HEADLINE = ["--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90a"]
 STEP = "source build, not yet proven: the first passing build is the proof"
@@ -38,7 +40,17 @@ def test_the_headline_cell_renders_with_no_flag_and_says_its_record_cost_and_nei
     assert len(notice) <= MAX_LINES and max(map(len, notice)) <= WIDTH
     text = " ".join(" ".join(notice).split())
     assert "Usage:" not in result.stderr and "Error" not in result.stderr
-    assert "pytorch/pytorch v2.4.1 @ 38b96d3399a695e704ed39b60dac733c3fbf20e2" in text
+    # the commit built is the wheel's, never called the tag's; the tag's commit is named beside it
+    assert "v2.4.1 @ 38b96d33" not in text
+    assert "pytorch/pytorch @ 38b96d3399a6 (v2.4.1's wheel commit; the tag v2.4.1 is ee1b6804381c)" in text
+    assert (  # the patch series, each entry with the fix it carries and where it comes from
+        "Patches (recipes/patches/torch-2.4/series): caffe2-2.4.0-exclude-aotriton.patch for pytorch/pytorch#130197 "
+        "(gentoo/gentoo@7354afd9, sha256 268399a88ccb)" in text
+    )
+    assert (
+        "Pins: base by tag only (no digest published); ROCm 6.2 apt build 60200-66~22.04: 1 exact, 7 at that build, "
+        "libopenblas-dev unpinned" in text
+    )
     for source in ("ROCm/ROCm@e396b48", "ROCm/pytorch#1537", "spack/spack-packages@000faf0"):  # the public record
         assert source in text
     assert "names no failure" in text  # Spack's conflict is cited, not taken as a failure
@@ -47,14 +59,30 @@ def test_the_headline_cell_renders_with_no_flag_and_says_its_record_cost_and_nei
     assert STEP in text
     manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
     assert re.fullmatch(r"[0-9a-f]{40}", manifest["torch"]["git"]["commit"])
-    assert manifest["torch"]["git"]["commit"] == "38b96d3399a695e704ed39b60dac733c3fbf20e2"
+    git = manifest["torch"]["git"]
+    assert (git["commit"], git["ref"]) == ("38b96d3399a695e704ed39b60dac733c3fbf20e2", "v2.4.1")
+    assert git["tag_commit"] == "ee1b6804381c57161c477caa380a840a84167676" and "torch/version.py" in git["checked"]
+    assert manifest["labels"]["io.envbuild.torch-git-tag"] == "v2.4.1@ee1b6804381c57161c477caa380a840a84167676"
+    (patch,) = manifest["patches"]
+    assert (
+        patch["kind"] == "url" and patch["sha256"] == "268399a88ccb0a8e297162dda2e292f0df93240749455cbbf2b3d44f60a0bdfb"
+    )
+    assert patch["ref"].startswith(
+        "https://raw.githubusercontent.com/gentoo/gentoo/7354afd9d872a15c6bdf1ee831db7f7f131fca01/"
+    )
+    pins = manifest["apt_pin"]
+    assert pins["build"] == "60200-66~22.04" and pins["exact"] == {"rocm-llvm-dev": "18.0.0.24292.60200-66~22.04"}
+    assert pins["unpinned"] == ["libopenblas-dev"] and "openxla/xla@3ee71f3" in pins["checked"]
+    assert "rocm/pytorch and rocm/tensorflow tags only" in manifest["base_image_checked"]
     assert manifest["evidence"]["step"] == manifest["labels"]["io.envbuild.evidence"] == STEP
     sources = [r["source"] for r in manifest["evidence"]["record"]]
     assert sources[:1] == ["ROCm/ROCm@e396b48 compatibility-matrix-historical-6.0.csv"]
     assert manifest["base_image_pin"] == "tag only" and manifest["torch"]["wheel_hashes"] is None
+    dockerfile = (tmp_path / "ctx" / "Dockerfile").read_text()
+    assert "ARG TORCH_GIT_COMMIT=38b96d3399a695e704ed39b60dac733c3fbf20e2\n" in dockerfile
     assert (
-        "ARG TORCH_GIT_COMMIT=38b96d3399a695e704ed39b60dac733c3fbf20e2\n"
-        in (tmp_path / "ctx" / "Dockerfile").read_text()
+        " rocm-llvm-dev=18.0.0.24292.60200-66~22.04 " in dockerfile
+        and 'ARG ROCM_APT_BUILD="60200-66~22.04"' in dockerfile
     )
 
 

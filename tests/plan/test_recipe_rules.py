@@ -8,7 +8,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from builder.plan.recipes import RecipeError, load, version_key
+from builder.plan.recipes import SERIES_FORMS, RecipeError, load, version_key
 from builder.plan.resolve import Request, resolve
 from tests.plan.test_recipes import CUDA_FLAVOR, CUDA_RELEASES, FORK_BUILD, PATCH
 
@@ -37,15 +37,29 @@ def _refused(root, message: str) -> None:
         f"branch {SHA} https://x.example/p",
         f"revert {SHA} https://x.example/p",
         "zzz 0001-example.patch",
+        f"url https://x.example/{SHA}/a.patch sha256:{'0' * 64}",  # no upstream link
+        f"url http://x.example/{SHA}/a.patch sha256:{'0' * 64} https://x.example/p",  # not https
+        f"url https://x.example/{SHA}/a.patch sha256:{'0' * 64} file:///etc/passwd",
     ],
 )
 def test_a_series_line_of_another_shape_or_kind_is_refused(recipes_copy, line):
     (recipes_copy / "patches" / "torch-2.4" / "0001-example.patch").write_text(PATCH)
     (recipes_copy / "patches" / "torch-2.4" / "series").write_text(f"{line}\n")
-    _refused(
-        recipes_copy,
-        re.escape(f"series:1: expected 'patch NNNN-name.patch' or 'commit <40-hex sha> <https URL>', got {line!r}"),
-    )
+    _refused(recipes_copy, re.escape(f"series:1: expected {SERIES_FORMS}, got {line!r}"))
+
+
+@pytest.mark.parametrize(
+    "url, digest, message",
+    [
+        ("https://raw.example/o/r/main/a.patch", "sha256:" + "0" * 64, "names no 40-hex commit in its path"),
+        (f"https://raw.example/o/r/{SHA}/a.patch", "0" * 64, "expected sha256:<64 hex digits> after the URL"),
+        (f"https://raw.example/o/r/{SHA}/a.patch", "sha256:" + "0" * 63, "expected sha256:<64 hex digits>"),
+        (f"https://raw.example/o/r/{SHA}/a.patch", "sha256:" + "A" * 64, "expected sha256:<64 hex digits>"),
+    ],
+)
+def test_a_published_patch_is_taken_only_at_a_pinned_commit_with_its_sha256(recipes_copy, url, digest, message):
+    (recipes_copy / "patches" / "torch-2.4" / "series").write_text(f"url {url} {digest} https://x.example/p\n")
+    _refused(recipes_copy, re.escape(message))
 
 
 @pytest.mark.parametrize(
@@ -215,3 +229,36 @@ def test_a_flavor_without_versions_has_exactly_one_release(recipes_copy, change)
         rf"\[release.\*\] table, not {2 if change == 'add' else 0}",
     ):
         load(recipes_copy)
+
+
+PIN = 'exact = { "rocm-llvm-dev" = "18.0.0.24292.60200-66~22.04" }'
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        (PIN, 'exact = { "rocm-llvm-dev" = "18.0.0.24292.60200-67~22.04" }', "must be one of packages and end in"),
+        (PIN, 'exact = { "rocm-smi" = "7.3.0.60200-66~22.04" }', "must be one of packages"),
+        ('build = "60200-66~22.04"', 'build = "66"', "build must look like 60200-66~22.04"),
+        (
+            '\npackages = ["rocm-dev",',
+            '\npackages = ["rocm-smi", "rocm-dev",',
+            "apt_pin names packages the release does not",
+        ),
+    ],
+)
+def test_an_apt_pin_must_name_installed_packages_and_versions_of_its_own_build(recipes_copy, old, new, message):
+    _edit(recipes_copy, "rocm.toml", old, new)
+    _refused(recipes_copy, re.escape(message))
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ('tag_commit = "ee1b6804381c57161c477caa380a840a84167676"', 'tag_commit = "ee1b6804"'),
+        ('tag_commit = "ee1b6804381c57161c477caa380a840a84167676"\n', ""),
+    ],
+)
+def test_a_source_pin_records_the_full_commit_of_its_tag(recipes_copy, old, new):
+    _edit(recipes_copy, "source-builds.toml", old, new)
+    _refused(recipes_copy, "tag_commit")

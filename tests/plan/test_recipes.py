@@ -182,6 +182,52 @@ def test_series_with_patches_and_commits_is_parsed_with_hashes(recipes_copy):
     entries = load(recipes_copy).patch_series("2.4")
     assert [(e.kind, e.ref) for e in entries] == [("patch", "0001-example.patch"), ("commit", sha)]
     assert len(entries[0].sha256) == 64 and entries[1].url == "https://github.com/pytorch/pytorch/pull/2#x"
+    assert entries[1].note == "why" and entries[0].note == ""
+
+
+def test_a_published_patch_entry_keeps_its_url_sha256_upstream_link_and_reason(recipes_copy):
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    url = f"https://raw.githubusercontent.com/gentoo/gentoo/{sha}/sci-libs/caffe2/files/x-1.0-fix.patch"
+    digest = "ab" * 32
+    (recipes_copy / "patches" / "torch-2.4" / "series").write_text(
+        f"url {url} sha256:{digest} https://github.com/pytorch/pytorch/pull/7  # fixes\tthe build\n"
+    )
+    (entry,) = load(recipes_copy).patch_series("2.4")
+    assert (entry.kind, entry.ref, entry.sha256, entry.url) == (
+        "url",
+        url,
+        digest,
+        "https://github.com/pytorch/pytorch/pull/7",
+    )
+    assert entry.note == "fixes the build" and entry.name == "x-1.0-fix.patch"
+
+
+def test_the_shipped_series_carry_gentoos_aotriton_backports_at_pinned_commits():
+    """The 2.3 and 2.4 lines build with both attention flags off, which their cmake does not honour without the
+    backport of pytorch#130197 (recipes/patches/torch-2.4/series says why and how it was verified)."""
+    recipes = load()
+    for line, commit, name, digest in (
+        (
+            "2.4",
+            "7354afd9d872a15c6bdf1ee831db7f7f131fca01",
+            "caffe2-2.4.0-exclude-aotriton.patch",
+            "268399a88ccb0a8e297162dda2e292f0df93240749455cbbf2b3d44f60a0bdfb",
+        ),
+        (
+            "2.3",
+            "b5e98d9032664165cef31ca6a3fedbf38e7c11fc",
+            "caffe2-2.3.0-exclude-aotriton.patch",
+            "774adeec8345ee1a6db2fafedbe3862d4788c0bdb87e6b1463524aa14650c553",
+        ),
+    ):
+        (entry,) = recipes.patch_series(line)
+        assert entry.ref == f"https://raw.githubusercontent.com/gentoo/gentoo/{commit}/sci-libs/caffe2/files/{name}"
+        assert (entry.kind, entry.sha256, entry.url) == (
+            "url",
+            digest,
+            "https://github.com/pytorch/pytorch/pull/130197",
+        )
+    assert recipes.patch_series("2.6") == []
 
 
 @pytest.mark.parametrize(
@@ -383,6 +429,32 @@ def test_every_source_line_is_pinned_to_the_commit_its_own_wheel_records(line, v
     pin = load().source_pin(line)
     assert (pin.version, pin.commit, pin.ref) == (version, commit, f"v{version}")
     assert f"torch-{version}-" in pin.checked and "sha256" in pin.checked
+
+
+@pytest.mark.parametrize(
+    "line, tag_commit",
+    [
+        ("2.3", "63d5e9221bedd1546b7d364b5ce4171547db12a9"),
+        ("2.4", "ee1b6804381c57161c477caa380a840a84167676"),
+        ("2.6", "1eba9b3aa3c43f86f4a2c807ac8e12c4a7767340"),
+    ],
+)
+def test_every_source_line_records_the_tags_commit_too_and_the_plan_never_calls_the_built_one_the_tags(
+    line, tag_commit
+):
+    """The tags point at other commits than the wheels record (Spack's package.py lists the tags' commits); both are
+    recorded, and what the plan says names the built commit as the wheel's."""
+    pin = load().source_pin(line)
+    assert pin.tag_commit == tag_commit != pin.commit and "spack/spack-packages@000faf0" in pin.tag_checked
+    rocm = "6.1.2" if line == "2.3" else "6.2"
+    plan = resolve(Request(accel_version=rocm, torch=line, arch="gfx90a"))
+    git = plan.pinned()["torch"]["git"]
+    assert (git["commit"], git["tag_commit"]) == (pin.commit, tag_commit)
+    source = dict(plan.describe())["torch source"]
+    assert f"{pin.ref} @ {pin.commit}" not in source
+    assert (
+        f"@ {pin.commit}, the commit {pin.ref}'s own wheels record (the tag {pin.ref} points at {tag_commit})" in source
+    )
 
 
 @pytest.mark.parametrize(

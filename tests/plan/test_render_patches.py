@@ -1,7 +1,9 @@
-"""images/common/apply_patches.sh on a real throwaway git repository: check, then apply, or stop clearly."""
+"""images/common/apply_patches.sh on a real throwaway git repository: check, then apply, or stop clearly -- with
+each form a series entry takes (a local patch file, an upstream commit by SHA, a published patch by URL and sha256)."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -98,7 +100,82 @@ def test_unknown_upstream_commit_fails_clearly(tmp_path, checkout):
 
 
 def test_shipped_comment_only_series_applies_nothing(tmp_path, checkout):
-    shipped = (RECIPES_DIR / "patches" / "torch-2.4" / "series").read_text()  # comments only today
+    shipped = (RECIPES_DIR / "patches" / "torch-2.6" / "series").read_text()  # comments only
     result = run_series(tmp_path, checkout, shipped)
     assert result.returncode == 0 and "patch series: 0 applied" in result.stdout
     assert git(checkout, "status", "--porcelain") == ""
+
+
+#: A distribution's published patch as Gentoo writes them: a description, then a plain unified diff (no
+#: `diff --git` header).
+PUBLISHED = (
+    "Raises the job count (example of a distribution's patch).\nBackports upstream PR: https://example.invalid/pull/9\n"
+    "--- a/setup.py\n+++ b/setup.py\n@@ -1,2 +1,2 @@\n VERSION = '1.0'\n-JOBS = 1\n+JOBS = 8\n"
+)
+
+
+def published(tmp_path: Path, text: str = PUBLISHED) -> tuple[str, str]:
+    """The patch `text` served at a file:// URL (what curl reads like https), and its sha256."""
+    served = tmp_path / "served" / "caffe2-1.0-example.patch"
+    served.parent.mkdir(exist_ok=True)
+    served.write_text(text)
+    return served.as_uri(), hashlib.sha256(served.read_bytes()).hexdigest()
+
+
+def test_published_patch_is_fetched_checked_against_its_sha256_and_applied(tmp_path, checkout):
+    url, sha = published(tmp_path)
+    result = run_series(tmp_path, checkout, f"url {url} sha256:{sha} https://example.invalid/pull/9  # more jobs\n")
+    assert result.returncode == 0, result.stderr
+    assert "JOBS = 8" in (checkout / "setup.py").read_text()
+    assert f"applied url {url}" in result.stdout and "patch series: 1 applied" in result.stdout
+
+
+def test_published_patch_whose_bytes_do_not_match_the_pinned_sha256_is_refused_and_nothing_changes(tmp_path, checkout):
+    url, sha = published(tmp_path)
+    pinned = hashlib.sha256(PUBLISHED.replace("JOBS = 8", "JOBS = 9").encode()).hexdigest()
+    result = run_series(tmp_path, checkout, f"url {url} sha256:{pinned} https://example.invalid/pull/9\n")
+    assert result.returncode == 1
+    assert f"patch {url} has sha256 {sha}, the series pins {pinned}; refusing it" in result.stderr
+    assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_published_patch_that_cannot_be_fetched_fails_clearly(tmp_path, checkout):
+    missing = (tmp_path / "nowhere" / "x.patch").as_uri()
+    result = run_series(tmp_path, checkout, f"url {missing} sha256:{'0' * 64} https://example.invalid/pull/9\n")
+    assert result.returncode == 1
+    assert f"cannot fetch patch {missing} (https://example.invalid/pull/9)" in result.stderr
+
+
+def test_a_series_of_every_form_applies_in_order_to_the_pinned_commit(tmp_path, checkout, upstream):
+    """commit (JOBS 1 -> 2), then the project's own patch on top (2 -> 4), then a published patch (4 -> 8): each
+    entry sees the tree the one before left, so the order of the series is the order of application."""
+    _, fix = upstream
+    (tmp_path / "patches").mkdir()
+    patch_file(tmp_path / "patches", "0001-jobs.patch", "JOBS = 2", "JOBS = 4")
+    url, sha = published(tmp_path, PUBLISHED.replace("-JOBS = 1", "-JOBS = 4"))
+    series = (
+        f"commit {fix} https://example.invalid/pull/2\npatch 0001-jobs.patch\n"
+        f"url {url} sha256:{sha} https://example.invalid/pull/9  # last\n"
+    )
+    result = run_series(tmp_path, checkout, series)
+    assert result.returncode == 0, result.stderr
+    assert (checkout / "setup.py").read_text() == "VERSION = '1.0'\nJOBS = 8\n"
+    assert result.stdout.splitlines() == [
+        f"applied commit {fix}",
+        "applied patch 0001-jobs.patch",
+        f"applied url {url}",
+        "patch series: 3 applied",
+    ]
+
+
+def test_a_published_patch_out_of_order_stops_the_series_naming_it(tmp_path, checkout):
+    """The published patch expects JOBS = 4, which only a later entry would make: it does not apply, the build stops."""
+    (tmp_path / "patches").mkdir()
+    patch_file(tmp_path / "patches", "0001-jobs.patch", "JOBS = 1", "JOBS = 4")
+    url, sha = published(tmp_path, PUBLISHED.replace("-JOBS = 1", "-JOBS = 4"))
+    result = run_series(
+        tmp_path, checkout, f"url {url} sha256:{sha} https://example.invalid/pull/9\npatch 0001-jobs.patch\n"
+    )
+    assert result.returncode == 1
+    assert f"url {url} does not apply to the source at" in result.stderr
+    assert "JOBS = 1" in (checkout / "setup.py").read_text()

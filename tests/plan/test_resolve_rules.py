@@ -73,12 +73,23 @@ def test_the_plan_of_an_unproven_source_cell_says_so_and_what_it_builds():
     rows = dict(_rows(plan))
     assert plan.unproven and plan.torch_source == "source"
     assert rows["torch source"] == (
-        "https://github.com/pytorch/pytorch.git v2.4.1 @ 38b96d3399a695e704ed39b60dac733c3fbf20e2 (upstream)"
+        "https://github.com/pytorch/pytorch.git @ 38b96d3399a695e704ed39b60dac733c3fbf20e2, the commit v2.4.1's own "
+        "wheels record (the tag v2.4.1 points at ee1b6804381c57161c477caa380a840a84167676) (upstream)"
     )
     assert rows["peer build"] == "none: the first passing build is the proof"
     assert rows["evidence"] == "source build, not yet proven: the first passing build is the proof"
-    assert rows["patches"] == "(none)" and rows["build size"] == ESTIMATE
+    assert rows["patches"] == "caffe2-2.4.0-exclude-aotriton.patch" and rows["build size"] == ESTIMATE
     assert rows["OS packages"].startswith("rocm-dev rocm-utils rocm-libs rccl")
+    assert rows["apt pins"] == (
+        "repository build 60200-66~22.04; exact rocm-llvm-dev=18.0.0.24292.60200-66~22.04; at that build's version "
+        "(read at build time) rocm-dev rocm-utils rocm-libs rccl rocprofiler-dev roctracer-dev amd-smi-lib; "
+        "unpinned libopenblas-dev"
+    )
+    unpinned = dict(_rows(resolve(Request(accel_version="6.1.2", torch="2.3"))))["apt pins"]
+    assert (
+        unpinned.startswith("unpinned: rocm-dev ")
+        and "(no version of this release's packages was verified)" in unpinned
+    )
     assert rows["torch.compile"] == (
         "pytorch-triton-rocm==3.0.0 from https://download.pytorch.org/whl/rocm6.1 (--no-deps)"
     )
