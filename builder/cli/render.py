@@ -195,7 +195,13 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
             "torch_version": p.torch.version,
             "torch_source": p.torch_source,
             "reason": (f"{p.evidence_step}: " if p.unproven else "") + p.torch_source_reason,
-            "proof": "unproven" if p.unproven else ("peer-built" if p.source_build else "official wheel"),
+            "proof": "unproven"
+            if p.unproven
+            else "peer-built"
+            if p.source_build
+            else f"{p.release.wheel_builder}'s wheel"
+            if p.release.wheel_builder
+            else "official wheel",
             "fact_source": p.torch.source,
             "origin": (
                 f"site ({overlay.source})"

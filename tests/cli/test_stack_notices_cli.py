@@ -88,3 +88,13 @@ def test_the_default_arch_is_one_rule_and_the_notice_says_it(tmp_path):
         assert json.loads((out / "manifest.json").read_text())["cell"]["arch"] == "gfx90a", args
     given, _ = render(tmp_path / "given", "--rocm", "10.1", "--arch", "gfx942")
     assert "--arch not given" not in given.stderr
+
+
+def test_recipes_list_names_amds_wheels_as_amds():
+    result = CliRunner().invoke(main, ["recipes", "list", "--json", "--flavor", "rocm"])
+    assert result.exit_code == 0, result.output
+    proof = {(r["accel_version"], r["proof"]) for r in json.loads(result.output) if r["torch_source"] == "wheel"}
+    assert {("7.14.1", "AMD's wheel"), ("10.0", "AMD's wheel"), ("10.1", "AMD's wheel")} <= proof
+    assert ("7.14", "official wheel") in proof and not {p for v, p in proof if v in ("7.14.1", "10.0", "10.1")} - {
+        "AMD's wheel"
+    }
