@@ -25,6 +25,9 @@ GOLDEN_CELLS = {
     # pip-ROCm route: plain Ubuntu, one arch's ROCm SDK wheels from PyTorch's index / AMD's index (split torch)
     "rocm7.14-torch2.14-gfx942-pip": Request(accel_version="7.14", torch="2.14", arch="gfx942"),
     "rocm10.0-torch2.13-gfx1151-pip": Request(accel_version="10.0", torch="2.13", arch="gfx1151"),
+    # the stacks after 10.0: AMD's torch from AMD's index on MI250X (a "Build Passing" arch with a public record)
+    "rocm10.1-torch2.14-gfx90a-pip": Request(accel_version="10.1", torch="2.14", arch="gfx90a"),
+    "rocm7.14.1-torch2.11-gfx90a-pip": Request(accel_version="7.14.1", torch="2.11", arch="gfx90a"),
 }
 
 

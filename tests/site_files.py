@@ -1,4 +1,5 @@
-"""The report's compare files read strictly, as a browser would: compare/<slug>.js and the names in compare.html."""
+"""The report's files read as a browser would: compare/<slug>.js and the names in compare.html (strictly), the index
+across its pages."""
 
 from __future__ import annotations
 
@@ -43,3 +44,11 @@ def compare_scripts(site: Path) -> dict[str, list[dict]]:
         out[entry["key"]] = entry["profiles"]
     assert compare_files(site) == {key: f"compare/{safe_slug(key)}.js" for key in out}
     return out
+
+
+def index_pages(site: Path) -> str:
+    """The text of every index page (index.html, index-2.html, ...: the index comes in pages of 300 cells, and the
+    recipes alone hold more cells than one page)."""
+    pages = sorted(site.glob("index*.html"), key=lambda p: int(re.sub(r"\D", "", p.name) or 1))
+    assert pages and pages[0].name == "index.html", pages
+    return "".join(p.read_text() for p in pages)

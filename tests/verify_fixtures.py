@@ -17,18 +17,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_verify(
-    tmp_path: Path, expect: dict, pythonpath: Path | None = None, isolated: bool = False
+    tmp_path: Path, expect: dict, pythonpath: Path | None = None, isolated: bool = False, env: dict | None = None
 ) -> tuple[int, str, dict]:
     """Run verify_image.py as the image does: beside this checkout's workload/ (/opt/envbuild in the image, so
     `import workload` finds it next to the script); `isolated`: without this interpreter's site-packages (-S),
-    so only `pythonpath`'s distributions are installed."""
+    so only `pythonpath`'s distributions are installed; `env`: more environment (ROCM_PATH)."""
     (tmp_path / "expect.json").write_text(json.dumps(expect))
     opt = tmp_path / "opt-envbuild"
     if not opt.is_dir():
         opt.mkdir()
         shutil.copy(VERIFY, opt / VERIFY.name)
         os.symlink(REPO / "workload", opt / "workload")
-    env = {"PATH": "/usr/bin:/bin"} | ({"PYTHONPATH": f"{pythonpath}"} if pythonpath else {})
+    env = {"PATH": "/usr/bin:/bin"} | ({"PYTHONPATH": f"{pythonpath}"} if pythonpath else {}) | (env or {})
     python = [sys.executable, "-S"] if isolated else [sys.executable]
     proc = subprocess.run(
         [*python, str(opt / VERIFY.name), str(tmp_path / "expect.json"), str(tmp_path / "out.json")],

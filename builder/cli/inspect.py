@@ -1,7 +1,8 @@
 """`envbuild inspect TARGET`: which GPU archs an image's (or a file's) code objects cover.
 
 TARGET is a file or directory on this machine (every library in it counts), or an image reference. For an
-image, the scan runs inside it (workload.binaries.code_object_reader, standard library only) over torch/lib and /opt/rocm/lib:
+image, the scan runs inside it (workload.binaries.code_object_reader, standard library only) over torch/lib and the
+ROCm lib dirs, the legacy /opt/rocm/lib and TheRock's /opt/rocm/core-<version>/lib (workload.binaries.rocm_layout):
 the verdict is about what torch loads (its own libraries and, through DT_NEEDED, the ROCm libraries they
 name); a library nothing torch loads that lacks the arch is a note. The image's own verify record
 (/opt/envbuild/verify.json, written at the end of its build) is shown too.

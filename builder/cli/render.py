@@ -129,11 +129,11 @@ def request_from_options(
 
 
 def plan_from_options(**options) -> Plan:
-    """Resolve the request the options describe and print, on stderr, what the resolver chose and the notice of a
-    source cell; bad requests become click.UsageError (exit code 2), a source cell under --proven-only exits 2
-    after its notice."""
+    """Resolve the request the options describe and print, on stderr, what the resolver chose and the notices of the
+    cell (its arch's caveats on the release, a source cell's public record); bad requests become click.UsageError
+    (exit code 2), a source cell under --proven-only exits 2 after its notices."""
     from builder.cli import site_recipes
-    from builder.plan.notice import source_notice
+    from builder.plan.notice import arch_notice, source_notice
     from builder.plan.recipes import RecipeError
     from builder.plan.resolve import ResolveError, UnprovenSourceError, resolve
 
@@ -142,7 +142,7 @@ def plan_from_options(**options) -> Plan:
         recipes = site_recipes.load()
         plan = resolve(request, recipes)
     except UnprovenSourceError as exc:
-        for line in source_notice(exc.plan, recipes):
+        for line in (*arch_notice(exc.plan), *source_notice(exc.plan, recipes)):
             click.echo(line, err=True)
         click.echo(f"envbuild: {exc}", err=True)
         raise SystemExit(2) from exc
@@ -150,7 +150,7 @@ def plan_from_options(**options) -> Plan:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:
         raise BadRecipeData(exc) from exc
-    for line in (*plan.notes, *source_notice(plan, recipes)):
+    for line in (*plan.notes, *arch_notice(plan), *source_notice(plan, recipes)):
         click.echo(line, err=True)
     return plan
 
@@ -195,7 +195,13 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
             "torch_version": p.torch.version,
             "torch_source": p.torch_source,
             "reason": (f"{p.evidence_step}: " if p.unproven else "") + p.torch_source_reason,
-            "proof": "unproven" if p.unproven else ("peer-built" if p.source_build else "official wheel"),
+            "proof": "unproven"
+            if p.unproven
+            else "peer-built"
+            if p.source_build
+            else f"{p.release.wheel_builder}'s wheel"
+            if p.release.wheel_builder
+            else "official wheel",
             "fact_source": p.torch.source,
             "origin": (
                 f"site ({overlay.source})"
@@ -249,7 +255,8 @@ def recipes_list(flavor: str | None, as_json: bool, proven_only: bool) -> None:
     help="Seconds for reading all of one index's pages (or the release list), however slowly a server sends.",
 )
 def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool, seconds: float) -> None:
-    """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks.
+    """Print the torch wheels, GPU archs and ROCm releases upstream has and recipes/ lacks (releases: newer than the
+    recipes, named by a release list or by an index's torch wheels and `rocm` package).
 
     Exit codes: 0 nothing lacking, 1 something is, 2 bad input or an index that cannot be read or parsed."""
     import time
@@ -268,10 +275,11 @@ def check_upstream(indexes: tuple[str, ...], releases: str | None, record: bool,
             found = check_index(index, recipes, seconds=seconds)
             total.wheels += found.wheels
             total.archs += found.archs
+            total.releases += found.releases
             if record:
                 hashes |= _index_hashes(index, recipes, time.monotonic() + seconds)
         if releases:
-            total.releases = check_releases(read_text(releases, time.monotonic() + seconds), recipes)
+            total.releases += check_releases(read_text(releases, time.monotonic() + seconds), recipes)
     except UpstreamError as exc:
         raise click.UsageError(str(exc)) from exc
     except RecipeError as exc:

@@ -1,4 +1,5 @@
-"""Host preflight for GPU containers: kernel, amdgpu driver, device access, GPU archs, IOMMU, Docker.
+"""Host preflight for GPU containers: kernel, amdgpu driver, device access, GPU archs, IOMMU, the host's ROCm
+userspace (TheRock's /opt/rocm/core-<version> or the legacy /opt/rocm), Docker.
 
 Containers share the host kernel and driver, so no image can fix what is checked here. Every file is
 read below `root` so tests can point the checks at a fake /sys, /proc, /dev and /etc.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from builder.engine.docker import EngineUnavailable, detect_build_tool, docker_client
 from builder.plan import gpu_names, recipes
+from workload.binaries import rocm_layout
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
@@ -193,8 +195,10 @@ def _check_archs(host: HostView, gpus: list[Gpu], gpu_expected: bool) -> Check:
     if gpus:
         archs = sorted({g.arch for g in gpus})
         return Check("gpu_archs", PASS, f"{len(gpus)} GPU(s): {', '.join(archs)} (KFD topology)")
-    if host.is_real_root and shutil.which("rocminfo"):
-        out = subprocess.run(["rocminfo"], capture_output=True, text=True, timeout=60, check=False).stdout
+    # rocminfo on PATH, else in a ROCm prefix: TheRock's /opt/rocm/core-<version>/bin is on no PATH after a tarball
+    rocminfo = shutil.which("rocminfo") or rocm_layout.tool("rocminfo", host.root)
+    if host.is_real_root and rocminfo:
+        out = subprocess.run([str(rocminfo)], capture_output=True, text=True, timeout=60, check=False).stdout
         archs = sorted(set(re.findall(r"^\s*Name:\s+(gfx[0-9a-f]+)\s*$", out, re.M)))
         if archs:
             return Check("gpu_archs", PASS, f"{', '.join(archs)} (rocminfo)")
@@ -204,6 +208,45 @@ def _check_archs(host: HostView, gpus: list[Gpu], gpu_expected: bool) -> Check:
         "no GPU in /sys/class/kfd topology",
         "check the amdgpu driver (dmesg | grep -i amdgpu) and that the GPU is visible (lspci)",
     )
+
+
+#: Installed packages of a ROCm userspace, by naming: TheRock's amdrocm-* (amdrocm-runtime, amdrocm-core-sdk10.1: the
+#: transition guide, ROCm/rocm-docs docs/about/transition-guide-TheRock.md@9bcf25d) and the legacy meta package rocm-core.
+_ROCM_PACKAGE = re.compile(r"^(?:amdrocm-[a-z0-9][a-z0-9.+-]*|rocm-core)$")
+
+
+def rocm_packages(host: HostView) -> list[str]:
+    """The ROCm packages dpkg lists as installed under the host's root (/var/lib/dpkg/status), by name."""
+    status = host.read("/var/lib/dpkg/status") or ""
+    found = []
+    for stanza in status.split("\n\n"):
+        fields = dict(re.findall(r"^(Package|Status): *(.*)$", stanza, re.M))
+        name = fields.get("Package", "")
+        if _ROCM_PACKAGE.match(name) and fields.get("Status", "").endswith(" installed"):
+            found.append(name)
+    return sorted(found)
+
+
+def _check_rocm_userspace(host: HostView) -> Check:
+    """The ROCm userspace installed on the host: TheRock's /opt/rocm/core-<version>, the legacy /opt/rocm, and their
+    packages. Information only: an image brings its own userspace (`apptainer --rocm` binds some of the host's)."""
+    found = rocm_layout.installs(host.root, env=dict(os.environ) if host.is_real_root else {})
+    packages = rocm_packages(host)
+    if not found and not packages:
+        return Check("rocm_userspace", PASS, "none installed (not needed: every image brings its own ROCm userspace)")
+    parts = [
+        f"/{install.prefix.relative_to(host.root).as_posix()} "
+        f"({install.version or 'version not readable'}, {'TheRock layout' if install.layout == 'core' else 'legacy'})"
+        for install in found
+    ]
+    therock = [p for p in packages if p.startswith("amdrocm-")]
+    if therock:
+        parts.append(
+            f"{len(therock)} amdrocm-* packages ({', '.join(therock[:4])}{', ...' if len(therock) > 4 else ''})"
+        )
+    if "rocm-core" in packages:
+        parts.append("legacy packages (rocm-core)")
+    return Check("rocm_userspace", PASS, "; ".join(parts))
 
 
 def runnable_cells(archs: list[str], kernel: str | None, loaded: recipes.Recipes) -> dict[str, list[dict]]:
@@ -314,6 +357,7 @@ def host_record(host: HostView | None = None, flavor: str = "auto", site_recipes
         _check_devices(host, gpu_expected),
         _check_archs(host, gpus, gpu_expected),
         _check_iommu(host, gpus),
+        _check_rocm_userspace(host),
     ]
     archs = sorted({g.arch for g in gpus})
     kernel = host.read("/proc/sys/kernel/osrelease") or (platform.release() if host.is_real_root else None)

@@ -71,14 +71,19 @@ def render_args(cell: Cell) -> list[str]:
 
 
 def upstream_indexes(flavor: str = "rocm", site: Path | None = None) -> list[str]:
-    """The PyTorch wheel indexes the recipes (with the site's folder `site` over them) take `flavor`'s torch from
-    (the weekly check-upstream job reads them)."""
+    """The wheel indexes the recipes (with the site's folder `site` over them) take `flavor`'s torch from: PyTorch's
+    per release suffix, or the release's own (AMD's) index (the weekly check-upstream job reads them)."""
     from builder.plan.recipes import load
 
     recipes = load(site=site)
     index = recipes.flavors[flavor].wheel_index
-    suffixes = {s for r in recipes.releases[flavor].values() for s in r.wheel_suffixes}
-    return sorted(index.format(suffix=s) for s in suffixes)
+    return sorted(
+        {
+            release.wheel_index or index.format(suffix=suffix)
+            for release in recipes.releases[flavor].values()
+            for suffix in release.wheel_suffixes
+        }
+    )
 
 
 def render_ci(

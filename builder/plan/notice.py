@@ -1,21 +1,37 @@
-"""The short notice a source cell prints: what is built (both commits of the release), the patch series with its
-sources, how the base and the OS packages are pinned, the public record on the cell, what a build costs, the nearest
-proven cells.
+"""The short notices `render` and `image` print: a source cell's (what is built, both commits of the release, the
+patch series with its sources, how the base and the OS packages are pinned, the public record on the cell, what a
+build costs, the nearest proven cells) and a cell's whose GPU arch has a caveat on its release (the development
+status of the build system that made the release, the records of that arch).
 
 Every statement comes from recipes/ (source-builds.toml [[source]], [[evidence]] and [step], patches/*/series,
-rocm.toml apt_pin and base_digest_checked, flavors.toml source_build_estimate) with its source; this module only lays
-them out.
+rocm.toml apt_pin, base_digest_checked, arch_status and arch_record, flavors.toml source_build_estimate) with its
+source; this module only lays them out.
 """
 
 from __future__ import annotations
 
 import textwrap
 
+from builder.plan import gpu_names
 from builder.plan.recipes import Recipes, load
 from builder.plan.resolve import Plan, nearest_proven
 
 #: Longest line and most lines the notice may have (it goes to a terminal, before the plan).
 WIDTH = 160
+
+
+def arch_notice(plan: Plan) -> list[str]:
+    """The notice of a cell whose GPU arch has a caveat on its release (Plan.arch_caveats), wrapped to WIDTH; []
+    when it has none."""
+    caveats = plan.arch_caveats
+    if not caveats:
+        return []
+    names = gpu_names.marketing_names(plan.cell.arch) if plan.flavor.name == "rocm" else []
+    gpu = f"{plan.cell.arch} ({', '.join(names)})" if names else plan.cell.arch
+    items = [f"{plan.cell.key}: what the public record says about {gpu} on {plan.flavor.label} {plan.release.version}:"]
+    items += [f"  - {c.says} ({c.source})" for c in caveats]
+    items.append("The cell renders and builds; a verdict on this GPU says whether it works (the report shows it).")
+    return _wrapped(items)
 
 
 def source_notice(plan: Plan, recipes: Recipes | None = None) -> list[str]:
@@ -40,6 +56,10 @@ def source_notice(plan: Plan, recipes: Recipes | None = None) -> list[str]:
     items.append(f"Nearest proven: {'; '.join(near) or 'none'}")
     refused = "; --proven-only refuses such cells" if plan.unproven else ""
     items.append(f"Evidence: {plan.evidence_step} (manifest.json `evidence`){refused}")
+    return _wrapped(items)
+
+
+def _wrapped(items: list[str]) -> list[str]:
     lines = []
     for item in items:
         indent = " " * (len(item) - len(item.lstrip(" -")) or 2)

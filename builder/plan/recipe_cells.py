@@ -77,7 +77,7 @@ def _selected(plan: Plan, selection: Selection, recipes: Recipes) -> bool:
         cell.key == name or cell.key.startswith(f"{name}-") for name in selection.source_cells
     ):
         return False
-    if cell.arch is not None and cell.arch not in (selection.archs or (plan.release.default_arch,)):
+    if cell.arch is not None and cell.arch not in (selection.archs or (plan.flavor.default_arch,)):
         return False
     if selection.pythons:
         return cell.python in selection.pythons

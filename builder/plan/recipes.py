@@ -59,6 +59,8 @@ class Flavor(_Frozen):
     tool_path: g.ImagePath = ""  # directory of the accelerator's tools, put on PATH in every stage (after the venv)
     library_path: g.ImagePath = ""  # directory of the accelerator's libraries, the image's LD_LIBRARY_PATH
     kernel_dbs: bool = False  # a source build installs the precompiled kernel databases of the cell's arch
+    default_arch: g.OptionalArch = ""  # the GPU target a request without --arch gets, on every release of the flavor
+    default_arch_why: g.Line = ""  # why that one (printed with the choice)
 
     @field_validator("backend")
     @classmethod
@@ -85,6 +87,7 @@ class PipAccel(_Frozen):
     hip_version: g.OptionalDotted = (
         ""  # major.minor torch.version.hip reports ("" = not verified: only "set" is checked)
     )
+    without_device: g.Line = ""  # what a torch of this route does without its arch's device package (with source)
     source: g.Line
 
     @field_validator("requirements")
@@ -128,6 +131,36 @@ class AptPin(_Frozen):
         return self
 
 
+class ArchStatus(_Frozen):
+    """Each GPU target's development status in the build system that made the release (TheRock SUPPORTED_GPUS.md):
+    Release-Ready (tested in the release process), Sanity-Tested (CI or light manual QA), Build Passing (packages
+    are produced; "does not imply the runtime is functional")."""
+
+    release_ready: tuple[g.Arch, ...] = ()
+    sanity_tested: tuple[g.Arch, ...] = ()
+    build_passing: tuple[g.Arch, ...] = ()
+    source: g.Line
+
+    def of(self, arch: str) -> str:
+        """The status of `arch` as TheRock writes it, "" when the table does not list it."""
+        for status, archs in STATUS_NAMES.items():
+            if arch in getattr(self, status):
+                return archs
+        return ""
+
+
+#: ArchStatus field -> the status as TheRock's table names it.
+STATUS_NAMES = {"release_ready": "Release-Ready", "sanity_tested": "Sanity-Tested", "build_passing": "Build Passing"}
+
+
+class ArchRecord(_Frozen):
+    """A public record of how one GPU target fared on the release (a failure, what works instead), with its source."""
+
+    arch: g.Arch
+    says: g.Line
+    source: g.Line
+
+
 class Release(_Frozen):
     """One accelerator release of a flavor (a ROCm version; the single cpu pseudo-release)."""
 
@@ -144,17 +177,19 @@ class Release(_Frozen):
     system_python: g.Dotted
     pythons: tuple[str, ...]
     python_ppa: g.Ppa = ""
-    default_arch: g.OptionalArch = ""
     source_build: bool = True  # a torch source build may be planned here (false: what one needs is not verified)
     source_build_packages: tuple[g.Package, ...] = ()  # OS packages a torch source build needs (build and run time)
     apt_pin: AptPin | None = None  # the accelerator's packages among them, pinned to one repository build
     base_digest_checked: g.Line = ""  # where a digest of base_image was looked for when none is pinned
     wheel_index: g.OptionalUrl = ""  # the torch index of this release when not the flavor's (AMD's own index)
+    wheel_builder: g.Line = ""  # who builds the torch wheels of wheel_index ("AMD"); "" = the flavor's index (PyTorch)
     pip_accel: PipAccel | None = (
         None  # the userspace as wheels from the torch index (pip-ROCm route), None = in the base
     )
     apt_key_url: g.OptionalUrl = ""  # the accelerator apt repository's signing key, fetched again in the base stage
     apt_key_fingerprint: str = ""  # ... and checked against this (40 hex, upper case)
+    arch_status: ArchStatus | None = None  # TheRock's development status per arch (releases TheRock built)
+    arch_record: tuple[ArchRecord, ...] = ()  # public records of single archs on this release
     source: g.Line
 
     @field_validator("apt_key_fingerprint")
@@ -168,6 +203,18 @@ class Release(_Frozen):
     def _pinned_packages_are_installed(self) -> "Release":
         if self.apt_pin and (extra := sorted(set(self.apt_pin.packages) - set(self.source_build_packages))):
             raise ValueError(f"apt_pin names packages the release does not install: {extra}")
+        return self
+
+    @model_validator(mode="after")
+    def _arch_data_names_its_archs(self) -> "Release":
+        if bool(self.wheel_index) != bool(self.wheel_builder):
+            raise ValueError("wheel_index and wheel_builder go together: who builds the torch on that index")
+        if self.arch_status is not None:
+            listed = [a for field in STATUS_NAMES for a in getattr(self.arch_status, field)]
+            if sorted(listed) != sorted(self.archs):
+                raise ValueError(f"arch_status must list each of archs {list(self.archs)} once, got {listed}")
+        if stray := sorted({r.arch for r in self.arch_record} - set(self.archs)):
+            raise ValueError(f"arch_record names archs the release does not list: {stray}")
         return self
 
     @field_validator("pythons")
@@ -329,6 +376,7 @@ class EvidenceSteps(_Frozen):
     """The evidence step a plan records, per way of getting torch ([step] of source-builds.toml)."""
 
     wheel: g.Line
+    vendor_wheel: g.Line  # a release whose torch comes from its vendor's index ("{builder}": recipes wheel_builder)
     peer: g.Line
     unproven: g.Line
 
@@ -545,6 +593,12 @@ def _load(root: Path) -> Recipes:
                 f"[release.*] table, not {len(releases[name])}"
             )
     for name, by_version in releases.items():
+        default = flavors[name].default_arch
+        if missing := sorted(v for v, r in by_version.items() if r.archs and default not in r.archs):
+            raise RecipeError(
+                f"flavors.toml [flavor.{name}] default_arch {default!r} is not an arch of {flavors[name].label} "
+                f"{', '.join(missing)}: the default is one rule for every release"
+            )
         for version, release in by_version.items():
             if release.pip_accel is not None and (not release.archs or release.source_build):
                 raise RecipeError(

@@ -28,6 +28,13 @@ from builder.plan.recipes import (
 )
 
 
+#: What each of TheRock's development statuses means (its SUPPORTED_GPUS.md, "For the purposes of the table below").
+STATUS_MEANS = {
+    "Sanity-Tested": "sanity-tested (CI or light manual QA), not yet tested in the release process",
+    "Build Passing": 'packages are built but not sanity-tested, which "does not imply the runtime is functional"',
+}
+
+
 class ResolveError(Exception):
     """A request that cannot be built; the message names the problem and the nearest valid choices."""
 
@@ -192,6 +199,25 @@ class Plan(BaseModel):
         }
 
     @property
+    def arch_caveats(self) -> tuple[Record, ...]:
+        """What the public record holds against the cell's GPU arch on its release: the development status of the
+        build system that made the release when it is not Release-Ready, then the release's records of that arch
+        (recipes/rocm.toml arch_status, arch_record)."""
+        arch, release = self.cell.arch, self.release
+        status = release.arch_status.of(arch) if release.arch_status and arch else ""
+        caveats = []
+        if status and status != "Release-Ready":
+            caveats.append(
+                Record(
+                    says=f'{arch} is "{status}" in TheRock, which built {self.flavor.label} {release.version}: '
+                    f"{STATUS_MEANS[status]}",
+                    source=release.arch_status.source,
+                )
+            )
+        caveats += [Record(says=r.says, source=r.source) for r in release.arch_record if r.arch == arch]
+        return tuple(caveats)
+
+    @property
     def compile_needs_gpu(self) -> str:
         """Why torch.compile fails on a host with no GPU with this cell's wheel (a known regression), or ""."""
         if self.torch_source != "wheel":
@@ -289,6 +315,8 @@ class Plan(BaseModel):
                     f"packages only: {', '.join(accel['device_packages'])})",
                 )
             )
+            if self.release.pip_accel.without_device:
+                rows.append(("without them", self.release.pip_accel.without_device))
         if triton := self.wheel_triton:
             rows.append(("triton", f"{triton['package']}=={triton['version']} (pulled by the wheel from its index)"))
         if (git := self.git_source) is not None:
@@ -349,7 +377,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         if request.torch is not None
         else _default_torch(flavor, release, recipes, notes)
     )
-    arch = _arch(request.arch, flavor, release)
+    arch = _arch(request.arch, flavor, release, notes)
     python = _python(request.python, release, torch, flavor)
     source, reason, suffix = _torch_source(request.torch_source, flavor, release, torch, recipes)
     source_build = recipes.source_build(flavor.name, release.version, torch.line) if source == "source" else None
@@ -401,7 +429,13 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
         source_pin=recipes.source_pin(torch.line) if unproven else None,
         evidence=evidence.record if evidence and source == "source" else (),
         evidence_step=(
-            recipes.steps.unproven if unproven else recipes.steps.peer if source == "source" else recipes.steps.wheel
+            recipes.steps.unproven
+            if unproven
+            else recipes.steps.peer
+            if source == "source"
+            else recipes.steps.vendor_wheel.format(builder=release.wheel_builder)
+            if release.wheel_builder
+            else recipes.steps.wheel
         ),
         notes=tuple(notes),
         wheel_hashes=_wheel_hashes(recipes, requirement, python) if source == "wheel" else {},
@@ -521,18 +555,21 @@ def _default_torch(flavor: Flavor, release: Release, recipes: Recipes, notes: li
     if not (wheel or source):
         raise NoSuchCellError(f"no torch line is known for {where}; give --torch")
     line = (wheel or source)[-1]
-    how = "with an official wheel" if wheel else "that builds from source"
+    builder = f"{release.wheel_builder}'s" if release.wheel_builder else "an official"
+    how = f"with {builder} wheel" if wheel else "that builds from source"
     notes.append(f"--torch not given: torch {line}, the newest line {how} for {where}")
     return recipes.torch[line]
 
 
-def _arch(value: str | None, flavor: Flavor, release: Release) -> str | None:
+def _arch(value: str | None, flavor: Flavor, release: Release, notes: list[str]) -> str | None:
     if not release.archs:
         if value is not None:
             raise ResolveError(f"the {flavor.name} flavor has no GPU arch; drop --arch {value}")
         return None
-    arch, name = gpu_names.canonical(value) if value and flavor.name == "rocm" else (value, "")
-    arch = arch or release.default_arch
+    if value is None:  # one rule per flavor (recipes/flavors.toml default_arch), said whenever it is taken
+        notes.append(f"--arch not given: {flavor.default_arch_why or flavor.default_arch}")
+        return flavor.default_arch
+    arch, name = gpu_names.canonical(value) if flavor.name == "rocm" else (value, "")
     if arch not in release.archs and not name and flavor.name == "rocm" and gpu_names.looks_like_a_name(arch):
         near = gpu_names.suggestions(arch, list(release.archs))  # a GPU name gets GPU names, not gfx targets
         raise ResolveError(
@@ -591,7 +628,12 @@ def _torch_source(
     if wanted == "source":
         return "source", "source build requested", ""
     if suffix and "wheel" in flavor.torch_sources:
-        reason = f"official wheel from the {suffix} index"
+        builder = release.wheel_builder
+        reason = (
+            f"{builder}'s own wheel ({suffix}) from {builder}'s index"
+            if builder
+            else f"official wheel from the {suffix} index"
+        )
         return "wheel", reason + (" (auto: a wheel exists)" if wanted == "auto" else ""), suffix
     with_wheel = [
         line

@@ -1,10 +1,12 @@
 """What upstream publishes that recipes/ lacks: torch wheels and GPU archs on a PEP 503 index, ROCm releases.
 
 `envbuild recipes check-upstream` reads a PEP 503 "simple" index (the PyTorch ROCm indexes,
-https://download.pytorch.org/whl/rocm7.2/, or AMD's per-arch indexes) and a list of ROCm release tags, and
-compares them with the recipes. Everything read is untrusted: only names matching a strict grammar (a wheel
-filename, a project name, a release tag) are used; links are never followed, only <index>/<project>/ pages
-this module builds itself are fetched.
+https://download.pytorch.org/whl/rocm7.2/, AMD's own indexes the recipes take torch from, or AMD's per-arch indexes)
+and a list of ROCm release tags, and compares them with the recipes. An index names ROCm releases too: the local
+label of its torch wheels (+rocm10.1.0) and the files of its `rocm` project (rocm-10.1.0.tar.gz); one newer than
+the recipes is reported (pre-releases such as 10.2.0a20260916 are not). Everything read is untrusted: only names
+matching a strict grammar (a wheel filename, a project name, a release tag) are used; links are never followed,
+only <index>/<project>/ pages this module builds itself are fetched.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ _TORCH_WHEEL = re.compile(
 )
 #: AMD's per-arch torch device packages (TheRock multi-arch index): amd-torch-device-gfx942
 _DEVICE_PROJECT = re.compile(r"^amd-torch-device-(?P<arch>gfx[0-9a-f]{3,4})$")
-_RELEASE_TAG = re.compile(r"\b(?:rocm|therock)-(?P<version>\d+\.\d+(?:\.\d+)?)\b")
+#: rocm-7.2.4, therock-7.14.0, therock-10.1 (a final release: not therock-10.2.0rc1, not a branch therock-10.1-2026...)
+_RELEASE_TAG = re.compile(r"\b(?:rocm|therock)-(?P<version>\d+\.\d+(?:\.\d+)?)(?![0-9A-Za-z.+-])")
+#: The `rocm` meta package of AMD's indexes (TheRock): rocm-10.1.0.tar.gz, rocm-7.14.0-py3-none-any.whl
+_ROCM_FILE = re.compile(r"^rocm-(?P<version>\d+\.\d+\.\d+)(?:\.tar\.gz|-py3-none-any\.whl)$")
+#: The exact ROCm version a pip-route release pins: rocm[libraries,device-{arch}]==10.1.0
+_ROCM_PIN = re.compile(r"^rocm(?:\[[^\]]*\])?==(?P<version>\d+\.\d+\.\d+)$")
 MAX_PAGE = 8 * 1024 * 1024  # bytes read from one index page
 INDEX_SECONDS = 25  # one index's pages, all of them, are read within this time however slowly a server sends
 
@@ -42,7 +49,7 @@ class Findings:
 
     wheels: list[str] = field(default_factory=list)  # "torch 2.12.0+rocm7.2: no torch line 2.12"
     archs: list[str] = field(default_factory=list)  # "gfx1151 (amd-torch-device-gfx1151)"
-    releases: list[str] = field(default_factory=list)  # "7.3.0"
+    releases: list[str] = field(default_factory=list)  # "10.2.0" or, from an index, "10.2.0 (torch 2.15.0+rocm10.2.0)"
 
     @property
     def empty(self) -> bool:
@@ -128,8 +135,8 @@ def index_page(index: str, deadline: float | None = None) -> str:
 
 
 def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: float = INDEX_SECONDS) -> Findings:
-    """Torch wheels and per-arch packages on `index` that the recipes do not offer, its pages all read within
-    `seconds`."""
+    """Torch wheels, per-arch packages and ROCm releases on `index` that the recipes do not offer (releases: newer
+    than the recipes, builder.plan.upstream.newer_releases), its pages all read within `seconds`."""
     findings = Findings()
     deadline = time.monotonic() + seconds
     projects = set(anchors(index_page(index, deadline), index))
@@ -138,8 +145,21 @@ def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: flo
         match = _DEVICE_PROJECT.match(name)
         if match and match["arch"] not in known_archs:
             findings.archs.append(f"{match['arch']} ({name})")
-    if "torch" not in projects:
-        return findings
+    named: dict[str, str] = {}  # ROCm version -> what on the index names it
+    if "rocm" in projects:
+        rocm_page = project_url(index, "rocm")
+        for name in anchors(read_text(rocm_page, deadline), rocm_page):
+            if match := _ROCM_FILE.match(urllib.parse.unquote(name)):
+                named.setdefault(match["version"], f"rocm {match['version']}")
+    if "torch" in projects:
+        _check_torch(index, recipes, flavor, deadline, findings, named)
+    findings.releases += [f"{v} ({named[v]})" for v in newer_releases(list(named), recipes, flavor)]
+    return findings
+
+
+def _check_torch(index: str, recipes: Recipes, flavor: str, deadline: float, findings: Findings, named: dict) -> None:
+    """The torch wheels of `index` the recipes do not offer, into `findings`; the ROCm releases their local labels
+    name, into `named`."""
     taken = {s for r in recipes.releases[flavor].values() for s in r.wheel_suffixes}
     seen = set()
     torch_page = project_url(index, "torch")
@@ -149,6 +169,7 @@ def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: flo
             continue
         version, local = match["version"], match["local"]
         seen.add((version, local))
+        named.setdefault(local.removeprefix("rocm"), f"torch {version}+{local}")
         line = ".".join(version.split(".")[:2])
         pinned = recipes.torch.get(line)
         if pinned is None or flavor not in pinned.flavors:
@@ -158,15 +179,33 @@ def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: flo
         elif version == pinned.version and local not in pinned.wheel_suffixes:
             why = "" if local in taken else f" and no ROCm release takes {local}"
             findings.wheels.append(f"torch {version}+{local}: line {line} does not list {local}{why}")
-    return findings
 
 
 def check_releases(text: str, recipes: Recipes, flavor: str = "rocm") -> list[str]:
-    """Release versions named in a release list (tags like rocm-7.2.4, therock-7.14.0) no recipe release covers."""
-    known = list(recipes.releases[flavor])
-    missing = set()
-    for match in _RELEASE_TAG.finditer(text):
-        version = match["version"]
-        if not any(version == r or version.startswith(r + ".") for r in known):
-            missing.add(version)
-    return sorted(missing, key=version_key)
+    """Release versions a release list names (tags like rocm-7.2.4, therock-7.14.0) that are newer than the recipes."""
+    return newer_releases([m["version"] for m in _RELEASE_TAG.finditer(text)], recipes, flavor)
+
+
+def newer_releases(versions: list[str], recipes: Recipes, flavor: str = "rocm") -> list[str]:
+    """The `versions` (7.14.1, 10.2.0) no recipe release covers and that are newer than the recipes: newer than every
+    release of their minor line the recipes know (7.14.2 after 7.14.1), or of a minor line newer than all of theirs
+    (10.2 after 10.1). A release named by its minor line (7.2, a base image tag) covers its point releases; one that
+    pins its exact version (the pip route's rocm==7.14.1) covers that version. Sorted, each once."""
+    known = [_pinned_version(release) or release.version for release in recipes.releases[flavor].values()]
+    newest_line = max((version_key(v)[:2] for v in known), default=())
+    found = set()
+    for version in versions:
+        if version in recipes.releases[flavor] or any(version == v or version.startswith(v + ".") for v in known):
+            continue
+        key = version_key(version)
+        same_line = [version_key(v) for v in known if version_key(v)[:2] == key[:2]]
+        if (key > max(same_line)) if same_line else (key[:2] > newest_line):
+            found.add(version)
+    return sorted(found, key=version_key)
+
+
+def _pinned_version(release) -> str | None:
+    """The exact ROCm version a release installs when it pins one (the pip route's rocm[...]==X.Y.Z), else None."""
+    accel = release.pip_accel
+    pins = [m["version"] for r in (accel.requirements if accel else ()) if (m := _ROCM_PIN.match(r))]
+    return pins[0] if pins else None

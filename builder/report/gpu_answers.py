@@ -1,6 +1,8 @@
 """The report's answer to "what should I use on my <GPU>?": one page per GPU name the recipes know
 (recipes/gpu-names.toml), its cells in the order of the evidence: measured passes first (signed before unsigned,
-newest first), then cells AMD's docs or PyTorch's wheels claim, then cells that only render and lock."""
+newest first), then cells AMD's docs or published wheels claim, then cells that only render and lock (among these,
+cells with no caveat on the GPU first); and what the public record holds against the GPU's arch per release
+(TheRock's development status, failure reports: recipes/rocm.toml arch_status and arch_record)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ class GpuAnswer:
     measured: tuple  # IndexEntry, passes first
     claimed: tuple
     renders: tuple
+    # (release, ((says, source), ...)): what the public record holds against this GPU's arch on each release
+    caveats: tuple = ()
 
     @property
     def best(self):
@@ -40,7 +44,14 @@ def answers(entries: list) -> list[GpuAnswer]:
         rest = [e for e in mine if e not in measured]
         claimed = [e for e in rest if e.ladder.steps[0].state == DONE]
         renders = [e for e in rest if e not in claimed and e.ladder.steps[1].state == DONE]
-        key = lambda e: (e.status == "fail", [-int(x) for x in e.torch.split(".") if x.isdigit()])  # noqa: E731
+        # not measured: a cell with no caveat on this GPU before one with a caveat, then the newest torch
+        key = lambda e: (  # noqa: E731
+            e.status == "fail",
+            bool(e.caveats),
+            [-int(x) for x in e.torch.split(".") if x.isdigit()],
+        )
+        by_release = sorted(mine, key=lambda e: [int(x) for x in e.accel.split(".") if x.isdigit()])
+        caveats = {f"ROCm {e.accel}": e.caveats for e in by_release if e.caveats}
         out.append(
             GpuAnswer(
                 name,
@@ -49,6 +60,7 @@ def answers(entries: list) -> list[GpuAnswer]:
                 tuple(measured),
                 tuple(sorted(claimed, key=key)),
                 tuple(sorted(renders, key=key)),
+                tuple(caveats.items()),
             )
         )
     return out

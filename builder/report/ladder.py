@@ -70,10 +70,11 @@ class Ladder:
 
 
 def vendor_claim(vendor: vendor_support.VendorSupport, recipe: Recipe | None) -> str:
-    """The index's short word for step 1: "AMD docs + official wheel", "official wheel", "AMD docs" or "none"."""
-    parts = (["AMD docs"] if vendor.status == "listed" else []) + (
-        ["official wheel"] if recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url else []
-    )
+    """The index's short word for step 1: "AMD docs + official wheel", "official wheel", "AMD's wheel" (AMD's own
+    build of torch, from AMD's index), "AMD docs" or "none"."""
+    wheel = recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url
+    built = f"{recipe.wheel_builder}'s wheel" if wheel and recipe.wheel_builder else "official wheel"
+    parts = (["AMD docs"] if vendor.status == "listed" else []) + ([built] if wheel else [])
     return " + ".join(parts) or "none"
 
 
@@ -86,6 +87,9 @@ class Recipe:
     wheel_index_url: str
     lock: str  # the lock file's repository path, recipes/locks/...
     locked: bool
+    wheel_builder: str = ""  # who built the wheel when not PyTorch ("AMD": its own index), "" = PyTorch's wheel
+    # (says, source) of what the public record holds against the cell's arch on its release (Plan.arch_caveats)
+    caveats: tuple[tuple[str, str], ...] = ()
 
 
 def ladder(
@@ -127,7 +131,13 @@ def _vendor(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | N
     wheel = bool(recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url)
     claims = [vendor.detail] if vendor.status != "n/a" else []
     evidence = [Evidence("AMD docs", url) for url in vendor.sources]
-    if wheel:
+    if wheel and recipe.wheel_builder:
+        builder = recipe.wheel_builder
+        claims.append(
+            f"{builder} publishes its own build of torch, {recipe.torch_requirement}, on its index (not PyTorch's)"
+        )
+        evidence.append(Evidence(f"{builder}'s wheel index", recipe.wheel_index_url))
+    elif wheel:
         claims.append(f"PyTorch publishes the official wheel {recipe.torch_requirement}")
         evidence.append(Evidence("PyTorch wheel index", recipe.wheel_index_url))
     if vendor.status == "listed" or wheel:

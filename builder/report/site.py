@@ -90,6 +90,9 @@ class IndexEntry:
     measured_in: str = (
         ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
     )
+    # (says, source) of what the public record holds against its arch on its release (the recipes' arch_status and
+    # arch_record: TheRock's "Build Passing", a failure report)
+    caveats: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -470,6 +473,8 @@ def recipe_facts(site_recipes: Path | None = None) -> dict[str, cell_ladder.Reci
             wheel_index_url=p.wheel_index_url,
             lock=f"recipes/locks/{p.lock_path.name}",
             locked=p.lock_path.is_file(),
+            wheel_builder=p.release.wheel_builder if p.torch_source == "wheel" else "",
+            caveats=tuple((c.says, c.source) for c in p.arch_caveats),
         )
         for p in plans
     }
@@ -526,6 +531,7 @@ def _index_entry(
         speed_contended=cell_ladder.contended(train),
         vendor_claim=cell_ladder.vendor_claim(support, recipe),
         unproven=s.unproven,
+        caveats=recipe.caveats if recipe else (),
         gpus=_gpu_names(s),
         measured_in=_measured_in(s.latest_run),
         **_cell_provenance(s),

@@ -19,8 +19,9 @@ VENDOR_SUPPORT_FILE = RECIPES_DIR / "vendor-support.toml"
 
 @dataclass(frozen=True)
 class VendorSupport:
-    """`status`: "listed" (AMD lists the torch line and the arch), "wheel only" (AMD does not, but PyTorch
-    ships an official wheel for the cell), "not listed" or "n/a" (no vendor table applies, e.g. the CPU cell)."""
+    """`status`: "listed" (AMD lists the torch line and the arch), "wheel only" (AMD's table does not, but the cell's
+    torch is published as a wheel: PyTorch's official one, or AMD's own build on AMD's index), "not listed" or "n/a"
+    (no vendor table applies, e.g. the CPU cell)."""
 
     status: str
     detail: str
@@ -28,14 +29,16 @@ class VendorSupport:
 
 
 def load(path=VENDOR_SUPPORT_FILE) -> dict:
-    """The hand-read pages (`rocm`), AMD's parsed tables per recipe release (`amd`) and PyTorch's wheels
-    (`pytorch`: release -> torch line -> wheel requirement); {} parts when their files are absent."""
+    """The hand-read pages (`rocm`), AMD's parsed tables per recipe release (`amd`), the wheels the recipes take
+    (`pytorch`: release -> torch line -> wheel requirement) and who builds them where not PyTorch (`builders`:
+    release -> "AMD"); {} parts when their files are absent."""
     data = tomllib.loads(path.read_text()) if path.is_file() else {}
     from builder.plan.recipes import load as load_recipes
 
     recipes = load_recipes()
     points = vendor_matrix.load() if vendor_matrix.VENDOR_DIR.is_dir() else {}
     data["amd"] = {version: vendor_matrix.for_release(version, points) for version in recipes.releases.get("rocm", {})}
+    data["builders"] = {v: r.wheel_builder for v, r in recipes.releases.get("rocm", {}).items() if r.wheel_builder}
     data["pytorch"] = {
         version: {
             line: f"torch {t.version}+{suffix}"
@@ -55,7 +58,11 @@ def support_of(cell: Cell, data: dict) -> VendorSupport:
         return VendorSupport("n/a", "no vendor support table applies to this flavor")
     version = cell.accel_version or ""
     wheel = (data.get("pytorch") or {}).get(version, {}).get(cell.torch)
-    pytorch = f"PyTorch: official wheel {wheel}" if wheel else f"PyTorch: no official torch {cell.torch} wheel"
+    builder = (data.get("builders") or {}).get(version)  # the release takes torch from its vendor's index
+    if wheel and builder:
+        pytorch = f"{builder}: its own build of torch, {wheel}, on its index (not PyTorch's)"
+    else:
+        pytorch = f"PyTorch: official wheel {wheel}" if wheel else f"PyTorch: no official torch {cell.torch} wheel"
     amd, sources = _amd_claim(cell, data)
     if amd is None:
         return VendorSupport(

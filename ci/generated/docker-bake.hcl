@@ -16,6 +16,8 @@ group "default" {
     "cpu-torch2_13-py3_11",
     "rocm10_0-torch2_13-gfx90a-py3_12",
     "rocm10_0-torch2_13-gfx942-py3_12",
+    "rocm10_1-torch2_14-gfx90a-py3_12",
+    "rocm10_1-torch2_14-gfx942-py3_12",
     "rocm6_1_2-torch2_4-gfx90a-py3_10",
     "rocm6_1_2-torch2_4-gfx942-py3_10",
     "rocm6_1_2-torch2_5-gfx90a-py3_10",
@@ -44,6 +46,8 @@ group "default" {
     "rocm7_1-torch2_13-gfx942-py3_12",
     "rocm7_14-torch2_14-gfx90a-py3_12",
     "rocm7_14-torch2_14-gfx942-py3_12",
+    "rocm7_14_1-torch2_11-gfx90a-py3_12",
+    "rocm7_14_1-torch2_11-gfx942-py3_12",
     "rocm7_2-torch2_11-gfx90a-py3_12",
     "rocm7_2-torch2_11-gfx942-py3_12",
     "rocm7_2-torch2_12-gfx90a-py3_12",
@@ -82,6 +86,26 @@ target "rocm10_0-torch2_13-gfx942-py3_12" {
   tags       = ["${REGISTRY}/rocm10.0-torch2.13-gfx942-py3.12:${TAG}"]
   labels = {
     "org.envbuild.cell" = "rocm10.0-torch2.13-gfx942-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 10.1 --torch 2.14 --arch gfx90a --python 3.12 --out build/contexts/rocm10.1-torch2.14-gfx90a-py3.12
+target "rocm10_1-torch2_14-gfx90a-py3_12" {
+  context    = "build/contexts/rocm10.1-torch2.14-gfx90a-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm10.1-torch2.14-gfx90a-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm10.1-torch2.14-gfx90a-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 10.1 --torch 2.14 --arch gfx942 --python 3.12 --out build/contexts/rocm10.1-torch2.14-gfx942-py3.12
+target "rocm10_1-torch2_14-gfx942-py3_12" {
+  context    = "build/contexts/rocm10.1-torch2.14-gfx942-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm10.1-torch2.14-gfx942-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm10.1-torch2.14-gfx942-py3.12"
   }
 }
 
@@ -362,6 +386,26 @@ target "rocm7_14-torch2_14-gfx942-py3_12" {
   tags       = ["${REGISTRY}/rocm7.14-torch2.14-gfx942-py3.12:${TAG}"]
   labels = {
     "org.envbuild.cell" = "rocm7.14-torch2.14-gfx942-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.14.1 --torch 2.11 --arch gfx90a --python 3.12 --out build/contexts/rocm7.14.1-torch2.11-gfx90a-py3.12
+target "rocm7_14_1-torch2_11-gfx90a-py3_12" {
+  context    = "build/contexts/rocm7.14.1-torch2.11-gfx90a-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.14.1-torch2.11-gfx90a-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.14.1-torch2.11-gfx90a-py3.12"
+  }
+}
+
+# envbuild render --flavor rocm --rocm 7.14.1 --torch 2.11 --arch gfx942 --python 3.12 --out build/contexts/rocm7.14.1-torch2.11-gfx942-py3.12
+target "rocm7_14_1-torch2_11-gfx942-py3_12" {
+  context    = "build/contexts/rocm7.14.1-torch2.11-gfx942-py3.12"
+  dockerfile = "Dockerfile"
+  tags       = ["${REGISTRY}/rocm7.14.1-torch2.11-gfx942-py3.12:${TAG}"]
+  labels = {
+    "org.envbuild.cell" = "rocm7.14.1-torch2.11-gfx942-py3.12"
   }
 }
 

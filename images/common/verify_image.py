@@ -10,8 +10,9 @@ Checks, each a line of output; any failure fails the build with what was expecte
 - the arch: the requested GPU arch in the list torch was compiled for. torch.cuda.get_arch_list() returns []
   without a visible GPU in torch 2.3-2.6 (it checks is_available() first), so the compiled list is read
   with torch._C._cuda_getArchFlags(), which get_arch_list itself splits; plus code objects for it in what
-  torch loads: torch's own libraries and, through DT_NEEDED, the libraries they name in torch/lib or
-  /opt/rocm/lib (workload.binaries.code_object_reader.loaded_split, the rule of the arch probe and `envbuild inspect IMAGE`),
+  torch loads: torch's own libraries and, through DT_NEEDED, the libraries they name in torch/lib or the ROCm
+  lib dirs, /opt/rocm/lib or TheRock's /opt/rocm/core-<version>/lib (workload.binaries.rocm_layout; $ROCM_PATH first)
+  (workload.binaries.code_object_reader.loaded_split, the rule of the arch probe and `envbuild inspect IMAGE`),
   when they can be read. A library there that torch does not load and that lacks the arch (hipSPARSELt ships
   gfx942/gfx950 only) is a note in OUT_JSON's "notes", not a failure;
 - torch.compile's backend (expect.json "compile_package", a source build whose line has a verified pin): the

@@ -130,7 +130,7 @@ def test_render_refuses_a_foreign_directory_with_exit_2(tmp_path):
 def test_recipes_list_shows_cells_routes_and_sources():
     proven = {row["cell"]: row for row in json.loads(invoke("recipes", "list", "--json", "--proven-only").output)}
     assert "rocm6.2-torch2.5-gfx90a-py3.10" in proven and "rocm6.2-torch2.4-gfx90a-py3.10" not in proven
-    assert {row["proof"] for row in proven.values()} == {"official wheel"}
+    assert {row["proof"] for row in proven.values()} == {"official wheel", "AMD's wheel"}  # AMD's: from AMD's index
     result = invoke("recipes", "list", "--json")
     assert result.exit_code == 0, result.output
     rows = {row["cell"]: row for row in json.loads(result.output)}

@@ -74,6 +74,7 @@ def test_two_gpus_without_iommu_pt_warn(tmp_path):
         "gpu_devices": "pass",
         "gpu_archs": "pass",
         "iommu": "warn",
+        "rocm_userspace": "pass",
         "cells": "pass",
     }
     assert record["gpu_archs"] == ["gfx90a"] and record["amdgpu_version"] == "6.8.5"
@@ -170,9 +171,10 @@ def test_doctor_maps_the_host_gpus_to_the_cells_it_can_run(tmp_path):
     assert by_release["7.2"]["torch"] == ["2.11", "2.12", "2.13", "2.14"]
     assert by_release["6.2"]["torch"] == ["2.3", "2.4", "2.5", "2.6"]  # 2.5 a wheel; 2.3, 2.4, 2.6 source builds
     assert by_release["7.14"]["torch"] == ["2.14"] and by_release["10.0"]["torch"] == ["2.13"]  # pip-ROCm releases
+    assert by_release["7.14.1"]["torch"] == ["2.11"] and by_release["10.1"]["torch"] == ["2.14"]  # AMD's torch
     assert by_release["7.1"]["kernel_validated"] is True and by_release["6.1.2"]["kernel_validated"] is False
     assert by_release["7.2"]["kernel_validated"] is None  # 7.2's kernels were not read (recipes/rocm.toml)
-    assert [c["rocm"] for c in cells["gfx1201"]] == ["7.0", "7.1", "7.2", "7.14", "10.0"]
+    assert [c["rocm"] for c in cells["gfx1201"]] == ["7.0", "7.1", "7.2", "7.14", "7.14.1", "10.0", "10.1"]
     check = next(c for c in record["checks"] if c["name"] == "cells")
     assert check["status"] == "pass" and "gfx942 (MI300A, MI300X, MI325X): ROCm 6.1.2" in check["detail"]
     odd = host_record(
@@ -213,3 +215,47 @@ def test_the_cells_a_host_can_run_come_from_the_site_folder_the_cli_was_given(tm
     monkeypatch.setenv("ENVBUILD_RECIPES", str(site))
     record = host_record(HostView(root=root, uid=0, groups=(0,), check_engine=False))
     assert "6.2.9" not in {c["rocm"] for c in record["runnable_cells"]["gfx90a"]}
+
+
+DPKG_STATUS = """Package: amdrocm-runtime10.1
+Status: install ok installed
+Version: 10.1.0
+
+Package: amdrocm-blas10.1
+Status: install ok installed
+Version: 10.1.0
+
+Package: amdrocm-dnn10.1
+Status: deinstall ok config-files
+Version: 10.1.0
+
+Package: rocm-core
+Status: install ok installed
+Version: 7.2.4.70204-1
+
+Package: rocminfo-unrelated
+Status: install ok installed
+"""
+
+
+def test_the_doctor_finds_rocm_under_core_and_under_opt_rocm_with_its_package_names(tmp_path):
+    """A host with ROCm 10.1 in /opt/rocm/core-10.1 (TheRock's layout) beside a legacy /opt/rocm -> /opt/rocm-7.2.4:
+    both prefixes are named with their versions, and the installed amdrocm-* packages and the legacy rocm-core (not the
+    removed amdrocm-dnn, not a look-alike name) are counted; a host with none is told it needs none."""
+    root = fake_gpu_host(tmp_path / "host", cmdline="ro iommu=pt")
+    _write(root, "/opt/rocm/core-10.1/.info/version", "10.1.0\n")
+    (root / "opt/rocm/core-10.1/lib").mkdir(parents=True)
+    _write(root, "/opt/rocm-7.2.4/.info/version", "7.2.4-70204\n")
+    (root / "opt/rocm-7.2.4/lib").mkdir(parents=True)
+    (root / "opt/rocm/lib").symlink_to(root / "opt/rocm-7.2.4/lib")
+    _write(root, "/var/lib/dpkg/status", DPKG_STATUS)
+    record = host_record(HostView(root=root, uid=0, groups=(0,), check_engine=False))
+    check = next(c for c in record["checks"] if c["name"] == "rocm_userspace")
+    assert check["status"] == "pass"
+    assert check["detail"] == (
+        "/opt/rocm/core-10.1 (10.1.0, TheRock layout); /opt/rocm (7.2.4-70204, legacy); "
+        "2 amdrocm-* packages (amdrocm-blas10.1, amdrocm-runtime10.1); legacy packages (rocm-core)"
+    )
+    bare = host_record(HostView(root=fake_gpu_host(tmp_path / "bare"), uid=0, groups=(0,), check_engine=False))
+    detail = next(c["detail"] for c in bare["checks"] if c["name"] == "rocm_userspace")
+    assert detail.startswith("none installed (not needed")

@@ -20,10 +20,22 @@ TORCH_FILES = [
     "torch-2.9.2+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",  # newer than the 2.9 line's pin (2.9.1)
     "torch-2.8.0+rocm6.3-cp310-cp310-manylinux_2_28_x86_64.whl",  # pinned version, index suffix not listed
     "torch-2.9.0+rocm6.4-cp310-cp310-manylinux_2_28_x86_64.whl",  # older than the pin: not news
+    "torch-2.14.0+rocm10.1.0-cp312-cp312-manylinux_2_28_x86_64.whl",  # AMD's build the 10.1 cells take: nothing
+    "torch-2.13.0+rocm10.1.0-cp312-cp312-manylinux_2_28_x86_64.whl",  # AMD's build of a line 10.1 does not list
+    "torch-2.15.0+rocm10.2.0-cp312-cp312-manylinux_2_28_x86_64.whl",  # a line and a ROCm release the recipes lack
     "torch-2.13.0-cp311-none-macosx_11_0_arm64.whl",  # not a ROCm Linux wheel: ignored
     "<script>alert(1)</script>",  # hostile anchor text: ignored
 ]
-PROJECTS = ["torch", "amd-torch-device-gfx942", "amd-torch-device-gfx1153", "torchvision"]
+#: The `rocm` meta package of AMD's indexes: the ROCm releases the index carries.
+ROCM_FILES = [
+    "rocm-7.13.0.tar.gz",  # older than the recipes' 7.x releases: not news
+    "rocm-7.14.0.tar.gz",  # [release."7.14"] pins it
+    "rocm-7.14.1-py3-none-any.whl",  # [release."7.14.1"] pins it
+    "rocm-7.14.2.tar.gz",  # a point release after the newest 7.14 the recipes pin
+    "rocm-10.1.0.tar.gz",  # [release."10.1"] pins it
+    "rocm-10.2.0a20260916.tar.gz",  # a pre-release: not news
+]
+PROJECTS = ["torch", "rocm", "amd-torch-device-gfx942", "amd-torch-device-gfx1153", "torchvision"]
 
 
 def _page(names: list[str]) -> str:
@@ -36,6 +48,8 @@ def index_dir(tmp_path) -> Path:
     (root / "torch").mkdir(parents=True)
     (root / "index.html").write_text(_page(PROJECTS))
     (root / "torch" / "index.html").write_text(_page(TORCH_FILES))
+    (root / "rocm").mkdir()
+    (root / "rocm" / "index.html").write_text(_page(ROCM_FILES))
     return root
 
 
@@ -58,11 +72,13 @@ def invoke(*args):
     return CliRunner().invoke(main, ["recipes", "check-upstream", *args])
 
 
-def test_a_served_index_shows_the_wheels_and_archs_the_recipes_lack(index_url, tmp_path):
+def test_a_served_index_shows_the_wheels_archs_and_newer_releases_the_recipes_lack(index_url, tmp_path):
     releases = tmp_path / "tags.txt"
     releases.write_text(
-        "abc123\trefs/tags/rocm-7.2.4\ndef456\trefs/tags/rocm-7.3.0\n"
-        "0a1b2c\trefs/tags/therock-10.1.0\n1234ab\trefs/tags/rocm-6.1.2\n"
+        "abc123\trefs/tags/rocm-7.2.4\ndef456\trefs/tags/rocm-7.3.0\n"  # a line the base image tag 7.2 covers; older
+        "0a1b2c\trefs/tags/therock-10.1.0\n1234ab\trefs/tags/rocm-6.1.2\n"  # both in the recipes
+        "5678cd\trefs/tags/therock-11.0.0\n9abcde\trefs/tags/therock-11.1.0rc1\n"  # newer; a pre-release
+        "f0e1d2\trefs/heads/release/bkc/therock-10.1-20260811\n"  # a branch, not a release
     )
     result = invoke("--index", index_url, "--releases", str(releases))
     assert result.exit_code == 1, result.output
@@ -71,16 +87,20 @@ def test_a_served_index_shows_the_wheels_and_archs_the_recipes_lack(index_url, t
         "missing wheel: torch 2.15.0+rocm7.2: no torch line 2.15",
         "missing wheel: torch 2.9.2+rocm6.4: newer than line 2.9's pin 2.9.1",
         "missing wheel: torch 2.8.0+rocm6.3: line 2.8 does not list rocm6.3",
+        "missing wheel: torch 2.13.0+rocm10.1.0: line 2.13 does not list rocm10.1.0",
+        "missing wheel: torch 2.15.0+rocm10.2.0: no torch line 2.15",
         "missing arch: gfx1153 (amd-torch-device-gfx1153)",
-        "missing release: 7.3.0",
-        "missing release: 10.1.0",
+        "missing release: 7.14.2 (rocm 7.14.2)",
+        "missing release: 10.2.0 (torch 2.15.0+rocm10.2.0)",
+        "missing release: 11.0.0",
     ]
 
 
 def test_a_directory_index_reads_the_same_and_a_covered_index_exits_0(index_dir):
     assert invoke("--index", str(index_dir)).output == invoke("--index", index_dir.as_uri()).output
-    (index_dir / "torch" / "index.html").write_text(_page(TORCH_FILES[:2]))
-    (index_dir / "index.html").write_text(_page(["torch", "amd-torch-device-gfx942"]))
+    (index_dir / "torch" / "index.html").write_text(_page(TORCH_FILES[:2] + TORCH_FILES[6:7]))
+    (index_dir / "rocm" / "index.html").write_text(_page(ROCM_FILES[:2] + ROCM_FILES[4:]))
+    (index_dir / "index.html").write_text(_page(["torch", "rocm", "amd-torch-device-gfx942"]))
     result = invoke("--index", str(index_dir))
     assert result.exit_code == 0 and "recipes cover everything" in result.output
 
@@ -149,3 +169,18 @@ def test_a_page_the_parser_cannot_read_is_named_when_hashes_are_read():
 
     with pytest.raises(UpstreamError, match=r"https://example\.org/simple/torch/: not an HTML index page"):
         pinned_hashes("<html><![ bogus", load(), where="https://example.org/simple/torch/")
+
+
+def test_a_release_is_news_only_when_newer_than_what_the_recipes_pin_in_its_line(recipes_copy):
+    """A pip-route release pins its exact ROCm version (rocm==7.14.1): 7.14.0 and 7.14.1 are covered, a later 7.14.x
+    is news, an earlier one is not; a base-image release named by its line (7.2) covers every 7.2.x; a line older
+    than the recipes' newest (7.13) is not news, a newer one (10.2, 11.0) is."""
+    from builder.plan.recipes import load
+    from builder.plan.upstream import newer_releases
+
+    versions = ["7.14.0", "7.14.1", "7.14.2", "7.2.5", "7.13.0", "10.1.0", "10.2.0", "11.0", "6.2.4"]
+    assert newer_releases(versions, load(recipes_copy)) == ["7.14.2", "10.2.0", "11.0"]
+    rocm = recipes_copy / "rocm.toml"
+    rocm.write_text(rocm.read_text().replace("==7.14.1", "==7.14.3"))  # the 7.14.1 release now pins 7.14.3
+    load.cache_clear()
+    assert newer_releases(["7.14.1", "7.14.2", "7.14.4"], load(recipes_copy)) == ["7.14.4"]

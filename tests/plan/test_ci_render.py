@@ -81,7 +81,9 @@ def test_selection_narrows_and_the_resolver_filters():
         ("7.2", "2.13"),
         ("7.2", "2.14"),  # PyTorch's rocm7.x wheels
         ("7.14", "2.14"),
+        ("7.14.1", "2.11"),  # AMD's build from AMD's index
         ("10.0", "2.13"),
+        ("10.1", "2.14"),
     }  # the pip-ROCm releases
     assert {(c.arch, c.python, c.flavor) for c in py312} == {("gfx90a", "3.12", "rocm")}
 
@@ -110,6 +112,9 @@ def test_a_weekly_job_checks_the_upstream_indexes_the_recipes_take_torch_from(re
     assert (
         "https://download.pytorch.org/whl/rocm6.2" in indexes and "https://download.pytorch.org/whl/rocm7.2" in indexes
     )
+    # the releases whose torch is AMD's build are checked on AMD's indexes, never on a PyTorch index that has none
+    assert {"https://repo.amd.com/rocm/whl-multi-arch/", "https://stable.repo.amd.com/rocm/whl-next/"} <= set(indexes)
+    assert not [i for i in indexes if i.startswith("https://download.pytorch.org/whl/rocm10")]
     assert job["permissions"] == {"contents": "read"}
 
 

@@ -48,6 +48,8 @@ def test_each_golden_cell_takes_the_torch_route_its_name_says():
         "cpu-torch2.13": "wheel",
         "rocm7.14-torch2.14-gfx942-pip": "wheel",
         "rocm10.0-torch2.13-gfx1151-pip": "wheel",
+        "rocm10.1-torch2.14-gfx90a-pip": "wheel",
+        "rocm7.14.1-torch2.11-gfx90a-pip": "wheel",
     }
     bases = {name: resolve(req).base_image for name, req in GOLDEN_CELLS.items() if name.startswith("rocm")}
     assert bases["rocm6.4-torch2.8-wheel"].startswith("rocm/dev-ubuntu-22.04:")

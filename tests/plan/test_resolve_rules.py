@@ -144,12 +144,12 @@ def test_neither_the_request_nor_its_plan_can_be_changed_after_the_plan_was_hash
         (
             Request(accel_version="6.2.5", torch="2.5"),
             "unknown ROCm release '6.2.5'; nearest valid: 6.1.2, 6.2, 6.2.4 "
-            "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2, 7.14, 10.0)",
+            "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2, 7.14, 7.14.1, 10.0, 10.1)",
         ),
         (
             Request(accel_version="7.1.5", torch="2.10"),
             "unknown ROCm release '7.1.5'; nearest valid: 7.0, 7.1, 7.2 "
-            "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2, 7.14, 10.0)",
+            "(all: 6.1.2, 6.2, 6.2.4, 6.3, 6.4, 7.0, 7.1, 7.2, 7.14, 7.14.1, 10.0, 10.1)",
         ),
         (Request(flavor="rocn", torch="2.4"), "unknown flavor 'rocn'; nearest valid: rocm, cpu, cuda"),
         (
@@ -211,8 +211,9 @@ def test_a_refusal_with_no_choice_says_there_are_none(recipes_copy):
         (
             Request(accel_version="6.1.2", torch="2.11"),
             NoSuchCellError,
-            "no official torch 2.11 wheel for ROCm 6.1.2 (torch 2.11 wheels: cu130, rocm7.1, rocm7.2; ROCm 6.1.2 takes: "
-            "rocm6.1); torch 2.11 is offered as an official wheel only; releases whose index carries it: 7.1, 7.2",
+            "no official torch 2.11 wheel for ROCm 6.1.2 (torch 2.11 wheels: cu130, rocm7.1, rocm7.2, rocm7.14.1; ROCm "
+            "6.1.2 takes: rocm6.1); torch 2.11 is offered as an official wheel only; releases whose index carries it: "
+            "7.1, 7.2, 7.14.1",
         ),
         (
             Request(accel_version="6.2.4", torch="2.5"),
@@ -349,7 +350,7 @@ def test_a_wheel_only_line_no_release_carries_and_a_release_with_no_wheel_line_s
     dropin = recipes_copy / "flavors.d" / "cuda.toml"  # where torch 2.11's line lives (shared by cuda and rocm)
     dropin.write_text(
         dropin.read_text().replace(
-            'wheel_suffixes = ["cu130", "rocm7.1", "rocm7.2"]', 'wheel_suffixes = ["cu130", "rocm9.9"]'
+            'wheel_suffixes = ["cu130", "rocm7.1", "rocm7.2", "rocm7.14.1"]', 'wheel_suffixes = ["cu130", "rocm9.9"]'
         )
     )
     text = (recipes_copy / "torch.toml").read_text()

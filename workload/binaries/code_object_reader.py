@@ -13,7 +13,8 @@ and no ROCm tools (standard library only, so `envbuild inspect` can use it on th
 - rocBLAS and hipBLASLt keep per-arch kernel files (`.../rocblas/library/*gfx90a*`, or a versioned
   `rocblas/4.4.1/library` as Debian ships it): counted by arch name.
 - What torch loads (`loaded_split`): torch's own libraries and the libraries they name in DT_NEEDED,
-  transitively, found in torch/lib or the ROCm lib dir, with the kernel dirs of those that have them. Every
+  transitively, found in torch/lib or the ROCm lib dirs (the legacy /opt/rocm/lib and TheRock's
+  /opt/rocm/core-<version>/lib: rocm_layout), with the kernel dirs of those that have them. Every
   other library there is "other": a library nothing torch loads may target fewer GPUs without harm.
 
     python -m workload.binaries.code_object_reader PATH... [--arch gfx90a] [--json]
@@ -30,6 +31,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import rocm_layout
 from .elf_needed import closure
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -37,7 +39,6 @@ COMPRESSED_MAGIC = b"CCOB"
 _ARCH = re.compile(r"gfx[0-9a-f]{3,4}")
 _KERNEL_LIBRARIES = ("rocblas", "hipblaslt")  # lib<name>.so reads <its dir>/<name>/[version/]library/*
 _TORCH_LIBRARIES = ("libtorch", "libc10", "libcaffe2", "libshm")  # torch's own, in torch/lib
-ROCM_LIB = Path("/opt/rocm/lib")
 _MAX_ENTRIES = 4096  # sanity bound while parsing: a bundle header claiming more is not one
 
 
@@ -251,22 +252,29 @@ def torch_lib() -> Path | None:
     return Path(spec.origin).parent / "lib" if spec and spec.origin else None
 
 
-def library_dirs() -> tuple[Path, list[Path]]:
-    """(torch/lib of the importable torch, [/opt/rocm/lib] when present): where torch's libraries load from,
+def library_dirs(root: Path = Path("/")) -> tuple[Path, list[Path]]:
+    """(torch/lib of the importable torch, the lib dirs of every ROCm prefix under `root`: TheRock's
+    /opt/rocm/core-<version> and the legacy /opt/rocm, rocm_layout.library_dirs): where torch's libraries load from,
     as `loaded_split` takes them (the arch probe, the image's verify step and `envbuild inspect IMAGE`)."""
-    return torch_lib() or Path("/nonexistent"), [ROCM_LIB] if ROCM_LIB.is_dir() else []
+    return torch_lib() or Path("/nonexistent"), rocm_layout.library_dirs(root)
 
 
-def torch_paths() -> list[Path]:
-    """torch/lib of the importable torch plus /opt/rocm/lib when present (what an image's kernels come from)."""
-    return [p for p in [torch_lib(), ROCM_LIB] if p is not None and p.is_dir()]
+def torch_paths(root: Path = Path("/")) -> list[Path]:
+    """torch/lib of the importable torch plus the ROCm lib dirs under `root` (what an image's kernels come from)."""
+    torch = torch_lib()
+    return [p for p in [torch] if p is not None and p.is_dir()] + rocm_layout.library_dirs(root)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m workload.binaries.code_object_reader", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("paths", nargs="*", type=Path, help="files or dirs (default: torch/lib and /opt/rocm/lib)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="files or dirs (default: torch/lib and the ROCm lib dirs: /opt/rocm/lib, /opt/rocm/core-<version>/lib)",
+    )
     parser.add_argument("--arch", help="the GPU arch that must be present, e.g. gfx90a")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

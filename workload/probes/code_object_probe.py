@@ -5,7 +5,8 @@ The probe reads the device's base arch (`gcnArchName` up to the first ':', e.g. 
 (`torch._C._cuda_getArchFlags()`, the list `torch.cuda.get_arch_list()` splits) and that the libraries torch
 loads carry code for it: torch's own libraries in torch/lib and the ROCm libraries they name in DT_NEEDED,
 transitively, with the rocBLAS/hipBLASLt kernel dirs of those (workload.binaries.code_object_reader.loaded_split: clang
-offload bundles and ELF headers, no ROCm tools needed). A library under /opt/rocm/lib that nothing torch
+offload bundles and ELF headers, no ROCm tools needed), in torch/lib and the ROCm lib dirs (the legacy /opt/rocm/lib,
+TheRock's /opt/rocm/core-<version>/lib: workload.binaries.rocm_layout). A library there that nothing torch
 loads may target other GPUs (hipSPARSELt ships gfx942/gfx950 only): that is a note in the message and
 `values["other_missing_in"]`, not a failure. ROCm only; skipped elsewhere.
 """
