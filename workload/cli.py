@@ -205,6 +205,13 @@ def _signals_as_interrupt():
     noted_before = len(RECEIVED_SIGNALS)
     try:
         yield
+    except Exception as exc:
+        if len(RECEIVED_SIGNALS) > noted_before:  # a library turned the interrupt into its own error (numpy's
+            # C-extension import, interrupted while torch imports, raises ImportError): still an interrupt
+            raise KeyboardInterrupt(
+                f"signal {RECEIVED_SIGNALS[noted_before]}, surfaced as {type(exc).__name__}"
+            ) from exc
+        raise
     finally:
         del RECEIVED_SIGNALS[noted_before:]  # this run's signals end with it (a later run in this process starts clean)
         signal.setitimer(signal.ITIMER_REAL, 0)

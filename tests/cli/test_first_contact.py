@@ -131,6 +131,42 @@ runpy.run_module("workload", run_name="__main__")
 """
 
 
+INTERRUPTED_IMPORT = """
+import os, runpy, signal, sys, time
+
+
+class InterruptedImport:  # numpy's C-extension import, hit by a Ctrl-C while torch imports: ImportError, not the interrupt
+    def find_spec(self, name, path=None, target=None):
+        if name == "workload.runner":
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)
+            except KeyboardInterrupt:
+                raise ImportError("cannot load module more than once per process")
+        return None
+
+
+sys.meta_path.insert(0, InterruptedImport())
+sys.argv = ["workload", "train", "--preset", "smoke", "--out", sys.argv[1]]
+runpy.run_module("workload", run_name="__main__")
+"""
+
+
+def test_a_ctrl_c_a_library_turns_into_its_own_error_at_start_up_is_an_interrupt(tmp_path):
+    """Seen under load: SIGINT inside numpy's extension import (under `import torch`) surfaced as ImportError and a
+    traceback. A signalled start-up ends with the one interrupted line and exit 130."""
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IMPORT, str(tmp_path / "run")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 130 and "interrupted before the run started" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_a_ctrl_c_a_library_swallows_still_ends_the_run_interrupted_not_with_a_verdict(tmp_path):
     """Seen in CI under load: SIGINT landed inside numpy's lazy import under transformers, which swallowed the
     KeyboardInterrupt; the run went on and recorded `error (exception)`. A signalled run ends `interrupted`."""
