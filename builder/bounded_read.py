@@ -20,7 +20,6 @@ import socket
 import stat
 import time
 import urllib.request
-from itertools import accumulate
 from pathlib import Path
 
 #: Nesting that the doors' parsers are given at most (the deepest real document, an image manifest, is 4 deep).
@@ -80,45 +79,80 @@ def copy_file(path: Path | str, target: Path | str, limit: int) -> None:
         raise BoundedReadError(f"larger than {limit} bytes, the most read here")
 
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-_KEEP_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
-
-
-def _max_depth(brackets: bytes) -> int:
-    return max(accumulate(_DEPTH_STEP[b] for b in brackets), default=0)
+#: From where a scan stands, everything up to the next structural byte of a JSON text (group 1) or its end (group 1
+#: empty). Strings are skipped whole; an unterminated one runs to the end (the parser stops there). Every repeat is
+#: possessive and over single characters or whole tokens: the regex engine keeps no state per character skipped,
+#: so the scan's memory does not grow with the text.
+_JSON_NEXT = re.compile(rb'(?:[^\[\]{},"]++|"(?:[^"\\]++|\\.?)*+(?:"|\Z))*+([\[\]{},]|\Z)', re.DOTALL)
 
 
 def check_json(raw: bytes, *, max_depth: int = MAX_DEPTH, max_values: int) -> None:
     """Refuse JSON text nested deeper than `max_depth` or holding more than `max_values` arrays, objects and
-    entries, before a parser builds it (the check reads the bytes once; strings are set aside first)."""
-    bare = _JSON_STRING.sub(b'""', raw)
-    values = bare.count(b"[") + bare.count(b"{") + bare.count(b",")
-    if values > max_values:
-        raise BoundedReadError(f"more than {max_values} JSON values (arrays, objects and entries)")
-    depth = _max_depth(bare.translate(None, _KEEP_BRACKETS))
-    if depth > max_depth:
-        raise BoundedReadError(f"nested {depth} deep; at most {max_depth} is read")
+    entries, before a parser builds it. One pass over the bytes with strings skipped, in memory that does not grow
+    with the text; it stops where the brackets close more than they opened (the parser refuses the text there)."""
+    depth = deepest = values = 0
+    for match in _JSON_NEXT.finditer(raw):
+        char = match[1]
+        if char == b"," or char == b"[" or char == b"{":
+            values += 1
+            if values > max_values:
+                raise BoundedReadError(f"more than {max_values} JSON values (arrays, objects and entries)")
+            if char != b",":
+                depth += 1
+                deepest = max(deepest, depth)
+        elif char:
+            depth -= 1
+            if depth < 0:
+                break
+    if deepest > max_depth:
+        raise BoundedReadError(f"nested {deepest} deep; at most {max_depth} is read")
 
 
-_TOML_STRING = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'', re.DOTALL)
-_TOML_COMMENT = re.compile(r"#[^\n]*")
+#: TOML's lexical rules as tomllib applies them, one token at a time from where a scan stands: a comment runs from
+#: '#' to the line end; a multi-line basic string ends at the first unescaped triple quote and takes up to two
+#: more quotes, a basic string at an unescaped quote (unterminated: before the line end, where the parser stops);
+#: literal strings know no escapes. Group 1 is the next structural character outside all of them ([ ] { } . or a
+#: line end), empty at the end of the text. Possessive repeats, as in _JSON_NEXT: memory that does not grow.
+_TOML_NEXT = re.compile(
+    r"(?:[^\[\]{}.\n\"'#]++"
+    r'|"""(?:[^"\\]++|\\.?|"(?!""))*+(?:"""|\Z)"{0,2}+'
+    r"|'''(?:[^']++|'(?!''))*+(?:'''|\Z)'{0,2}+"
+    r'|"(?:[^"\\\n]++|\\[^\n]?)*+"?+'
+    r"|'[^'\n]*+'?+"
+    r"|#[^\n]*+"
+    r")*+([\[\]{}.\n]|\Z)",
+    re.DOTALL,
+)
 
 
 def check_toml(text: str, *, max_depth: int = MAX_DEPTH) -> None:
     """Refuse TOML text nested deeper than `max_depth` (arrays and inline tables) or with a line holding more
-    than MAX_KEY_PARTS - 1 dots outside strings (a dotted key or table header of too many parts: TOML keeps
-    each key on one line), before tomllib (which recurses per level and per part) reads it."""
-    bare = _TOML_COMMENT.sub("", _TOML_STRING.sub('""', text)).encode("utf-8", "replace")
-    for number, line in enumerate(bare.split(b"\n"), 1):
-        if line.count(b".") >= MAX_KEY_PARTS:
+    than MAX_KEY_PARTS - 1 dots outside strings and comments (a dotted key or table header of too many parts:
+    TOML keeps each key on one line), before tomllib (which recurses per level and per part) reads it. The scan
+    reads comments and the four kinds of string as the parser does, in one pass; it stops where the brackets
+    close more than they opened (the parser refuses the text there)."""
+    depth = deepest = dots = first_dot = 0
+    for match in _TOML_NEXT.finditer(text):
+        char = match[1]
+        if char == ".":
+            first_dot = first_dot if dots else match.start(1)
+            dots += 1
+        elif char == "[" or char == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == "]" or char == "}":
+            depth -= 1
+            if depth < 0:
+                break
+        elif dots >= MAX_KEY_PARTS:  # the line ends (or the text) after too many dots
             raise BoundedReadError(
-                f"line {number}: {line.count(b'.')} dots outside strings, a dotted key of more "
+                f"line {text.count(chr(10), 0, first_dot) + 1}: {dots} dots outside strings, a dotted key of more "
                 f"than {MAX_KEY_PARTS} parts; recipe keys have at most 3"
             )
-    depth = _max_depth(bare.translate(None, _KEEP_BRACKETS))
-    if depth > max_depth:
-        raise BoundedReadError(f"nested {depth} deep; at most {max_depth} is read")
+        else:
+            dots = 0
+    if deepest > max_depth:
+        raise BoundedReadError(f"nested {deepest} deep; at most {max_depth} is read")
 
 
 def read_url(url: str, limit: int, deadline: float) -> bytes:

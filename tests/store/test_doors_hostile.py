@@ -6,6 +6,7 @@ folder, a peak RSS under 300 MB (the child's own, from wait4) and under 30 s."""
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import re
 import signal
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from builder.strict_json import MAX_RESULT_BYTES
+from matrix_fixtures import make_result
 from repo import REPO_ROOT
 
 PEAK_MB = 300
@@ -97,6 +100,10 @@ OVERLAYS = {
         ["base_image", "image reference"],
     ),
     "an array 100,000 deep": ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", ["nested 100000 deep"]),
+    "an array 100,000 deep between comments holding '''": (
+        "# '''\nx = " + "[" * 100_000 + "]" * 100_000 + "\n# '''\n",
+        ["nested 100000 deep"],
+    ),
     "a dotted key of 10,000 parts": (".".join(["a"] * 10_000) + " = 1\n", ["dotted key"]),
     "a dotted key of 100,000 parts": (".".join(["a"] * 100_000) + " = 1\n", ["dotted key"]),
     "a release key ../..": (
@@ -175,6 +182,44 @@ def test_a_result_of_empty_arrays_just_under_the_cap_is_refused_in_little_memory
     _empty_arrays(work / "result.json", (64 << 20) - 64)
     message = refused(["matrix", "import", *skip, "result.json"], work, "result.json", "more than 1000000 JSON values")
     assert "nothing imported: every file is invalid" in message or not skip
+
+
+def _result_of_size(path: Path, size: int) -> None:
+    """A result.json of exactly `size` bytes: a valid result whose `error` text fills it (one long JSON string,
+    the shape whose scan once cost about 117 bytes per character)."""
+    result = make_result(error="")
+    filler = size - len(json.dumps(result).encode())
+    result["error"] = "x" * filler
+    path.write_text(json.dumps(result))
+    assert path.stat().st_size == size
+
+
+JSON_DOORS = {
+    "matrix import": ["matrix", "import", "--db", "m.db", "result.json"],
+    "matrix publish": ["matrix", "publish", "result.json", "--name", "x", "--out", "OUT"],
+}
+
+
+@pytest.mark.parametrize("command", JSON_DOORS)
+def test_a_result_json_at_the_size_cap_costs_about_three_times_its_size_in_memory(tmp_path, command):
+    """Three copies are the parser's own (the bytes, the decoded text, the parsed string); the scan before the
+    parser adds none. Measured as the child's peak RSS over the same command's peak on a 5 KB result."""
+    peaks = []
+    for name, size in (("small", None), ("big", MAX_RESULT_BYTES)):
+        work = tmp_path / name
+        work.mkdir()
+        if size:
+            _result_of_size(work / "result.json", size)
+        else:
+            (work / "result.json").write_text(json.dumps(make_result(error="x" * 5000)))
+        before = tree(work)
+        code, stderr, peak, _ = door(*JSON_DOORS[command], cwd=work, seconds=60)
+        assert code == 2 and "Traceback" not in stderr, stderr
+        assert "error: string longer than 4096 characters" in stderr, stderr
+        assert tree(work) == before
+        peaks.append(peak)
+    growth = (peaks[1] - peaks[0]) * (1 << 20)
+    assert growth < 3.1 * MAX_RESULT_BYTES, f"peak {peaks[1]:.0f} MB at the cap, {peaks[0]:.0f} MB for 5 KB"
 
 
 def test_a_sparse_2_gib_matrix_file_is_refused_before_it_is_copied(tmp_path):
