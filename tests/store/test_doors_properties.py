@@ -250,3 +250,31 @@ def test_what_the_toml_scan_lets_through_never_nests_deeper_in_the_parser(parts)
     except tomllib.TOMLDecodeError:
         return
     assert _nesting(value.get("x")) <= 2
+
+
+_TEMPLATE_PARTS = ["{suffix}", "{", "}", "suffix", "{version}", ":>9", "!r", ".__class__", "[0]", "rocm", "6.2", "/"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(_TEMPLATE_PARTS)),
+    url=st.booleans(),
+    suffix=st.sampled_from(["rocm6.2", "cu130", "cpu", ""]),
+)
+def test_a_flavor_template_is_refused_or_filled_by_plain_substitution(parts, url, suffix):
+    """Any text in a flavor's wheel index or local version: the recipe grammar refuses it, or its only braces are
+    {suffix} and filling it replaces exactly those (no format spec, attribute, index or conversion is run)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from builder.plan import placeholders
+    from builder.plan import recipe_grammar as g
+
+    text = ("https://download.pytorch.org/whl/" if url else "") + "".join(parts)
+    try:
+        TypeAdapter(g.WheelIndex if url else g.LocalVersion).validate_python(text)
+    except ValidationError:
+        return
+    filled = placeholders.fill(text, suffix=suffix)
+    assert filled == text.replace("{suffix}", suffix)
+    assert "{" not in filled and "}" not in filled
+    assert not url or g.is_url(filled)
