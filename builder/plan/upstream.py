@@ -22,11 +22,11 @@ from builder.plan.recipes import Recipes, version_key
 
 #: torch-2.11.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl -> version 2.11.0, local rocm7.2
 _TORCH_WHEEL = re.compile(
-    r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>rocm\d+(?:\.\d+){0,2})-"
-    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl$"
+    r"torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>rocm\d+(?:\.\d+){0,2})-"
+    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl"
 )
 #: AMD's per-arch torch device packages (TheRock multi-arch index): amd-torch-device-gfx942
-_DEVICE_PROJECT = re.compile(r"^amd-torch-device-(?P<arch>gfx[0-9a-f]{3,4})$")
+_DEVICE_PROJECT = re.compile(r"amd-torch-device-(?P<arch>gfx[0-9a-f]{3,4})")
 _RELEASE_TAG = re.compile(r"\b(?:rocm|therock)-(?P<version>\d+\.\d+(?:\.\d+)?)\b")
 MAX_PAGE = 8 * 1024 * 1024  # bytes read from one index page
 INDEX_SECONDS = 25  # one index's pages, all of them, are read within this time however slowly a server sends
@@ -135,7 +135,7 @@ def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: flo
     projects = set(anchors(index_page(index, deadline), index))
     known_archs = {a for r in recipes.releases[flavor].values() for a in r.archs}
     for name in sorted(projects):
-        match = _DEVICE_PROJECT.match(name)
+        match = _DEVICE_PROJECT.fullmatch(name)
         if match and match["arch"] not in known_archs:
             findings.archs.append(f"{match['arch']} ({name})")
     if "torch" not in projects:
@@ -144,7 +144,7 @@ def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: flo
     seen = set()
     torch_page = project_url(index, "torch")
     for name in anchors(read_text(torch_page, deadline), torch_page):
-        match = _TORCH_WHEEL.match(urllib.parse.unquote(name))
+        match = _TORCH_WHEEL.fullmatch(urllib.parse.unquote(name))
         if not match or (match["version"], match["local"]) in seen:
             continue
         version, local = match["version"], match["local"]
