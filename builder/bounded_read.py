@@ -7,7 +7,8 @@ bytes before reading it. `check_json` and
 `check_toml` scan the text before a parser sees it and refuse nesting deeper than `max_depth` and more than
 `max_values` values (JSON) or a key of more than MAX_KEY_PARTS dotted parts (TOML): the parsers recurse per
 level and allocate per value, so a small file could otherwise exhaust the stack or the memory. `read_url` reads
-an http(s) page of at most `limit` bytes within one total deadline, however slowly the server sends. Every
+an http(s) page of at most `limit` bytes within one total deadline, however slowly the server sends, following a
+redirect only on the same host and never from https to http. Every
 refusal is a BoundedReadError (a ValueError) whose message says what is wrong; the caller names the file.
 Imports nothing from builder.
 """
@@ -19,6 +20,7 @@ import re
 import socket
 import stat
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -155,16 +157,47 @@ def check_toml(text: str, *, max_depth: int = MAX_DEPTH) -> None:
         raise BoundedReadError(f"nested {deepest} deep; at most {max_depth} is read")
 
 
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only on the host that was asked (its port too, unless http becomes https), and never
+    from https to http: a page is what its own host serves, over the channel that was asked for."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        old, new = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
+        why = ""
+        if new.scheme not in ("http", "https") or (old.scheme, new.scheme) == ("https", "http"):
+            why = f"from {old.scheme} to {new.scheme or 'no scheme'}"
+        elif (new.hostname or "") != (old.hostname or "") or (old.scheme == new.scheme and _port(old) != _port(new)):
+            why = "to another host"
+        if why:
+            fp.close()
+            raise BoundedReadError(
+                f"redirected {why} ({req.full_url[:200]!r} -> {newurl[:200]!r}): a redirect is followed only on the "
+                "same host and never to http; give the URL it should be read from"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _port(parts: urllib.parse.SplitResult) -> int | None:
+    try:
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port that is no number: never the same as the one asked
+        return None
+
+
+_OPENER = urllib.request.build_opener(_SameHostRedirects)
+
+
 def read_url(url: str, limit: int, deadline: float) -> bytes:
     """At most `limit` bytes of an http(s) URL (a file:// one is a path: read_file), all read before `deadline`
-    (time.monotonic()): BoundedReadError when the page is larger or the deadline passes (however slowly the
-    server sends), OSError when it cannot be fetched."""
+    (time.monotonic()): BoundedReadError when the page is larger, the deadline passes (however slowly the
+    server sends) or the server redirects to another host or from https to http; OSError when it cannot be
+    fetched."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise BoundedReadError("the time for this index ran out before this page was asked for")
     data = bytearray()
     try:
-        with urllib.request.urlopen(url, timeout=left) as response:  # noqa: S310 (the caller checks the scheme)
+        with _OPENER.open(url, timeout=left) as response:  # the caller checks the scheme
             while len(data) <= limit:
                 left = deadline - time.monotonic()
                 if left <= 0:

@@ -4,7 +4,8 @@
 https://download.pytorch.org/whl/rocm7.2/, or AMD's per-arch indexes) and a list of ROCm release tags, and
 compares them with the recipes. Everything read is untrusted: only names matching a strict grammar (a wheel
 filename, a project name, a release tag) are used; links are never followed, only <index>/<project>/ pages
-this module builds itself are fetched.
+this module builds itself are fetched, and a redirect only on the index's own host, never from https to http
+(builder.bounded_read.read_url).
 """
 
 from __future__ import annotations
