@@ -7,7 +7,8 @@ bytes before reading it. `check_json` and
 `check_toml` scan the text before a parser sees it and refuse nesting deeper than `max_depth` and more than
 `max_values` values (JSON) or a key of more than MAX_KEY_PARTS dotted parts (TOML): the parsers recurse per
 level and allocate per value, so a small file could otherwise exhaust the stack or the memory. `read_url` reads
-an http(s) page of at most `limit` bytes within one total deadline, however slowly the server sends. Every
+an http(s) page of at most `limit` bytes within one total deadline, however slowly the server sends, following a
+redirect only on the same host and never from https to http. Every
 refusal is a BoundedReadError (a ValueError) whose message says what is wrong; the caller names the file.
 Imports nothing from builder.
 """
@@ -19,8 +20,8 @@ import re
 import socket
 import stat
 import time
+import urllib.parse
 import urllib.request
-from itertools import accumulate
 from pathlib import Path
 
 #: Nesting that the doors' parsers are given at most (the deepest real document, an image manifest, is 4 deep).
@@ -80,57 +81,123 @@ def copy_file(path: Path | str, target: Path | str, limit: int) -> None:
         raise BoundedReadError(f"larger than {limit} bytes, the most read here")
 
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-_KEEP_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
-
-
-def _max_depth(brackets: bytes) -> int:
-    return max(accumulate(_DEPTH_STEP[b] for b in brackets), default=0)
+#: From where a scan stands, everything up to the next structural byte of a JSON text (group 1) or its end (group 1
+#: empty). Strings are skipped whole; an unterminated one runs to the end (the parser stops there). Every repeat is
+#: possessive and over single characters or whole tokens: the regex engine keeps no state per character skipped,
+#: so the scan's memory does not grow with the text.
+_JSON_NEXT = re.compile(rb'(?:[^\[\]{},"]++|"(?:[^"\\]++|\\.?)*+(?:"|\Z))*+([\[\]{},]|\Z)', re.DOTALL)
 
 
 def check_json(raw: bytes, *, max_depth: int = MAX_DEPTH, max_values: int) -> None:
     """Refuse JSON text nested deeper than `max_depth` or holding more than `max_values` arrays, objects and
-    entries, before a parser builds it (the check reads the bytes once; strings are set aside first)."""
-    bare = _JSON_STRING.sub(b'""', raw)
-    values = bare.count(b"[") + bare.count(b"{") + bare.count(b",")
-    if values > max_values:
-        raise BoundedReadError(f"more than {max_values} JSON values (arrays, objects and entries)")
-    depth = _max_depth(bare.translate(None, _KEEP_BRACKETS))
-    if depth > max_depth:
-        raise BoundedReadError(f"nested {depth} deep; at most {max_depth} is read")
+    entries, before a parser builds it. One pass over the bytes with strings skipped, in memory that does not grow
+    with the text; it stops where the brackets close more than they opened (the parser refuses the text there)."""
+    depth = deepest = values = 0
+    for match in _JSON_NEXT.finditer(raw):
+        char = match[1]
+        if char == b"," or char == b"[" or char == b"{":
+            values += 1
+            if values > max_values:
+                raise BoundedReadError(f"more than {max_values} JSON values (arrays, objects and entries)")
+            if char != b",":
+                depth += 1
+                deepest = max(deepest, depth)
+        elif char:
+            depth -= 1
+            if depth < 0:
+                break
+    if deepest > max_depth:
+        raise BoundedReadError(f"nested {deepest} deep; at most {max_depth} is read")
 
 
-_TOML_STRING = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'', re.DOTALL)
-_TOML_COMMENT = re.compile(r"#[^\n]*")
+#: TOML's lexical rules as tomllib applies them, one token at a time from where a scan stands: a comment runs from
+#: '#' to the line end; a multi-line basic string ends at the first unescaped triple quote and takes up to two
+#: more quotes, a basic string at an unescaped quote (unterminated: before the line end, where the parser stops);
+#: literal strings know no escapes. Group 1 is the next structural character outside all of them ([ ] { } . or a
+#: line end), empty at the end of the text. Possessive repeats, as in _JSON_NEXT: memory that does not grow.
+_TOML_NEXT = re.compile(
+    r"(?:[^\[\]{}.\n\"'#]++"
+    r'|"""(?:[^"\\]++|\\.?|"(?!""))*+(?:"""|\Z)"{0,2}+'
+    r"|'''(?:[^']++|'(?!''))*+(?:'''|\Z)'{0,2}+"
+    r'|"(?:[^"\\\n]++|\\[^\n]?)*+"?+'
+    r"|'[^'\n]*+'?+"
+    r"|#[^\n]*+"
+    r")*+([\[\]{}.\n]|\Z)",
+    re.DOTALL,
+)
 
 
 def check_toml(text: str, *, max_depth: int = MAX_DEPTH) -> None:
     """Refuse TOML text nested deeper than `max_depth` (arrays and inline tables) or with a line holding more
-    than MAX_KEY_PARTS - 1 dots outside strings (a dotted key or table header of too many parts: TOML keeps
-    each key on one line), before tomllib (which recurses per level and per part) reads it."""
-    bare = _TOML_COMMENT.sub("", _TOML_STRING.sub('""', text)).encode("utf-8", "replace")
-    for number, line in enumerate(bare.split(b"\n"), 1):
-        if line.count(b".") >= MAX_KEY_PARTS:
+    than MAX_KEY_PARTS - 1 dots outside strings and comments (a dotted key or table header of too many parts:
+    TOML keeps each key on one line), before tomllib (which recurses per level and per part) reads it. The scan
+    reads comments and the four kinds of string as the parser does, in one pass; it stops where the brackets
+    close more than they opened (the parser refuses the text there)."""
+    depth = deepest = dots = first_dot = 0
+    for match in _TOML_NEXT.finditer(text):
+        char = match[1]
+        if char == ".":
+            first_dot = first_dot if dots else match.start(1)
+            dots += 1
+        elif char == "[" or char == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == "]" or char == "}":
+            depth -= 1
+            if depth < 0:
+                break
+        elif dots >= MAX_KEY_PARTS:  # the line ends (or the text) after too many dots
             raise BoundedReadError(
-                f"line {number}: {line.count(b'.')} dots outside strings, a dotted key of more "
+                f"line {text.count(chr(10), 0, first_dot) + 1}: {dots} dots outside strings, a dotted key of more "
                 f"than {MAX_KEY_PARTS} parts; recipe keys have at most 3"
             )
-    depth = _max_depth(bare.translate(None, _KEEP_BRACKETS))
-    if depth > max_depth:
-        raise BoundedReadError(f"nested {depth} deep; at most {max_depth} is read")
+        else:
+            dots = 0
+    if deepest > max_depth:
+        raise BoundedReadError(f"nested {deepest} deep; at most {max_depth} is read")
+
+
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only on the host that was asked (its port too, unless http becomes https), and never
+    from https to http: a page is what its own host serves, over the channel that was asked for."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        old, new = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(newurl)
+        why = ""
+        if new.scheme not in ("http", "https") or (old.scheme, new.scheme) == ("https", "http"):
+            why = f"from {old.scheme} to {new.scheme or 'no scheme'}"
+        elif (new.hostname or "") != (old.hostname or "") or (old.scheme == new.scheme and _port(old) != _port(new)):
+            why = "to another host"
+        if why:
+            fp.close()
+            raise BoundedReadError(
+                f"redirected {why} ({req.full_url[:200]!r} -> {newurl[:200]!r}): a redirect is followed only on the "
+                "same host and never to http; give the URL it should be read from"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _port(parts: urllib.parse.SplitResult) -> int | None:
+    try:
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port that is no number: never the same as the one asked
+        return None
+
+
+_OPENER = urllib.request.build_opener(_SameHostRedirects)
 
 
 def read_url(url: str, limit: int, deadline: float) -> bytes:
     """At most `limit` bytes of an http(s) URL (a file:// one is a path: read_file), all read before `deadline`
-    (time.monotonic()): BoundedReadError when the page is larger or the deadline passes (however slowly the
-    server sends), OSError when it cannot be fetched."""
+    (time.monotonic()): BoundedReadError when the page is larger, the deadline passes (however slowly the
+    server sends) or the server redirects to another host or from https to http; OSError when it cannot be
+    fetched."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise BoundedReadError("the time for this index ran out before this page was asked for")
     data = bytearray()
     try:
-        with urllib.request.urlopen(url, timeout=left) as response:  # noqa: S310 (the caller checks the scheme)
+        with _OPENER.open(url, timeout=left) as response:  # the caller checks the scheme
             while len(data) <= limit:
                 left = deadline - time.monotonic()
                 if left <= 0:

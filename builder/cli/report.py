@@ -12,6 +12,7 @@ from rich.console import Console
 from builder.cli import site_recipes
 from builder.cli.attest import check_result, result_files, revoked_or_default, signer_options
 from builder.cli.paths import writable_output
+from builder.cli.prerequisites import BadRecipeData
 from builder.cli.report_results import with_results
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.attest import signing as attest
@@ -111,7 +112,7 @@ def report(
     try:
         cells = recipe_cells(every=True, site=site) if with_recipes else []
     except RecipeCellsError as exc:
-        raise click.ClickException(f"{exc} (or pass --no-recipes)") from exc
+        raise BadRecipeData(f"{exc} (or pass --no-recipes)") from exc
     if check:
         _check_results(results_dir, allowed_signers, revoked_or_default(revoked))
     merged, attempts_db = None, Path(db or default_db_path())

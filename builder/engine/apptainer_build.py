@@ -39,11 +39,11 @@ BUILD_LOG_SUFFIX = ".build.log"
 COMPRESSIONS = ("gzip", "lz4", "lzo", "xz", "zstd")
 #: A path that goes into a bind spec (`SRC:DST:ro`) or a build argument that lands in the definition's
 #: `From:` line: no separator of either (`:` `,`), no space, quote or control character.
-_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./+@%=-]{0,4000}$")
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+@%=-]{0,4000}")
 #: `docker://` references as Apptainer takes them: [registry/]name[:tag][@sha256:digest].
 _DOCKER_REF = re.compile(
-    r"^docker://(?P<name>[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+    r"docker://(?P<name>[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
 )
 _LABEL_HASH = re.compile(rf"^\s*{re.escape(CONTEXT_HASH_LABEL)}\s+([0-9a-f]{{64}})\s*$", re.M)
 
@@ -77,7 +77,7 @@ def local_base(path: Path) -> Base:
 
 
 def _plain(path: Path, option: str) -> str:
-    if not _PLAIN_PATH.match(str(path)):
+    if not _PLAIN_PATH.fullmatch(str(path)):
         raise RunError(
             f"{option} {str(path)!r}: use a path of letters, digits and _./+@%=- only (it goes into "
             "an Apptainer bind or build argument, where ':' ',' or spaces would change its meaning)"
@@ -218,7 +218,7 @@ def pull(source: str, out: Path, console: Console) -> dict:
 def _pull_source(source: str) -> tuple[str, str, str | None]:
     """(kind, what to give Apptainer, digest) of a --pull source; RunError when it is none of the three forms."""
     if source.startswith("docker://"):
-        match = _DOCKER_REF.match(source)
+        match = _DOCKER_REF.fullmatch(source)
         if not match:
             raise RunError(f"--pull {source!r} is not a docker:// reference ([registry/]name[:tag][@sha256:digest])")
         return "docker", source, match["digest"]
@@ -244,7 +244,7 @@ def _archive_digest(path: Path) -> str | None:
     config = (
         entries[0].get("Config") if isinstance(entries, list) and entries and isinstance(entries[0], dict) else None
     )
-    match = re.search(r"([0-9a-f]{64})", str(config or ""))
+    match = re.fullmatch(r"(?:blobs/sha256/)?([0-9a-f]{64})(?:\.json)?", str(config or ""))
     return f"sha256:{match[1]}" if match else None
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_LINE = re.compile(r"^#(\d+) (.*)$")
-_OUTPUT = re.compile(r"^(\d+\.\d+) (.*)$")
-_STATUS = re.compile(r"^(DONE [\d.]+s|CACHED|CANCELED.*|ERROR:? ?.*|sha256:[0-9a-f]+)$")
+_LINE = re.compile(r"#(\d+) (.*)")
+_OUTPUT = re.compile(r"(\d+\.\d+) (.*)")
+_STATUS = re.compile(r"DONE [\d.]+s|CACHED|CANCELED.*|ERROR:? ?.*|sha256:[0-9a-f]+")
 
 
 @dataclass
@@ -35,14 +35,14 @@ class PlainLog:
     def feed(self, line: str) -> Vertex | None:
         """Parse one line; returns the vertex it belongs to (None for lines outside vertices)."""
         line = line.rstrip("\n")
-        match = _LINE.match(line)
+        match = _LINE.fullmatch(line)
         if not match:
             if line.strip():
                 self.trailer.append(line)
             return None
         number, rest = int(match.group(1)), match.group(2)
         vertex = self.vertices.setdefault(number, Vertex(number))
-        output = _OUTPUT.match(rest)
+        output = _OUTPUT.fullmatch(rest)
         if output:
             vertex.output.append(output.group(2))
         elif rest.startswith("DONE"):
@@ -54,9 +54,9 @@ class PlainLog:
         elif rest.startswith("ERROR"):
             vertex.state = "error"
             vertex.error = rest.partition("ERROR")[2].lstrip(": ").strip()
-        elif not vertex.name and not _STATUS.match(rest):
+        elif not vertex.name and not _STATUS.fullmatch(rest):
             vertex.name = rest
-        elif vertex.name and rest != vertex.name and not _STATUS.match(rest):
+        elif vertex.name and rest != vertex.name and not _STATUS.fullmatch(rest):
             vertex.output.append(rest)  # progress lines such as `transferring context: 2B done`
         return vertex
 

@@ -29,7 +29,7 @@ from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
 WORKLOAD_ENTRYPOINT = ["python3", "-m", "workload"]
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
 WORKLOAD_BAD_INPUT = 2  # the workload's exit code for bad input (with its bad-input line): it wrote no result
@@ -82,7 +82,7 @@ def resolve_model(model: str | None) -> tuple[str | None, Path | None]:
     path = Path(model).expanduser()
     if path.exists():
         return None, path.resolve()
-    if model.startswith((".", "/", "~")) or not _HUB_ID.match(model):
+    if model.startswith((".", "/", "~")) or not _HUB_ID.fullmatch(model):
         raise RunError(
             f"--model {model}: no such file or directory (give a local model dir or a hub id such as google/gemma-2b)"
         )

@@ -33,11 +33,11 @@ from builder.slug import safe_slug
 SITE_FILE = Path("envbuild") / "site.toml"
 SCRIPT_NAME, SUBMISSION_NAME = "job.sbatch", "submission.json"
 #: Values that go into the script verbatim (#SBATCH lines, module names): no spaces, quotes or newlines.
-_TOKEN = re.compile(r"^[A-Za-z0-9_.:=,/+@%-]{1,200}$")
-_CONFIG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-_JOB_ID = re.compile(r"^[0-9]{1,12}$")
+_TOKEN = re.compile(r"[A-Za-z0-9_.:=,/+@%-]{1,200}")
+_CONFIG_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+_JOB_ID = re.compile(r"[0-9]{1,12}")
 #: A path that goes into the script or an Apptainer bind: absolute, no spaces, quotes, newlines, commas or colons.
-_PATH = re.compile(r"^/[A-Za-z0-9_./+@%=-]{0,1000}$")
+_PATH = re.compile(r"/[A-Za-z0-9_./+@%=-]{0,1000}")
 #: The one word of a task's command line that is not quoted: the output bind, which expands "$out".
 _OUT_BIND_WORD = '"$out":' + OUT_BIND
 
@@ -45,7 +45,7 @@ _OUT_BIND_WORD = '"$out":' + OUT_BIND
 def checked_path(value: Path | str, what: str) -> Path:
     """`value` as an absolute path that is safe in the script and in an Apptainer bind; SlurmError naming `what`."""
     text = str(Path(value).absolute()) if str(value) else ""
-    if not _PATH.match(text) or "/../" in text + "/":
+    if not _PATH.fullmatch(text) or "/../" in text + "/":
         raise SlurmError(
             f"{what} {str(value)[:200]!r}: a path here may hold only letters, digits and _./+@%=- "
             "(no spaces, quotes, newlines, commas, colons or ..)"
@@ -116,7 +116,7 @@ class Site(BaseModel):
     @field_validator("partition", "account", "time", "gpus", "gres", "mem")
     @classmethod
     def _token(cls, value: str | None) -> str | None:
-        if value is not None and not _TOKEN.match(value):
+        if value is not None and not _TOKEN.fullmatch(value):
             raise ValueError(f"{value!r} is not a plain Slurm value (letters, digits and _.:=,/+@%- only)")
         return value
 
@@ -166,7 +166,7 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="forbid")
     index: int = Field(ge=0)
     cell: str
-    config: str = Field(pattern=_CONFIG_NAME.pattern)
+    config: str = Field(pattern=rf"^{_CONFIG_NAME.pattern}$")
     sif: Path
     sif_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     flavor: str = Field(pattern=r"^[a-z]{1,16}$")
@@ -215,7 +215,7 @@ def parse_configs(values: tuple[str, ...]) -> dict[str, list[str]]:
     configs: dict[str, list[str]] = {}
     for value in values or ("default=",):
         name, sep, args = value.partition("=")
-        if not sep or not _CONFIG_NAME.match(name):
+        if not sep or not _CONFIG_NAME.fullmatch(name):
             raise SlurmError(
                 f"--config {value!r}: use NAME=WORKLOAD-ARGS with a lowercase NAME (e.g. smoke='--max-steps 4')"
             )
@@ -353,7 +353,7 @@ def sbatch(script: Path, array: str | None, sbatch_cmd: str = "sbatch") -> str:
     argv = [sbatch_cmd, "--parsable", *([f"--array={array}"] if array else [])]
     proc = _call(argv, stdin=Path(script).read_text(encoding="utf-8"))
     job_id = proc.strip().split(";")[0]
-    if not _JOB_ID.match(job_id):
+    if not _JOB_ID.fullmatch(job_id):
         raise SlurmError(f"sbatch answered {proc.strip()!r}, not a job id")
     return job_id
 
@@ -370,12 +370,12 @@ class TaskState(BaseModel):
 
 
 _SACCT_FIELDS = "JobID,State,ExitCode,Start,End,NodeList"
-_SACCT_JOB = re.compile(r"^(?P<job>[0-9]+)_(?P<index>[0-9]+)$")
+_SACCT_JOB = re.compile(r"(?P<job>[0-9]+)_(?P<index>[0-9]+)")
 
 
 def sacct(job_id: str, sacct_cmd: str = "sacct") -> dict[int, TaskState]:
     """Each array task's last state, by task index (tasks still pending as a range are not listed)."""
-    if not _JOB_ID.match(job_id):
+    if not _JOB_ID.fullmatch(job_id):
         raise SlurmError(f"{job_id!r} is not a Slurm job id (digits only)")
     out = _call([sacct_cmd, "-j", job_id, "-X", "-n", "-P", f"--format={_SACCT_FIELDS}"])
     return parse_sacct(out, job_id)
@@ -389,11 +389,11 @@ def parse_sacct(text: str, job_id: str) -> dict[int, TaskState]:
         fields = line.split("|")
         if len(fields) != 6:
             raise SlurmError(f"sacct line {line!r} does not have the fields {_SACCT_FIELDS}")
-        match = _SACCT_JOB.match(fields[0])
+        match = _SACCT_JOB.fullmatch(fields[0])
         if not match or match["job"] != job_id:
             continue  # a pending range such as 12_[3-5], or another job
         state = fields[1].split()[0] if fields[1].split() else ""
-        if not re.match(r"^[A-Z_]{2,20}$", state):
+        if not re.fullmatch(r"[A-Z_]{2,20}", state):
             raise SlurmError(f"sacct state {fields[1]!r} of task {fields[0]} is not a Slurm state")
         states[int(match["index"])] = TaskState(
             index=int(match["index"]),

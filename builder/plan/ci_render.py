@@ -17,6 +17,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from builder.paths import CI_TEMPLATES_DIR
+from builder.plan import placeholders
 from builder.plan.cells import Cell
 from builder.plan.recipe_cells import CI_POLICY, RecipeCellsError, load_policy, recipe_cells
 
@@ -45,7 +46,7 @@ def ci_cells(cells: list[Cell], runners: dict[str, list[str]]) -> list[CiCell]:
     for cell in cells:
         if cell.flavor not in runners:
             raise RecipeCellsError(f"{CI_POLICY} [runners] has no labels for flavor {cell.flavor!r} (cell {cell.key})")
-        labels = tuple(label.format(arch=cell.arch or "") for label in runners[cell.flavor])
+        labels = tuple(_label(label, cell.arch or "") for label in runners[cell.flavor])
         out.append(
             CiCell(
                 key=cell.key,
@@ -57,6 +58,15 @@ def ci_cells(cells: list[Cell], runners: dict[str, list[str]]) -> list[CiCell]:
             )
         )
     return out
+
+
+def _label(label: str, arch: str) -> str:
+    """A runner label of the CI policy with "{arch}" filled in (no other brace)."""
+    try:
+        placeholders.check(label, ("arch",))
+    except ValueError as exc:
+        raise RecipeCellsError(f"{CI_POLICY} [runners]: {exc}") from None
+    return placeholders.fill(label, arch=arch)
 
 
 def render_args(cell: Cell) -> list[str]:
@@ -79,7 +89,7 @@ def upstream_indexes(flavor: str = "rocm", site: Path | None = None) -> list[str
     index = recipes.flavors[flavor].wheel_index
     return sorted(
         {
-            release.wheel_index or index.format(suffix=suffix)
+            release.wheel_index or placeholders.fill(index, suffix=suffix)
             for release in recipes.releases[flavor].values()
             for suffix in release.wheel_suffixes
         }

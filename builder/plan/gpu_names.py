@@ -11,7 +11,7 @@ from builder.paths import RECIPES_DIR
 
 GPU_NAMES_FILE = RECIPES_DIR / "gpu-names.toml"
 _PREFIX = re.compile(r"^(amd)?(instinct|radeon)?")
-_GFX = re.compile(r"^gfx[0-9a-f]{3,4}$")
+_GFX = re.compile(r"gfx[0-9a-f]{3,4}")
 
 
 def _normal(name: str) -> str:
@@ -24,7 +24,7 @@ def names(path: Path = GPU_NAMES_FILE) -> dict[str, tuple[str, str]]:
     """normalised name -> (gfx target, the name as AMD writes it)."""
     table = tomllib.loads(path.read_text())["name"] if path.is_file() else {}
     for name, target in table.items():
-        if not isinstance(target, str) or not _GFX.match(target):
+        if not isinstance(target, str) or not _GFX.fullmatch(target):
             raise ValueError(f"{path}: {name!r} must map to a gfx target, got {target!r}")
     return {_normal(name): (target, name) for name, target in table.items()}
 

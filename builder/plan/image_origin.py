@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import re
 
-_AMD = re.compile(r"^(?:docker\.io/|index\.docker\.io/)?rocm/pytorch(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
-_LUMI = re.compile(r"^/appl/local/containers/(?:[A-Za-z0-9_+-][A-Za-z0-9._+-]*/)*[A-Za-z0-9_+-][A-Za-z0-9._+-]*\.sif$")
+_AMD = re.compile(r"(?:docker\.io/|index\.docker\.io/)?rocm/pytorch(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+_LUMI = re.compile(r"/appl/local/containers/(?:[A-Za-z0-9_+-][A-Za-z0-9._+-]*/)*[A-Za-z0-9_+-][A-Za-z0-9._+-]*\.sif")
 
 
 def vendor_label(tag: str | None) -> str | None:
     """ "AMD image rocm/pytorch:…" or "LUMI SIF <name>" for a vendor image's tag or path; None for any other."""
     if not isinstance(tag, str):
         return None
-    if _AMD.match(tag):
+    if _AMD.fullmatch(tag):
         return f"AMD image {tag.removeprefix('docker.io/').removeprefix('index.docker.io/')}"
-    if _LUMI.match(tag):
+    if _LUMI.fullmatch(tag):
         return f"LUMI SIF {tag.rsplit('/', 1)[-1]}"
     return None

@@ -36,11 +36,11 @@ FORMAT = 1
 PLATFORM = "x86_64-manylinux_2_35"
 SECTIONS = ("venv", "stack")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
-_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})$")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-_HEADER = re.compile(r"^# (inputs-sha256|exclude-newer|resolver|from-torch-index):(.*)$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_HEADER = re.compile(r"# (inputs-sha256|exclude-newer|resolver|from-torch-index):(.*)")
 _LINUX_ONLY = re.compile(r"sys_platform\s*==\s*['\"]linux['\"]|platform_system\s*==\s*['\"]Linux['\"]")
 
 
@@ -143,7 +143,7 @@ def parse(text: str, where: str) -> Lock:
     for number, raw in enumerate(lines, 1):
         line = raw.strip()
         if current is not None and line.startswith("--hash="):
-            match = _HASH.match(line.rstrip(" \\").strip())
+            match = _HASH.fullmatch(line.rstrip(" \\").strip())
             if not match:
                 raise LockError(f"{where}:{number}: expected --hash=sha256:<64 hex>, got {line[:80]!r}")
             current[2].append(match.group(1))
@@ -158,7 +158,7 @@ def parse(text: str, where: str) -> Lock:
             section, sections[name] = name, []
             continue
         if line.startswith("#"):
-            field_match = _HEADER.match(line)
+            field_match = _HEADER.fullmatch(line)
             if section is None and field_match:
                 header[field_match.group(1)] = field_match.group(2).strip()
             continue
@@ -166,7 +166,7 @@ def parse(text: str, where: str) -> Lock:
             raise LockError(f"{where}:{number}: a requirement before the first section: {line[:80]!r}")
         spec = line.rstrip(" \\").strip()
         name, sep, version = spec.partition("==")
-        if not sep or not _NAME.match(name) or not _VERSION.match(version):
+        if not sep or not _NAME.fullmatch(name) or not _VERSION.fullmatch(version):
             raise LockError(f"{where}:{number}: expected NAME==VERSION, got {line[:80]!r}")
         current = [normalize(name), version, []]
     finish(len(lines))
@@ -212,13 +212,13 @@ def read_build_tools_lock(path: Path, pins: dict[str, str]) -> str:
         if not line or line.startswith("#"):
             continue
         if line.startswith("--hash="):
-            match = _HASH.match(line)
+            match = _HASH.fullmatch(line)
             if current is None or not match:
                 raise LockError(f"{path}:{number}: expected --hash=sha256:<64 hex> after a NAME==VERSION line")
             found[current].append(match.group(1))
             continue
         name, sep, version = line.partition("==")
-        if not sep or not _NAME.match(name) or not _VERSION.match(version):
+        if not sep or not _NAME.fullmatch(name) or not _VERSION.fullmatch(version):
             raise LockError(f"{path}:{number}: expected NAME==VERSION, got {line[:80]!r}")
         current = f"{normalize(name)}=={version}"
         found[current] = []
@@ -325,7 +325,7 @@ def torch_index_requirements(version: str, python: str, exclude_newer: str, work
 
 def resolve_lock(recipes: Recipes, line: str, python: str, exclude_newer: str) -> str:
     """The lock file text of (torch line, Python), resolved now against the index uv is configured for."""
-    if not _DATE.match(exclude_newer):
+    if not _DATE.fullmatch(exclude_newer):
         raise LockError(f"--exclude-newer must look like 2026-12-02T00:00:00Z, got {exclude_newer!r}")
     torch = recipes.torch[line]
     stack = recipes.stacks[line]

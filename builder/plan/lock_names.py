@@ -23,7 +23,7 @@ class LockError(Exception):
 
 def lock_key(line: str, python: str) -> str:
     """`torch2.4-py3.10`; both parts must be dotted numbers (they become a file name)."""
-    if not (DOTTED_NUMBER.match(line) and DOTTED_NUMBER.match(python)):
+    if not (DOTTED_NUMBER.fullmatch(line) and DOTTED_NUMBER.fullmatch(python)):
         raise LockError(f"a torch line and a Python must be dotted numbers to name a lock, got {line!r} / {python!r}")
     return f"torch{line}-py{python}"
 

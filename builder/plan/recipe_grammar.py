@@ -10,6 +10,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+from builder.plan import placeholders
 from builder.plan.image_ref import is_image_reference
 
 
@@ -18,6 +19,20 @@ def _matching(pattern: str, what: str, *, empty: bool = False):
 
     def check(value: str) -> str:
         if (empty and value == "") or compiled.fullmatch(value):
+            return value
+        raise ValueError(f"{value[:80]!r} is not {what}")
+
+    return AfterValidator(check)
+
+
+def _template(samples: dict[str, str], pattern: str, what: str, *, empty: bool = False):
+    """A field whose text may name the placeholders of `samples` (builder.plan.placeholders) and nothing else in
+    braces, and which, filled with those sample values, matches `pattern`."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        placeholders.check(value, samples)
+        if (empty and value == "") or compiled.fullmatch(placeholders.fill(value, **samples)):
             return value
         raise ValueError(f"{value[:80]!r} is not {what}")
 
@@ -43,12 +58,13 @@ Package = Annotated[str, _matching(r"[A-Za-z0-9](?:[A-Za-z0-9._+-]{0,126}[A-Za-z
 OptionalPackage = Annotated[
     str, _matching(r"[A-Za-z0-9](?:[A-Za-z0-9._+-]{0,126}[A-Za-z0-9+])?", "a package name", empty=True)
 ]
-#: A pip requirement or distribution name as the pip-ROCm route writes it ("{arch}" filled in per cell):
-#: rocm[libraries,device-{arch}]==7.14.0, rocm-sdk-device-{arch}.
+#: A pip requirement or distribution name as the pip-ROCm route writes it, "{arch}" and "{torch}" filled in per
+#: cell (builder.plan.placeholders): rocm[libraries,device-{arch}]==7.14.0, rocm-sdk-device-{arch}.
 Requirement = Annotated[
     str,
-    _matching(
-        r"[A-Za-z0-9][A-Za-z0-9._\[\],{}=<>!~+-]{0,200}",
+    _template(
+        {"arch": "gfx90a", "torch": "2.4.1"},
+        r"[A-Za-z0-9][A-Za-z0-9._\[\],=<>!~+-]{0,200}",
         "a pip requirement such as rocm[libraries,device-{arch}]==7.14.0",
     ),
 ]
@@ -62,11 +78,19 @@ OptionalLabel = Annotated[str, _matching(r"[a-z0-9][a-z0-9.]{0,31}", "a label su
 Codename = Annotated[str, _matching(r"[a-z][a-z0-9]{1,31}", "a distribution codename such as jammy")]
 #: An image reference (distribution/reference's grammar, builder.plan.image_ref).
 Image = Annotated[str, AfterValidator(_image)]
-#: An https:// URL of printable characters with no space or quote.
-Url = Annotated[str, _matching(r"https://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,500}", "an https:// URL")]
-OptionalUrl = Annotated[
-    str, _matching(r"https://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,500}", "an https:// URL", empty=True)
-]
+#: An https:// URL: a host name (DNS labels, or an IPv4 address) and an optional port, then a path, query or
+#: fragment of RFC 3986's characters without a quote, a space or a backslash; no user part, at most 500 characters.
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+URL = re.compile(rf"(?=.{{1,500}}\Z)https://{_HOST}(?::[0-9]{{1,5}})?(?:[/?#][A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]*)?")
+
+
+def is_url(value: object) -> bool:
+    """Whether `value` is an https:// URL of the recipes' grammar (what the report may link)."""
+    return isinstance(value, str) and URL.fullmatch(value) is not None
+
+
+Url = Annotated[str, _matching(URL.pattern, "an https:// URL (https://host[:port]/path, no quote or space)")]
+OptionalUrl = Annotated[str, _matching(URL.pattern, "an https:// URL", empty=True)]
 #: An apt source a PPA is added by: ppa:owner/name.
 Ppa = Annotated[
     str, _matching(r"ppa:[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*", "a PPA such as ppa:owner/name", empty=True)
@@ -87,3 +111,22 @@ Line = Annotated[str, _matching(r"[^\x00-\x1f\x7f\u2028\u2029]{0,2000}", "one li
 TomlFile = Annotated[str, _matching(r"[a-z][a-z0-9_-]{0,31}\.toml", "a file name such as rocm.toml")]
 #: An image digest: sha256:<64 hex>.
 Digest = Annotated[str, _matching(r"sha256:[0-9a-f]{64}", "a digest such as sha256:<64 hex digits>", empty=True)]
+#: A flavor's wheel index, "{suffix}" standing for the release's wheel index suffix: an https:// URL once filled.
+WheelIndex = Annotated[
+    str,
+    _template({"suffix": "rocm6.2"}, URL.pattern, "an https:// URL such as https://download.pytorch.org/whl/{suffix}"),
+]
+#: The local version label of a flavor's official wheel ("{suffix}") or of its source build ("{version}", the
+#: release): PEP 440 local version characters once filled (rocm6.2, cpu, cu130); "" for none.
+LocalVersion = Annotated[
+    str,
+    _template(
+        {"suffix": "rocm6.2"}, r"[a-z0-9][a-z0-9.]{0,63}", "a local version label such as {suffix} or cpu", empty=True
+    ),
+]
+SourceLocalVersion = Annotated[
+    str,
+    _template(
+        {"version": "6.2"}, r"[a-z0-9][a-z0-9.]{0,63}", "a local version label such as rocm{version}", empty=True
+    ),
+]

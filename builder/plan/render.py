@@ -76,12 +76,12 @@ def _one_line(value):
 
 
 _LINE_BREAKING = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
-_PLAIN = re.compile(r"^[A-Za-z0-9_.:/@+=,-]*$")
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/@+=,-]*")
 
 
 def _docker_quote(value: str) -> str:
     """A Dockerfile ARG/LABEL/ENV value: bare when safe, else a double-quoted JSON string."""
-    return value if value and _PLAIN.match(value) else json.dumps(value)
+    return value if value and _PLAIN.fullmatch(value) else json.dumps(value)
 
 
 def _docker_assign(pair: tuple[str, str]) -> str:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from builder.plan import gpu_names, wheel_hashes
+from builder.plan import gpu_names, placeholders, wheel_hashes
 from builder.plan.cells import Cell
 from builder.plan.lock_names import lock_path
 from builder.plan.recipes import (
@@ -177,7 +177,7 @@ class Plan(BaseModel):
         line, package = self.torch, self.torch.compile_package or self.flavor.compile_package
         if self.torch_source != "wheel" or not (package and line.compile_version):
             return None
-        if self.wheel_index_url != self.flavor.wheel_index.format(suffix=line.compile_index):
+        if self.wheel_index_url != placeholders.fill(self.flavor.wheel_index, suffix=line.compile_index):
             return None  # the pin was read for another index's wheel of this line
         return {"package": package, "version": line.compile_version, "checked": line.compile_checked}
 
@@ -190,9 +190,9 @@ class Plan(BaseModel):
             return None
         fill = {"arch": self.cell.arch or "", "torch": self.torch_version}
         return {
-            "requirements": [r.format(**fill) for r in accel.requirements],
-            "packages": [p.format(**fill) for p in accel.packages],
-            "device_packages": [p.format(**fill) for p in accel.device_packages],
+            "requirements": [placeholders.fill(r, **fill) for r in accel.requirements],
+            "packages": [placeholders.fill(p, **fill) for p in accel.packages],
+            "device_packages": [placeholders.fill(p, **fill) for p in accel.device_packages],
             "device_prefixes": [p.removesuffix("{arch}") for p in accel.device_packages],
             "hip_version": accel.hip_version or None,
             "source": accel.source,
@@ -391,16 +391,16 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     evidence = recipes.cell_record("evidence", flavor.name, release.version, torch.line)
     base_image, amdgpu_install = _base(request, flavor, release)
     if source == "wheel":
-        local = flavor.local_version.format(suffix=suffix)
-        index = release.wheel_index or flavor.wheel_index.format(suffix=suffix)
+        local = placeholders.fill(flavor.local_version, suffix=suffix)
+        index = release.wheel_index or placeholders.fill(flavor.wheel_index, suffix=suffix)
     else:  # a source build stamps its own local label, as official wheels carry one ("2.4.1+rocm6.2")
-        local, index = flavor.source_local_version.format(version=release.version), ""
+        local, index = placeholders.fill(flavor.source_local_version, version=release.version), ""
     requirement = f"torch=={torch.version}" + (f"+{local}" if local else "")
     compile_requirement, compile_unavailable = "", ""
     if source == "source" and flavor.compile_package and torch.compile_version:
         # the backend the official wheel of the same release requires, from the index that carries it
         compile_requirement = f"{torch.compile_package or flavor.compile_package}=={torch.compile_version}"
-        index = flavor.wheel_index.format(suffix=torch.compile_index)
+        index = placeholders.fill(flavor.wheel_index, suffix=torch.compile_index)
     elif source == "source":
         compile_unavailable = flavor.source_compile
     plan = Plan(

@@ -6,7 +6,8 @@ and a list of ROCm release tags, and compares them with the recipes. An index na
 label of its torch wheels (+rocm10.1.0) and the files of its `rocm` project (rocm-10.1.0.tar.gz); one newer than
 the recipes is reported (pre-releases such as 10.2.0a20260916 are not). Everything read is untrusted: only names
 matching a strict grammar (a wheel filename, a project name, a release tag) are used; links are never followed,
-only <index>/<project>/ pages this module builds itself are fetched.
+only <index>/<project>/ pages this module builds itself are fetched, and a redirect only on the index's own
+host, never from https to http (builder.bounded_read.read_url).
 """
 
 from __future__ import annotations
@@ -24,17 +25,17 @@ from builder.plan.recipes import Recipes, version_key
 
 #: torch-2.11.0+rocm7.2-cp312-cp312-manylinux_2_28_x86_64.whl -> version 2.11.0, local rocm7.2
 _TORCH_WHEEL = re.compile(
-    r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>rocm\d+(?:\.\d+){0,2})-"
-    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl$"
+    r"torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>rocm\d+(?:\.\d+){0,2})-"
+    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl"
 )
 #: AMD's per-arch torch device packages (TheRock multi-arch index): amd-torch-device-gfx942
-_DEVICE_PROJECT = re.compile(r"^amd-torch-device-(?P<arch>gfx[0-9a-f]{3,4})$")
+_DEVICE_PROJECT = re.compile(r"amd-torch-device-(?P<arch>gfx[0-9a-f]{3,4})")
 #: rocm-7.2.4, therock-7.14.0, therock-10.1 (a final release: not therock-10.2.0rc1, not a branch therock-10.1-2026...)
 _RELEASE_TAG = re.compile(r"\b(?:rocm|therock)-(?P<version>\d+\.\d+(?:\.\d+)?)(?![0-9A-Za-z.+-])")
 #: The `rocm` meta package of AMD's indexes (TheRock): rocm-10.1.0.tar.gz, rocm-7.14.0-py3-none-any.whl
-_ROCM_FILE = re.compile(r"^rocm-(?P<version>\d+\.\d+\.\d+)(?:\.tar\.gz|-py3-none-any\.whl)$")
+_ROCM_FILE = re.compile(r"rocm-(?P<version>\d+\.\d+\.\d+)(?:\.tar\.gz|-py3-none-any\.whl)")
 #: The exact ROCm version a pip-route release pins: rocm[libraries,device-{arch}]==10.1.0
-_ROCM_PIN = re.compile(r"^rocm(?:\[[^\]]*\])?==(?P<version>\d+\.\d+\.\d+)$")
+_ROCM_PIN = re.compile(r"rocm(?:\[[^\]]*\])?==(?P<version>\d+\.\d+\.\d+)")
 MAX_PAGE = 8 * 1024 * 1024  # bytes read from one index page
 INDEX_SECONDS = 25  # one index's pages, all of them, are read within this time however slowly a server sends
 
@@ -142,14 +143,14 @@ def check_index(index: str, recipes: Recipes, flavor: str = "rocm", seconds: flo
     projects = set(anchors(index_page(index, deadline), index))
     known_archs = {a for r in recipes.releases[flavor].values() for a in r.archs}
     for name in sorted(projects):
-        match = _DEVICE_PROJECT.match(name)
+        match = _DEVICE_PROJECT.fullmatch(name)
         if match and match["arch"] not in known_archs:
             findings.archs.append(f"{match['arch']} ({name})")
     named: dict[str, str] = {}  # ROCm version -> what on the index names it
     if "rocm" in projects:
         rocm_page = project_url(index, "rocm")
         for name in anchors(read_text(rocm_page, deadline), rocm_page):
-            if match := _ROCM_FILE.match(urllib.parse.unquote(name)):
+            if match := _ROCM_FILE.fullmatch(urllib.parse.unquote(name)):
                 named.setdefault(match["version"], f"rocm {match['version']}")
     if "torch" in projects:
         _check_torch(index, recipes, flavor, deadline, findings, named)
@@ -164,7 +165,7 @@ def _check_torch(index: str, recipes: Recipes, flavor: str, deadline: float, fin
     seen = set()
     torch_page = project_url(index, "torch")
     for name in anchors(read_text(torch_page, deadline), torch_page):
-        match = _TORCH_WHEEL.match(urllib.parse.unquote(name))
+        match = _TORCH_WHEEL.fullmatch(urllib.parse.unquote(name))
         if not match or (match["version"], match["local"]) in seen:
             continue
         version, local = match["version"], match["local"]
@@ -207,5 +208,5 @@ def newer_releases(versions: list[str], recipes: Recipes, flavor: str = "rocm") 
 def _pinned_version(release) -> str | None:
     """The exact ROCm version a release installs when it pins one (the pip route's rocm[...]==X.Y.Z), else None."""
     accel = release.pip_accel
-    pins = [m["version"] for r in (accel.requirements if accel else ()) if (m := _ROCM_PIN.match(r))]
+    pins = [m["version"] for r in (accel.requirements if accel else ()) if (m := _ROCM_PIN.fullmatch(r))]
     return pins[0] if pins else None

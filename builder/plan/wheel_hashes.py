@@ -18,10 +18,10 @@ from builder.plan.recipes import Recipes
 
 FILE = "wheel-hashes.toml"
 _WHEEL = re.compile(
-    r"^torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>[a-z]+\d+(?:\.\d+){0,2})-"
-    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl$"
+    r"torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>[a-z]+\d+(?:\.\d+){0,2})-"
+    r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl"
 )
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class _Links(html.parser.HTMLParser):
@@ -56,9 +56,9 @@ def pinned_hashes(page: str, recipes: Recipes, flavor: str = "rocm", where: str 
     found = {}
     for text, href in parser.links:
         name = urllib.parse.unquote(text)
-        match = _WHEEL.match(name)
+        match = _WHEEL.fullmatch(name)
         digest = urllib.parse.urlsplit(href).fragment.removeprefix("sha256=")
-        if not match or not _SHA256.match(digest):
+        if not match or not _SHA256.fullmatch(digest):
             continue
         line = recipes.torch.get(".".join(match["version"].split(".")[:2]))
         pinned = line and flavor in line.flavors and match["version"] == line.version
@@ -79,7 +79,7 @@ def read(root: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     data = tomllib.loads(path.read_text()).get("wheel", {})
-    bad = [k for k, v in data.items() if not (_WHEEL.match(k) and isinstance(v, str) and _SHA256.match(v))]
+    bad = [k for k, v in data.items() if not (_WHEEL.fullmatch(k) and isinstance(v, str) and _SHA256.fullmatch(v))]
     if bad:
         raise ValueError(f"{path}: not a torch wheel name with a 64-hex sha256: {bad}")
     return dict(data)

@@ -18,6 +18,7 @@ from builder.report import vendor_support
 from builder.store.run_config import SPEED_PRESET
 from builder.plan import image_origin
 from builder.plan.cells import Cell
+from builder.plan.recipe_grammar import is_url
 
 NAMES = (
     "vendor claims",
@@ -36,7 +37,12 @@ CONTRIBUTING = "https://github.com/envbuild/envbuild/blob/main/CONTRIBUTING.md"
 @dataclass(frozen=True)
 class Evidence:
     text: str
-    href: str | None = None
+    href: str | None = None  # a page of this site, or an https:// URL of the recipes' grammar (`source`)
+
+    @classmethod
+    def source(cls, text: str, url: str) -> "Evidence":
+        """A public source: linked only when `url` is an https:// URL of the recipes' grammar, else shown as text."""
+        return cls(text, url) if is_url(url) else cls(f"{text}: {url}")
 
 
 @dataclass(frozen=True)
@@ -130,16 +136,16 @@ def _vendor(cell: Cell, vendor: vendor_support.VendorSupport, recipe: Recipe | N
     """AMD's claim (builder.report.vendor_support) and PyTorch's: the recipes take torch from its official wheel."""
     wheel = bool(recipe and recipe.torch_source == "wheel" and recipe.wheel_index_url)
     claims = [vendor.detail] if vendor.status != "n/a" else []
-    evidence = [Evidence("AMD docs", url) for url in vendor.sources]
+    evidence = [Evidence.source("AMD docs", url) for url in vendor.sources]
     if wheel and recipe.wheel_builder:
         builder = recipe.wheel_builder
         claims.append(
             f"{builder} publishes its own build of torch, {recipe.torch_requirement}, on its index (not PyTorch's)"
         )
-        evidence.append(Evidence(f"{builder}'s wheel index", recipe.wheel_index_url))
+        evidence.append(Evidence.source(f"{builder}'s wheel index", recipe.wheel_index_url))
     elif wheel:
         claims.append(f"PyTorch publishes the official wheel {recipe.torch_requirement}")
-        evidence.append(Evidence("PyTorch wheel index", recipe.wheel_index_url))
+        evidence.append(Evidence.source("PyTorch wheel index", recipe.wheel_index_url))
     if vendor.status == "listed" or wheel:
         return Step(1, NAMES[0], DONE, "; ".join(claims), tuple(evidence))
     route = f"; torch is built from source ({recipe.torch_requirement})" if recipe else ""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import shutil
+import ssl
+import subprocess
 import http.server
 import threading
 from pathlib import Path
@@ -184,3 +186,93 @@ def test_a_release_is_news_only_when_newer_than_what_the_recipes_pin_in_its_line
     rocm.write_text(rocm.read_text().replace("==7.14.1", "==7.14.3"))  # the 7.14.1 release now pins 7.14.3
     load.cache_clear()
     assert newer_releases(["7.14.1", "7.14.2", "7.14.4"], load(recipes_copy)) == ["7.14.4"]
+
+
+def _serve(handler, host: str = "127.0.0.1", context: ssl.SSLContext | None = None):
+    """A threaded server on `host` (TLS with `context`), stopped by the returned function."""
+    server = http.server.ThreadingHTTPServer((host, 0), handler)
+    if context is not None:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.shutdown
+
+
+def _index_handler(target):
+    """An index (at /) listing torch; any other page answers 302 to `target(path)`, or lists the pinned wheel's
+    sha256 where `target` gives None."""
+
+    class Handler(_QuietHandler):
+        def do_GET(self):
+            if self.path == "/":
+                body = _page(["torch"]).encode()
+            elif location := target(self.path):
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.end_headers()
+                return
+            else:
+                body = f'<a href="{PINNED}#sha256={DIGEST}">{PINNED}</a>'.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+@pytest.fixture
+def tls(tmp_path, monkeypatch):
+    """A server-side TLS context for 127.0.0.1 whose self-signed certificate this process trusts (SSL_CERT_FILE)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+@pytest.mark.parametrize("record", [False, True])
+def test_a_redirect_to_another_host_is_not_followed_and_nothing_is_recorded(tmp_path, monkeypatch, record):
+    """The index's torch page redirects to another host (127.0.0.2) that lists a sha256 for the pinned wheel:
+    exit 2 naming both URLs, and no hash of that host is written."""
+    other, stop_other = _serve(_index_handler(lambda path: None), host="127.0.0.2")
+    target = f"http://127.0.0.2:{other.server_address[1]}/torch/"
+    index, stop_index = _serve(_index_handler(lambda path: target))
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("ENVBUILD_RECIPES", str(site))
+    try:
+        result = invoke("--index", f"http://127.0.0.1:{index.server_address[1]}/", *(["--record"] if record else []))
+    finally:
+        stop_index()
+        stop_other()
+    assert result.exit_code == 2, result.output
+    assert "redirected to another host" in result.output and target in result.output
+    assert not any(site.iterdir())
+
+
+def test_an_https_index_is_never_redirected_to_http(tmp_path, tls, monkeypatch):
+    """On the same host, a redirect from https to http is refused; an https redirect there is followed."""
+    plain, stop_plain = _serve(_index_handler(lambda path: None))
+    downgrade = f"http://127.0.0.1:{plain.server_address[1]}/torch/"
+    secure, stop_secure = _serve(_index_handler(lambda path: downgrade), context=tls)
+    same, stop_same = _serve(_index_handler(lambda path: "/moved/torch/" if path == "/torch/" else None), context=tls)
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("ENVBUILD_RECIPES", str(site))
+    try:
+        refused = invoke("--index", f"https://127.0.0.1:{secure.server_address[1]}/", "--record")
+        assert refused.exit_code == 2 and "redirected from https to http" in refused.output, refused.output
+        assert not any(site.iterdir())
+        followed = invoke("--index", f"https://127.0.0.1:{same.server_address[1]}/", "--record")
+    finally:
+        stop_plain()
+        stop_secure()
+        stop_same()
+    assert followed.exit_code == 0, followed.output
+    assert f'"{PINNED}" = "{DIGEST}"' in (site / "wheel-hashes.toml").read_text()

@@ -301,3 +301,14 @@ def test_render_command_writes_both_files(tmp_path):
     (tmp_path / BAKE_NAME).write_text("# edited by hand\n")
     check = CliRunner().invoke(main, ["ci", "render", "--check", "-o", str(tmp_path)])
     assert check.exit_code == 1 and BAKE_NAME in check.output
+
+
+@pytest.mark.parametrize("label", ["amd-{arch.__class__}", "amd-{arch:>99999999}", "amd-{nope}", "amd-{"])
+def test_a_runner_label_takes_only_the_arch_placeholder(label):
+    """ci/matrix.toml's runner labels fill in {arch} and nothing else: any other brace is refused, not formatted."""
+    from builder.plan.ci_render import ci_cells
+
+    cell = Cell(flavor="rocm", accel_version="6.2", torch="2.4", arch="gfx90a", python="3.10")
+    assert ci_cells([cell], {"rocm": ["self-hosted", "amd-{arch}"]})[0].runner == ("self-hosted", "amd-gfx90a")
+    with pytest.raises(RecipeCellsError, match=r"\[runners\].*no placeholder"):
+        ci_cells([cell], {"rocm": [label]})

@@ -119,3 +119,21 @@ def test_a_local_cell_is_told_to_run_the_speed_preset_locally(tmp_path):
     assert (ladder[3][0], ladder[4][0], ladder[5][0], ladder[6][0]) == ("n/a", "n/a", "done", "open")
     commands = html_lib.unescape(page.split('id="next-commands">', 1)[1].split("</pre>", 1)[0])
     assert commands.splitlines()[0] == "envbuild run workload --local --preset speed"
+
+
+def test_the_ladder_links_only_https_urls_of_the_recipes_grammar():
+    """A vendor source or a wheel index that is not an https:// URL of the grammar is shown as text, never linked
+    (an `href="javascript:…"` runs on a click)."""
+    from builder.report import ladder as cell_ladder
+    from builder.report.vendor_support import VendorSupport
+
+    good = "https://rocm.docs.amd.com/en/docs-6.2.0/compatibility.html"
+    bad = ["javascript:alert(1)", "http://plain.example/", "https://user@evil.example/", "https://x.org/\x1b[2J"]
+    vendor = VendorSupport("listed", "AMD: lists it", (good, *bad))
+    recipe = cell_ladder.Recipe("wheel", "torch==2.5.1+rocm6.2", "javascript:alert(2)//rocm6.2", "lock.txt", True)
+    first = cell_ladder.ladder(FULL_CELL, vendor, recipe, [], None, None, None, None).steps[0]
+    assert [ev.href for ev in first.evidence if ev.href] == [good]
+    assert [ev.text for ev in first.evidence if not ev.href] == [
+        *(f"AMD docs: {url}" for url in bad),
+        "PyTorch wheel index: javascript:alert(2)//rocm6.2",
+    ]

@@ -6,6 +6,7 @@ folder, a peak RSS under 300 MB (the child's own, from wait4) and under 30 s."""
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import re
 import signal
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from builder.strict_json import MAX_RESULT_BYTES
+from matrix_fixtures import make_result
 from repo import REPO_ROOT
 
 PEAK_MB = 300
@@ -97,6 +100,10 @@ OVERLAYS = {
         ["base_image", "image reference"],
     ),
     "an array 100,000 deep": ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", ["nested 100000 deep"]),
+    "an array 100,000 deep between comments holding '''": (
+        "# '''\nx = " + "[" * 100_000 + "]" * 100_000 + "\n# '''\n",
+        ["nested 100000 deep"],
+    ),
     "a dotted key of 10,000 parts": (".".join(["a"] * 10_000) + " = 1\n", ["dotted key"]),
     "a dotted key of 100,000 parts": (".".join(["a"] * 100_000) + " = 1\n", ["dotted key"]),
     "a release key ../..": (
@@ -114,6 +121,124 @@ def test_a_hostile_site_overlay_is_refused_before_anything_is_rendered(tmp_path,
     work.mkdir()
     refused(["--recipes", site, *RENDER], work, "rocm.toml", *words)
     refused(["recipes", "list"], work, "rocm.toml", *words, env={"ENVBUILD_RECIPES": str(site)})
+
+
+FLAVORS = (REPO_ROOT / "recipes" / "flavors.toml").read_text()
+ROCM_FLAVOR = FLAVORS[FLAVORS.index("[flavor.rocm]") : FLAVORS.index("[flavor.cpu]")]
+PIP_RELEASE = PACKAGED[PACKAGED.index('[release."7.14"]') : PACKAGED.index('[release."10.0"]')]
+SHA = "d44533f9d073df13895333e70b66f81c513c1889"
+
+
+def _flavor(field: str, value: str) -> str:
+    """The packaged [flavor.rocm] with `field` set to `value`, as a site would copy and edit it."""
+    text, count = re.subn(rf"(?m)^{field} = .*$", f"{field} = {json.dumps(value)}", ROCM_FLAVOR)
+    assert count == 1
+    return text
+
+
+def _build(**fields: str) -> str:
+    """A [[build]] entry of source-builds.toml (a peer-proven source build of torch 2.4 on ROCm 6.2)."""
+    entry = {
+        "flavor": "rocm",
+        "release": "6.2",
+        "torch": "2.4",
+        "repo": "https://github.com/pytorch/pytorch.git",
+        "ref": "v2.4.1",
+        "commit": SHA,
+        "version": "2.4.1",
+        "peer": "https://github.com/ROCm/pytorch/actions",
+        "checked": "site",
+        **fields,
+    }
+    return "[[build]]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in entry.items())
+
+
+WHEEL = ["render", "--rocm", "6.2", "--torch", "2.5", "--arch", "gfx90a", "-o", "ctx"]
+SOURCE = ["render", "--rocm", "6.2", "--torch", "2.4", "--arch", "gfx90a", "--torch-source", "source", "-o", "ctx"]
+ARCHS = [f"gfx{n:x}" for n in range(0x900, 0x900 + 300)]
+#: case -> (file, text, words the message holds, the render that would use the value)
+SITE_FILES = {
+    "a placeholder no field defines": ("flavors.toml", _flavor("local_version", "{nope}"), ["{suffix}"], WHEEL),
+    "a format width of 60,000,000": ("flavors.toml", _flavor("local_version", "{suffix:>60000000}"), [], WHEEL),
+    "attribute access": ("flavors.toml", _flavor("local_version", "{suffix.__class__.__mro__}"), [], WHEEL),
+    "a width in the wheel index": (
+        "flavors.toml",
+        _flavor("wheel_index", "https://x.org/{suffix:>9999999}"),
+        [],
+        WHEEL,
+    ),
+    "attribute access in the source label": (
+        "flavors.toml",
+        _flavor("source_local_version", "rocm{version.__class__}"),
+        ["{version}"],
+        SOURCE,
+    ),
+    "a requirement's attribute access": (
+        "rocm.toml",
+        PIP_RELEASE.replace("device-{arch}]==7.14.0", "device-{arch.__class__}]==7.14.0"),
+        ["{arch}, {torch}"],
+        ["render", "--rocm", "7.14", "--torch", "2.14", "--arch", "gfx942", "-o", "ctx"],
+    ),
+    "a javascript: wheel index": (
+        "flavors.toml",
+        _flavor("wheel_index", "javascript:alert(document.cookie)//{suffix}"),
+        ["is not an https:// URL"],
+        WHEEL,
+    ),
+    "an http wheel index": (
+        "flavors.toml",
+        _flavor("wheel_index", "http://download.pytorch.org/whl/{suffix}"),
+        ["is not an https:// URL"],
+        WHEEL,
+    ),
+    "a user part in the wheel index": (
+        "flavors.toml",
+        _flavor("wheel_index", "https://download.pytorch.org@evil.example/{suffix}"),
+        ["is not an https:// URL"],
+        WHEEL,
+    ),
+    "a terminal hyperlink in a build's repo": (
+        "source-builds.toml",
+        _build(repo="https://github.com/pytorch/pytorch.git\x1b]8;;https://evil.example/\x07x\x1b]8;;\x07"),
+        ["repo", "is not an https:// URL"],
+        SOURCE,
+    ),
+    "a clear-screen in a build's peer": (
+        "source-builds.toml",
+        _build(peer="https://github.com/x\x1b[2J"),
+        ["peer", "is not an https:// URL"],
+        SOURCE,
+    ),
+    "a commit with a trailing line end": (
+        "source-builds.toml",
+        _build(commit=SHA + "\n"),
+        ["commit must be a full 40-hex sha"],
+        SOURCE,
+    ),
+    "a release of 300 archs: more than 4,096 cells": (
+        "rocm.toml",
+        re.sub(r"(?m)^archs = .*$", f"archs = {json.dumps(ARCHS)}", _release_block()).replace(
+            '[release."6.2"]', '[release."6.2.9"]'
+        ),
+        ["more than 4096 cells"],
+        ["render", "--rocm", "6.2.9", "--torch", "2.5", "--arch", "gfx90a", "-o", "ctx"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SITE_FILES)
+def test_a_hostile_site_value_is_refused_when_the_recipes_load(tmp_path, case):
+    """Overlay values that reached str.format, a link or a terminal: refused where the recipes load, with the
+    file and the field named, before any command renders, lists or reports."""
+    name, text, words, render = SITE_FILES[case]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / name).write_text(text)
+    work = tmp_path / "work"
+    work.mkdir()
+    for args in (render, ["recipes", "list"], ["report", "-o", "site-out"]):
+        message = refused(["--recipes", site, *args], work, name, *words)
+        assert "recipe data is invalid" in message and "\x1b" not in message and "\x07" not in message
 
 
 def test_a_fifo_or_a_link_in_the_overlay_is_refused(tmp_path):
@@ -175,6 +300,44 @@ def test_a_result_of_empty_arrays_just_under_the_cap_is_refused_in_little_memory
     _empty_arrays(work / "result.json", (64 << 20) - 64)
     message = refused(["matrix", "import", *skip, "result.json"], work, "result.json", "more than 1000000 JSON values")
     assert "nothing imported: every file is invalid" in message or not skip
+
+
+def _result_of_size(path: Path, size: int) -> None:
+    """A result.json of exactly `size` bytes: a valid result whose `error` text fills it (one long JSON string,
+    the shape whose scan once cost about 117 bytes per character)."""
+    result = make_result(error="")
+    filler = size - len(json.dumps(result).encode())
+    result["error"] = "x" * filler
+    path.write_text(json.dumps(result))
+    assert path.stat().st_size == size
+
+
+JSON_DOORS = {
+    "matrix import": ["matrix", "import", "--db", "m.db", "result.json"],
+    "matrix publish": ["matrix", "publish", "result.json", "--name", "x", "--out", "OUT"],
+}
+
+
+@pytest.mark.parametrize("command", JSON_DOORS)
+def test_a_result_json_at_the_size_cap_costs_about_three_times_its_size_in_memory(tmp_path, command):
+    """Three copies are the parser's own (the bytes, the decoded text, the parsed string); the scan before the
+    parser adds none. Measured as the child's peak RSS over the same command's peak on a 5 KB result."""
+    peaks = []
+    for name, size in (("small", None), ("big", MAX_RESULT_BYTES)):
+        work = tmp_path / name
+        work.mkdir()
+        if size:
+            _result_of_size(work / "result.json", size)
+        else:
+            (work / "result.json").write_text(json.dumps(make_result(error="x" * 5000)))
+        before = tree(work)
+        code, stderr, peak, _ = door(*JSON_DOORS[command], cwd=work, seconds=60)
+        assert code == 2 and "Traceback" not in stderr, stderr
+        assert "error: string longer than 4096 characters" in stderr, stderr
+        assert tree(work) == before
+        peaks.append(peak)
+    growth = (peaks[1] - peaks[0]) * (1 << 20)
+    assert growth < 3.1 * MAX_RESULT_BYTES, f"peak {peaks[1]:.0f} MB at the cap, {peaks[0]:.0f} MB for 5 KB"
 
 
 def test_a_sparse_2_gib_matrix_file_is_refused_before_it_is_copied(tmp_path):

@@ -181,3 +181,100 @@ def _depth(value) -> int:
     if isinstance(value, dict):
         return 1 + max(map(_depth, value.values()), default=0)
     return 0
+
+
+#: Text that a scan which misreads TOML's lexical rules takes for a string or comment boundary, or for nesting.
+_TRICKY = st.lists(st.sampled_from(["'", "''", "'''", '"', '""', '"""', "#", "[", "]", "{", "}", ".", "\\", "a", " "]))
+
+
+def _string(kind: str, parts: list[str]) -> str:
+    """`parts` (no line end) as a TOML string of `kind`, escaped as that kind needs."""
+    text = "".join(parts)
+    if kind == "basic":
+        return json.dumps(text)
+    if kind == "multi-line basic":
+        return '"""' + text.replace("\\", "\\\\").replace('"', '\\"') + '"""'
+    if kind == "literal":
+        return "'" + text.replace("'", "") + "'"
+    return "'''" + text.replace("'''", "") + "\n'''"  # multi-line literal: a closing ''' on its own line
+
+
+_strings = st.builds(_string, st.sampled_from(["basic", "multi-line basic", "literal", "multi-line literal"]), _TRICKY)
+_comments = st.builds(lambda parts: " # " + "".join(parts) + "\n", _TRICKY)
+_toml_values = st.recursive(
+    st.one_of(st.integers(-9, 9).map(str), _strings),
+    lambda inner: st.one_of(
+        st.builds(
+            lambda items, gaps: "[" + "".join(f"{gap}{item}," for item, gap in zip(items, gaps)) + "\n]",
+            st.lists(inner, max_size=3),
+            st.lists(st.one_of(st.just("\n"), _comments), min_size=3, max_size=3),
+        ),
+        st.builds(lambda items: "{" + ", ".join(f"k{n} = {v}" for n, v in enumerate(items)) + "}", st.lists(inner)),
+    ),
+    max_leaves=12,
+)
+
+
+def _nesting(value) -> int:
+    if isinstance(value, (list, dict)):
+        return 1 + max(map(_nesting, value.values() if isinstance(value, dict) else value), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_toml_values, before=_comments, after=_comments, limit=st.integers(0, 6))
+def test_the_toml_scan_sees_the_nesting_the_parser_sees(value, before, after, limit):
+    """Strings of all four kinds and comments holding quotes, brackets and backslashes, around and inside arrays:
+    the scan refuses exactly the documents whose parsed value nests deeper than the limit."""
+    text = f"{before}x = {value}{after}"
+    depth = _nesting(tomllib.loads(text)["x"])
+    if depth > limit:
+        with pytest.raises(bounded_read.BoundedReadError, match=f"nested {depth} deep"):
+            bounded_read.check_toml(text, max_depth=limit)
+    else:
+        bounded_read.check_toml(text, max_depth=limit)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from(["x = ", "[", "]", ",", "\n", "#", "'", "'''", '"', '"""', "\\", "{", "}", "1"])))
+def test_what_the_toml_scan_lets_through_never_nests_deeper_in_the_parser(parts):
+    """Any text: the scan either refuses it or the parser's value nests no deeper than the limit (or the parser
+    refuses it), so a text the scan passes cannot take the parser deeper than it was told."""
+    text = "".join(parts)
+    try:
+        bounded_read.check_toml(text, max_depth=2)
+    except bounded_read.BoundedReadError:
+        return
+    try:
+        value = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return
+    assert _nesting(value.get("x")) <= 2
+
+
+_TEMPLATE_PARTS = ["{suffix}", "{", "}", "suffix", "{version}", ":>9", "!r", ".__class__", "[0]", "rocm", "6.2", "/"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(_TEMPLATE_PARTS)),
+    url=st.booleans(),
+    suffix=st.sampled_from(["rocm6.2", "cu130", "cpu", ""]),
+)
+def test_a_flavor_template_is_refused_or_filled_by_plain_substitution(parts, url, suffix):
+    """Any text in a flavor's wheel index or local version: the recipe grammar refuses it, or its only braces are
+    {suffix} and filling it replaces exactly those (no format spec, attribute, index or conversion is run)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from builder.plan import placeholders
+    from builder.plan import recipe_grammar as g
+
+    text = ("https://download.pytorch.org/whl/" if url else "") + "".join(parts)
+    try:
+        TypeAdapter(g.WheelIndex if url else g.LocalVersion).validate_python(text)
+    except ValidationError:
+        return
+    filled = placeholders.fill(text, suffix=suffix)
+    assert filled == text.replace("{suffix}", suffix)
+    assert "{" not in filled and "}" not in filled
+    assert not url or g.is_url(filled)
