@@ -191,12 +191,22 @@ def report(
 
 
 def _check_results(results_dir: Path, allowed_signers: Path, revoked: Path | None) -> None:
-    """Every result.json under `results_dir` carries an attestation that verifies; else say which and exit 1 (2 when
-    one cannot be read)."""
+    """Every result.json and build-record.json under `results_dir` carries an attestation that verifies; else say which
+    and exit 1 (2 when one cannot be read). A build record whose context the recipes no longer render is only warned
+    about: it was evidence about an earlier context of its cell, and the report leaves it out."""
+    from builder.cli import site_recipes
+    from builder.workflows import import_builds, verify_build
+
     failed = unreadable = 0
-    for result_json in result_files((results_dir,)):
-        outcome = check_result(result_json, allowed_signers, revoked)
-        if isinstance(outcome, attest.VerificationFailure):
+    outcomes = [(path, check_result(path, allowed_signers, revoked)) for path in result_files((results_dir,))]
+    outcomes += [
+        (path, verify_build.check(path, allowed_signers, revoked, require_signature=True, site=site_recipes.folder()))
+        for path in import_builds.files_in((results_dir,))
+    ]
+    for result_json, outcome in outcomes:
+        if isinstance(outcome, verify_build.CellNotRecomputed):
+            click.echo(f"warning: {plain(result_json)}: [{outcome.check}] {plain(outcome)}", err=True)
+        elif isinstance(outcome, attest.VerificationFailure):
             failed += 1
             click.echo(f"{plain(result_json)}: [{outcome.check}] {plain(outcome)}", err=True)
         elif isinstance(outcome, attest.AttestationInputError):

@@ -264,3 +264,20 @@ def test_publish_refuses_a_record_that_breaks_the_schema_and_leaves_nothing(home
     assert (folder / "results" / CPU_KEY / "by-format" / BUILD_RECORD).read_bytes() == json_file.read_bytes()
     no_commands = invoke("matrix", "publish", json_file, "--name", "x", "--sign", alice)
     assert no_commands.exit_code == 2 and "--command" in no_commands.output
+
+
+def test_report_check_fails_on_a_committed_build_record_that_does_not_verify_and_warns_on_a_stale_one(home):
+    folder, alice = home
+    assert publish(write_record(folder / "a", record("pass")), "b", alice).exit_code == 0
+    db, summary = folder / "m.db", folder / "summary.md"
+    assert invoke("matrix", "import", "--db", db, "results").exit_code == 0
+    assert invoke("report", "--db", db, "--markdown", summary).exit_code == 0
+    assert invoke("report", "--db", db, "--markdown", summary, "--check").exit_code == 0
+    stale = write_record(folder / "results" / CPU_KEY / "older", record("pass", context_hash="ab" * 32))
+    build_signing.attest(stale, alice, commands=[COMMAND], envbuild_version="0.1.0")
+    warned = invoke("report", "--db", db, "--markdown", summary, "--check")
+    assert warned.exit_code == 0 and "warning: results/" in warned.stderr and "[cell]" in warned.stderr
+    good = folder / "results" / CPU_KEY / "b" / BUILD_RECORD
+    good.write_text(good.read_text().replace('"wall_time_s": 570.0', '"wall_time_s": 5.0'))
+    failed = invoke("report", "--db", db, "--markdown", summary, "--check")
+    assert failed.exit_code == 1 and "[result_digest]" in failed.stderr
