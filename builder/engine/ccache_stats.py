@@ -1,8 +1,8 @@
 """The compiler cache's hits and misses, read from `ccache --show-stats` output in a BuildKit plain-progress log.
 
-A torch source build zeroes ccache's counters before `setup.py` and prints them after it
-(images/common/build_torch.sh), so the last statistics block in the log is that build's. ccache has printed
-them in several layouts (ccache/ccache src/core/Statistics.cpp at each tag); each is read:
+A torch source build zeroes ccache's counters before `setup.py` and prints them after it (the torch compile step
+of builder/plan/steps.py), so the last statistics block in the log is that build's. ccache has printed them in
+several layouts (ccache/ccache src/core/Statistics.cpp at each tag); each is read:
 
 - 4.7 and later: `Cacheable calls:` then `  Hits: N / M` and `  Misses: N / M` (v4.7.5 @9b1033f3; its own
   output, recorded here, is tests/data/ccache-4.7.5-show-stats.txt);

@@ -52,7 +52,7 @@ def existing(context_dir: Path) -> BuildContext:
     return BuildContext(Path(context_dir), read_manifest(context_dir))
 
 
-#: The build argument a source build's compile step reads (images/common/build_torch.sh).
+#: The build argument the torch compile step of a source build reads (its Step in builder/plan/steps.py).
 MAX_JOBS_ARG = "MAX_JOBS"
 
 
