@@ -34,6 +34,8 @@ WORKLOAD_DIR = Path(_HOME) / "workload" if _HOME else _package_dir("workload")
 
 #: The logs of a build or a run, in its output folder and in its attempt directory (docs/matrix.md "Attempts").
 BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG = "build.log", "container.log", "workload.log"
+#: A build's typed record (builder.store.build_record_schema), in its attempt directory and in results/.
+BUILD_RECORD = "build-record.json"
 
 
 def write_text_atomic(path: Path, text: str) -> None:

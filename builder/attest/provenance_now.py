@@ -1,7 +1,8 @@
 """Revocation at read time: the provenance of stored signed runs, derived again from their stored attestation
 and the current allowed_signers and revocation list on every report build.
 
-`current_provenance(store, ...)` gives {run row id: Provenance} for every run stored as signed; a run whose
+`current_provenance(store, ...)` gives {run row id: Provenance} for every run stored as signed
+(`current_build_provenance`: the same for signed build records); a run whose
 attestation no longer verifies (its key revoked or removed, its principal no longer its own) becomes
 `provenance.REVOKED`, which no `--published` report shows. `MatrixStore.runs()` reads through that map once it is
 set (`store.provenance_now`), and `copy_published` takes it, so nothing needs re-importing.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.attest import signing as attest
+from builder.attest import build_signing, signing as attest
 from builder.store.provenance import REVOKED, Provenance
 
 
@@ -22,6 +23,19 @@ def current_provenance(store, allowed_signers: Path, revoked: Path | None = None
     for row_id, run_id, signer, envelope in store.signed_runs():
         outcome = attest.reverify_stored(envelope, run_id, allowed_signers, revoked)
         if isinstance(outcome, attest.Verified):
+            out[row_id] = Provenance.signed(outcome.principal, outcome.fingerprint, envelope)
+        else:
+            out[row_id] = Provenance(REVOKED, signer, envelope)
+    return out
+
+
+def current_build_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:
+    """{build row id: the provenance the current signer files give} for every build stored as signed, as for runs:
+    a build record whose attestation no longer verifies becomes `provenance.REVOKED`."""
+    out: dict[int, Provenance] = {}
+    for row_id, build_uid, signer, envelope in store.signed_builds():
+        outcome = build_signing.reverify_stored(envelope, build_uid, allowed_signers, revoked)
+        if isinstance(outcome, build_signing.VerifiedBuild):
             out[row_id] = Provenance.signed(outcome.principal, outcome.fingerprint, envelope)
         else:
             out[row_id] = Provenance(REVOKED, signer, envelope)

@@ -365,10 +365,16 @@ def _signature_blob(envelope: Envelope) -> bytes:
         raise BadSignature("the signature is not an SSH signature (not hex-encoded SSHSIG bytes)") from None
 
 
-def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | None = None) -> tuple[str, str, dict]:
+def verify_envelope(
+    envelope: Envelope,
+    allowed_signers: Path,
+    revoked: Path | None = None,
+    predicate_type: str = PREDICATE_TYPE,
+    subject: str = RESULT_NAME,
+) -> tuple[str, str, dict]:
     """Check the payload type, the namespace, the signer (our own allowed_signers line for this exact key), the
-    signature, revocation, the statement and the key's window at signed_at; returns (principal, fingerprint,
-    statement)."""
+    signature, revocation, the statement (of `predicate_type`, naming a `subject` file: a run's result.json unless
+    said otherwise) and the key's window at signed_at; returns (principal, fingerprint, statement)."""
     if envelope.payload_type != PAYLOAD_TYPE:
         raise BadPayloadType(f"DSSE payloadType is {envelope.payload_type!r}, not {PAYLOAD_TYPE!r}")
     blob = _signature_blob(envelope)
@@ -408,7 +414,7 @@ def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | N
         statement = strict_json.loads(envelope.payload)
     except ValueError as exc:
         raise InvalidStatement(f"the signed payload is not JSON as this project reads it: {exc}") from exc
-    _check_statement(statement)
+    _check_statement(statement, predicate_type, subject)
     when = signed_at(statement)
     if not any(candidate.valid_at(when) for candidate in lines):
         raise KeyOutsideValidity(
@@ -418,11 +424,11 @@ def verify_envelope(envelope: Envelope, allowed_signers: Path, revoked: Path | N
     return principal, fingerprint, statement
 
 
-def _check_statement(statement) -> None:
+def _check_statement(statement, predicate_type: str = PREDICATE_TYPE, subject: str = RESULT_NAME) -> None:
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise InvalidStatement(f"the payload is not an in-toto Statement v1 (_type {STATEMENT_TYPE})")
-    if statement.get("predicateType") != PREDICATE_TYPE:
-        raise InvalidStatement(f"predicateType is {statement.get('predicateType')!r}, not {PREDICATE_TYPE!r}")
+    if statement.get("predicateType") != predicate_type:
+        raise InvalidStatement(f"predicateType is {statement.get('predicateType')!r}, not {predicate_type!r}")
     subjects = statement.get("subject")
     if (
         not isinstance(subjects, list)
@@ -438,8 +444,8 @@ def _check_statement(statement) -> None:
     ):
         raise InvalidStatement("the statement's subjects are not name + sha256 digest pairs")
     names = [s["name"] for s in subjects]
-    if len(set(names)) != len(names) or RESULT_NAME not in names:
-        raise InvalidStatement(f"the statement needs one {RESULT_NAME} subject and no duplicate names")
+    if len(set(names)) != len(names) or subject not in names:
+        raise InvalidStatement(f"the statement needs one {subject} subject and no duplicate names")
     if not isinstance(statement.get("predicate"), dict):
         raise InvalidStatement("the statement has no predicate")
 

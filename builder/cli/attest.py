@@ -6,41 +6,74 @@ The options naming who may sign (`--allowed-signers`, `--revoked`) are shared wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from builder import __version__
 from builder.cli.store_options import plain
-from builder.attest import signing as attest
+from builder.attest import build_signing, signing as attest
 from builder import strict_json
+from builder.paths import BUILD_RECORD
 from builder.store.provenance import Provenance
 
 
+#: The working folder's signer file: in a clone of the repository, the one a contributor's own key line goes into.
+WORKING_SIGNERS = Path("results") / "allowed_signers"
+
+
 def signer_options(command):
-    """--allowed-signers and --revoked, defaulting to results/allowed_signers and results/revoked_signers."""
+    """--allowed-signers and --revoked: by default the working folder's results/allowed_signers when there is one
+    (a clone, where a contributor adds their key), else the one bundled with this envbuild (`signers`)."""
     command = click.option(
         "--revoked",
         "revoked",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Revoked keys (public keys, one a line, or an OpenSSH KRL) [default: results/revoked_signers "
-        "when it exists].",
+        help="Revoked keys (public keys, one a line, or an OpenSSH KRL) [default: revoked_signers beside the "
+        "allowed_signers file, when it exists].",
     )(command)
     return click.option(
         "--allowed-signers",
         "allowed_signers",
         type=click.Path(dir_okay=False, path_type=Path),
-        default=attest.ALLOWED_SIGNERS,
-        show_default="results/allowed_signers",
+        default=None,
+        show_default="./results/allowed_signers when it exists, else the file bundled with envbuild",
         help="OpenSSH allowed_signers file: who may sign results (namespaces, valid-after/valid-before).",
     )(command)
 
 
-def revoked_or_default(revoked: Path | None) -> Path | None:
-    if revoked is not None:
-        return revoked
-    return attest.REVOKED_SIGNERS if attest.REVOKED_SIGNERS.is_file() else None
+@dataclass(frozen=True)
+class Signers:
+    """The signer files a command checks attestations against, and where they came from (said on stderr)."""
+
+    allowed: Path
+    revoked: Path | None
+    source: str
+
+
+def signers(allowed_signers: Path | None, revoked: Path | None) -> Signers:
+    """The files --allowed-signers and --revoked name, or their defaults: ./results/allowed_signers when the
+    working folder has one, else the bundled results/allowed_signers; revoked_signers beside it when it exists.
+    Says on stderr which file is used."""
+    if allowed_signers is not None:
+        source = "--allowed-signers"
+    elif WORKING_SIGNERS.is_file():
+        allowed_signers, source = WORKING_SIGNERS, "the working folder's results/"
+    else:
+        allowed_signers, source = (
+            attest.ALLOWED_SIGNERS,
+            "bundled with this envbuild; no ./results/allowed_signers here",
+        )
+    if revoked is None:
+        beside = Path(allowed_signers).with_name("revoked_signers")
+        revoked = beside if beside.is_file() else None
+    click.echo(
+        f"signers: {plain(allowed_signers)} ({source})" + (f", revoked: {plain(revoked)}" if revoked else ""),
+        err=True,
+    )
+    return Signers(Path(allowed_signers), revoked, source)
 
 
 def sign_options(command):
@@ -92,31 +125,56 @@ def sign(result_json: Path, key: Path, commands: tuple[str, ...], sif: Path | No
 @click.command("verify")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @signer_options
-def verify(paths: tuple[Path, ...], allowed_signers: Path, revoked: Path | None) -> None:
-    """Check the attestations of published results.
+def verify(paths: tuple[Path, ...], allowed_signers: Path | None, revoked: Path | None) -> None:
+    """Check the attestations of published results and build records.
 
-    Default: every result.json under results/.
+    Default: every result.json and build-record.json under ./results (a clone's results folder).
 
-    PATHS: result.json files, attestations or folders (searched for result.json). Each result needs its
-    result.json.intoto.jsonl: a valid signature by a key in --allowed-signers, valid when it signed, not revoked,
-    namespace envbuild, an in-toto payload, and subjects that match the files. Exit 0 when all verify,
-    1 when one fails (the check is named), 2 for bad input (a missing or unparseable file)."""
-    revoked = revoked_or_default(revoked)
+    PATHS: result.json or build-record.json files, their attestations, or folders (searched for both). Each needs
+    its .intoto.jsonl beside it: a valid signature by a key in --allowed-signers, valid when it signed, not revoked,
+    namespace envbuild, an in-toto payload, and subjects that match the files; a build record's context must also
+    be one the recipes in use render (its cell is recomputed, never read from it). Exit 0 when all verify,
+    1 when one fails (the check is named), 2 for bad input (no ./results, a missing or unparseable file)."""
+    from builder.cli import site_recipes
+    from builder.workflows import import_builds, verify_build
+
+    if not paths:
+        if not Path("results").is_dir():
+            raise click.UsageError(
+                "no ./results folder here: run it in a clone of the envbuild repository, or give the result files "
+                "or folders to check (e.g. `envbuild matrix verify results/<cell>/<name>`)"
+            )
+        paths = (Path("results"),)
+    chosen = signers(allowed_signers, revoked)
+    results = result_files(paths)
+    builds = import_builds.files_in(paths) + [
+        p.with_name(BUILD_RECORD) for p in map(Path, paths) if p.name == build_signing.BUILD_ATTESTATION_NAME
+    ]
+    results = [r for r in results if r.name != BUILD_RECORD and r.name != build_signing.BUILD_ATTESTATION_NAME]
+    if not results and not builds:
+        raise click.UsageError("no result.json or build-record.json found under the given paths")
     failed = bad = 0
-    pairs = list(result_files(paths or (attest.RESULTS_DIR,)))
-    if not pairs:
-        raise click.UsageError("no result.json found under the given paths")
-    for result_json in pairs:
-        outcome = check_result(result_json, allowed_signers, revoked)
-        if isinstance(outcome, Provenance):
-            click.echo(f"ok      {plain(result_json)}: {plain(outcome.label)}")
+    outcomes = [(r, check_result(r, chosen.allowed, chosen.revoked)) for r in results]
+    site = site_recipes.folder() if builds else None
+    for record in builds:
+        outcomes.append(
+            (record, verify_build.check(record, chosen.allowed, chosen.revoked, require_signature=True, site=site))
+        )
+    for path, outcome in outcomes:
+        if isinstance(outcome, verify_build.CheckedBuild):
+            click.echo(
+                f"ok      {plain(path)}: {plain(outcome.provenance.label)}; build of {outcome.cell.key}"
+                f" ({outcome.record['status']}), its context recomputed by the recipes in use"
+            )
+        elif isinstance(outcome, Provenance):
+            click.echo(f"ok      {plain(path)}: {plain(outcome.label)}")
         elif isinstance(outcome, attest.VerificationFailure):
             failed += 1
-            click.echo(f"FAILED  {plain(result_json)}: [{outcome.check}] {plain(outcome)}")
+            click.echo(f"FAILED  {plain(path)}: [{outcome.check}] {plain(outcome)}")
         else:
             bad += 1
-            click.echo(f"ERROR   {plain(result_json)}: {plain(outcome)}", err=True)
-    click.echo(f"{len(pairs) - failed - bad} verified, {failed} failed, {bad} unreadable", err=True)
+            click.echo(f"ERROR   {plain(path)}: {plain(outcome)}", err=True)
+    click.echo(f"{len(outcomes) - failed - bad} verified, {failed} failed, {bad} unreadable", err=True)
     if bad:
         raise SystemExit(2)
     if failed:

@@ -182,6 +182,13 @@ def image(
         reuse_remote=reuse_remote,
         no_cache=no_cache,
     )
+    try:
+        jobs = workflow.compile_jobs(context)
+    except EngineUnavailable as exc:
+        raise MissingPrerequisite(str(exc)) from exc
+    if jobs is not None:
+        _print_jobs(jobs, console)
+        options = workflow.with_compile_jobs(options, jobs)
     if check_reproducible:
         _check_reproducible(context, tag, options, console, log_path or default_log_path(context_dir))
         return
@@ -197,6 +204,7 @@ def image(
             console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
         else:
             log_path = attempt.log_path
+            attempt.compile_jobs = jobs.as_record() if jobs else None
     with sigterm_as_interrupt() as stop:
         try:
             outcome = workflow.run_build(context, tag, options, console, log_path, attempt)
@@ -290,6 +298,17 @@ def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, pl
         click.echo("stages:     " + " -> ".join(str(s) for s in stages))
     if plan is None:
         click.echo("manifest:\n" + json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
+
+
+def _print_jobs(jobs: workflow.CompileJobs, console: Console) -> None:
+    """The compile jobs a source build runs, and a warning when less memory is free now than they may need."""
+    console.print(f"compile jobs: MAX_JOBS={jobs.max_jobs} ({escape(jobs.reason)}; the engine's machine)")
+    if jobs.short_of_memory:
+        console.print(
+            f"[yellow]warning[/]: {jobs.available_bytes / 2**30:.1f} GiB is free on this machine now; "
+            f"{jobs.max_jobs} compile jobs may need up to {jobs.max_jobs * jobs.per_job_mb / 1024:.1f} GiB at once: "
+            "close what else runs here, or the compiler may be killed (failure class compiler_out_of_memory)"
+        )
 
 
 def _print_failure(exc: BuildError, console: Console) -> None:

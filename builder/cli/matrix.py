@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from builder.cli.attest import check_result, revoked_or_default, sign, signer_options, verify
+from builder.cli.attest import check_result, sign, signer_options, signers, verify
 from builder.cli.diff import diff_cells
 from builder.cli.output import stdout_console
 from builder.cli.paths import writable_output
@@ -22,6 +22,7 @@ from builder.cli.store_options import DatabaseError, db_option, open_store, plai
 from builder.attest import signing as attest
 from builder import strict_json
 from builder.engine.run_result import RESULT_NAME
+from builder.paths import BUILD_RECORD
 from builder.store.provenance import Provenance
 from builder.store.run_config import VERDICT_LABEL
 from builder.store.store import (
@@ -223,27 +224,40 @@ def import_results(
     db: Path | None,
     skip_invalid: bool,
     replace: bool,
-    allowed_signers: Path,
+    allowed_signers: Path | None,
     revoked: Path | None,
 ) -> None:
-    """Import result.json files and matrix databases.
+    """Import result.json files, build records and matrix databases.
 
     Databases (*.db, e.g. a CI job's) come with their builds.
 
-    A directory (e.g. unpacked CI artifacts) is searched for result.json and *.db files. Idempotent:
-    a run (same run_id, same content) or build (same build_uid) already in the matrix is counted, not
+    A directory (e.g. unpacked CI artifacts) is searched for result.json, build-record.json and *.db files.
+    Idempotent: a run (same run_id, same content) or build (same build_uid) already in the matrix is counted, not
     added again; the same run_id with other content is refused unless --replace.
 
-    A result.json with a result.json.intoto.jsonl beside it is verified first (`envbuild matrix verify`) and
-    recorded with its provenance (this project's CI, or the contributor who signed it); one without is
-    recorded as unsigned. Runs from databases come in unsigned. Exit 1 when an attestation does not verify
-    (nothing imported), 2 on bad input.
+    A result.json or build-record.json with its .intoto.jsonl beside it is verified first (`envbuild matrix
+    verify`) and recorded with its provenance (this project's CI, or the contributor who signed it); one without
+    is recorded as unsigned. A build record is filed under the cell its context recomputes to with the recipes in
+    use, never the one it names. Runs from databases come in unsigned. Exit 1 when an attestation or a build
+    record's cell does not verify (nothing imported), 2 on bad input.
     """
+    from builder.cli import site_recipes
+    from builder.workflows import import_builds
+
     target = db or default_db_path()
     results, databases, problems = _collect(paths, target)
-    if not results and not databases and not problems:
-        raise click.BadParameter("no result.json or *.db found under the given paths", param_hint="PATHS")
-    results, unverified, unreadable = _provenances(results, allowed_signers, revoked_or_default(revoked))
+    record_files = import_builds.files_in(paths)
+    if not results and not databases and not problems and not record_files:
+        raise click.BadParameter(
+            "no result.json, build-record.json or *.db found under the given paths", param_hint="PATHS"
+        )
+    chosen = signers(allowed_signers, revoked)
+    results, unverified, unreadable = _provenances(results, chosen.allowed, chosen.revoked)
+    builds, build_unverified, build_unreadable = import_builds.check_all(
+        record_files, chosen.allowed, chosen.revoked, site_recipes.folder() if record_files else None
+    )
+    unverified += [plain(line) for line in build_unverified]
+    unreadable += [plain(line) for line in build_unreadable]
     problems += unreadable
     if problems and not skip_invalid:
         raise click.BadParameter(
@@ -261,7 +275,7 @@ def import_results(
         )
         raise SystemExit(1)
     problems += unverified
-    if not results and not databases:  # --skip-invalid skipped every file: nothing to import, nothing written
+    if not results and not databases and not builds:  # --skip-invalid skipped every file: nothing to import
         raise click.BadParameter(
             "nothing imported: every file is invalid:\n  " + "\n  ".join(problems), param_hint="PATHS"
         )
@@ -291,6 +305,8 @@ def import_results(
                 counts[outcome] += n
         for file, result, provenance in results:
             counts[store.record_run(result, source=str(file), replace=replace, provenance=provenance).outcome] += 1
+        for build in builds:
+            builds_added += import_builds.record(store, build)
     except StoreError as exc:
         raise DatabaseError(f"{exc} (the files before it were imported; run the import again to finish)") from exc
     finally:
@@ -548,7 +564,7 @@ def _import_files(paths: tuple[Path, ...]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             files.extend(sorted(p for p in path.rglob("*") if p.name == RESULT_NAME or p.suffix == ".db"))
-        else:
+        elif path.name != BUILD_RECORD:  # a build record is imported by builder.workflows.import_builds
             files.append(path)
     return files
 

@@ -21,7 +21,8 @@ from builder.cli.as_found import leaves_as_found, will_create
 from builder.cli.attest import sign_options, sign_result
 from builder import strict_json
 from builder.engine.run_result import RESULT_NAME
-from builder.paths import CONTAINER_LOG
+from builder.cli.store_options import plain
+from builder.paths import BUILD_RECORD, CONTAINER_LOG
 
 
 PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
@@ -37,7 +38,7 @@ def publishable(result: dict) -> dict:
 
 
 @click.command("publish")
-@click.argument("result_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("result_json", metavar="FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", required=True, help="Name of this run in the results folder, e.g. local-seed-tiny-gemma.")
 @click.option(
     "-o",
@@ -61,18 +62,23 @@ def publishable(result: dict) -> dict:
 def publish(
     result_json: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...], sif: Path | None
 ) -> None:
-    """Copy a measured run into results/ for committing.
+    """Copy a measured run or a build record into results/ for committing.
 
-    RESULT_JSON (and its container.log) goes to OUT/<cell>/<NAME>/ without the host name and kernel
-    command line, which a public file must not carry. With --sign, the attestation (exact commands from
-    --command) goes beside it. Exit code 0, or 2 for an invalid result, a bad name, an existing entry or a key
-    that cannot sign (nothing is left behind)."""
+    FILE is a run's result.json or a build's build-record.json (`envbuild image` writes it into the build's
+    attempt directory and says where). A result (and its container.log) goes to OUT/<cell>/<NAME>/ without the
+    host name and kernel command line, which a public file must not carry. A build record goes there as it is,
+    under the cell its context recomputes to with the recipes in use (one they do not render is refused). With
+    --sign, the attestation (exact commands from --command) goes beside it. Exit code 0, or 2 for an invalid file,
+    a bad name, an existing entry or a key that cannot sign (nothing is left behind)."""
     from builder.cli.paths import writable_output
     from builder.store.store import StoreError, validate_result
     from builder.plan.cells import Cell
 
     if not _NAME.fullmatch(name):
         raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' and '-' (up to 64)", param_hint="--name")
+    if _is_build_record(result_json):
+        _publish_build(result_json, name, out, key, commands)
+        return
     try:
         result = validate_result(strict_json.loads(strict_json.read_regular(result_json, strict_json.MAX_RESULT_BYTES)))
         cell = Cell.from_result(result)
@@ -99,3 +105,43 @@ def publish(
         shutil.rmtree(target, ignore_errors=True)
         raise
     click.echo(str(target / RESULT_NAME))
+
+
+def _is_build_record(path: Path) -> bool:
+    """Whether FILE declares itself a build record (its name, or its `format`); read bounded, parsed leniently: the
+    door (verify_build.read) checks it whole."""
+    from builder.store import build_record_schema
+
+    if path.name == BUILD_RECORD:
+        return True
+    try:
+        return build_record_schema.is_build_record(
+            strict_json.loads(strict_json.read_regular(path, strict_json.MAX_RESULT_BYTES))
+        )
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
+def _publish_build(record: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...]) -> None:
+    from builder.cli import site_recipes
+    from builder.cli.paths import writable_output
+    from builder.workflows import publish_build
+
+    if key is not None and not commands:
+        raise click.UsageError("give the exact commands that made this build with --command (repeat it)")
+    try:
+        prepared = publish_build.prepare(record, site_recipes.folder())
+    except publish_build.PublishError as exc:
+        raise click.BadParameter(plain(exc), param_hint="FILE") from exc
+    target = out / prepared.cell.key / name
+    if target.exists():
+        raise click.UsageError(f"{target} exists already: choose another --name")
+    writable_output(target, "'-o' / '--out'")
+    will_create(target)
+    try:
+        written, attestation = publish_build.write(prepared, target, key, commands)
+    except publish_build.PublishError as exc:
+        raise click.UsageError(plain(exc)) from exc
+    if attestation is not None:
+        click.echo(plain(attestation))
+    click.echo(plain(written))

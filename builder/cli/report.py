@@ -10,13 +10,13 @@ import click
 from rich.console import Console
 
 from builder.cli import site_recipes
-from builder.cli.attest import check_result, result_files, revoked_or_default, signer_options
+from builder.cli.attest import check_result, result_files, signer_options, signers
 from builder.cli.paths import writable_output
 from builder.cli.prerequisites import BadRecipeData
 from builder.cli.report_results import with_results
 from builder.cli.store_options import db_option, open_store, plain, warn_damaged
 from builder.attest import signing as attest
-from builder.attest.provenance_now import current_provenance
+from builder.attest.provenance_now import current_build_provenance, current_provenance
 from builder.report.matrix_reads import ReadsAhead
 from builder.report.site import PAGE_RUNS, ReportError, build_report, summary_markdown
 from builder.store.store import default_db_path
@@ -62,8 +62,8 @@ from builder.plan.recipe_cells import RecipeCellsError, recipe_cells
     "--results",
     "results_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=attest.RESULTS_DIR,
-    show_default="results/",
+    default=None,
+    show_default="./results when it exists, else the results bundled with envbuild",
     help="The project's published results: shown with the local matrix (without one: alone); with --check, "
     "each must carry an attestation that verifies.",
 )
@@ -88,7 +88,7 @@ def report(
     db: Path | None,
     with_recipes: bool,
     published: bool,
-    results_dir: Path,
+    results_dir: Path | None,
     with_published: bool,
     allowed_signers: Path,
     revoked: Path | None,
@@ -113,23 +113,27 @@ def report(
         cells = recipe_cells(every=True, site=site) if with_recipes else []
     except RecipeCellsError as exc:
         raise BadRecipeData(f"{exc} (or pass --no-recipes)") from exc
+    chosen = signers(allowed_signers, revoked)
+    if results_dir is None:
+        results_dir = Path("results") if Path("results").is_dir() else attest.RESULTS_DIR
     if check:
-        _check_results(results_dir, allowed_signers, revoked_or_default(revoked))
+        _check_results(results_dir, chosen.allowed, chosen.revoked)
     merged, attempts_db = None, Path(db or default_db_path())
     if with_published and not check and markdown is None:  # the committed summary stays the local matrix's
         merged = tempfile.TemporaryDirectory(prefix="envbuild-report-")
         store = with_results(
             db,
             results_dir,
-            allowed_signers,
-            revoked_or_default(revoked),
+            chosen.allowed,
+            chosen.revoked,
             Path(merged.name),
             lambda message: click.echo(f"warning: {plain(message)}", err=True),
         )
     else:
         store = open_store(db, must_exist=True)
-    try:  # who signed each run, derived again from the current signer files (revocation at read time)
-        now = current_provenance(store, allowed_signers, revoked_or_default(revoked))
+    try:  # who signed each run and build record, derived again from the current signer files (revocation at read time)
+        now = current_provenance(store, chosen.allowed, chosen.revoked)
+        builds_now = current_build_provenance(store, chosen.allowed, chosen.revoked)
     except attest.AttestationInputError as exc:
         store.close()
         raise click.UsageError(plain(exc)) from exc
@@ -137,12 +141,12 @@ def report(
     if published:
         scratch = tempfile.TemporaryDirectory(prefix="envbuild-published-")
         try:
-            store.copy_published(Path(scratch.name) / "published.db", now)
+            store.copy_published(Path(scratch.name) / "published.db", now, builds_now)
         finally:
             store.close()
         store = open_store(Path(scratch.name) / "published.db", must_exist=True)
     else:
-        store.provenance_now = now
+        store.provenance_now, store.build_provenance_now = now, builds_now
     console = Console(stderr=True)
     # the site's whole-matrix reads run on the other core while the summaries are collected
     reads = ReadsAhead(store) if out_dir is not None and not check else None
@@ -188,12 +192,22 @@ def report(
 
 
 def _check_results(results_dir: Path, allowed_signers: Path, revoked: Path | None) -> None:
-    """Every result.json under `results_dir` carries an attestation that verifies; else say which and exit 1 (2 when
-    one cannot be read)."""
+    """Every result.json and build-record.json under `results_dir` carries an attestation that verifies; else say which
+    and exit 1 (2 when one cannot be read). A build record whose context the recipes no longer render is only warned
+    about: it was evidence about an earlier context of its cell, and the report leaves it out."""
+    from builder.cli import site_recipes
+    from builder.workflows import import_builds, verify_build
+
     failed = unreadable = 0
-    for result_json in result_files((results_dir,)):
-        outcome = check_result(result_json, allowed_signers, revoked)
-        if isinstance(outcome, attest.VerificationFailure):
+    outcomes = [(path, check_result(path, allowed_signers, revoked)) for path in result_files((results_dir,))]
+    outcomes += [
+        (path, verify_build.check(path, allowed_signers, revoked, require_signature=True, site=site_recipes.folder()))
+        for path in import_builds.files_in((results_dir,))
+    ]
+    for result_json, outcome in outcomes:
+        if isinstance(outcome, verify_build.CellNotRecomputed):
+            click.echo(f"warning: {plain(result_json)}: [{outcome.check}] {plain(outcome)}", err=True)
+        elif isinstance(outcome, attest.VerificationFailure):
             failed += 1
             click.echo(f"{plain(result_json)}: [{outcome.check}] {plain(outcome)}", err=True)
         elif isinstance(outcome, attest.AttestationInputError):

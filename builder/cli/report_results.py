@@ -1,13 +1,15 @@
-"""The project's published results (results/) in every report: merged with the local matrix, if there is one, in a
-scratch copy; the local file is never written."""
+"""The project's published results (results/: runs and build records) in every report: merged with the local matrix,
+if there is one, in a scratch copy; the local file is never written."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from builder.cli import site_recipes
 from builder.cli.matrix import _collect, _provenances
 from builder.cli.store_options import open_store, plain
 from builder.store.store import MatrixStore, RunConflictError, StoreError, default_db_path
+from builder.workflows import import_builds
 
 
 def with_results(
@@ -38,6 +40,16 @@ def with_results(
                 store.record_run(result, source=str(file), provenance=provenance)
             except (RunConflictError, StoreError) as exc:
                 warn(f"left out of the report: {plain(file)}: {plain(exc)}")
+        builds, unverified, unreadable = import_builds.check_all(
+            import_builds.files_in(files), allowed_signers, revoked, site_recipes.folder()
+        )
+        for problem in unverified + unreadable:
+            warn(f"left out of the report: {problem}")
+        for build in builds:
+            try:
+                import_builds.record(store, build)
+            except StoreError as exc:
+                warn(f"left out of the report: {plain(build.path)}: {plain(exc)}")
     except BaseException:
         store.close()
         raise

@@ -2,5 +2,6 @@
 cells, resolve (request -> Plan), recipe_cells (the cells CI builds), locks (lock_names: where a lock lives;
 lock: reading, checking, resolving with uv), the wheelhouse, image_ref (the image-reference
 grammar: a pure check, used by inspect and --base-image), steps (the image's stages and build steps, as data)
-and render/context (the Dockerfile, cell.def and their files). Nothing here talks to Docker, the host or the
+render/context (the Dockerfile, cell.def and their files) and context_identity (which cell a context hash is: a
+build record's cell, recomputed). Nothing here talks to Docker, the host or the
 matrix file. It imports only `builder.paths` and itself; every other package may import it."""

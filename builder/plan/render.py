@@ -237,6 +237,9 @@ def context_files(
         "files": file_hashes(files, known),
         "torch_origin": torch_origin(plan, wheelhouse),
         "fetch_steps": steps.fetch_steps(plan),
+        # the memory one compile job of a source build may need (recipes/flavors.toml compile_job_mem_mb): the build
+        # workflow sizes MAX_JOBS from it on the building machine (not hashed: the hash is the same on every host)
+        **({"compile_job_mem_mb": plan.flavor.compile_job_mem_mb} if plan.torch_source == "source" else {}),
         "context_hash": context_hash,
         "image_tag": image_tag,
     }

@@ -53,6 +53,7 @@ class Step:
     detail: str
     evidence: tuple[Evidence, ...] = ()
     signer: str | None = None  # a measured step: who vouches for it (builder.store.provenance.label)
+    log_tail: tuple[str, ...] = ()  # a signed failed build: the last lines of its failing step (shown escaped)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Recipe:
     wheel_builder: str = ""  # who built the wheel when not PyTorch ("AMD": its own index), "" = PyTorch's wheel
     # (says, source) of what the public record holds against the cell's arch on its release (Plan.arch_caveats)
     caveats: tuple[tuple[str, str], ...] = ()
+    unproven: bool = False  # a source build no peer has shown to compile (its evidence step: "not yet proven")
 
 
 def ladder(
@@ -167,8 +169,45 @@ def _renders(cell: Cell, recipe: Recipe | None) -> Step:
     )
 
 
+def signed(build: dict) -> bool:
+    """A build whose record's attestation verifies now (this project's CI or a contributor)."""
+    return build.get("provenance") in provenance.PUBLISHED
+
+
+def built_by(build: dict) -> str:
+    """Who built it, as a signed build record says: the principal of its signer, or this project's CI."""
+    if build.get("provenance") == provenance.CI:
+        return "this project's CI"
+    return str(build.get("signer") or "?").split(" (", 1)[0]
+
+
 def _built(builds: list[dict], local: bool, ran_in: dict, foreign: tuple[str, str] | None) -> Step:
     passed = [b for b in builds if b.get("status") == "pass"]
+    signed_passes = [b for b in passed if signed(b)]
+    if signed_passes:  # a signed build record: the strongest evidence that the cell builds
+        b = signed_passes[-1]
+        return Step(
+            3,
+            NAMES[2],
+            DONE,
+            f"built by {built_by(b)} at {b.get('created_at') or '?'} as {b.get('image_tag') or '?'} "
+            f"({len(passed)} image(s) built in all)",
+            (Evidence(b.get("image_digest") or "no digest"),),
+            _signer(b),
+        )
+    if not passed and (signed_fails := [b for b in builds if signed(b)]):
+        b = signed_fails[-1]  # no image yet: a signed failure is the strongest record; the commands still build
+        failure = (b.get("record") or {}).get("failure") or {}
+        return Step(
+            3,
+            NAMES[2],
+            FAILED,
+            f"a build signed by {built_by(b)} failed at step {failure.get('step') or '?'}: "
+            f"{b.get('failure_class') or '?'}" + (f" ({failure['message']})" if failure.get("message") else ""),
+            (Evidence(b.get("created_at") or "?"),),
+            _signer(b),
+            tuple(failure.get("log_tail") or ()),
+        )
     if passed:
         b = passed[-1]
         return Step(
@@ -177,6 +216,7 @@ def _built(builds: list[dict], local: bool, ran_in: dict, foreign: tuple[str, st
             DONE,
             f"built {b.get('created_at') or '?'} as {b.get('image_tag') or '?'} ({len(passed)} image(s) built in all)",
             (Evidence(b.get("image_digest") or "no digest"),),
+            _signer(b) if b.get("provenance") == provenance.REVOKED else None,  # a record that no longer verifies
         )
     if builds:
         b = builds[-1]
@@ -208,6 +248,8 @@ def _built(builds: list[dict], local: bool, ran_in: dict, foreign: tuple[str, st
 def _verified(builds: list[dict], local: bool) -> Step:
     for b in reversed([b for b in builds if b.get("status") == "pass"]):
         checks = b["verify_checks"] if "verify_checks" in b else _verify_checks(b.get("manifest"))
+        if checks is None and isinstance(b.get("record"), dict):  # a build known by its build record alone
+            checks = b["record"].get("verify_checks")
         if checks is not None:
             return Step(
                 4,

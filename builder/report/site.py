@@ -86,6 +86,8 @@ class IndexEntry:
     speed_contended: bool = False  # the speed numbers were measured under contention (conditions.contended)
     # torch built from a source no peer has shown to compile (manifest evidence step "source build, not yet proven")
     unproven: bool = False
+    # such a cell's evidence step once a signed build record passed: "built by <signer>" (the signer's principal)
+    proven_by: str | None = None
     gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
     measured_in: str = (
         ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
@@ -475,6 +477,7 @@ def recipe_facts(site_recipes: Path | None = None) -> dict[str, cell_ladder.Reci
             locked=p.lock_path.is_file(),
             wheel_builder=p.release.wheel_builder if p.torch_source == "wheel" else "",
             caveats=tuple((c.says, c.source) for c in p.arch_caveats),
+            unproven=p.unproven,
         )
         for p in plans
     }
@@ -530,8 +533,8 @@ def _index_entry(
         ladder=_ladder(s, support, recipe, speed),
         speed_contended=cell_ladder.contended(train),
         vendor_claim=cell_ladder.vendor_claim(support, recipe),
-        unproven=s.unproven,
         caveats=recipe.caveats if recipe else (),
+        **_evidence_step(s, recipe),
         gpus=_gpu_names(s),
         measured_in=_measured_in(s.latest_run),
         **_cell_provenance(s),
@@ -557,6 +560,15 @@ def _gpu_names(s: CellSummary) -> tuple[str, ...]:
     if s.cell.arch and isinstance(measured, str) and measured:
         names.add(measured)
     return tuple(sorted(names))
+
+
+def _evidence_step(s: CellSummary, recipe: cell_ladder.Recipe | None) -> dict:
+    """A source cell no peer had shown to compile (its builds' manifests, or the recipes, say so) is unproven until a
+    signed build record of it passes; then its evidence step is "built by <signer>"."""
+    passes = [b for b in s.builds if b.get("status") == "pass" and cell_ladder.signed(b)]
+    if (s.unproven or (recipe is not None and recipe.unproven)) and passes:
+        return {"unproven": False, "proven_by": cell_ladder.built_by(passes[-1])}
+    return {"unproven": s.unproven, "proven_by": None}
 
 
 def _cell_provenance(s: CellSummary) -> dict:

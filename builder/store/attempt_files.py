@@ -15,7 +15,7 @@ import re
 import stat
 from pathlib import Path
 
-from builder.paths import BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG
+from builder.paths import BUILD_LOG, BUILD_RECORD, CONTAINER_LOG, WORKLOAD_LOG
 from workload.result import RESULT_FILE
 
 ATTEMPTS_DIR = "envbuild-attempts"
@@ -78,7 +78,7 @@ def read_tail(path: Path, limit: int) -> bytes:
 
 
 #: What merging another matrix file copies of each of its attempts (never the build context).
-ADOPTED_NAMES = (RECORD_NAME, RESULT_FILE, *LOG_NAMES)
+ADOPTED_NAMES = (RECORD_NAME, BUILD_RECORD, RESULT_FILE, *LOG_NAMES)
 ADOPT_LIMIT_BYTES = 64 * 2**20  # a longer log keeps its tail
 
 

@@ -64,9 +64,9 @@ def keep_file(source: Path, attempt: Path, name: str | None = None) -> None:
             shutil.copyfileobj(src, dst)
 
 
-def write_record(attempt: Path, record: dict) -> None:
-    """`attempt.json`: kind, outcome, class, message, image, paths; written once."""
-    with open(attempt / RECORD_NAME, "x", encoding="utf-8") as handle:
+def write_record(attempt: Path, record: dict, name: str = RECORD_NAME) -> None:
+    """`attempt.json` (kind, outcome, class, message, image, paths), or the document `name`; written once."""
+    with open(attempt / name, "x", encoding="utf-8") as handle:
         json.dump(record, handle, indent=2, sort_keys=True)
         handle.write("\n")
 

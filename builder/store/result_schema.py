@@ -308,15 +308,17 @@ def validate(raw: Any) -> dict:
 
     Raises ResultSchemaError listing each violation as "field.path: rule".
     """
-    return _validated(raw, Result)
+    return validated(raw, Result)
 
 
 def validate_build(raw: Any) -> dict:
     """A merged build row checked like a result (same bounds and cleaning); ResultSchemaError otherwise."""
-    return _validated(raw, Build)
+    return validated(raw, Build)
 
 
-def _validated(raw: Any, model: type[BaseModel]) -> dict:
+def validated(raw: Any, model: type[BaseModel]) -> dict:
+    """`raw` checked by layer 1 (bounds, cleaning) and then by `model` (strict types); ResultSchemaError otherwise.
+    The other documents that enter the matrix (build_record_schema) come through here too."""
     problems: list[str] = []
     cleaned = _bounded(raw, (), problems)
     if problems:
@@ -384,9 +386,10 @@ def _where(path: tuple) -> str:
     return ".".join(map(str, path)) or "(top level)"
 
 
-def rules_markdown() -> str:
-    """The typed fields as a Markdown table (docs/result-schema.md embeds it; a test keeps the two equal)."""
-    schema = Result.model_json_schema()
+def rules_markdown(model: type[BaseModel] = Result) -> str:
+    """The typed fields of `model` as a Markdown table (docs/result-schema.md embeds Result's, docs/build-record.md
+    the build record's; tests keep them equal)."""
+    schema = model.model_json_schema()
     rows = ["| field | type | rule |", "|---|---|---|"]
 
     def walk(prefix: str, node: dict) -> None:

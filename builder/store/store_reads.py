@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import bounded_read
-from builder.store import result_schema, run_config
+from builder.store import build_record_schema, result_schema, run_config
 from builder.store.provenance import KINDS, PUBLISHED, REVOKED, UNSIGNED
 from builder.store.store_schema import (
     RUN_STATUSES,
@@ -280,7 +280,8 @@ class StoreReads(StoreConnection):
             )
         )
         sql = (
-            f"SELECT {columns}, {manifest} AS manifest_blob{facts}, cells.key AS cell_key,"
+            f"SELECT {columns}, {manifest} AS manifest_blob, CAST(builds.record_json AS BLOB) AS record_blob{facts},"
+            " cells.key AS cell_key,"
             " cells.flavor AS cell_flavor, cells.accel_version AS cell_accel_version, cells.torch AS cell_torch,"
             " cells.arch AS cell_arch, cells.python AS cell_python FROM builds JOIN cells ON cells.id = builds.cell_id"
         )
@@ -307,8 +308,42 @@ class StoreReads(StoreConnection):
             build["cell"] = {
                 name: build.pop(f"cell_{name}") for name in ("flavor", "accel_version", "torch", "arch", "python")
             }
+            build["record"] = self._build_record(build["id"], build["build_uid"], build.pop("record_blob"))
+            if build["id"] in self.build_provenance_now:  # derived again from the current signer files
+                now = self.build_provenance_now[build["id"]]
+                build["provenance"], build["signer"] = now.kind, now.signer
+            if build["provenance"] not in KINDS:
+                build["provenance"] = UNSIGNED
+            if build["provenance"] not in (*PUBLISHED, REVOKED):
+                build["signer"] = None
             out.append(build)
         return out
+
+    def _build_record(self, row_id: int, ident: str, blob: bytes | None) -> dict | None:
+        """A build's stored record, checked by build_record_schema (a file from elsewhere may hold anything); None,
+        and a DamagedRow noted, when it does not parse or breaks the schema."""
+        if blob is None:
+            return None
+        record = self._json("builds", row_id, ident, "record_json", blob, lambda v: isinstance(v, dict))
+        if record is None:
+            return None
+        try:
+            return build_record_schema.validate(record)
+        except build_record_schema.BuildRecordError as exc:
+            self.damaged.append(DamagedRow("builds", row_id, str(ident), "record_json", exc.problems[0]))
+            return None
+
+    def has_build(self, build_uid: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM builds WHERE build_uid = ?", (build_uid,)).fetchone() is not None
+
+    def signed_builds(self) -> list[tuple[int, str, str | None, str | None]]:
+        """(row id, build_uid, signer, attestation envelope) of every build stored as signed (ci or contributed)."""
+        marks = ", ".join("?" for _ in PUBLISHED)
+        return list(
+            self._rows(
+                f"SELECT id, build_uid, signer, attestation_json FROM builds WHERE provenance IN ({marks})", PUBLISHED
+            )
+        )
 
     def signed_runs(self) -> list[tuple[int, str, str | None, str | None]]:
         """(row id, run_id, signer, attestation envelope) of every run stored as signed (ci or contributed)."""
@@ -429,7 +464,8 @@ class StoreReads(StoreConnection):
                 cell = Cell(**build["cell"])
                 if cell.key != build["cell_key"]:
                     raise ValueError(f"cell key {build['cell_key']!r} does not name its coordinates ({cell.key})")
-                clean = result_schema.validate_build({k: build[k] for k in _BUILD_COLUMNS})
+                clean = result_schema.validate_build({k: build[k] for k in _BUILD_COLUMNS if k != "record"})
+                clean["record"] = build_record_schema.validate(build["record"]) if build["record"] else None
             except (ValueError, TypeError) as exc:
                 raise InvalidResultError(
                     f"builds row {build['id']} ({_short(build.get('build_uid'))}): {_first_error(exc)}"
@@ -484,6 +520,9 @@ _BUILD_READ_COLUMNS = (
     "attempt_dir",
     "base_image",
     "base_digest",
+    "provenance",
+    "signer",
+    "attestation_json",
 )
 
 
@@ -529,4 +568,5 @@ _BUILD_COLUMNS = (
     "attempt_dir",
     "manifest",
     "created_at",
+    "record",
 )

@@ -139,6 +139,15 @@ MIGRATIONS: tuple[str, ...] = (
                    THEN json_extract(result_json, '$.metrics.mfu') END
         WHERE json_valid(result_json)
     """,
+    # 5: a build comes home: its typed build record (builder/store/build_record_schema.py) and who vouches for it,
+    # as for runs ('ci', 'contributed' with its signer and DSSE envelope, or 'unsigned'). Builds recorded before
+    # have no record.
+    """
+    ALTER TABLE builds ADD COLUMN provenance TEXT NOT NULL DEFAULT 'unsigned';
+    ALTER TABLE builds ADD COLUMN signer TEXT;
+    ALTER TABLE builds ADD COLUMN attestation_json TEXT;
+    ALTER TABLE builds ADD COLUMN record_json TEXT
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -187,6 +196,7 @@ class StoreConnection:
         self.damaged: list[DamagedRow] = []  # rows the reads so far skipped
         self.bad_text = 0  # text values read that were not UTF-8 (shown with U+FFFD; `check` names their rows)
         self.provenance_now: dict = {}  # row id -> Provenance derived now (provenance_now.current_provenance)
+        self.build_provenance_now: dict = {}  # build row id -> Provenance derived now (the same, for builds)
 
     def _rows(self, sql: str, args=()) -> list[tuple]:
         """A read's rows. SQLite's own UTF-8 decoding is fast but stops at a damaged value: the query is then

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from builder.store import attempt_files, verdict_rules
+from builder.store import attempt_files, build_record_schema, verdict_rules
 from builder.store.provenance import PUBLISHED, UNSIGNED, Provenance
 from builder.store.store_schema import (
     BUILD_STATUSES,
@@ -72,6 +72,8 @@ class StoreWrites(StoreConnection):
         attempt_dir: str | os.PathLike | None = None,
         base_image: str | None = None,
         base_digest: str | None = None,
+        record: dict | None = None,
+        provenance: Provenance | None = None,
     ) -> int:
         """Record one image build of `cell` ("pass" or "fail" with a `failure_class`); returns its id.
 
@@ -79,22 +81,44 @@ class StoreWrites(StoreConnection):
         same uid again inserts nothing and returns the existing id (what merging CI databases relies on).
         Whether it is a verdict or only an attempt follows `verdict_rules.counts` (a failure on the input,
         e.g. `base_image_unavailable`, or `interrupted`, is an attempt). `base_image` defaults to the
-        manifest's; `attempt_dir` is the build's own record (docs/matrix.md "Attempts").
+        manifest's; `attempt_dir` is the build's own record (docs/matrix.md "Attempts"). `record`: its
+        build-record.json (checked by build_record_schema here); `provenance`: who vouches for that record (default
+        unsigned). A signed provenance for a build already recorded with the same record replaces an unsigned one;
+        with another record it is refused (StoreError): one build id, one record.
         """
         if status not in BUILD_STATUSES:
             raise StoreError(f"build status must be one of {BUILD_STATUSES}, got {status!r}")
         if status == "fail" and not failure_class:
             raise StoreError("a failed build needs a failure_class (e.g. 'network', 'compile', 'oom')")
+        provenance = provenance or Provenance()
+        record_json = None
+        if record is not None:
+            try:
+                record_json = canonical_json(build_record_schema.validate(record))
+            except build_record_schema.BuildRecordError as exc:
+                raise InvalidResultError(f"build record does not follow docs/build-record.md: {exc}") from None
         build_uid = build_uid or uuid.uuid4().hex
         with self._write() as conn:
-            existing = conn.execute("SELECT id FROM builds WHERE build_uid = ?", (build_uid,)).fetchone()
+            existing = conn.execute(
+                "SELECT id, provenance, record_json FROM builds WHERE build_uid = ?", (build_uid,)
+            ).fetchone()
             if existing:
+                if provenance.kind != UNSIGNED and existing[1] == UNSIGNED:
+                    if existing[2] != record_json:
+                        raise StoreError(
+                            f"build {build_uid} is already recorded with another build record; nothing was changed"
+                        )
+                    conn.execute(
+                        "UPDATE builds SET provenance = ?, signer = ?, attestation_json = ? WHERE id = ?",
+                        (provenance.kind, provenance.signer, provenance.attestation, existing[0]),
+                    )
                 return existing[0]
             cell_id = _ensure_cell(conn, cell)
             cur = conn.execute(
                 "INSERT INTO builds (build_uid, cell_id, recipe_hash, context_hash, image_tag, image_digest,"
                 " duration_s, log_path, status, failure_class, error, manifest_json, created_at, counts,"
-                " attempt_dir, base_image, base_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " attempt_dir, base_image, base_digest, provenance, signer, attestation_json, record_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     build_uid,
                     cell_id,
@@ -113,6 +137,10 @@ class StoreWrites(StoreConnection):
                     str(attempt_dir) if attempt_dir is not None else None,
                     base_image or (manifest or {}).get("base_image"),
                     base_digest,
+                    provenance.kind,
+                    provenance.signer,
+                    provenance.attestation,
+                    record_json,
                 ),
             )
             return cur.lastrowid
@@ -291,10 +319,12 @@ class StoreWrites(StoreConnection):
             raise
         return type(self)(copy, Path(target))
 
-    def copy_published(self, target: str | os.PathLike, provenance_now: dict | None = None) -> None:
+    def copy_published(
+        self, target: str | os.PathLike, provenance_now: dict | None = None, build_provenance_now: dict | None = None
+    ) -> None:
         """Write a copy of this matrix to the new file `target` without its unsigned runs (what a published report
-        reads), nor those `provenance_now` (row id -> Provenance derived now) no longer publishes. Builds carry no
-        provenance and are kept."""
+        reads), nor those `provenance_now` (row id -> Provenance derived now) no longer publishes. Builds are kept,
+        each with the provenance `build_provenance_now` (build row id -> Provenance) derives for it now."""
         copy = sqlite3.connect(target)
         try:
             copy.execute("PRAGMA synchronous = OFF")  # a throwaway file
@@ -302,6 +332,10 @@ class StoreWrites(StoreConnection):
             copy.executemany(
                 "UPDATE runs SET provenance = ?, signer = ? WHERE id = ?",
                 [(p.kind, p.signer, row_id) for row_id, p in (provenance_now or {}).items()],
+            )
+            copy.executemany(
+                "UPDATE builds SET provenance = ?, signer = ? WHERE id = ?",
+                [(p.kind, p.signer, row_id) for row_id, p in (build_provenance_now or {}).items()],
             )
             marks = ", ".join("?" for _ in PUBLISHED)
             copy.execute(

@@ -1,24 +1,29 @@
 """An image build: its context from a plan (rendered once, the manifest kept in memory) or from a rendered
 directory (its manifest.json read once), built with BuildKit (`run_build`: a build that stopped comes back as a
 BuildStop), checked by the image's own verify record, and filed in the matrix as an attempt
-(build_record.BuildAttempt: `record_pass`, `record_stop`). The engine gets the manifest; it never reads a
-context's files back."""
+(build_record.BuildAttempt: `record_pass`, `record_stop`), whose build-record.json says how long it took, how much
+memory was in use and how many compile jobs a source build ran (`compile_jobs`, sized here from the engine's memory).
+The engine gets the manifest; it never reads a context's files back."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, BuildOutcome, build_image, read_verify
+from builder.engine.build_host import EngineResources, MemorySampler, engine_resources, memory_in_use
 from builder.engine.docker import EngineUnavailable
 from builder.engine.interrupt import describe
 from builder.engine.repro import ReproReport, check_reproducible
 from builder.plan.render import read_manifest, render
 from builder.plan.resolve import Plan
-from builder.workflows.build_record import BuildAttempt
+from builder.store.store import utc_now
+from builder.workflows.build_record import BuildAttempt, Measured
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,70 @@ def rendered(plan: Plan, out_dir: Path, wheelhouse: Path | None = None) -> Build
 def existing(context_dir: Path) -> BuildContext:
     """A context rendered earlier (`envbuild render`), its manifest read once."""
     return BuildContext(Path(context_dir), read_manifest(context_dir))
+
+
+#: The build argument the torch compile step of a source build reads (its Step in builder/plan/steps.py).
+MAX_JOBS_ARG = "MAX_JOBS"
+
+
+@dataclass(frozen=True)
+class CompileJobs:
+    """How many compile jobs a source build runs: min(the engine's CPUs, its memory / the per-job figure, less one
+    job's worth held back for the rest of the machine), at least one. `available_bytes`: this host's MemAvailable
+    now (None where unreadable), to warn when less is free than the jobs may need."""
+
+    max_jobs: int
+    per_job_mb: int
+    engine: EngineResources
+    available_bytes: int | None
+
+    @property
+    def reason(self) -> str:
+        gib = self.engine.memory_bytes / 2**30
+        return (
+            f"min({self.engine.cpus} CPUs, {gib:.1f} GiB / {self.per_job_mb} MB per job - 1 held back)"
+            f" = {self.max_jobs}"
+        )
+
+    @property
+    def short_of_memory(self) -> bool:
+        """Less memory is free on this host now than the chosen jobs may need at once."""
+        return self.available_bytes is not None and self.available_bytes < self.max_jobs * self.per_job_mb * 2**20
+
+    def as_record(self) -> dict:
+        return {
+            "max_jobs": self.max_jobs,
+            "per_job_mb": self.per_job_mb,
+            "engine_memory_bytes": self.engine.memory_bytes,
+            "engine_cpus": self.engine.cpus,
+            "reason": self.reason,
+        }
+
+
+def jobs_for(memory_bytes: int, cpus: int, per_job_mb: int) -> int:
+    """min(cpus, memory / per job - 1), at least 1: the engine's total memory, not what is free this minute, so that
+    the same machine always passes the same MAX_JOBS (it is part of the compile step's BuildKit cache key)."""
+    return max(1, min(cpus, memory_bytes // (per_job_mb * 2**20) - 1))
+
+
+def compile_jobs(context: BuildContext, resources: EngineResources | None = None) -> CompileJobs | None:
+    """The compile jobs of a source build (its manifest names the per-job figure), sized from the engine's memory
+    and CPUs; None for a context that compiles no torch. EngineUnavailable passes through."""
+    per_job = (context.manifest or {}).get("compile_job_mem_mb")
+    if isinstance(per_job, bool) or not isinstance(per_job, int) or per_job <= 0:
+        return None
+    resources = resources or engine_resources()
+    seen = memory_in_use()
+    available = seen[1] - seen[0] if seen else None
+    return CompileJobs(jobs_for(resources.memory_bytes, resources.cpus, per_job), per_job, resources, available)
+
+
+def with_compile_jobs(options: BuildOptions, jobs: CompileJobs | None) -> BuildOptions:
+    """`options` with MAX_JOBS passed as a build argument (the context's hash does not change: its Dockerfile
+    declares the argument with an empty default, which the compile step would fill from the memory it sees)."""
+    if jobs is None:
+        return options
+    return dataclasses.replace(options, build_args={**options.build_args, MAX_JOBS_ARG: str(jobs.max_jobs)})
 
 
 def start_attempt(db: Path, context: BuildContext, tag: str, log_path: Path | None) -> BuildAttempt | None:
@@ -80,7 +149,26 @@ def run_build(
 ) -> BuildOutcome | BuildStop:
     """Build `context` as `tag`. An interrupt or a failing step comes back as a BuildStop, for the caller to report
     and then file (`record_stop`); a bad option (a BuildError without a failing step) and EngineUnavailable drop
-    the attempt (nothing was attempted) and pass through."""
+    the attempt (nothing was attempted) and pass through. The attempt keeps what was measured: start, end, wall time
+    and the host's memory in use (sampled every second)."""
+    started_at, started = utc_now(), time.monotonic()
+    sampler = MemorySampler().start()
+    try:
+        return _build_or_stop(context, tag, options, console, log_path, attempt)
+    finally:
+        memory = sampler.stop()
+        if attempt:
+            attempt.measured = Measured(started_at, utc_now(), round(time.monotonic() - started, 1), memory)
+
+
+def _build_or_stop(
+    context: BuildContext,
+    tag: str,
+    options: BuildOptions,
+    console: Console,
+    log_path: Path | None,
+    attempt: BuildAttempt | None,
+) -> BuildOutcome | BuildStop:
     try:
         return build(context, tag, options, console, log_path)
     except (BuildInterrupted, KeyboardInterrupt) as exc:
@@ -104,7 +192,9 @@ def record_stop(attempt: BuildAttempt, stop: BuildStop, console: Console) -> Non
         attempt.finish("fail", "interrupted", f"interrupted ({stop.how})", None, console)
         return
     failure = stop.error.failure
-    attempt.finish("fail", failure.failure_class, f"{failure.step}: {failure.message}"[:500], None, console)
+    attempt.finish(
+        "fail", failure.failure_class, f"{failure.step}: {failure.message}"[:500], None, console, failure=failure
+    )
 
 
 def verify_record(outcome: BuildOutcome) -> dict | None:

@@ -253,7 +253,7 @@ def test_a_database_of_schema_1_is_upgraded_and_its_attempts_stop_being_verdicts
             created_at="2026-12-01T08:00:00Z",
         )
     with MatrixStore.open(db) as store:
-        assert store.schema_version == SCHEMA_VERSION == 4
+        assert store.schema_version == SCHEMA_VERSION == 5
         (summary,) = summarize(store)
         assert len(store.runs()) == 2 and len(store.builds()) == 3
         assert {(r["provenance"], r["signer"]) for r in store.runs()} == {("unsigned", None)}
