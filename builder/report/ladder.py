@@ -30,7 +30,6 @@ NAMES = (
 #: Step states: reached; reached with a bad outcome (a failed build, a failed verdict); not reached; does not apply
 #: (a `--local` cell has no image to build or verify).
 DONE, FAILED, OPEN, SKIPPED = "done", "failed", "open", "n/a"
-CONTRIBUTING = "https://github.com/envbuild/envbuild/blob/main/CONTRIBUTING.md"
 
 
 @dataclass(frozen=True)
