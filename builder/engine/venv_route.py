@@ -64,6 +64,8 @@ class FileFacts:
 
 def interpreter_path(path: Path, given_as: str) -> Path:
     """The interpreter of `path`: a venv folder's bin/python, or an interpreter given itself; VenvError otherwise."""
+    if "/" not in str(path) and shutil.which(str(path)):  # a name on PATH: --local --python python3.12
+        path = Path(shutil.which(str(path)))
     path = Path(path).expanduser().absolute()
     python = path / "bin" / "python" if path.is_dir() else path
     try:

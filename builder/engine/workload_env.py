@@ -100,8 +100,15 @@ def ensure(
     envbuild waits); WorkloadEnvError naming the step, the index and uv's last lines when it cannot be made."""
     environ = dict(os.environ if environ is None else environ)
     root = cache_root() / choice.folder_name
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f"{choice.folder_name}.lock", "w") as lock:
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(root.parent / f"{choice.folder_name}.lock", "w")
+    except OSError as exc:
+        raise WorkloadEnvError(
+            f"cannot keep the workload environment under {root.parent} ({exc.strerror or exc}): set XDG_CACHE_HOME "
+            "to a folder you can write"
+        ) from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -315,3 +315,11 @@ def test_a_mirror_must_be_a_url_or_a_folder():
     with pytest.raises(workload_env.WorkloadEnvError, match="ENVBUILD_TORCH_INDEX_URL"):
         workload_env.mirror({"ENVBUILD_TORCH_INDEX_URL": "pytorch.org/whl/cpu --trusted-host evil"})
     assert workload_env.mirror({"ENVBUILD_TORCH_INDEX_URL": "/srv/wheels"}) == "/srv/wheels"
+
+
+def test_an_unwritable_cache_is_bad_input_naming_the_variable(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    choice = torch_choice.choose(RECIPES, "cpu", None, "3.11")
+    with pytest.raises(workload_env.WorkloadEnvError, match="set XDG_CACHE_HOME"):
+        workload_env.ensure(choice)
