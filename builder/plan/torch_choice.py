@@ -5,9 +5,10 @@ The candidates are the recipe cells of the host's accelerator that take torch fr
 lock: the CPU cell on a CPU box; on an AMD host the cells of its GPU's arch (PyTorch's ROCm index, or the pip-ROCm
 route of ROCm 7.14 and 10.0: `rocm[libraries,device-<gfx>]` and, for 10.0, AMD's split `amd-torch-device-<gfx>`); on
 an NVIDIA host the CUDA cells. Among them: the newest torch line, then a cell whose Python is the one running envbuild
-(no interpreter to fetch), then PyTorch's own index before a pip-ROCm route, then the newest release (CUDA: the
-release's default arch; the cell a run lands in follows the GPU that ran). A route named by ENVBUILD_TORCH_BACKEND
-(`rocm7.14`) keeps only its release's cells.
+(no interpreter to fetch), then PyTorch's own build (download.pytorch.org) before AMD's, then torch's own ROCm
+before the pip-ROCm route, then the newest release (CUDA: the arch a request without --arch gets; the cell a run
+lands in follows the GPU that ran). A route named by ENVBUILD_TORCH_BACKEND (`rocm7.14`) keeps only its release's
+cells.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from dataclasses import asdict, dataclass, field
 
 from builder.plan import lock as lockfile
 from builder.plan.recipes import Recipes, version_key
-from builder.plan.resolve import Plan, all_plans
+from builder.plan.resolve import Plan, Request, all_plans, resolve
 
 #: Bumped when the way an environment is made changes: every cached one is made again.
 FORMAT = 1
+PYTORCH_INDEX = "https://download.pytorch.org/whl/"
 
 
 class NoTorchForHost(ValueError):
@@ -92,12 +94,21 @@ def choose(recipes: Recipes, kind: str, arch: str | None, running_python: str, r
         return (
             version_key(plan.cell.torch),
             plan.cell.python == running_python,
-            plan.accel_wheels is None,  # PyTorch's own index before the pip-ROCm route
+            plan.wheel_index_url.startswith(PYTORCH_INDEX),  # PyTorch's own build before AMD's (ROCm 10)
+            plan.accel_wheels is None,  # then torch's own ROCm before the SDK as wheels (the pip-ROCm route)
             version_key(plan.release.version),
-            plan.cell.arch == plan.release.default_arch,  # CUDA: one wheel for every arch; the release's default
         )
 
     best = max(plans, key=preference)
+    if arch is None and best.cell.arch is not None:  # CUDA: one wheel for every arch, the cell of a request without one
+        request = Request(
+            flavor=kind,
+            accel_version=best.release.version,
+            torch=best.cell.torch,
+            python=best.cell.python,
+            torch_source="wheel",
+        )
+        best = resolve(request, recipes)
     return _choice(best, recipes, kind, arch, release, running_python)
 
 
@@ -106,7 +117,9 @@ def _choice(plan: Plan, recipes: Recipes, kind: str, arch: str | None, release: 
     from_index = tuple(lock.from_torch_index)
     stack = lock.requirements("stack", {e.name for e in lock.entries("stack")} - set(from_index) - {"torch"})
     accel = tuple(plan.accel_wheels["requirements"]) if plan.accel_wheels else ()
-    route = "the pip-ROCm route" if accel else "PyTorch's index"
+    route = ("the pip-ROCm route, " if accel else "") + (
+        "PyTorch's index" if plan.wheel_index_url.startswith(PYTORCH_INDEX) else "AMD's index"
+    )
     why = {
         "cpu": "no GPU on this host: the CPU cell",
         "rocm": f"the newest torch line with an official wheel for {arch}, from {route}",
