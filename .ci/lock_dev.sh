@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Re-resolve the development and test environment's lock, requirements-dev.lock: every distribution that
 # `pip install -e '.[workload,test]'` brings, pinned with its sha256 hashes, for any Python >= 3.10 (uv's
-# universal resolution). torch is left out (its build differs per machine: the CPU wheel here, a CUDA or
-# ROCm one elsewhere; .ci/dev_env.sh installs it by exact version), but its dependencies are resolved from
-# the CPU wheel of ENVBUILD_DEV_TORCH so that no CUDA-only package enters the lock.
+# universal resolution). torch is left out here (requirements-dev-torch.lock pins it, the CPU build by the sha256
+# of its wheels, written below from recipes/wheel-hashes.toml), but its dependencies are resolved from the CPU
+# wheel of ENVBUILD_DEV_TORCH so that no CUDA-only package enters the lock.
 #   bash .ci/lock_dev.sh        # then commit requirements-dev.lock; .ci/newest_releases.sh says what changed
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +24,9 @@ echo "torch==$TORCH+cpu" >"$constraints"
   --output-file requirements-dev.lock.new
 {
   echo "# The development and test environment, hash-locked (written by: bash .ci/lock_dev.sh; installed by"
-  echo "# .ci/dev_env.sh). torch itself is not here: dev_env.sh installs torch==$TORCH (the CPU wheel on CI)."
+  echo "# .ci/dev_env.sh). torch itself is not here: requirements-dev-torch.lock pins torch==$TORCH+cpu by hash."
   cat requirements-dev.lock.new
 } >requirements-dev.lock
 rm requirements-dev.lock.new
 echo "lock_dev: wrote requirements-dev.lock ($(grep -c '^[a-z0-9].*==' requirements-dev.lock) distributions)"
+python3 .ci/lock_dev_torch.py "$TORCH"

@@ -72,8 +72,16 @@ def run() -> None:
 @click.option(
     "--local",
     is_flag=True,
-    help="Run in this Python environment (the default without --image): its "
-    "torch on the device it finds (a GPU when this torch sees one, else the CPU); no Docker needed.",
+    help="Run on this host, no Docker needed (the default without --image): in this Python when it has the "
+    "workload's packages (envbuild[workload]), else in envbuild's own environment with the torch for this host's "
+    "GPU (made once with uv, cached; docs/workload.md).",
+)
+@click.option(
+    "--venv",
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="Run on this host in a venv envbuild did not build, measured as it is: its own torch, the packages it "
+    "lacks brought in read-only, nothing installed into it (docs/measure-any-image.md).",
 )
 @click.option(
     "--python",
@@ -81,7 +89,8 @@ def run() -> None:
     default="python3",
     show_default=True,
     metavar="EXE",
-    help="The interpreter with torch inside an image or SIF envbuild did not build.",
+    help="The interpreter with torch inside an image or SIF envbuild did not build; with --local, an interpreter "
+    "of this host to measure as it is (as --venv).",
 )
 @click.option(
     "--wheels",
@@ -113,6 +122,7 @@ def workload(
     image: str | None,
     sif: Path | None,
     local: bool,
+    venv: Path | None,
     python: str,
     wheels: Path | None,
     gpus: str | None,
@@ -133,12 +143,16 @@ def workload(
     recorded); 130 on Ctrl-C and 143 on SIGTERM (the workload is stopped and the attempt recorded as
     `interrupted`, not a verdict).
     """
-    if sum(map(bool, (image, sif, local))) > 1:
-        raise click.UsageError("--image, --apptainer and --local exclude each other: pick one")
-    if not (image or sif) and (wheels or python != "python3"):
+    if sum(map(bool, (image, sif, local or venv))) > 1:
+        raise click.UsageError("--image, --apptainer and --local/--venv exclude each other: pick one")
+    if local and python != "python3":
+        venv = venv or Path(python)  # --local --python PATH: that interpreter, measured as it is
+    elif not (image or sif) and python != "python3":
         raise click.UsageError(
-            "--python and --wheels are for an image or SIF (--image / --apptainer); --local runs in this Python"
+            "--python names the interpreter of an image or SIF (--image / --apptainer), or with --local one of this host"
         )
+    if wheels and not (image or sif or venv):
+        raise click.UsageError("--wheels is for what an image, SIF or venv lacks (--image, --apptainer, --venv)")
     db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
     console = Console(stderr=True, soft_wrap=True)
     out_dir = out_dir or Path("envbuild-runs") / (
@@ -162,7 +176,7 @@ def workload(
         )
     try:
         with sigterm_as_interrupt() as stop:
-            result = _run(request, image, sif, shm_size, network, console, dict(python=python, wheels=wheels))
+            result = _run(request, image, sif, shm_size, network, console, dict(python=python, wheels=wheels), venv)
     except BadInput:
         watch.discard()  # nothing was measured: no marker left
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
@@ -234,14 +248,15 @@ def _run(
     network: str | None,
     console: Console,
     foreign: dict,
+    venv: Path | None = None,
 ) -> dict:
-    """The run in the image, the SIF or here; refusals of the input become BadInput (exit code 2)."""
+    """The run in the image, the SIF, the venv or here; refusals of the input become BadInput (exit code 2)."""
     from builder.engine.container import RunError
     from builder.engine.docker import EngineUnavailable
     from builder.workflows.run import run_workload
 
     try:
-        return run_workload(request, image, sif, shm_size, network, console, foreign)
+        return run_workload(request, image, sif, shm_size, network, console, foreign, venv)
     except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
         raise BadInput(str(exc)) from exc
     except EngineUnavailable as exc:

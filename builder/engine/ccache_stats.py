@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_OUTPUT = re.compile(r"^#\d+ \d+\.\d+ (.*)$")
+_OUTPUT = re.compile(r"#\d+ \d+\.\d+ (.*)")
 _SUMMARY = re.compile(r"^(Cacheable calls:|Summary:)")
 _HITS = re.compile(r"^  Hits:\s+(\d+)(?:\s*/\s*(\d+))?")
 _MISSES = re.compile(r"^  Misses:\s+(\d+)\b")
-_OLD_HIT = re.compile(r"^cache hit \((direct|preprocessed)\)\s+(\d+)\s*$")
-_OLD_MISS = re.compile(r"^cache miss\s+(\d+)\s*$")
+_OLD_HIT = re.compile(r"cache hit \((direct|preprocessed)\)\s+(\d+)\s*")
+_OLD_MISS = re.compile(r"cache miss\s+(\d+)\s*")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def from_lines(lines) -> CcacheStats | None:
     summary, hits, calls, old_hits = False, None, None, {}
     for raw in lines:
         line = raw.rstrip("\n")
-        match = _OUTPUT.match(line)
+        match = _OUTPUT.fullmatch(line)
         text = match.group(1) if match else line
         if _SUMMARY.match(text):
             summary, hits, calls = True, None, None
@@ -56,9 +56,9 @@ def from_lines(lines) -> CcacheStats | None:
             elif (seen := _MISSES.match(text)) and hits is not None:
                 found, summary = CcacheStats(hits, int(seen.group(1))), False
             continue
-        if seen := _OLD_HIT.match(text):
+        if seen := _OLD_HIT.fullmatch(text):
             old_hits[seen.group(1)] = int(seen.group(2))
-        elif (seen := _OLD_MISS.match(text)) and old_hits:
+        elif (seen := _OLD_MISS.fullmatch(text)) and old_hits:
             found, old_hits = CcacheStats(sum(old_hits.values()), int(seen.group(1))), {}
     return found
 

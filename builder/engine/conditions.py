@@ -4,7 +4,8 @@
 it: the load average at both ends, the CPU count and the cgroup's CPU limit, the GPUs' other processes, clocks
 and power cap (nvidia-smi, rocm-smi or /sys, where readable; our own workload is not running at either
 snapshot, so every compute process seen is another's), and whether another `envbuild run` was writing to the
-same matrix file while this one ran (each run leaves a small marker in `<db>.in-flight/`). A run that something
+same matrix file while this one ran (each run leaves a small marker in `<db>.in-flight/` while it runs, and while
+a run that overlapped it still runs; the folder goes with the last marker). A run that something
 competed with is `contended`, with the reasons; the report marks it and never plots or ranks it unmarked.
 """
 
@@ -20,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: A marker of a finished run is kept this long (a run that is still going must still see it), then removed.
+#: A marker of a finished run is kept while a run that overlapped it still runs, and never longer than this.
 MARKER_KEEP_S = 2 * 24 * 3600
 SMI_TIMEOUT_S = 10
 
@@ -153,13 +154,16 @@ class Watch:
         watch.gpu_start = gpu_snapshot()
         if watch.markers is not None:
             try:
-                watch.markers.mkdir(exist_ok=True)  # a new matrix folder is the store's to make (and say so)
                 watch.marker = watch.markers / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
-                watch.marker.write_text(
-                    json.dumps(
-                        {"host": socket.gethostname(), "pid": os.getpid(), "started": watch.started, "finished": None}
-                    )
-                )
+                record = {"host": socket.gethostname(), "pid": os.getpid(), "started": watch.started, "finished": None}
+                for attempt in range(3):  # a run finishing now may remove the empty folder between mkdir and write
+                    watch.markers.mkdir(exist_ok=True)  # a new matrix folder is the store's to make (and say so)
+                    try:
+                        watch.marker.write_text(json.dumps(record))
+                        break
+                    except FileNotFoundError:
+                        if attempt == 2:
+                            raise
                 watch.others_at_start = len(watch._overlapping(time.time()))
             except OSError:
                 watch.marker = None
@@ -196,6 +200,28 @@ class Watch:
             except OSError:
                 pass  # other runs' markers are in it
 
+    def _prune(self) -> None:
+        """Remove the markers no running run still needs, and the folder once it is empty. A running run needs a
+        finished run's marker only when it started before that run finished (it counts it when it finishes)."""
+        running, ended = [], {}
+        for path in self.markers.glob("*.json"):
+            try:
+                other = json.loads(path.read_text())
+                started, finished = float(other["started"]), other.get("finished")
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if finished is None and _alive(other):
+                running.append(started)
+            else:
+                ended[path] = started if finished is None else float(finished)
+        for path, finished in ended.items():
+            if not any(started <= finished for started in running):
+                path.unlink(missing_ok=True)
+        try:
+            self.markers.rmdir()
+        except OSError:
+            pass  # a running run's marker (or one this run could not read) is in it
+
     def finish(self) -> dict:
         """The `conditions` block: the second snapshot, the overlap with other runs, the verdict on contention."""
         finished = time.time()
@@ -211,6 +237,7 @@ class Watch:
                 self.marker.write_text(json.dumps({**record, "finished": finished}))
             except (OSError, ValueError):
                 pass
+            self._prune()
         gpu = None
         if gpu_start := self.gpu_start or gpu_end:
             procs = {p["pid"]: p for g in (self.gpu_start, gpu_end) if g for p in g.get("other_processes") or []}

@@ -212,7 +212,7 @@ def _check_archs(host: HostView, gpus: list[Gpu], gpu_expected: bool) -> Check:
 
 #: Installed packages of a ROCm userspace, by naming: TheRock's amdrocm-* (amdrocm-runtime, amdrocm-core-sdk10.1: the
 #: transition guide, ROCm/rocm-docs docs/about/transition-guide-TheRock.md@9bcf25d) and the legacy meta package rocm-core.
-_ROCM_PACKAGE = re.compile(r"^(?:amdrocm-[a-z0-9][a-z0-9.+-]*|rocm-core)$")
+_ROCM_PACKAGE = re.compile(r"amdrocm-[a-z0-9][a-z0-9.+-]*|rocm-core")
 
 
 def rocm_packages(host: HostView) -> list[str]:
@@ -222,7 +222,7 @@ def rocm_packages(host: HostView) -> list[str]:
     for stanza in status.split("\n\n"):
         fields = dict(re.findall(r"^(Package|Status): *(.*)$", stanza, re.M))
         name = fields.get("Package", "")
-        if _ROCM_PACKAGE.match(name) and fields.get("Status", "").endswith(" installed"):
+        if _ROCM_PACKAGE.fullmatch(name) and fields.get("Status", "").endswith(" installed"):
             found.append(name)
     return sorted(found)
 

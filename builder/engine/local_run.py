@@ -1,5 +1,6 @@
-"""Run the workload in this Python environment: its torch, on the device it finds (a GPU when it sees one, else
-the CPU); the run that works without Docker."""
+"""Run the workload in this Python environment, or in another Python on this host (`Interpreter`: the managed
+workload environment, a venv envbuild did not build): its torch, on the device it finds (a GPU when it sees one,
+else the CPU); the run that works without Docker."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.markup import escape
@@ -68,11 +71,33 @@ def check_workload_packages() -> None:
         )
 
 
-def run_local(request: RunRequest, console: Console | None = None, host: HostView | None = None) -> RunEnd:
-    """`python -m workload train ...` as a subprocess of this interpreter; how it ended (the workflow completes
-    its result)."""
+@dataclass(frozen=True)
+class Interpreter:
+    """Another Python on this host to run the workload in: its command (interpreter and flags), its whole
+    environment and working folder, what is known of its stack without the workload (`versions`, for a run that
+    leaves no result), the result's `environment` block, and the bounds of a run in it (None: unbounded)."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    versions: dict
+    record: dict
+    cwd: str | None = None
+    time_limit_s: float | None = None
+    output_limit_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)  # what happened to the bounds (filled during the run)
+
+
+def run_local(
+    request: RunRequest,
+    console: Console | None = None,
+    host: HostView | None = None,
+    interpreter: Interpreter | None = None,
+) -> RunEnd:
+    """`python -m workload train ...` as a subprocess of this interpreter (or of `interpreter`); how it ended (the
+    workflow completes its result)."""
     console = console or Console(stderr=True, soft_wrap=True)
-    check_workload_packages()
+    if interpreter is None:
+        check_workload_packages()
     if request.gpus:
         raise RunError(
             "--gpus needs --image or --apptainer: a --local run uses the devices this Python's torch sees "
@@ -83,7 +108,7 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     out_dir = check_out_dir(request.out_dir)
     model_arg = str(model_dir) if model_dir else hub_id
     argv = [
-        sys.executable,
+        *(interpreter.argv if interpreter else (sys.executable,)),
         "-m",
         "workload",
         *workload_args(request, model_arg, str(data) if data else None, str(out_dir)),
@@ -95,12 +120,25 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
     with contextlib.ExitStack() as stopping:
         with open(out_dir / WORKLOAD_LOG, "w", encoding="utf-8", buffering=1) as log:
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                bufsize=1,
+                env=interpreter.env if interpreter else None,
+                cwd=interpreter.cwd if interpreter else None,
             )
+            limit = interpreter.time_limit_s if interpreter else None
+            timer = threading.Timer(limit, _time_up, (proc, interpreter.notes)) if limit else None
             try:
-                bad_input = _tee(proc, log)
+                if timer:
+                    timer.start()
+                bad_input = _tee(proc, log, interpreter.output_limit_bytes if interpreter else None)
                 code = proc.wait()
-                if code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
+                if timer and interpreter.notes:
+                    failure_class, failure = "timeout", f"the workload ran past its {limit:.0f} s and was stopped"
+                elif code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
                     failure_class, failure = _exit_failure(code)
             except KeyboardInterrupt as exc:
                 stopping.enter_context(later_ctrl_c_ignored())  # until the interrupted result is returned
@@ -108,7 +146,10 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
                 failure_class, failure = "interrupted", f"the run was interrupted ({how})"
                 log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
                 _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
-                _tee(proc, log)
+                _tee(proc, log, interpreter.output_limit_bytes if interpreter else None)
+            finally:
+                if timer:
+                    timer.cancel()
         if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
             (out_dir / WORKLOAD_LOG).unlink(missing_ok=True)
             raise BadWorkloadInput(bad_input)
@@ -118,10 +159,11 @@ def run_local(request: RunRequest, console: Console | None = None, host: HostVie
             failure=failure,
             started=started,
             finished=time.time(),
-            versions=local_versions(),
+            versions=interpreter.versions if interpreter else local_versions(),
             host=host_record(host, site_recipes=request.site_recipes),
             image=None,
             invocation=envbuild_invocation(request, None),
+            environment=interpreter.record if interpreter else {"route": "envbuild-python"},
         )
 
 
@@ -132,16 +174,32 @@ def _exit_failure(code: int) -> tuple[str, str]:
     return "process_died", f"the workload exited with code {code}"
 
 
-def _tee(proc: subprocess.Popen, log) -> str | None:
+def _tee(proc: subprocess.Popen, log, limit: int | None = None) -> str | None:
     """The workload's output to the log and this terminal, line by line, until it closes; returns the
-    message of its bad-input line, if it printed one."""
-    bad_input = None
-    for line in proc.stdout:
+    message of its bad-input line, if it printed one. With `limit`, lines are cut at 64 KiB and nothing past `limit`
+    characters is kept or shown (the rest is read and dropped, and the log says so)."""
+    bad_input, written = None, 0
+    for line in iter(lambda: proc.stdout.readline(65536 if limit else -1), ""):
+        if limit is not None:
+            written += len(line)
+            if written > limit:
+                if written - len(line) <= limit:
+                    log.write(f"\n# envbuild: the output passed {limit} characters; the rest was dropped\n")
+                continue
         log.write(line)
         sys.stdout.write(line)
         sys.stdout.flush()
         bad_input = input_error_line(line) or bad_input
     return bad_input
+
+
+def _time_up(proc: subprocess.Popen, notes: list[str]) -> None:
+    """The run's time limit passed: note it and kill the workload (its output then closes)."""
+    notes.append("time limit")
+    try:
+        proc.kill()
+    except OSError:
+        pass
 
 
 def _stop(proc: subprocess.Popen, forward: signal.Signals | None) -> None:

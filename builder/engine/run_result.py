@@ -106,3 +106,4 @@ class RunEnd:
     host: dict
     image: dict | None
     invocation: dict | None = None
+    environment: dict | None = None  # the Python environment a run on this host used (the result's `environment`)

@@ -18,7 +18,7 @@ from builder.plan.recipes import Recipes
 
 FILE = "wheel-hashes.toml"
 _WHEEL = re.compile(
-    r"torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>[a-z]+\d+(?:\.\d+){0,2})-"
+    r"torch-(?P<version>\d+\.\d+\.\d+)\+(?P<local>[a-z]+(?:\d+(?:\.\d+){0,2})?)-"
     r"cp\d+-cp\d+t?-(?:manylinux|linux)[A-Za-z0-9_.]*\.whl"
 )
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -85,17 +85,20 @@ def read(root: Path) -> dict[str, str]:
     return dict(data)
 
 
+HEADER = [
+    "# sha256 of official torch wheels the recipes pin, as their PyTorch index lists them (PEP 503",
+    "# #sha256= links), recorded by `envbuild recipes check-upstream --record`.",
+]
+
+
 def record(root: Path, hashes: dict[str, str]) -> Path:
-    """Merge `hashes` into root/wheel-hashes.toml; returns its path."""
-    merged = {**read(root), **hashes}
-    lines = [
-        "# sha256 of official torch wheels the recipes pin, as their PyTorch index lists them (PEP 503",
-        "# #sha256= links), recorded by `envbuild recipes check-upstream --record`.",
-        "",
-        "[wheel]",
-    ]
-    lines += [f'"{name}" = "{digest}"' for name, digest in sorted(merged.items())]
+    """Merge `hashes` into root/wheel-hashes.toml, keeping the file's comments above [wheel] (where its sources are
+    named); returns its path."""
     path = root / FILE
+    merged = {**read(root), **hashes}
+    kept = path.read_text().split("[wheel]", 1)[0].splitlines() if path.is_file() else []
+    notes = [line for line in kept if line.startswith("#")] or HEADER
+    lines = [*notes, "", "[wheel]", *(f'"{name}" = "{digest}"' for name, digest in sorted(merged.items()))]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -31,7 +31,6 @@ NAMES = (
 #: Step states: reached; reached with a bad outcome (a failed build, a failed verdict); not reached; does not apply
 #: (a `--local` cell has no image to build or verify).
 DONE, FAILED, OPEN, SKIPPED = "done", "failed", "open", "n/a"
-CONTRIBUTING = "https://github.com/envbuild/envbuild/blob/main/CONTRIBUTING.md"
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,7 @@ class Step:
 class Ladder:
     steps: tuple[Step, ...]
     commands: tuple[str, ...]  # what takes the cell to its next open step
+    next_number: int | None = None  # the step the first command takes (step 1, the vendors' claims, never)
 
     @property
     def reached(self) -> int:
@@ -73,7 +73,8 @@ class Ladder:
 
     @property
     def next_step(self) -> Step | None:
-        return next((s for s in self.steps if s.state == OPEN), None)
+        """The step the commands take the cell to: one a contributor can take (None without commands)."""
+        return next((s for s in self.steps if s.number == self.next_number), None)
 
 
 def vendor_claim(vendor: vendor_support.VendorSupport, recipe: Recipe | None) -> str:
@@ -124,7 +125,8 @@ def ladder(
         _verdict(verdict_run, verdict_row),
         _speed(speed, speed_row, speed_link),
     )
-    return Ladder(steps, _commands(cell, steps, builds, local, recipe is not None, foreign))
+    commands = _commands(cell, steps, builds, local, recipe is not None, foreign)
+    return Ladder(steps, tuple(line for _, line in commands), commands[0][0] if commands else None)
 
 
 def foreign_image(image: dict) -> tuple[str, str] | None:
@@ -322,10 +324,11 @@ def _signer(row: dict | None) -> str | None:
 
 def _commands(
     cell: Cell, steps: tuple[Step, ...], builds: list[dict], local: bool, known: bool, foreign: tuple[str, str] | None
-) -> tuple[str, ...]:
-    """The commands that take the cell further, from its first open step on (a `--local` cell: run it so again; an
-    image envbuild did not build: run it again). Render and build commands only for a cell the recipes resolve: a
-    suggested command never exits 2."""
+) -> list[tuple[int, str]]:
+    """(step, command) pairs that take the cell further, from its first open step on (a `--local` cell: run it so
+    again; an image envbuild did not build: run it again). A step already done is taken again only after an earlier
+    step's command (a rebuilt image gets its verdict again). Render and build commands only for a cell the recipes
+    resolve: a suggested command never exits 2."""
     flags = _cell_flags(cell)
     tag = next((b.get("image_tag") for b in reversed(builds) if b.get("status") == "pass" and b.get("image_tag")), None)
     run = ["envbuild", "run", "workload", "--image", tag or "TAG", *(["--gpus", "all"] if cell.flavor != "cpu" else [])]
@@ -334,7 +337,7 @@ def _commands(
     elif foreign:
         run, tag = ["envbuild", "run", "workload", *foreign], foreign[1]
     if not tag and not known:
-        return ()  # no image of it, and none the recipes can render
+        return []  # no image of it, and none the recipes can render
     by_step = {
         2: [shlex.join(["envbuild", "render", *flags, "-o", "ctx"])],
         3: [shlex.join(["envbuild", "image", *flags])],
@@ -344,17 +347,17 @@ def _commands(
     }
     first = next((s.number for s in steps if s.state in (OPEN, FAILED) and s.number > 1), None)
     if first is None:
-        return ()
-    out: list[str] = []
+        return []
+    out: list[tuple[int, str]] = []
     for number in range(first, 7):
-        if steps[number - 1].state == SKIPPED:
+        if steps[number - 1].state == SKIPPED or (steps[number - 1].state == DONE and not out):
             continue
         if number == 4 and steps[2].state != DONE:
             continue  # the image build (step 3) already verifies
         if number in (2, 3, 4) and not known:
             continue
-        out += by_step[number]
-    return tuple(out)
+        out += [(number, line) for line in by_step[number]]
+    return out
 
 
 def _cell_flags(cell: Cell) -> list[str]:

@@ -689,7 +689,9 @@ def _cell_page(
         "cell": summary.cell,
         "latest": _pick(latest, _RUN_KEYS) if latest else None,
         "latest_verdict": run_verdict(latest) if latest else None,
+        "latest_contention": _contention(latest),
         "train": train,
+        "train_contention": _contention(train),
         "metrics": _metrics((train or {}).get("metrics") or {}),
         "plots": {name: f"plots/{p.name}" if p else None for name, p in plots.items()},
         "versions": page_bounds.rows(sorted(((latest or {}).get("versions") or {}).items())),
@@ -787,7 +789,13 @@ def _measurement(summary: CellSummary, configuration: str) -> dict:
         "metrics": _metrics((result or {}).get("metrics") or {}) if result else None,
         "run_id": (result or {}).get("run_id"),
         "command": _recorded_command(result) if result else None,
+        "contention": _contention(result),
     }
+
+
+def _contention(result: dict | None) -> str | None:
+    """What competed with a contended run ("; "-joined), None for a run nothing competed with (or no run)."""
+    return "; ".join(cell_ladder.contention_reasons(result)) if result and cell_ladder.contended(result) else None
 
 
 def _recorded_command(result: dict | None) -> dict | None:

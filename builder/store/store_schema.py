@@ -349,10 +349,7 @@ def validate_result(result: Any) -> dict:
         raise InvalidResultError("a result must be a JSON object (docs/result-schema.md)")
     version = result.get("schema_version")
     if version not in RESULT_SCHEMA_VERSIONS:
-        raise InvalidResultError(
-            f"result schema_version {_short(version)} is not one this envbuild reads {RESULT_SCHEMA_VERSIONS};"
-            " upgrade envbuild or re-run the workload with a matching version"
-        )
+        raise InvalidResultError(_not_a_known_result(result, version))
     missing = [k for k in ("run_id", "command", "status", "versions") if not result.get(k)]
     if missing:
         raise InvalidResultError(f"result is missing {', '.join(missing)} (docs/result-schema.md)")
@@ -371,6 +368,27 @@ def validate_result(result: Any) -> dict:
     except (ValueError, TypeError, AttributeError) as exc:
         raise InvalidResultError(f"result names no valid matrix cell: {_first_error(exc)}") from exc
     return clean
+
+
+def _not_a_known_result(result: dict, version: Any) -> str:
+    """Why a JSON object with no schema_version this envbuild reads is refused: not a result at all (no
+    schema_version, or one no envbuild wrote), or a result of a newer envbuild (then, and only then, upgrade)."""
+    if "schema_version" not in result:
+        keys = ", ".join(sorted(result)[:6]) or "none"
+        return (
+            f"this JSON file is not an envbuild result: it has no schema_version (its keys: {_short(keys)}); "
+            "import the result.json that `envbuild run workload` wrote into its --out folder (docs/result-schema.md)"
+        )
+    newest = max(RESULT_SCHEMA_VERSIONS)
+    if isinstance(version, int) and not isinstance(version, bool) and version > newest:
+        return (
+            f"result schema_version {version} is newer than this envbuild reads (up to {newest}): "
+            "upgrade envbuild to import it"
+        )
+    return (
+        f"result schema_version {_short(version)} is not one any envbuild wrote (this one reads "
+        f"{', '.join(map(str, RESULT_SCHEMA_VERSIONS))}): not a result of `envbuild run workload` (docs/result-schema.md)"
+    )
 
 
 def _short(value: Any) -> str:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from builder.engine.run_result import RESULT_NAME, write_json_atomic
 from builder.store.store import MatrixStore, RecordedRun
 from builder.workflows.run_result import finalize, keep_run
 
@@ -19,13 +21,14 @@ def run_workload(
     network: str | None,
     console: Console,
     foreign: dict | None = None,
+    venv: Path | None = None,
 ) -> dict:
     """Run the workload (`request`: RunRequest's fields) in `image`, in `sif` or here, and return its final
-    result.json. An image or SIF envbuild did not build is measured as it is (`foreign`: the options of that
-    route, builder.engine.foreign). The engine's RunError (bad input), EngineUnavailable and interrupts pass
-    through."""
+    result.json. An image, SIF or venv (`venv`) envbuild did not build is measured as it is (`foreign`: the options of
+    that route, builder.engine.foreign). Here, without the workload's packages, the run takes the managed workload
+    environment (builder.workflows.local_routes). The engine's RunError (bad input), EngineUnavailable and interrupts
+    pass through."""
     from builder.engine.container import ContainerRun, RunRequest
-    from builder.engine.local_run import run_local
 
     foreign = foreign or {}
     if sif:
@@ -38,7 +41,18 @@ def run_workload(
 
         end = run_image(ContainerRun(**request, image=image, shm_size=shm_size, network=network, **foreign), console)
     else:
-        end = run_local(RunRequest(**request), console)
+        from builder.workflows.local_routes import run_here
+
+        def notify(line: str) -> None:
+            console.print(escape(line), highlight=False)
+
+        end, check = run_here(RunRequest(**request), console, notify, venv, foreign.get("wheels"))
+        result = finalize(end)
+        contradiction = check(result) if check else None
+        if contradiction:  # the host read the environment's files: what the run reported is refused
+            result.update(status="error", error_class="input_error", error=contradiction)
+            write_json_atomic(Path(end.out_dir) / RESULT_NAME, result)
+        return result
     return finalize(end)
 
 

@@ -76,6 +76,8 @@ def finalize(end: RunEnd) -> dict:
     result["host"] = end.host
     if end.image is not None:
         result["image"] = end.image
+    if end.environment is not None:
+        result["environment"] = end.environment
     write_json_atomic(path, result)
     return result
 

@@ -40,9 +40,21 @@ def _python_without_torch(root: Path) -> Path:
     return python
 
 
-def test_a_local_run_without_the_workload_extra_names_the_install_command(tmp_path):
+def test_a_local_run_without_the_workload_extra_that_cannot_get_torch_names_the_index(tmp_path):
+    """Without the workload extra, `--local` makes envbuild's own environment for this host (the CPU cell here).
+    When torch cannot be had (its index mirrored by an empty folder), it is one clear line naming the cell, the index
+    and the variable, exit 2, no traceback; nothing ran, nothing is recorded, no half-made environment is kept."""
     python = _python_without_torch(tmp_path)
+    (python.parent / "uv").symlink_to(Path(sysconfig.get_paths()["scripts"]) / "uv")  # the uv wheel's binary
     assert subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode != 0
+    (tmp_path / "empty").mkdir()
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "ENVBUILD_TORCH_INDEX_URL": str(tmp_path / "empty"),
+    }
     proc = subprocess.run(
         [
             str(python),
@@ -60,11 +72,15 @@ def test_a_local_run_without_the_workload_extra_names_the_install_command(tmp_pa
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "lacks torch" in proc.stderr and "[workload]" in proc.stderr and "pip install" in proc.stderr
+    assert "this Python lacks the workload's packages" in proc.stderr
+    assert "could not make the workload environment of cpu-torch2.13-py3.11: torch failed" in proc.stderr
+    assert f"index {tmp_path / 'empty'}" in proc.stderr and "ENVBUILD_TORCH_INDEX_URL" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "m.db").exists()  # nothing ran, nothing recorded
+    assert not list((tmp_path / "cache" / "envbuild" / "workload-envs").glob("cpu-*/"))
 
 
 def test_a_db_in_a_missing_folder_is_created_with_a_message(tmp_path):

@@ -214,3 +214,27 @@ def _report_flaky(site, db) -> bool:
     marked = '<span class="flaky"' in (site / "index.html").read_text().split("<table", 1)[1]
     assert cell["flaky"] == marked
     return cell["flaky"]
+
+
+@pytest.mark.parametrize(
+    "content, says, never",
+    [
+        (
+            {"cell_key": CPU_KEY, "context_hash": "ab" * 32},
+            "is not an envbuild result: it has no schema_version",
+            "upgrade",
+        ),
+        ({**cpu_result(), "schema_version": "1"}, "not one any envbuild wrote", "upgrade"),
+        ({**cpu_result(), "schema_version": 0}, "not one any envbuild wrote", "upgrade"),
+        ({**cpu_result(), "schema_version": 99}, "newer than this envbuild reads (up to 1): upgrade envbuild", None),
+    ],
+    ids=["a manifest", "a version as text", "version 0", "a newer result"],
+)
+def test_importing_json_that_is_not_a_result_says_so(tmp_path, content, says, never):
+    """Only a result a newer envbuild wrote is told to upgrade; any other JSON file is told it is no result."""
+    path = _write(tmp_path / "some.json", content)
+    outcome = _invoke("matrix", "import", str(path), db=tmp_path / "m.db")
+    assert outcome.exit_code == 2, outcome.output
+    assert says in outcome.output, outcome.output
+    assert never is None or never not in outcome.output.lower()
+    assert not (tmp_path / "m.db").exists() or MatrixStore.open(tmp_path / "m.db").runs() == []

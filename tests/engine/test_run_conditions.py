@@ -59,6 +59,7 @@ def test_two_runs_at_once_are_both_marked_contended(tmp_path):
     )
     assert alone.returncode == 0, alone.stderr
     assert json.loads((tmp_path / "c" / "result.json").read_text())["conditions"]["other_envbuild_runs"] == 0
+    assert not (tmp_path / "m.db.in-flight").exists()  # nothing is left once no run is going
 
 
 def test_what_makes_a_measurement_contended():
@@ -113,3 +114,20 @@ def test_conditions_go_through_the_import_schema():
         with pytest.raises(ResultSchemaError) as err:
             validate(cpu_result(conditions=bad))
         assert field in str(err.value), err.value
+
+
+def test_the_in_flight_folder_goes_with_the_last_run(tmp_path):
+    """A run alone leaves no `<db>.in-flight/` behind; a finished run's marker stays while a run that overlapped it
+    still runs (that run counts it when it finishes), and the folder goes with the last one."""
+    db = tmp_path / "m.db"
+    folder = tmp_path / "m.db.in-flight"
+    alone = conditions.Watch.start(db)
+    assert alone.marker is not None and alone.marker.is_file()
+    assert alone.finish()["other_envbuild_runs"] == 0
+    assert not folder.exists()
+    first, second = conditions.Watch.start(db), conditions.Watch.start(db)
+    assert second.others_at_start == 1
+    assert second.finish()["other_envbuild_runs"] == 1
+    assert len(list(folder.glob("*.json"))) == 2  # the first still runs: it must still see the second
+    assert first.finish()["other_envbuild_runs"] == 1
+    assert not folder.exists()

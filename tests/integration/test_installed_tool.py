@@ -28,9 +28,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(envbuild executable, environment, a folder outside the clone)."""
-    root = tmp_path_factory.mktemp("installed")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from this tree."""
+    root = tmp_path_factory.mktemp("wheel")
     src, dist = root / "src", root / "dist"  # a copy: setuptools writes build/ and *.egg-info beside the sources
     for name in ("pyproject.toml", "README.md"):
         (src / name).parent.mkdir(exist_ok=True)
@@ -45,7 +45,12 @@ def installed(tmp_path_factory):
         capture_output=True,
         timeout=300,
     )
-    wheel = next(dist.glob("envbuild-*.whl"))
+    return next(dist.glob("envbuild-*.whl"))
+
+
+def _venv_with(root: Path, wheel: Path, deps: Path) -> tuple[Path, Path]:
+    """A fresh venv holding only `wheel`, its dependencies visible through a path line to `deps`; (its python,
+    its purelib)."""
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
@@ -63,7 +68,16 @@ def installed(tmp_path_factory):
             text=True,
         ).stdout.strip()
     )
-    (purelib / "locked-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (purelib / "locked-deps.pth").write_text(f"{deps}\n")
+    return python, purelib
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, wheel):
+    """(envbuild executable, environment, a folder outside the clone)."""
+    root = tmp_path_factory.mktemp("installed")
+    env_dir = root / "venv"
+    _venv_with(root, wheel, Path(sysconfig.get_paths()["purelib"]))
     elsewhere = root / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ENVBUILD_HOME", "ENVBUILD_RECIPES")}
@@ -274,7 +288,7 @@ def test_ctrl_c_in_the_installed_tool_records_an_interrupted_attempt(installed, 
 
 
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
-CPU_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+CPU_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")  # the CPU index's file, here
 INJECTED = (
     'echo "injected by the test: the step fails here <script>alert(1)</script> & more"\n'
     'echo "fatal error: injected.h: No such file or directory" >&2\n'
@@ -309,15 +323,15 @@ def test_a_passing_and_a_failing_build_come_home_from_the_installed_tool(install
     home = _clone_results(tmp_path / "envbuild", _key(tmp_path / "id_ed25519"), "owner@example.org")
     tree = {"ENVBUILD_HOME": str(_injected_tree(tmp_path / "tree"))}
     wheels = home / "wheels"
-    source = Path(os.environ.get("ENVBUILD_TEST_WHEELHOUSE", "/opt/wheels")) / CPU_WHEEL
+    source = Path(os.environ.get("ENVBUILD_TEST_WHEELHOUSE", "/opt/wheels")) / CPU_WHEEL.name
     common = ["--base-image", local_base, "--network", "host", "--db", "m.db", "--force"]
     common += ["--ca-cert", str(CA)] if CA.is_file() else []
     if source.is_file():  # torch from the wheelhouse, as test_build_cpu_cell builds it (same context, same cache)
         wheels.mkdir()
         try:
-            os.link(source, wheels / CPU_WHEEL)
+            os.link(source, wheels / CPU_WHEEL.name)
         except OSError:
-            shutil.copy(source, wheels / CPU_WHEEL)
+            shutil.copy(source, wheels / CPU_WHEEL.name)
     started = time.monotonic()
     passing = _in(
         home,
@@ -389,3 +403,66 @@ def test_a_passing_and_a_failing_build_come_home_from_the_installed_tool(install
     foreign = _in(home, installed, "matrix", "import", "--db", "other.db", "results")
     assert foreign.returncode == 1 and "[cell]" in foreign.stdout + foreign.stderr and not (home / "other.db").exists()
     print("build record loop, seconds:", {k: round(v, 1) for k, v in seconds.items()})
+
+
+#: What `envbuild[workload]` adds to a plain install: never in the light tool's environment.
+WORKLOAD_ONLY = re.compile(
+    r"^(torch|transformers|peft|accelerate|sentencepiece|safetensors|tokenizers|huggingface_hub|hf_xet|triton)"
+    r"([-_.].*)?$|^(nvidia|cuda)[-_]",
+    re.I,
+)
+
+
+@pytest.fixture(scope="module")
+def light(tmp_path_factory, wheel):
+    """`pipx install envbuild` without the workload extra: the wheel in a fresh venv that sees envbuild's own
+    dependencies (this venv's, by links) and none of the workload's (no torch, no transformers). (envbuild, env,
+    a folder outside the clone.)"""
+    root = tmp_path_factory.mktemp("light")
+    deps = root / "tool-deps"
+    deps.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not WORKLOAD_ONLY.match(entry.name) and not entry.name.startswith(("__editable__", "envbuild")):
+            (deps / entry.name).symlink_to(entry)
+    python, _ = _venv_with(root, wheel, deps)
+    (python.parent / "uv").symlink_to(Path(sysconfig.get_paths()["scripts"]) / "uv")  # the uv wheel's binary
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ENVBUILD_HOME", "ENVBUILD_RECIPES")},
+        "XDG_CACHE_HOME": str(root / "cache"),  # the managed environment, made under this test's folder
+        "UV_CACHE_DIR": str(root / "uv-cache"),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "ENVBUILD_TORCH_INDEX_URL": str(CPU_WHEEL.parent),  # a mirror of the CPU index: the file it serves
+    }
+    return python.parent / "envbuild", env, elsewhere
+
+
+def test_a_tool_install_without_the_workload_extra_trains_in_a_managed_cpu_torch(light):
+    """On this CPU-only machine, `run workload --local` from a light install makes envbuild's own environment: the
+    CPU cell's torch (2.13.0+cpu, hash-checked against the recorded sha256) and its lock's stack, no CUDA package;
+    the tool's own environment never gets torch. The next run takes the cached environment."""
+    if not CPU_WHEEL.is_file():
+        pytest.skip("no local copy of the CPU index's wheel (download.pytorch.org is not reachable from here)")
+    exe, env, cwd = light
+    assert subprocess.run([str(exe.parent / "python"), "-c", "import torch"], env=env, capture_output=True).returncode
+    args = ["run", "workload", "--local", "--no-record", "--", "--max-steps", "4", "--min-accuracy", "0", "--no-probes"]
+    first = _run(light, *args[:4], "--out", "first", *args[4:])
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "making the workload environment" in first.stderr and "cpu-torch2.13-py3.11" in first.stderr
+    result = json.loads((cwd / "first" / "result.json").read_text())
+    assert result["versions"]["torch"] == "2.13.0+cpu" and result["hardware"]["device_type"] == "cpu"
+    block = result["environment"]
+    assert (block["route"], block["cell"], block["lock"], block["from_mirror"]) == (
+        "managed",
+        "cpu-torch2.13-py3.11",
+        "torch2.13-py3.11",
+        True,
+    )
+    assert "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b" in block["torch_sha256"]
+    [made] = (Path(env["XDG_CACHE_HOME"]) / "envbuild" / "workload-envs").glob("cpu-torch2.13-py3.11-*/")
+    names = [d.name for d in made.glob("lib/python3*/site-packages/*.dist-info")]
+    assert any(n.startswith("torch-2.13.0+cpu") for n in names)
+    assert not [n for n in names if re.match(r"(nvidia|cuda|triton)", n, re.I)], names
+    second = _run(light, *args[:4], "--data", str(cwd / "no-such.jsonl"))  # refused after the environment is found
+    assert second.returncode == 2 and "(cached;" in second.stderr, second.stderr[-2000:]

@@ -276,3 +276,19 @@ def test_an_https_index_is_never_redirected_to_http(tmp_path, tls, monkeypatch):
         stop_same()
     assert followed.exit_code == 0, followed.output
     assert f'"{PINNED}" = "{DIGEST}"' in (site / "wheel-hashes.toml").read_text()
+
+
+def test_recording_keeps_the_sources_above_the_table_and_reads_cpu_wheels(tmp_path):
+    """wheel-hashes.toml names where its digests come from in comments above [wheel]: recording more keeps them. A
+    CPU wheel's local label (`+cpu`, no digits) is a wheel name like the others."""
+    from builder.plan import wheel_hashes
+
+    cpu = "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"
+    (tmp_path / "wheel-hashes.toml").write_text(f'# the source of these digests\n\n[wheel]\n"{cpu}" = "{"ab" * 32}"\n')
+    wheel_hashes.record(tmp_path, {PINNED: DIGEST})
+    text = (tmp_path / "wheel-hashes.toml").read_text()
+    assert text.startswith("# the source of these digests\n") and wheel_hashes.read(tmp_path) == {
+        cpu: "ab" * 32,
+        PINNED: DIGEST,
+    }
+    assert wheel_hashes.for_requirement(wheel_hashes.read(tmp_path), "2.13.0+cpu", "3.12") == {cpu: "ab" * 32}

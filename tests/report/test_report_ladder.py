@@ -137,3 +137,38 @@ def test_the_ladder_links_only_https_urls_of_the_recipes_grammar():
         *(f"AMD docs: {url}" for url in bad),
         "PyTorch wheel index: javascript:alert(2)//rocm6.2",
     ]
+
+
+def test_the_next_step_is_one_a_contributor_can_take(tmp_path):
+    """A cell no vendor claims (here a `--local` cell the recipes do not know) has step 1 open, which no
+    contributor can take: the page names the first step its commands take instead, never "vendor claims"."""
+    from matrix_fixtures import cpu_result
+
+    versions = dict(cpu_result()["versions"], torch="2.14.0+cpu", python="3.12.1")
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.record_run(cpu_result(finished_at="2026-12-01T10:00:00Z", versions=versions))
+        build_report(store, summarize(store), tmp_path / "site", generated_at="2026-12-02T14:00:00Z")
+    page = html_lib.unescape((tmp_path / "site" / "cells" / "cpu-torch2.14-py3.12.html").read_text())
+    assert steps(page)[1][0] == "open"
+    commands = page.split('id="next-commands">', 1)[1].split("</pre>", 1)[0]
+    assert commands.splitlines()[0] == "envbuild run workload --local --preset speed"
+    assert "(next: step 6, standard speed measured):" in page
+    assert "vendor claims)" not in page
+
+
+def test_a_contended_verdict_run_is_marked_on_its_cell_page(tmp_path):
+    """`envbuild run workload` says a run taken while another wrote to the matrix "will be marked contended": the
+    cell page marks it where its numbers appear (latest run, training, other configurations), with the reasons."""
+    from matrix_fixtures import cpu_result
+
+    shorter = {"argv": ["train", "--max-steps", "6"], "overrides": {"max_steps": 6}}
+    with MatrixStore.open(tmp_path / "m.db") as store:
+        store.record_run(cpu_result(finished_at="2026-12-01T10:00:00Z", conditions=CONTENDED))
+        store.record_run(cpu_result(finished_at="2026-12-01T11:00:00Z", conditions=CONTENDED, invocation=shorter))
+        build_report(store, summarize(store), tmp_path / "site", generated_at="2026-12-02T14:00:00Z")
+    page = (tmp_path / "site" / "cells" / "cpu-torch2.13-py3.11.html").read_text()
+    latest = page.split("<h2>Latest run</h2>", 1)[1].split("</p>", 1)[0]
+    assert 'id="latest-contended"' in latest and "another envbuild run was writing to this matrix" in latest
+    assert '<span class="contended"' in page.split('id="training"', 1)[1].split("</h2>", 1)[0]
+    other = page.split('id="measurements"', 1)[1].split("</table>", 1)[0]
+    assert '<span class="contended"' in other

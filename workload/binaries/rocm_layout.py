@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_CORE = re.compile(r"^core(?:-(?P<version>\d+\.\d+))?$")
-_EXTRAS = re.compile(r"^extras-\d+$")
-_LEGACY = re.compile(r"^rocm-(?P<version>\d+\.\d+(?:\.\d+)?)$")
-_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)?(?:[-.][0-9A-Za-z.]+)?$")
+_CORE = re.compile(r"core(?:-(?P<version>\d+\.\d+))?")
+_EXTRAS = re.compile(r"extras-\d+")
+_LEGACY = re.compile(r"rocm-(?P<version>\d+\.\d+(?:\.\d+)?)")
+_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?(?:[-.][0-9A-Za-z.]+)?")
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,12 @@ def installs(root: Path = Path("/"), env: dict[str, str] | None = None) -> list[
     candidates: list[tuple[Path, str, str | None]] = []
     if env.get("ROCM_PATH", "").startswith("/"):
         given = root / env["ROCM_PATH"].lstrip("/")
-        core = _CORE.match(given.name)
+        core = _CORE.fullmatch(given.name)
         candidates.append((given, "core" if core else "legacy", core["version"] if core else None))
-    cores = [(p, m["version"]) for p in _children(opt / "rocm") if (m := _CORE.match(p.name))]
+    cores = [(p, m["version"]) for p in _children(opt / "rocm") if (m := _CORE.fullmatch(p.name))]
     candidates += [(p, "core", v) for p, v in sorted(cores, key=lambda pv: _key(pv[1] or "0"), reverse=True)]
     candidates.append((opt / "rocm", "legacy", None))
-    legacy = [(p, m["version"]) for p in _children(opt) if (m := _LEGACY.match(p.name))]
+    legacy = [(p, m["version"]) for p in _children(opt) if (m := _LEGACY.fullmatch(p.name))]
     candidates += [(p, "legacy", v) for p, v in sorted(legacy, key=lambda pv: _key(pv[1]), reverse=True)]
     found, seen = [], set()
     for prefix, layout, named in candidates:
@@ -67,7 +67,7 @@ def library_dirs(root: Path = Path("/"), env: dict[str, str] | None = None) -> l
     """The lib/ of every ROCm prefix (installs) and of TheRock's /opt/rocm/extras-<major>/, each real directory once
     (/opt/rocm/lib symlinked into /opt/rocm/core-10.1/lib counts once, under its first name)."""
     dirs = [i.prefix / "lib" for i in installs(root, env)]
-    dirs += [p / "lib" for p in _children(root / "opt" / "rocm") if _EXTRAS.match(p.name)]
+    dirs += [p / "lib" for p in _children(root / "opt" / "rocm") if _EXTRAS.fullmatch(p.name)]
     out, seen = [], set()
     for d in dirs:
         if d.is_dir() and d.resolve() not in seen:
@@ -99,7 +99,7 @@ def _version_file(prefix: Path) -> str | None:
     except OSError:
         return None
     first = text.split("\n", 1)[0].strip()
-    return first if _VERSION.match(first) else None
+    return first if _VERSION.fullmatch(first) else None
 
 
 def _key(version: str) -> tuple[int, ...]:
