@@ -37,6 +37,16 @@ BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG = "build.log", "container.log", "workload
 #: A build's typed record (builder.store.build_record_schema), in its attempt directory and in results/.
 BUILD_RECORD = "build-record.json"
 
+#: Environment variable naming the matrix database (the `--db` option reads it too).
+DB_ENV_VAR = "ENVBUILD_DB"
+DEFAULT_DB_NAME = "envbuild-matrix.db"
+
+
+def default_db_path() -> Path:
+    """`./envbuild-matrix.db` in the current directory: the matrix when neither --db nor $ENVBUILD_DB names one (the
+    CLI reads both where it parses its options; the store never reads the environment)."""
+    return Path(DEFAULT_DB_NAME)
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temp file beside `path`, fsync it, then rename it over `path`: a reader sees the old
@@ -61,3 +71,33 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def output_problem(path: Path, *, is_file: bool = False) -> str | None:
+    """Why `path` (a directory, or a file with `is_file`) cannot be created or replaced here, or None when it can;
+    nothing is created (a temporary file is made and removed in the nearest folder that exists)."""
+    existing = _nearest_existing(Path(path))
+    try:
+        if existing == Path(path).absolute():
+            if is_file and existing.is_dir():
+                return f"{path} is a directory; give a file path"
+            if not is_file and not existing.is_dir():
+                return f"{path} is a file; give a directory"
+            if is_file and not os.access(existing, os.W_OK):
+                raise PermissionError(13, "Permission denied")
+        elif not existing.is_dir():
+            return f"{existing} is a file, so {path} cannot be created"
+        with tempfile.NamedTemporaryFile(
+            dir=existing if existing.is_dir() else existing.parent, prefix=".envbuild-write-test-"
+        ):
+            pass
+    except OSError as exc:
+        return f"cannot write {path} ({exc.strerror or exc}); pick a directory you can write"
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

@@ -94,7 +94,7 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context):
         """Every command: SIGTERM unwinds like Ctrl-C (clean-up runs), then exit 143; Ctrl-C exits 130. A path the
         file system cannot name (a part over its length limit: only ever a path the user gave) is bad input, exit 2."""
-        from builder.engine.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+        from builder.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
         try:
             with sigterm_as_interrupt():

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.cli import site_recipes
-from builder.engine.doctor import FAIL, HostView, host_record
+from builder.workflows.doctor import DoctorRequest, check_host
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
 
@@ -36,9 +36,8 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "red"}
 def doctor(as_json: bool, root: Path, flavor: str, no_engine: bool) -> None:
     """Check this host for GPU containers: kernel, amdgpu driver, /dev/kfd and /dev/dri access, GPU
     archs, iommu=pt on multi-GPU hosts, Docker engine, BuildKit. Exit code 1 when a check fails."""
-    record = host_record(
-        HostView(root=root, check_engine=not no_engine), flavor=flavor, site_recipes=site_recipes.folder()
-    )
+    host = check_host(DoctorRequest(root, flavor, not no_engine, site_recipes.folder()))
+    record = host.record
     if as_json:
         click.echo(json.dumps(record, indent=2))
     else:
@@ -51,7 +50,7 @@ def doctor(as_json: bool, root: Path, flavor: str, no_engine: bool) -> None:
         Console().print(table)
         if record.get("gpu_archs"):
             click.echo(measure_path(record["gpu_archs"]))  # never wrapped: lines to copy
-    sys.exit(1 if record["status"] == FAIL else 0)
+    sys.exit(1 if host.failed else 0)
 
 
 def measure_path(archs: list[str]) -> str:

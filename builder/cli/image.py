@@ -11,18 +11,20 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.cli.as_found import leaves_as_found, will_create
+from builder.as_found import leaves_as_found, will_create
 from builder.cli.prerequisites import MissingPrerequisite
 from builder.cli.paths import writable_output
-from builder.cli.render import plan_from_options, plan_table, request_options
+from builder.cli import site_recipes
+from builder.cli.errors import workflow_errors
+from builder.cli.request_options import plan_table, request_from_options, request_options
 from builder.cli.store_options import DatabaseError, db_option, preflight_store
 from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, PushError, default_log_path, push_image
 from builder.engine.docker import EngineUnavailable
-from builder.engine.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
+from builder.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
 from builder.plan.render import DOCKERFILE, RenderError
 from builder.store.attempt_files import ATTEMPTS_DIR
 from builder.store.store import StoreError, default_db_path
-from builder.workflows import build as workflow
+from builder.workflows import build as workflow, render as render_workflow
 from builder.workflows.build_record import BuildAttempt
 
 
@@ -98,6 +100,7 @@ def _tag_of(context: workflow.BuildContext, tag: str | None, registry: str | Non
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 @leaves_as_found
+@workflow_errors()
 def image(
     out: Path | None,
     context_dir: Path | None,
@@ -144,7 +147,9 @@ def image(
     if context_dir is None:
         if all(request[k] is None for k in ("torch", "rocm", "cuda", "flavor")):
             raise click.UsageError("give a request (e.g. --rocm 7.2 --torch 2.11) or --context DIR")
-        plan = plan_from_options(**request)
+        plan = render_workflow.plan_cell(
+            request_from_options(**request), site_recipes.folder(), lambda line: click.echo(line, err=True)
+        )
         if dry_run and out is None:  # the tag is the content hash: render to a scratch dir, keep nothing
             with tempfile.TemporaryDirectory(prefix="envbuild-dry-run-") as scratch:
                 context = _render(plan, Path(scratch) / plan.cell.key)

@@ -12,58 +12,19 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from builder.cli.prerequisites import MissingPrerequisite
-from builder.plan.image_ref import is_image_reference
+from builder.cli.errors import workflow_errors
 
 EXIT_MISSING = 1
-_IN_IMAGE = """
-import json, pathlib, sys
-from workload.binaries.code_object_reader import library_dirs, loaded_split
-loaded, other = loaded_split(*library_dirs(), sys.argv[1] or None)
-verify = pathlib.Path("/opt/envbuild/verify.json")
-print(json.dumps({"verify": json.loads(verify.read_text()) if verify.is_file() else None,
-                  "coverage": {**loaded.to_json(), "not_loaded": other.to_json()}}))
-"""
 _HINT = (
     "a kernel launched on that arch fails with 'HIP error: invalid device function' "
     "(or 'no kernel image is available'): build or pick an image for it (--arch)"
 )
-
-
-def _scan_image(ref: str, arch: str | None) -> tuple[dict, dict | None, str | None]:
-    """(coverage JSON, verify record or None, the image's arch label) from a container of `ref`."""
-    import docker.errors
-
-    from builder.engine.docker import EngineUnavailable, docker_client
-
-    try:
-        client = docker_client()
-        image = client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        raise click.UsageError(f"{ref!r} is neither a path here nor a local image (docker images)") from None
-    except EngineUnavailable as exc:
-        raise MissingPrerequisite(str(exc)) from exc
-    arch = arch or (image.labels or {}).get("io.envbuild.arch") or None
-    try:  # arch travels as an argument, never through a shell
-        raw = client.containers.run(
-            ref,
-            ["python", "-c", _IN_IMAGE, arch or ""],
-            entrypoint=[],
-            remove=True,
-            network_mode="none",
-            environment={"PYTHONPATH": "/opt/envbuild"},
-        )
-    except docker.errors.ContainerError as exc:
-        raise click.ClickException(f"the scan failed inside {ref}: {exc.stderr.decode(errors='replace')[-500:]}")
-    record = json.loads(raw.decode())
-    return record["coverage"], record["verify"], arch
 
 
 def _print(cov: dict, verify: dict | None, console: Console) -> None:
@@ -116,27 +77,18 @@ def _print(cov: dict, verify: dict | None, console: Console) -> None:
 @click.argument("target")
 @click.option("--arch", help="GPU arch that must be covered, e.g. gfx90a [default: the image's arch label].")
 @click.option("--json", "as_json", is_flag=True, help="Print the coverage as JSON.")
+@workflow_errors()
 def inspect(target: str, arch: str | None, as_json: bool) -> None:
     """List the GPU archs an image's or a file's code objects cover, and say whether --arch is missing.
 
     Reads clang offload bundles (HIP fat binaries such as libtorch_hip.so) and per-arch rocBLAS/hipBLASLt
     kernel files; needs no GPU. Exit code 0 covered (or no --arch), 1 missing or unknown, 2 bad input."""
-    path = Path(target)
-    verify = None
-    if path.exists():
-        from workload.binaries.code_object_reader import coverage
+    from builder.workflows.inspect import InspectRequest, inspect_target
 
-        try:
-            cov = coverage([path], arch).to_json()
-        except PermissionError as exc:
-            raise click.UsageError(f"{target}: {exc.strerror}") from exc
-    elif is_image_reference(target):
-        cov, verify, arch = _scan_image(target, arch)
-    else:
-        raise click.UsageError(f"{target!r}: no such file or directory, and not an image reference either")
+    found = inspect_target(InspectRequest(target, arch))
     if as_json:
-        click.echo(json.dumps({**cov, "verify": verify}, indent=2))
+        click.echo(json.dumps({**found.coverage, "verify": found.verify}, indent=2))
     else:
-        _print(cov, verify, Console(soft_wrap=True))
-    if arch is not None and cov["verdict"] != "present":
+        _print(found.coverage, found.verify, Console(soft_wrap=True))
+    if found.missing:
         sys.exit(EXIT_MISSING)

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
-import time
 
 import click
 
 from builder.cli import site_recipes
-from builder.slug import terminal_safe
-from builder.plan.lock import keys, parse, read, resolve_lock, write_lock
-from builder.plan.lock_names import LOCKS_DIR, LockError, lock_path
-from builder.plan.recipes import RecipeError
-
-
-class LockFailed(click.ClickException):
-    """A lock that cannot be read or resolved: exit code 2, as for other bad input."""
-
-    exit_code = 2
-
-
-def _today() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT00:00:00Z")
+from builder.cli.errors import workflow_errors
 
 
 @click.command("lock")
@@ -49,6 +34,7 @@ def _today() -> str:
     metavar="DATE",
     help="Resolve with what the index had at DATE (2026-12-02T00:00:00Z; default: today 00:00 UTC).",
 )
+@workflow_errors()
 def lock(
     torch_line: str | None, python: str | None, check: bool, verify: bool, refresh: bool, exclude_newer: str | None
 ) -> None:
@@ -62,80 +48,8 @@ def lock(
     """
     if check and (verify or refresh):
         raise click.UsageError("--check is offline and writes nothing; drop --verify/--refresh")
-    try:
-        recipes = site_recipes.load()
-        selected = [k for k in keys(recipes) if (torch_line in (None, k[0])) and (python in (None, k[1]))]
-    except RecipeError as exc:  # bad recipe data is bad input: exit code 2, as the docstring says
-        raise LockFailed(str(exc)) from exc
-    if not selected:
-        known = ", ".join(f"{line}/{py}" for line, py in keys(recipes))
-        raise click.UsageError(
-            f"no cell has torch {torch_line or 'any'} with Python {python or 'any'}; known torch/Python pairs: {known}"
-        )
-    date = exclude_newer or _today()
-    bad = 0
-    for line, py in selected:
-        name = lock_path(recipes, line, py).relative_to(recipes.root.parent)
-        try:
-            if check:
-                read(recipes, line, py)
-                click.echo(f"ok       {name}")
-                continue
-            if verify:
-                bad += _verify(recipes, line, py, name)
-                continue
-            if not refresh:
-                try:
-                    read(recipes, line, py)
-                    click.echo(f"ok       {name} (up to date; --refresh resolves it again)")
-                    continue
-                except LockError as exc:
-                    if exc.kind == "invalid":
-                        raise
-            click.echo(f"resolve  {name} (exclude-newer {date}) ...", err=True)
-            start = time.monotonic()
-            text = resolve_lock(recipes, line, py, date)
-            path = write_lock(recipes, line, py, text)
-            count = len(parse(text, str(path)).entries("stack"))
-            click.echo(f"wrote    {name}: {count} packages ({time.monotonic() - start:.1f} s)")
-        except LockError as exc:
-            if check:
-                click.echo(f"{exc.kind:<8} {name}: {terminal_safe(str(exc))}")
-                bad += 1
-                continue
-            raise LockFailed(terminal_safe(str(exc))) from exc
-    if check and torch_line is None and python is None:
-        bad += _unused(recipes)
-    if bad:
+    from builder.workflows.locks import LockRequest, update_locks
+
+    request = LockRequest(torch_line, python, check, verify, refresh, exclude_newer, site_recipes.folder())
+    if update_locks(request, say=click.echo, progress=lambda line: click.echo(line, err=True)).bad:
         sys.exit(1)
-
-
-def _unused(recipes) -> int:
-    """Lock files no cell uses (a torch line or Python removed from the recipes): named, counted as bad."""
-    wanted = {lock_path(recipes, line, py).name for line, py in keys(recipes)}
-    folder = recipes.root / LOCKS_DIR
-    unused = sorted(p.name for p in folder.glob("*.txt") if p.name not in wanted) if folder.is_dir() else []
-    for name in unused:
-        click.echo(f"unused   {LOCKS_DIR}/{terminal_safe(name)}: no cell has its torch line and Python; delete it")
-    return len(unused)
-
-
-def _verify(recipes, line: str, python: str, name) -> int:
-    """Resolve the lock again as of its own date; 1 when the result differs."""
-    committed = read(recipes, line, python)
-    date = committed.header.get("exclude-newer", "")
-    fresh = parse(resolve_lock(recipes, line, python, date), f"{name} (re-resolved)")
-    if fresh.sha256 == committed.sha256:
-        click.echo(f"same     {name} (re-resolved as of {date})")
-        return 0
-    for section in ("venv", "stack"):
-        old, new = committed.versions(section), fresh.versions(section)
-        for pkg in sorted(set(old) | set(new)):
-            if old.get(pkg) != new.get(pkg):
-                click.echo(f"  [{section}] {pkg}: locked {old.get(pkg, '-')}, resolves to {new.get(pkg, '-')}")
-        hashes = {e.name: e.hashes for e in committed.entries(section)}
-        for entry in fresh.entries(section):
-            if entry.name in hashes and old.get(entry.name) == entry.version and hashes[entry.name] != entry.hashes:
-                click.echo(f"  [{section}] {entry.name} {entry.version}: the index serves other files than locked")
-    click.echo(f"DIFFERS  {name} (re-resolved as of {date})")
-    return 1

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from builder.cli.as_found import leaves_as_found, will_create
+from builder.as_found import leaves_as_found, will_create
 from builder.cli.attest import sign_options, sign_result
 from builder import strict_json
 from builder.engine.run_result import RESULT_NAME

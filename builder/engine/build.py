@@ -23,7 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from builder.engine.build_log import BuildFailure, PlainLog, Vertex, diagnose
 from builder.engine.docker import BuildTool, detect_build_tool, docker_client
-from builder.engine.interrupt import describe
+from builder.interrupt import describe
 from builder.plan.context import CONTEXT_HASH_LABEL
 from builder.plan.wheelhouse import WheelhouseError, check as check_wheelhouse
 

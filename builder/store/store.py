@@ -12,12 +12,11 @@ writes (store_writes) and the reads (store_reads); import everything from here.
 
 from __future__ import annotations
 
+from builder.paths import DB_ENV_VAR, DEFAULT_DB_NAME, default_db_path
 from builder.store.store_reads import DamagedRow, StoreReads
 from builder.store.store_schema import (
     BUILD_STATUSES,
     BUSY_TIMEOUT_MS,
-    DB_ENV_VAR,
-    DEFAULT_DB_NAME,
     MIGRATIONS,
     RESULT_SCHEMA_VERSIONS,
     RUN_STATUSES,
@@ -26,7 +25,6 @@ from builder.store.store_schema import (
     RunConflictError,
     StoreError,
     canonical_json,
-    default_db_path,
     validate_result,
 )
 from builder.store.store_writes import RecordedRun, StoreWrites, utc_now

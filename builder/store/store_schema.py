@@ -18,12 +18,10 @@ from typing import Any, Iterator, TypeVar
 
 from pydantic import ValidationError
 
+from builder.paths import DB_ENV_VAR, default_db_path
 from builder.store import result_schema, verdict_rules
 from builder.plan.cells import Cell
 
-#: Environment variable naming the matrix database (the `--db` option reads it too).
-DB_ENV_VAR = "ENVBUILD_DB"
-DEFAULT_DB_NAME = "envbuild-matrix.db"
 #: The result.json schema versions this store can import (docs/result-schema.md).
 RESULT_SCHEMA_VERSIONS = (1,)
 RUN_STATUSES = ("pass", "fail", "error")
@@ -162,12 +160,6 @@ class InvalidResultError(StoreError, ValueError):
 
 class RunConflictError(StoreError):
     """A run_id already recorded with other content (refused unless replace=True)."""
-
-
-def default_db_path() -> Path:
-    """`./envbuild-matrix.db` in the current directory: the matrix when neither --db nor $ENVBUILD_DB names one (the
-    CLI reads both where it parses its options; the store never reads the environment)."""
-    return Path(DEFAULT_DB_NAME)
 
 
 @dataclass(frozen=True)

