@@ -1,5 +1,6 @@
-"""One way from any text (a cell key, a build id) to a safe file name (`safe_slug`), and to a line safe to
-print on a terminal (`terminal_safe`). A neutral module: it imports nothing of builder; any package may use it."""
+"""One way from any text (a cell key, a build id) to a safe file name (`safe_slug`), to text safe to print on a
+terminal (`terminal_safe`), and to one such line (`plain`). A neutral module: it imports nothing of builder; any
+package may use it."""
 
 from __future__ import annotations
 
@@ -28,3 +29,8 @@ def terminal_safe(text: str) -> str:
     """Text from data (a file, a tool's stderr) for the terminal: control characters (escape sequences) become
     spaces; line breaks and tabs stay."""
     return _CONTROL_CHARS.sub(" ", text)
+
+
+def plain(text: object) -> str:
+    """Data made safe for one terminal line: no control characters (escape sequences), no line breaks."""
+    return terminal_safe(str(text)).replace("\n", " ")

@@ -4,35 +4,44 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.as_found import leaves_as_found, will_create
-from builder.cli.prerequisites import MissingPrerequisite
-from builder.cli.paths import writable_output
+from builder.as_found import leaves_as_found
 from builder.cli import site_recipes
 from builder.cli.errors import workflow_errors
+from builder.cli.paths import writable_output
 from builder.cli.request_options import plan_table, request_from_options, request_options
-from builder.cli.store_options import DatabaseError, db_option, preflight_store
-from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, PushError, default_log_path, push_image
-from builder.engine.docker import EngineUnavailable
-from builder.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
-from builder.plan.render import DOCKERFILE, RenderError
-from builder.store.attempt_files import ATTEMPTS_DIR
-from builder.store.store import StoreError, default_db_path
-from builder.workflows import build as workflow, render as render_workflow
-from builder.workflows.build_record import BuildAttempt
+from builder.cli.store_options import db_option
+from builder.workflows.image import (
+    BuildStop,
+    BuildStopped,
+    CompileJobs,
+    DryRun,
+    ImageRequest,
+    NotRecorded,
+    ReproInterrupted,
+    Reproducibility,
+    Verified,
+    build_image,
+)
 
-
-def _tag_of(context: workflow.BuildContext, tag: str | None, registry: str | None) -> str:
-    tag = context.tag(tag, registry)
-    if not tag:
-        raise click.UsageError(f"{context.directory}/manifest.json has no image_tag: pass --tag")
-    return tag
+#: The flags of the version request (request_options), the rest are the ImageRequest's own.
+_CELL_FLAGS = (
+    "flavor",
+    "rocm",
+    "cuda",
+    "torch",
+    "arch",
+    "python",
+    "torch_source",
+    "base_image",
+    "install_rocm",
+    "proven_only",
+)
 
 
 @click.command("image")
@@ -100,28 +109,8 @@ def _tag_of(context: workflow.BuildContext, tag: str | None, registry: str | Non
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 @leaves_as_found
-@workflow_errors()
-def image(
-    out: Path | None,
-    context_dir: Path | None,
-    tag: str | None,
-    registry: str | None,
-    ca_cert: Path | None,
-    network: str | None,
-    wheelhouse: Path | None,
-    cache_from: tuple[str, ...],
-    cache_to: tuple[str, ...],
-    push: bool,
-    reuse_remote: bool,
-    force: bool,
-    no_cache: bool,
-    log_path: Path | None,
-    dry_run: bool,
-    check_reproducible: bool,
-    db: Path | None,
-    no_record: bool,
-    **request,
-) -> None:
+@workflow_errors(out="'-o' / '--out'")
+def image(**flags) -> None:
     """Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it with BuildKit.
 
     The tag is the context's content hash, so an unchanged request is skipped. On failure: the failing
@@ -131,143 +120,73 @@ def image(
     Exit code 0 built/skipped (or planned), 1 build failed, 2 bad input (nothing built), 130 Ctrl-C,
     143 SIGTERM (both stop BuildKit, tag nothing and record the attempt as interrupted)."""
     console = Console(stderr=True, soft_wrap=True)
-    if out is not None:
-        writable_output(out, "'-o' / '--out'")
-    if log_path is not None and not dry_run:
-        writable_output(log_path, "'--log'", is_file=True)
-    if ca_cert and not ca_cert.is_file():
-        raise click.BadParameter(f"{ca_cert}: no such file", param_hint="--ca-cert")
-    if reuse_remote and not registry:
+    outcome = build_image(_request(flags), console, notify=lambda event: _show(event, console))
+    if isinstance(outcome, DryRun):
+        _print_dry_run(outcome)
+    elif isinstance(outcome, Reproducibility):
+        _print_reproducibility(outcome, console)
+    elif isinstance(outcome, BuildStopped):
+        sys.exit(outcome.exit_code)
+    else:
+        click.echo(outcome.tag)
+
+
+def _request(flags: dict) -> ImageRequest:
+    """The request the flags make, checked against each other and the file system (click errors: exit code 2)."""
+    cell_flags = {name: flags.pop(name) for name in _CELL_FLAGS}
+    if flags["out"] is not None:
+        writable_output(flags["out"], "'-o' / '--out'")
+    if flags["log_path"] is not None and not flags["dry_run"]:
+        writable_output(flags["log_path"], "'--log'", is_file=True)
+    if flags["ca_cert"] and not flags["ca_cert"].is_file():
+        raise click.BadParameter(f"{flags['ca_cert']}: no such file", param_hint="--ca-cert")
+    if flags["reuse_remote"] and not flags["registry"]:
         raise click.UsageError("--reuse-remote looks the content-hash tag up in a registry: give --registry REF")
-    if wheelhouse and not wheelhouse.is_dir():
-        raise click.BadParameter(f"{wheelhouse}: not a directory", param_hint="--wheelhouse")
-    if check_reproducible and push:
+    if flags["wheelhouse"] and not flags["wheelhouse"].is_dir():
+        raise click.BadParameter(f"{flags['wheelhouse']}: not a directory", param_hint="--wheelhouse")
+    if flags["check_reproducible"] and flags["push"]:
         raise click.UsageError("--check-reproducible tags nothing, so there is nothing to --push; run them separately")
-    plan = None
-    if context_dir is None:
-        if all(request[k] is None for k in ("torch", "rocm", "cuda", "flavor")):
+    cell = None
+    if flags["context_dir"] is None:
+        if all(cell_flags[k] is None for k in ("torch", "rocm", "cuda", "flavor")):
             raise click.UsageError("give a request (e.g. --rocm 7.2 --torch 2.11) or --context DIR")
-        plan = render_workflow.plan_cell(
-            request_from_options(**request), site_recipes.folder(), lambda line: click.echo(line, err=True)
-        )
-        if dry_run and out is None:  # the tag is the content hash: render to a scratch dir, keep nothing
-            with tempfile.TemporaryDirectory(prefix="envbuild-dry-run-") as scratch:
-                context = _render(plan, Path(scratch) / plan.cell.key)
-                _print_dry_run(None, context.manifest, _tag_of(context, tag, registry), plan)
-            return
-        context_dir = out or Path("envbuild-contexts") / plan.cell.key
-        if out is None:
-            writable_output(context_dir, "'-o' / '--out'")
-        will_create(context_dir)
-        context = _render(plan, context_dir, wheelhouse)
-    elif request["torch"] is not None or request["rocm"] is not None or request["cuda"] is not None:
+        cell = request_from_options(**cell_flags)
+    elif any(cell_flags[k] is not None for k in ("torch", "rocm", "cuda")):
         raise click.UsageError("--context DIR builds an existing context: drop the request flags (--rocm/--torch/...)")
-    elif wheelhouse is not None:
+    elif flags["wheelhouse"] is not None:
         raise click.UsageError(
             "--context DIR builds the wheels already in DIR/wheelhouse/, which its tag covers; "
             "to change them, re-render: `envbuild render ... --wheelhouse WHEELS -o DIR`"
         )
-    elif not (context_dir / DOCKERFILE).is_file():
-        raise click.UsageError(f"{context_dir} has no Dockerfile: render it first (`envbuild render`)")
-    else:
-        context = workflow.existing(context_dir)
-    context_dir = context.directory
-    tag = _tag_of(context, tag, registry)
-    if dry_run:
-        _print_dry_run(context_dir, context.manifest, tag, plan)
-        return
-    will_create(log_path or default_log_path(context_dir))
-    options = BuildOptions(
-        network=None if network == "default" else network,
-        ca_cert=ca_cert,
-        wheelhouse=wheelhouse,
-        cache_from=cache_from,
-        cache_to=cache_to,
-        force=force,
-        reuse_remote=reuse_remote,
-        no_cache=no_cache,
-    )
-    try:
-        jobs = workflow.compile_jobs(context)
-    except EngineUnavailable as exc:
-        raise MissingPrerequisite(str(exc)) from exc
-    if jobs is not None:
-        _print_jobs(jobs, console)
-        options = workflow.with_compile_jobs(options, jobs)
-    if check_reproducible:
-        _check_reproducible(context, tag, options, console, log_path or default_log_path(context_dir))
-        return
-    attempt = None
-    if not no_record:
-        preflight_store(db)
-        will_create(Path(db or default_db_path()).resolve().parent / ATTEMPTS_DIR)
-        try:
-            attempt = workflow.start_attempt(db or default_db_path(), context, tag, log_path)
-        except StoreError as exc:
-            raise DatabaseError(str(exc)) from exc
-        if attempt is None:
-            console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
-        else:
-            log_path = attempt.log_path
-            attempt.compile_jobs = jobs.as_record() if jobs else None
-    with sigterm_as_interrupt() as stop:
-        try:
-            outcome = workflow.run_build(context, tag, options, console, log_path, attempt)
-        except BuildError as exc:  # no failing step: an option the engine refused, nothing attempted
-            raise click.UsageError(str(exc)) from exc
-        except EngineUnavailable as exc:
-            raise MissingPrerequisite(str(exc)) from exc
-        if isinstance(outcome, workflow.BuildStop):
-            if outcome.error is None:
-                console.print(
-                    f"[yellow]build interrupted ({outcome.how}); nothing was tagged[/]; partial log: "
-                    f"{escape(str(outcome.log_path or '-'))}"
-                )
-            else:
-                _print_failure(outcome.error, console)
-            if attempt:
-                _recorded(attempt, lambda: workflow.record_stop(attempt, outcome, console))
-            sys.exit(stop.exit_code if outcome.error is None else 1)
-    verify = workflow.verify_record(outcome)
-    if verify is not None:
-        coverage = verify.get("arch_coverage") or {}
+    return ImageRequest(cell, record=not flags.pop("no_record"), site=site_recipes.folder(), **flags)
+
+
+def _show(event: object, console: Console) -> None:
+    """One event of the build as it happens (stderr)."""
+    if isinstance(event, str):  # a notice of the plan
+        click.echo(event, err=True)
+    elif isinstance(event, CompileJobs):
+        _print_jobs(event, console)
+    elif isinstance(event, NotRecorded):
+        console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
+    elif isinstance(event, ReproInterrupted):
+        console.print(f"[yellow]{event.message}[/]; partial log: {event.log_path}")
+    elif isinstance(event, BuildStop) and event.error is None:
+        console.print(
+            f"[yellow]build interrupted ({event.how}); nothing was tagged[/]; partial log: "
+            f"{escape(str(event.log_path or '-'))}"
+        )
+    elif isinstance(event, BuildStop):
+        _print_failure(event.error, console)
+    elif isinstance(event, Verified):
+        coverage = event.record.get("arch_coverage") or {}
         arch = f"; {coverage['arch']} code objects: {coverage['verdict']}" if coverage.get("arch") else ""
-        console.print(f"verify: {len(verify.get('checks', []))} checks passed in the image{escape(arch)}")
-    if attempt:
-        _recorded(attempt, lambda: workflow.record_pass(attempt, context, outcome, verify, console))
-    if push:
-        try:
-            push_image(tag, console)
-        except EngineUnavailable as exc:
-            raise MissingPrerequisite(str(exc)) from exc
-        except PushError as exc:
-            raise click.ClickException(str(exc)) from exc
-    click.echo(tag)
+        console.print(f"verify: {len(event.record.get('checks', []))} checks passed in the image{escape(arch)}")
 
 
-def _render(plan, context_dir: Path, wheelhouse: Path | None = None) -> workflow.BuildContext:
-    try:
-        return workflow.rendered(plan, context_dir, wheelhouse)
-    except RenderError as exc:
-        raise click.UsageError(str(exc)) from exc
-
-
-def _check_reproducible(
-    context: workflow.BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path
-) -> None:
-    """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
-    try:
-        report, out = workflow.reproducible(context, tag, options, console, log_path)
-    except BuildInterrupted as exc:
-        console.print(f"[yellow]{exc}[/]; partial log: {exc.log_path}")
-        sys.exit(EXIT_INTERRUPTED)
-    except BuildError as exc:
-        if exc.failure is None:
-            raise click.UsageError(str(exc)) from exc
-        _print_failure(exc, console)
-        sys.exit(1)
-    except EngineUnavailable as exc:
-        raise MissingPrerequisite(str(exc)) from exc
+def _print_reproducibility(outcome: Reproducibility, console: Console) -> None:
+    """The two no-cache builds' comparison; exit code 1 when a difference is outside the allow-list."""
+    report, out = outcome.report, outcome.out
     counted, shown = report.counted, 100
     console.print(f"build times: {report.seconds[0]:.1f} s and {report.seconds[1]:.1f} s (--no-cache)")
     console.print(
@@ -286,9 +205,9 @@ def _check_reproducible(
         sys.exit(1)
 
 
-def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, plan) -> None:
+def _print_dry_run(dry_run: DryRun) -> None:
     """The plan; `context_dir` None: nothing was kept (no -o), so no paths are printed."""
-    manifest = manifest or {}
+    plan, context_dir, tag, manifest = dry_run.plan, dry_run.context_dir, dry_run.tag, dry_run.manifest or {}
     if plan is not None:
         Console().print(plan_table(plan, f"plan for {plan.cell.key}"))
         click.echo(f"torch:      {plan.torch_source} ({plan.torch_source_reason})")
@@ -296,7 +215,7 @@ def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, pl
         click.echo("context:    not written (dry run; pass -o DIR to keep the build context)")
     else:
         click.echo(f"context:    {context_dir.resolve()}")
-        click.echo(f"Dockerfile: {(context_dir / DOCKERFILE).resolve()}")
+        click.echo(f"Dockerfile: {dry_run.dockerfile.resolve()}")
     click.echo(f"image tag:  {tag}")
     stages = plan.stages if plan is not None else manifest.get("stages")
     if stages:
@@ -305,7 +224,7 @@ def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, pl
         click.echo("manifest:\n" + json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
 
 
-def _print_jobs(jobs: workflow.CompileJobs, console: Console) -> None:
+def _print_jobs(jobs: CompileJobs, console: Console) -> None:
     """The compile jobs a source build runs, and a warning when less memory is free now than they may need."""
     console.print(f"compile jobs: MAX_JOBS={jobs.max_jobs} ({escape(jobs.reason)}; the engine's machine)")
     if jobs.short_of_memory:
@@ -316,7 +235,9 @@ def _print_jobs(jobs: workflow.CompileJobs, console: Console) -> None:
         )
 
 
-def _print_failure(exc: BuildError, console: Console) -> None:
+def _print_failure(exc, console: Console) -> None:
+    """A build that failed at a step (a BuildError with its failure): the step, its class, the lines that look like
+    the cause, its last lines and the full log."""
     failure = exc.failure
     console.print(f"[red]build failed[/] at step [bold]{escape(failure.step)}[/]")
     console.print(f"failure class: [bold]{failure.failure_class}[/] - {failure.hint}")
@@ -331,13 +252,3 @@ def _print_failure(exc: BuildError, console: Console) -> None:
         for line in failure.tail:
             console.print(f"  | {line}", highlight=False, markup=False)
     console.print(f"full log: {exc.log_path}")
-
-
-def _recorded(attempt: BuildAttempt, record) -> None:
-    """`record()` files the attempt; a store that refuses it is an error that names the attempt's record."""
-    try:
-        record()
-    except StoreError as exc:
-        raise click.ClickException(
-            f"the build finished but could not be recorded: {exc} (its attempt record: {attempt.directory})"
-        ) from exc
