@@ -10,11 +10,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from builder.engine.apptainer_build import COMPRESSIONS
-
-
-class BadInput(click.ClickException):
-    exit_code = 2
+from builder.cli.errors import workflow_errors
+from builder.workflows.sif import COMPRESSIONS, SifNotMade, SifRequest, make_sif
 
 
 @click.command("sif")
@@ -68,6 +65,7 @@ class BadInput(click.ClickException):
     metavar="PATH.sif",
     help="Where the SIF goes; its record is written beside it as PATH.sif.json.",
 )
+@workflow_errors()
 def sif(
     image: str | None,
     context_dir: Path | None,
@@ -88,44 +86,20 @@ def sif(
     which `run workload --apptainer` and `slurm submit` read. Exit code 0 when the SIF verified; 1 when the
     build failed or the verify step failed inside it (the SIF and its record are kept, with `verify.ok:
     false`); 2 for bad input (unknown image or context, no apptainer, an existing SIF)."""
-    from builder.engine.apptainer import build_sif
-    from builder.engine.apptainer_build import SifBuildFailed, build_from_context, local_base, pull
-    from builder.engine.container import RunError
-    from builder.engine.docker import EngineUnavailable
-
     console = Console(stderr=True, soft_wrap=True)
-    if sum(x is not None for x in (image, context_dir, source)) != 1:
-        raise BadInput("give exactly one of IMAGE, --from-context DIR or --pull SOURCE")
-    if context_dir is None and (base_path or ca_cert or not fakeroot):
-        raise BadInput("--base, --ca-cert and --no-fakeroot go with --from-context DIR")
-    if source is not None and compression:
-        raise BadInput("--compression goes with IMAGE or --from-context DIR (a pull keeps the SIF it gets)")
-    if not out.name.endswith(".sif"):
-        raise BadInput(f"-o {out}: the SIF's file name must end in .sif")
-    if out.exists():
-        raise BadInput(f"-o {out}: exists already (SIFs are never overwritten); pick another path or remove it")
-    try:
-        if context_dir is not None:
-            base = local_base(base_path) if base_path is not None else None
-            record = build_from_context(
-                context_dir, out, console, base=base, ca_cert=ca_cert, fakeroot=fakeroot, compression=compression
-            )
-        elif source is not None:
-            record = pull(source, out, console)
-        else:
-            record = build_sif(image, out, console, compression=compression)
-    except SifBuildFailed as exc:
-        console.print(f"[red]{escape(str(exc))}[/]")
+    request = SifRequest(image, context_dir, source, base_path, ca_cert, fakeroot, compression, out)
+    made = make_sif(request, console)
+    if isinstance(made, SifNotMade):
+        console.print(f"[red]{escape(made.message)}[/]")
         sys.exit(1)
-    except (RunError, EngineUnavailable) as exc:
-        raise BadInput(str(exc)) from exc
+    record = made.record
     verify, timings = record["verify"], record["timings"]
     steps = ", ".join(f"{name.removesuffix('_s').replace('_', ' ')} {seconds} s" for name, seconds in timings.items())
     line = (
         f"{out} sha256 {record['sha256']} ({record['size_bytes'] / 1e6:.0f} MB, {record['route']} route, "
         f"{record['runtime']['version_line']}); {steps}"
     )
-    if verify["ok"]:
+    if made.verified:
         console.print(escape(f"verified inside the SIF ({verify['checks']} checks): {line}"))
         click.echo(str(out))
         return

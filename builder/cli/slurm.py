@@ -11,12 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from builder.cli.store_options import db_option, note_new_folder, plain
-from builder.store.store import default_db_path
-
-
-class BadInput(click.ClickException):
-    exit_code = 2
+from builder.cli.errors import Refused, workflow_errors
+from builder.cli.store_options import db_option
+from builder.slug import plain
 
 
 @click.group("slurm")
@@ -60,6 +57,7 @@ def slurm() -> None:
 )
 @db_option
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit and write nothing.")
+@workflow_errors()
 def submit(
     sifs: tuple[Path, ...],
     configs: tuple[str, ...],
@@ -81,10 +79,9 @@ def submit(
     The readable sbatch script and submission.json go into an attempt directory beside the matrix file;
     the job id is printed. Exit code 0 when submitted; 2 for bad input (a SIF without its record, a
     site setting that is not a plain Slurm value, no results directory, sbatch refusing the job)."""
-    from builder.engine.slurm import SCRIPT_NAME, SlurmError, site_file as default_site_file
-    from builder.workflows import slurm_submit
+    from builder.workflows.slurm_jobs import SubmitRequest, submit_job
 
-    options = {
+    settings = {
         "partition": partition,
         "account": account,
         "time": time_limit,
@@ -95,22 +92,17 @@ def submit(
         "modules": list(modules),
         "results_dir": results_dir,
     }
-    try:
-        sub, script = slurm_submit.prepare(list(sifs), configs, options, site_file or default_site_file())
-        if dry_run:
-            click.echo(script, nl=False)
-            return
-        console = Console(stderr=True, soft_wrap=True)
-        job_id, attempt = slurm_submit.submit(sub, script, Path(db or default_db_path()))
-    except SlurmError as exc:
-        raise BadInput(str(exc)) from exc
-    console.print(
+    submitted = submit_job(SubmitRequest(sifs, configs, settings, site_file, db, dry_run))
+    if submitted.job_id is None:
+        click.echo(submitted.script, nl=False)
+        return
+    Console(stderr=True, soft_wrap=True).print(
         escape(
-            f"submitted job {job_id}: {len(sub.tasks)} task(s); script {attempt / SCRIPT_NAME}; "
-            f"results in {sub.results_dir}; next: envbuild slurm collect {job_id}"
+            f"submitted job {submitted.job_id}: {submitted.tasks} task(s); script {submitted.script_path}; "
+            f"results in {submitted.results_dir}; next: envbuild slurm collect {submitted.job_id}"
         )
     )
-    click.echo(job_id)
+    click.echo(submitted.job_id)
 
 
 @slurm.command("collect")
@@ -122,6 +114,7 @@ def submit(
     help="Submit again the tasks that Slurm lost (timeout, node failure, "
     "preemption, cancellation: attempts, not verdicts).",
 )
+@workflow_errors()
 def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     """Import the finished tasks of JOB_ID into the matrix, by the end-state rules of docs/matrix.md.
 
@@ -129,74 +122,57 @@ def collect(job_id: str, db: Path | None, resubmit: bool) -> None:
     nothing new. Exit code 0 when every finished task passed; 1 when one did not; 2 for bad input (an
     unknown job id, a damaged submission.json, a task result whose run id the matrix holds with other content:
     that one is left out, the others are recorded)."""
-    from builder.engine.run_result import RESULT_NAME
-    from builder.engine.slurm import SlurmError, sacct
-    from builder.store.verdict_rules import counts
-    from builder.workflows.slurm_collect import collect as collect_into
-    from builder.workflows.slurm_submit import find_submission, resubmit as resubmit_tasks
+    from builder.workflows.slurm_jobs import CollectRequest, collect_results
 
     console = Console(stderr=True, soft_wrap=True)
-    db_path = Path(db or default_db_path())
-    try:
-        attempt, sub = find_submission(db_path, job_id)
-        states = sacct(job_id)
-        note_new_folder(db_path)
-        collected = collect_into(db_path, sub, job_id, states)
-    except SlurmError as exc:
-        raise BadInput(str(exc)) from exc
+    job = collect_results(CollectRequest(job_id, db, resubmit), notify=lambda line: click.echo(line, err=True))
+    console.print(_task_table(job.tasks))
+    console.print(escape(f"recorded in {job.db}; {job.pending} task(s) not finished"))
+    if job.resubmit_error is not None:
+        raise Refused(job.resubmit_error, 2)
+    if job.resubmitted_as is not None:
+        array = ",".join(map(str, job.lost))
+        console.print(
+            escape(
+                f"re-submitted task(s) {array} as job {job.resubmitted_as}; next: envbuild slurm collect {job.resubmitted_as}"
+            )
+        )
+        click.echo(job.resubmitted_as)
+    elif job.lost:
+        console.print(
+            escape(
+                f"{len(job.lost)} task(s) lost by Slurm ({','.join(map(str, job.lost))}): "
+                f"`envbuild slurm collect {job_id} --resubmit` submits only those again"
+            )
+        )
+    for task in job.conflicts:
+        console.print(
+            escape(
+                f"task {task.index}: the matrix already holds run {plain(task.run_id)} with other "
+                f"content, so the task's result ({plain(task.result_file)}) was left out; `envbuild matrix import "
+                f"{plain(task.result_file)} --replace` records it instead"
+            )
+        )
+    raise SystemExit(2 if job.conflicts else 1 if job.failed else 0)
+
+
+def _task_table(tasks) -> Table:
+    """A line per task of the job (the workflow's TaskLine): its cell, configuration, Slurm state and outcome."""
     table = Table("task", "cell", "config", "slurm", "outcome", "class")
     table.columns[1].overflow = "fold"
-    lost = [done.task.index for done in collected if done.lost]
-    conflicts = [done for done in collected if done.conflict]
-    failed = sum(done.result["status"] != "pass" for done in collected if done.result is not None)
-    pending = sum(done.result is None for done in collected)
-    for done in collected:
-        task, state, result = done.task, done.state, done.result
-        if result is None:
-            table.add_row(
-                str(task.index),
-                Text(task.cell),
-                Text(task.config),
-                Text(state.state if state else "PENDING"),
-                "not finished",
-                "",
-            )
-            continue
-        verdict = counts("run", result["status"], result.get("error_class"))
+    for task in tasks:
+        if task.status is None:
+            outcome = "not finished"
+        elif task.conflict:
+            outcome = "left out: conflict"
+        else:
+            outcome = f"{'verdict' if task.verdict else 'attempt'}: {task.status}"
         table.add_row(
             str(task.index),
             Text(task.cell),
             Text(task.config),
-            Text(state.state),
-            Text(
-                "left out: conflict" if done.conflict else f"{'verdict' if verdict else 'attempt'}: {result['status']}"
-            ),
-            Text(plain(result.get("error_class") or "")),
+            Text(task.slurm_state),
+            outcome if task.status is None else Text(outcome),
+            Text(plain(task.error_class)) if task.status is not None else "",
         )
-    console.print(table)
-    console.print(escape(f"recorded in {db_path}; {pending} task(s) not finished"))
-    if lost and resubmit:
-        array = ",".join(map(str, lost))
-        try:
-            new_job = resubmit_tasks(attempt, sub, lost)
-        except SlurmError as exc:
-            raise BadInput(str(exc)) from exc
-        console.print(escape(f"re-submitted task(s) {array} as job {new_job}; next: envbuild slurm collect {new_job}"))
-        click.echo(new_job)
-    elif lost:
-        console.print(
-            escape(
-                f"{len(lost)} task(s) lost by Slurm ({','.join(map(str, lost))}): "
-                f"`envbuild slurm collect {job_id} --resubmit` submits only those again"
-            )
-        )
-    for done in conflicts:
-        result_file = done.task.out_dir / RESULT_NAME
-        console.print(
-            escape(
-                f"task {done.task.index}: the matrix already holds run {plain(done.result['run_id'])} with other "
-                f"content, so the task's result ({plain(result_file)}) was left out; `envbuild matrix import "
-                f"{plain(result_file)} --replace` records it instead"
-            )
-        )
-    raise SystemExit(2 if conflicts else 1 if failed else 0)
+    return table
