@@ -1,9 +1,12 @@
-"""The `envbuild` command line: one Click group (`main`, here) and one module per verb group (image, run,
-render, lock, matrix, report, inspect, doctor, ci; diff, publish and attest (sign, verify) are `matrix`
-sub-commands), each only parsing options, calling one workflow (or a room below it), and printing; store_options
-and paths hold the options and output checks several verbs share. A sub-command's module is imported only when it runs (`envbuild
---help` imports none of them: no docker SDK, matplotlib or pydantic). It may import every other builder
-package; nothing in builder imports it."""
+"""The `envbuild` command line: one Click group (`main`, here) and one module per verb group (image, run, render,
+lock, matrix, report, inspect, doctor, ci, sif, slurm; diff, publish and attest (sign, verify) are `matrix`
+sub-commands). A verb maps its flags to a typed request, calls one workflow (builder.workflows) and turns the
+outcome into output and an exit code; the workflows' errors become Click's in one place (errors). store_options,
+request_options and paths hold the options and output checks several verbs share. It imports builder.workflows and
+the neutral modules (builder.paths, slug, strict_json, bounded_read, interrupt, as_found) only: a contract in
+pyproject.toml, which lists the imports `run workload` still makes until it gets its workflow. A sub-command's module
+is imported only when it runs (`envbuild --help` imports none of them: no docker SDK, matplotlib or pydantic).
+Nothing in builder imports it."""
 
 from __future__ import annotations
 

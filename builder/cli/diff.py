@@ -9,15 +9,17 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from builder.cli.errors import workflow_errors
 from builder.cli.output import stdout_console
-from builder.cli.store_options import db_option, open_store, plain, warn_damaged
-from builder.report import diff
+from builder.cli.store_options import db_option
+from builder.slug import plain
+from builder.workflows.cell_diff import SECTION_TITLES, SECTIONS, DiffRequest, diff_cells as compare_cells
 
 
-def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
+def _table(section: str, rows: list, key_a: str, key_b: str) -> Table:
     """One section's rows; the note column ("out of limit: A") only where a row has a note (no empty column)."""
     noted = any(row.out_of_limit for row in rows)
-    table = Table(title=diff.SECTION_TITLES[section], title_justify="left")
+    table = Table(title=SECTION_TITLES[section], title_justify="left")
     columns = [("value", "left"), ("A " + key_a, "right"), ("B " + key_b, "right"), ("B/A", "right")]
     for column, justify in columns + ([("note", "left")] if noted else []):
         table.add_column(Text(plain(column)), justify=justify, overflow="fold")
@@ -44,35 +46,18 @@ def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
 @click.option("--all", "show_all", is_flag=True, help="Also list the rows that are equal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @db_option
+@workflow_errors(cell_a="CELL_A", cell_b="CELL_B", preset="--preset")
 def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_json: bool, db: Path | None) -> None:
     """What changed between two cells' newest runs, differences first.
 
     Versions (every package, driver, kernel, image digest), throughput and memory with ratios B/A, and
     probe values side by side with the side outside its limit, for the newest runs of two cells (the same
     preset on both sides when B has one). Exit code 0, or 2 for an unknown cell or a bad DB."""
-    store = open_store(db, must_exist=True)
-    try:
-        runs = {}
-        for label, key in (("CELL_A", cell_a), ("CELL_B", cell_b)):
-            found = [r["result"] for r in reversed(store.runs(key))]
-            if not found:
-                known = ", ".join(c.key for c in store.cells()) or "none recorded yet"
-                raise click.BadParameter(f"no runs of {plain(key)!r} in the matrix (cells: {known})", param_hint=label)
-            runs[key] = found
-        warn_damaged(store)
-    finally:
-        store.close()
-    try:
-        result_a, result_b = diff.pick_runs(runs[cell_a], runs[cell_b], preset)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--preset") from exc
-    from builder.report import gpu_prices  # reads recipes/ (pydantic): only when the command runs
-
-    prices = [gpu_prices.price_for(r) for r in (result_a, result_b)]
-    a, b = (diff.profile(r, p.usd_per_gpu_hour if p else None) for r, p in zip((result_a, result_b), prices))
+    compared = compare_cells(DiffRequest(db, cell_a, cell_b, preset), notify=lambda line: click.echo(line, err=True))
     if as_json:
-        click.echo(json.dumps(diff.as_json(a, b), indent=2, default=str))
+        click.echo(json.dumps(compared.as_json(), indent=2, default=str))
         return
+    a, b, rows, prices = compared.a, compared.b, compared.rows, compared.prices
     console = stdout_console(soft_wrap=True)
     console.print(
         Text(
@@ -86,8 +71,7 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
             f"{plain(b['finished_at'])})"
         )
     )
-    rows = diff.compare(a, b)
-    for section in diff.SECTIONS:
+    for section in SECTIONS:
         shown = [r for r in rows if r.section == section and (show_all or r.differs)]
         same = sum(1 for r in rows if r.section == section and not r.differs)
         if shown:

@@ -1,5 +1,5 @@
-"""What the user must fix before envbuild can work: a missing prerequisite (no Docker engine, no workload packages) or
-recipe data that does not validate. Exit 2, like bad input."""
+"""What the user must fix before `envbuild run` can work: a missing prerequisite (no Docker engine, no workload
+packages). Exit 2, like bad input. The other verbs' workflows say so with builder.workflows.errors.BadInput."""
 
 from __future__ import annotations
 
@@ -10,12 +10,3 @@ class MissingPrerequisite(click.ClickException):
     """What is missing and how to get it; nothing was run or recorded."""
 
     exit_code = 2
-
-
-class BadRecipeData(click.ClickException):
-    """The recipe data does not validate (a site's --recipes folder, or an edited recipes/): exit 2."""
-
-    exit_code = 2
-
-    def __init__(self, detail: object) -> None:
-        super().__init__(f"recipe data is invalid: {detail}")

@@ -1,40 +1,17 @@
-"""`envbuild matrix publish RESULT_JSON --name NAME -o results/`: a measured run, ready to commit.
-
-The repository's `results/` folder holds real runs' result.json files that CI imports into a fresh matrix
-to render docs/compatibility.md. A local result.json may hold more about its host than a published one
-should (docs/result-schema.md): the host name and the kernel command line are dropped here, the rest is
-kept as measured. Files land in `results/<cell key>/<name>/` (the key and name checked as path parts),
-with the run's container.log next to it when there is one, and with `--sign KEY` its attestation
-(result.json.intoto.jsonl, builder.attest.signing).
-"""
+"""`envbuild matrix publish RESULT_JSON --name NAME -o results/`: a measured run or a build record, ready to commit
+(builder.workflows.publish: what is dropped from a public result, where it lands)."""
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
 from pathlib import Path
 
 import click
 
-from builder.as_found import leaves_as_found, will_create
-from builder.cli.attest import sign_options, sign_result
-from builder import strict_json
-from builder.engine.run_result import RESULT_NAME
-from builder.cli.store_options import plain
-from builder.paths import BUILD_RECORD, CONTAINER_LOG
-
-
-PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-def publishable(result: dict) -> dict:
-    """`result` without the host details a public file must not carry."""
-    host = result.get("host")
-    if not isinstance(host, dict):
-        return result
-    return {**result, "host": {k: v for k, v in host.items() if k not in PRIVATE_HOST_KEYS}}
+from builder.as_found import leaves_as_found
+from builder.cli import site_recipes
+from builder.cli.attest import sign_options
+from builder.cli.errors import workflow_errors
+from builder.slug import plain
 
 
 @click.command("publish")
@@ -59,6 +36,7 @@ def publishable(result: dict) -> dict:
 )
 @sign_options
 @leaves_as_found
+@workflow_errors(name="--name", result_json="RESULT_JSON", record="FILE", out="'-o' / '--out'")
 def publish(
     result_json: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...], sif: Path | None
 ) -> None:
@@ -70,78 +48,10 @@ def publish(
     under the cell its context recomputes to with the recipes in use (one they do not render is refused). With
     --sign, the attestation (exact commands from --command) goes beside it. Exit code 0, or 2 for an invalid file,
     a bad name, an existing entry or a key that cannot sign (nothing is left behind)."""
-    from builder.cli.paths import writable_output
-    from builder.store.store import StoreError, validate_result
-    from builder.plan.cells import Cell
+    from builder.workflows.publish import PublishRequest, publish as publish_file
 
-    if not _NAME.fullmatch(name):
-        raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' and '-' (up to 64)", param_hint="--name")
-    if _is_build_record(result_json):
-        _publish_build(result_json, name, out, key, commands)
-        return
-    try:
-        result = validate_result(strict_json.loads(strict_json.read_regular(result_json, strict_json.MAX_RESULT_BYTES)))
-        cell = Cell.from_result(result)
-    except (OSError, ValueError, StoreError, RecursionError) as exc:
-        raise click.BadParameter(f"{result_json}: {exc}", param_hint="RESULT_JSON") from exc
-    if key is not None and not commands:
-        raise click.UsageError("give the exact commands that made this result with --command (repeat it)")
-    target = out / cell.key / name
-    if target.exists():
-        raise click.UsageError(f"{target} exists already: choose another --name")
-    writable_output(target, "'-o' / '--out'")
-    will_create(target)
-    target.mkdir(parents=True)
-    try:
-        (target / RESULT_NAME).write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
-        log = result_json.with_name(CONTAINER_LOG)
-        if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
-            shutil.copyfile(log, target / CONTAINER_LOG)
-        elif log.is_symlink():
-            click.echo(f"warning: {log} is a symbolic link; not published", err=True)
-        if key is not None:
-            click.echo(str(sign_result(target / RESULT_NAME, key, commands, sif)))
-    except BaseException:
-        shutil.rmtree(target, ignore_errors=True)
-        raise
-    click.echo(str(target / RESULT_NAME))
-
-
-def _is_build_record(path: Path) -> bool:
-    """Whether FILE declares itself a build record (its name, or its `format`); read bounded, parsed leniently: the
-    door (verify_build.read) checks it whole."""
-    from builder.store import build_record_schema
-
-    if path.name == BUILD_RECORD:
-        return True
-    try:
-        return build_record_schema.is_build_record(
-            strict_json.loads(strict_json.read_regular(path, strict_json.MAX_RESULT_BYTES))
-        )
-    except (OSError, ValueError, RecursionError):
-        return False
-
-
-def _publish_build(record: Path, name: str, out: Path, key: Path | None, commands: tuple[str, ...]) -> None:
-    from builder.cli import site_recipes
-    from builder.cli.paths import writable_output
-    from builder.workflows import publish_build
-
-    if key is not None and not commands:
-        raise click.UsageError("give the exact commands that made this build with --command (repeat it)")
-    try:
-        prepared = publish_build.prepare(record, site_recipes.folder())
-    except publish_build.PublishError as exc:
-        raise click.BadParameter(plain(exc), param_hint="FILE") from exc
-    target = out / prepared.cell.key / name
-    if target.exists():
-        raise click.UsageError(f"{target} exists already: choose another --name")
-    writable_output(target, "'-o' / '--out'")
-    will_create(target)
-    try:
-        written, attestation = publish_build.write(prepared, target, key, commands)
-    except publish_build.PublishError as exc:
-        raise click.UsageError(plain(exc)) from exc
-    if attestation is not None:
-        click.echo(plain(attestation))
-    click.echo(plain(written))
+    request = PublishRequest(result_json, name, out, key, commands, sif, site_recipes.folder())
+    published = publish_file(request, notify=lambda line: click.echo(line, err=True))
+    if published.attestation is not None:
+        click.echo(plain(published.attestation))
+    click.echo(plain(published.written))

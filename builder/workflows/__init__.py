@@ -1,7 +1,17 @@
-"""The workflows: one verb's orchestration each, between the CLI (which parses and prints) and the rooms that do the
-work. build (a context from a plan or a directory, built, verified, filed as an attempt; build_record: the
-attempt's directory, its build-record.json and matrix row; publish_build, verify_build, import_builds: a build
-record sent home, checked at the door with its cell recomputed, imported), run (a workload run in an image, a SIF
-or here; run_result: its final result.json and attempt; local_routes: which Python a run here takes) and
-slurm_collect (a Slurm job's tasks finished and recorded). Only here do the engine's outcomes meet the store. It may
-import engine, report, attest, store, plan and the neutral modules; only `builder.cli` imports it. No Click here."""
+"""The workflows: one function per verb, between the CLI (which maps flags to a typed request and prints the typed
+outcome) and the rooms that do the work. Only here do the engine's outcomes meet the store.
+
+- render (a version request resolved and its context written), recipes (`recipes list`, `check-upstream`), locks,
+  ci_files (`ci render`);
+- image (`envbuild image`, over build's steps: a context built, verified and filed as an attempt; build_record: the
+  attempt's directory, its build-record.json and matrix row), sif, inspect, doctor;
+- run (a workload run in an image, a SIF or here; run_result: its final result.json and attempt; local_routes: which
+  Python a run here takes), slurm_jobs (over slurm_submit and slurm_collect);
+- matrix_views (`matrix list | show | export | check`), import_results (with import_builds), attestations (sign,
+  verify; verify_build: a build record at the door, its cell recomputed), publish (with publish_build), cell_diff
+  (`matrix diff`), report_site (`report`); matrix_file: the matrix file the verbs open;
+- errors: what a workflow raises for the CLI to say, with its exit code.
+
+A workflow tells progress through a `notify` callback (lines, or small event records the CLI renders); where the
+engine still prints, the rich console the CLI made is handed through as it is. It may import engine, report,
+attest, store, plan and the neutral modules; only `builder.cli` imports it. No Click here."""

@@ -1,7 +1,8 @@
 """The import contracts in pyproject.toml ([tool.importlinter]), checked with import-linter: builder's layers
-(cli -> workflows -> engine|report|attest -> store -> plan, arrows only down), the engine never importing
-the store, its neutral modules (paths, slug,
-strict_json, bounded_read) importing none of its packages, no import circles between builder's modules, workload
+(cli -> workflows -> engine|report|attest -> store -> plan, arrows only down), the CLI importing the workflows and
+the neutral modules only (the run verb's remaining imports listed one by one), the engine never importing
+the store, its neutral modules (paths, slug, strict_json, bounded_read, interrupt, as_found) importing none of its
+packages, no import circles between builder's modules, workload
 never importing builder, workload's layers (cli -> runner -> training/model/data/probes -> binaries), probes and
 training independent, no circles between workload's modules, and workload.binaries free of torch. The repo
 keeps them; a copy with one bad import breaks the one it should."""
@@ -9,6 +10,7 @@ keeps them; a copy with one bad import breaks the one it should."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = "builder layers: cli -> workflows -> engine|report|attest -> store -> plan"
+CLI_THIN = "builder.cli imports builder.workflows and the neutral modules only"
 NO_STORE = "builder.engine never imports the store"
 NEUTRAL = "builder's neutral top-level modules import no package"
 ACYCLIC = "no import circles between builder's modules (function-level imports count too)"
@@ -28,7 +31,7 @@ W_ACYCLIC = "no import circles between workload's modules (function-level import
 W_STDLIB = "workload.binaries imports none of torch, numpy, transformers, peft"
 ALL_KEPT = {
     name: "KEPT"
-    for name in (LAYERS, NO_STORE, NEUTRAL, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)
+    for name in (LAYERS, CLI_THIN, NO_STORE, NEUTRAL, ACYCLIC, WORKLOAD, W_LAYERS, W_INDEPENDENT, W_ACYCLIC, W_STDLIB)
 }
 
 
@@ -52,12 +55,12 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 
 
 def contract_lines(output: str) -> dict[str, str]:
-    """{contract name: "KEPT" | "BROKEN"} from lint-imports' summary lines."""
+    """{contract name: "KEPT" | "BROKEN"} from lint-imports' summary lines (a count of ignored imports may follow)."""
     out = {}
     for line in output.splitlines():
-        name, _, verdict = line.rpartition(" ")
-        if verdict in ("KEPT", "BROKEN") and name:
-            out[name] = verdict
+        found = re.fullmatch(r"(.+) (KEPT|BROKEN)( \(\d+ ignored imports?\))?", line)
+        if found:
+            out[found[1]] = found[2]
     return out
 
 
@@ -90,6 +93,36 @@ def test_an_upward_import_breaks_the_layers_contract(repo_copy):
     assert done.returncode == 1, done.stdout + done.stderr
     assert contract_lines(done.stdout)[LAYERS] == "BROKEN", done.stdout
     assert "builder.plan.recipes -> builder.cli.render" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "statement", "edge"),
+    [
+        ("doctor.py", "import builder.engine.doctor", "builder.cli.doctor -> builder.engine.doctor"),
+        ("matrix.py", "import builder.store.summary", "builder.cli.matrix -> builder.store.summary"),
+        ("inspect.py", "import workload.binaries.code_object_reader", "builder.cli.inspect -> workload.binaries"),
+    ],
+)
+def test_a_verb_reaching_past_the_workflows_breaks_the_cli_contract(repo_copy, module, statement, edge):
+    add_import(repo_copy / "builder" / "cli" / module, statement)
+    done = lint_imports(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert contract_lines(done.stdout) == {**ALL_KEPT, CLI_THIN: "BROKEN"}, done.stdout
+    assert edge in done.stdout
+
+
+def test_the_run_verb_may_keep_only_the_imports_listed_for_it(repo_copy):
+    """An import the run verb no longer makes cannot stay listed: the list is exactly what it still imports."""
+    pyproject = repo_copy / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            '  "builder.cli.run -> builder.store.store",\n',
+            '  "builder.cli.run -> builder.store.store",\n  "builder.cli.run -> builder.store.summary",\n',
+        )
+    )
+    done = lint_imports(repo_copy)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "builder.cli.run -> builder.store.summary" in done.stdout + done.stderr
 
 
 def test_a_circle_within_a_layer_breaks_the_acyclic_contract(repo_copy):

@@ -443,8 +443,8 @@ def test_every_door_reads_through_the_bounded_reader():
         "builder/plan/recipe_overlay.py": "bounded_read.read_file",  # overlay TOML and files
         "builder/store/store_reads.py": "bounded_read.copy_file",  # .db files to merge
         "builder/plan/upstream.py": "bounded_read.read_url",  # index pages
-        "builder/cli/matrix.py": "strict_json.read_regular(file",  # import and verify
-        "builder/cli/publish.py": "strict_json.read_regular(result_json",
+        "builder/workflows/import_results.py": "strict_json.read_regular(file",  # import and the report
+        "builder/workflows/publish.py": "strict_json.read_regular(request.file",
         "builder/workflows/run_result.py": "strict_json.read_regular(path",
         "builder/workflows/slurm_collect.py": "strict_json.read_regular(path",
         "builder/attest/signing.py": "strict_json.read_regular(",
