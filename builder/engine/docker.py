@@ -33,7 +33,7 @@ def docker_client(timeout: int = 120) -> docker.DockerClient:
     except docker.errors.DockerException as exc:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise EngineUnavailable(
-            f"no Docker engine answers at {host} ({_short(exc)}). {start_hint()} Without Docker: "
+            f"no Docker engine answers at {host} ({_last_line(exc)}). {start_hint()} Without Docker: "
             "`envbuild run workload --local` (this Python, CPU) or `--apptainer SIF` (HPC, docs/hpc.md)."
         ) from exc
     return client
@@ -112,6 +112,7 @@ def detect_build_tool() -> BuildTool:
     )
 
 
-def _short(exc: Exception) -> str:
+def _last_line(exc: Exception) -> str:
+    """The last line of an error's message, at most 200 characters (its type's name when the message is empty)."""
     text = str(exc).strip().splitlines()
     return text[-1][:200] if text else type(exc).__name__

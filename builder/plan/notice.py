@@ -67,7 +67,8 @@ def _wrapped(items: list[str]) -> list[str]:
     return lines
 
 
-def _short(text: str, n: int = 12) -> str:
+def _abbreviated(text: str, n: int = 12) -> str:
+    """A commit or sha256 cut to its first `n` characters, as git shows one."""
     return text[:n]
 
 
@@ -86,7 +87,10 @@ def _source_text(git: dict) -> str:
         return f"{repo} {git['ref']}"
     if git.get("tag_commit") and git["tag_commit"] != git["commit"]:
         tag = git["ref"]
-        return f"{repo} @ {_short(git['commit'])} ({tag}'s wheel commit; the tag {tag} is {_short(git['tag_commit'])})"
+        return (
+            f"{repo} @ {_abbreviated(git['commit'])} ({tag}'s wheel commit; "
+            f"the tag {tag} is {_abbreviated(git['tag_commit'])})"
+        )
     return f"{repo} {git['ref']} @ {git['commit']}"
 
 
@@ -95,11 +99,11 @@ def _patch_text(entry) -> str:
     if entry.kind == "url":
         raw = "https://raw.githubusercontent.com/"
         owner, repo, commit = (entry.ref.removeprefix(raw).split("/") + ["", "", ""])[:3]
-        at = f"{owner}/{repo}@{_short(commit, 8)}" if entry.ref.startswith(raw) else entry.ref
-        return f"{entry.name} for {_cite(entry.url)} ({at}, sha256 {_short(entry.sha256)})"
+        at = f"{owner}/{repo}@{_abbreviated(commit, 8)}" if entry.ref.startswith(raw) else entry.ref
+        return f"{entry.name} for {_cite(entry.url)} ({at}, sha256 {_abbreviated(entry.sha256)})"
     if entry.kind == "commit":
-        return f"commit {_short(entry.ref)} for {_cite(entry.url)}"
-    return f"{entry.name} (this project's, sha256 {_short(entry.sha256)})"
+        return f"commit {_abbreviated(entry.ref)} for {_cite(entry.url)}"
+    return f"{entry.name} (this project's, sha256 {_abbreviated(entry.sha256)})"
 
 
 def _pins_text(plan: Plan) -> str:

@@ -15,6 +15,7 @@ import functools
 import json
 import posixpath
 from dataclasses import dataclass
+from typing import NamedTuple
 
 VERDICT_PRESET = "smoke"
 VERDICT_MODEL = "tiny-gemma"
@@ -25,28 +26,47 @@ SPEED_PRESET, SPEED_DATA = "speed", "synthetic"
 #: The smoke preset's own pass bar, how a result written before `invocation` shows it ran the preset as it stands.
 LEGACY_SMOKE_BAR = 0.45
 
-#: The result fields the rule reads, as SQLite JSON paths (`MatrixStore.run_events` extracts them, guarded by
-#: json_valid so a damaged row is read without them).
-FIELDS = (
-    "$.command",
-    "$.invocation.preset",
-    "$.invocation.model",
-    "$.invocation.overrides",
-    "$.invocation.data.bundled",
-    "$.invocation.probes",
-    "$.config.preset",
-    "$.model.id",
-    "$.config.max_steps",
-    "$.config.min_accuracy",
-    "$.dataset.path",
-    "$.invocation",
-    "$.invocation.data.name",
-)
+#: The result fields the rule reads, by name, as SQLite JSON paths (`MatrixStore.run_events` extracts them, guarded
+#: by json_valid so a damaged row is read without them).
+FIELDS = {
+    "command": "$.command",
+    "preset": "$.invocation.preset",
+    "model": "$.invocation.model",
+    "overrides": "$.invocation.overrides",
+    "bundled": "$.invocation.data.bundled",
+    "probes": "$.invocation.probes",
+    "config_preset": "$.config.preset",
+    "model_id": "$.model.id",
+    "max_steps": "$.config.max_steps",
+    "min_accuracy": "$.config.min_accuracy",
+    "path": "$.dataset.path",
+    "invocation": "$.invocation",
+    "data_name": "$.invocation.data.name",
+}
 #: One json_extract with every path parses the stored JSON once (one call per path parsed it 12 times: most of
-#: `matrix list`'s time at 10,000 runs); it returns the values as one JSON array.
+#: `matrix list`'s time at 10,000 runs); it returns the values as one JSON array, in FIELDS' order.
 SQL = "CASE WHEN json_valid(result_json) THEN json_extract(result_json, {}) END".format(
-    ", ".join(f"'{path}'" for path in FIELDS)
+    ", ".join(f"'{path}'" for path in FIELDS.values())
 )
+
+
+class RunFields(NamedTuple):
+    """The values of FIELDS in one run's result, whether read from its dict (`of_result`) or extracted by SQLite
+    (`of_row`); `invocation` is None for a result written before envbuild recorded it."""
+
+    command: object
+    preset: object
+    model: object
+    overrides: object
+    bundled: object
+    probes: object
+    config_preset: object
+    model_id: object
+    max_steps: object
+    min_accuracy: object
+    path: object
+    invocation: object
+    data_name: object
 
 
 @dataclass(frozen=True)
@@ -75,19 +95,21 @@ def of_result(result: dict) -> RunConfiguration:
     model = result.get("model") if isinstance(result.get("model"), dict) else {}
     dataset = result.get("dataset") if isinstance(result.get("dataset"), dict) else {}
     return _configuration(
-        result.get("command"),
-        invocation is not None,
-        (invocation or {}).get("preset"),
-        (invocation or {}).get("model"),
-        (invocation or {}).get("overrides"),
-        data.get("bundled"),
-        (invocation or {}).get("probes"),
-        config.get("preset"),
-        model.get("id"),
-        config.get("max_steps"),
-        config.get("min_accuracy"),
-        dataset.get("path"),
-        data.get("name"),
+        RunFields(
+            command=result.get("command"),
+            preset=(invocation or {}).get("preset"),
+            model=(invocation or {}).get("model"),
+            overrides=(invocation or {}).get("overrides"),
+            bundled=data.get("bundled"),
+            probes=(invocation or {}).get("probes"),
+            config_preset=config.get("preset"),
+            model_id=model.get("id"),
+            max_steps=config.get("max_steps"),
+            min_accuracy=config.get("min_accuracy"),
+            path=dataset.get("path"),
+            invocation=invocation,
+            data_name=data.get("name"),
+        )
     )
 
 
@@ -97,64 +119,23 @@ def of_row(extracted: str | None) -> RunConfiguration:
     if extracted is None:
         return UNKNOWN
     try:
-        (
-            command,
-            preset,
-            model,
-            overrides,
-            bundled,
-            probes,
-            config_preset,
-            model_id,
-            max_steps,
-            min_accuracy,
-            path,
-            invocation,
-            data_name,
-        ) = json.loads(extracted)
+        fields = RunFields(*json.loads(extracted))
     except (ValueError, TypeError):
         return UNKNOWN
-    if isinstance(overrides, str):  # json_extract returns an object as its JSON text
+    if isinstance(fields.overrides, str):  # json_extract returns an object as its JSON text
         try:
-            overrides = json.loads(overrides)
+            fields = fields._replace(overrides=json.loads(fields.overrides))
         except ValueError:
-            overrides = None
-    return _configuration(
-        command,
-        invocation is not None,
-        preset,
-        model,
-        overrides,
-        bundled,
-        probes,
-        config_preset,
-        model_id,
-        max_steps,
-        min_accuracy,
-        path,
-        data_name,
-    )
+            fields = fields._replace(overrides=None)
+    return _configuration(fields)
 
 
-def _configuration(
-    command,
-    has_invocation,
-    preset,
-    model,
-    overrides,
-    bundled,
-    probes,
-    config_preset,
-    model_id,
-    max_steps,
-    min_accuracy,
-    path,
-    data_name=None,
-) -> RunConfiguration:
-    if command == "probe":
+def _configuration(f: RunFields) -> RunConfiguration:
+    if f.command == "probe":
         return RunConfiguration("probe", "-", False)
-    preset = _text(preset if has_invocation else config_preset)
-    model = _text(model if has_invocation else model_id)
+    has_invocation = f.invocation is not None
+    preset = _text(f.preset if has_invocation else f.config_preset)
+    model = _text(f.model if has_invocation else f.model_id)
     if has_invocation and model is None and preset == VERDICT_PRESET:  # envbuild's record: the preset's model
         model = VERDICT_MODEL
     if has_invocation:
@@ -162,33 +143,33 @@ def _configuration(
         decides = (
             preset == VERDICT_PRESET
             and model == VERDICT_MODEL
-            and overrides == {}
-            and bundled in (True, 1)
-            and probes not in (False, 0)
+            and f.overrides == {}
+            and f.bundled in (True, 1)
+            and f.probes not in (False, 0)
         )
     else:  # written before `invocation`: the preset as it stands shows in its config, model and data file
         decides = (
             preset in (None, VERDICT_PRESET)
             and model in (None, VERDICT_MODEL)
-            and max_steps is None
-            and min_accuracy in (None, LEGACY_SMOKE_BAR)
-            and (path is None or posixpath.basename(str(path)) == BUNDLED_DATA)
+            and f.max_steps is None
+            and f.min_accuracy in (None, LEGACY_SMOKE_BAR)
+            and (f.path is None or posixpath.basename(str(f.path)) == BUNDLED_DATA)
         )
     if decides:
         return RunConfiguration(preset or VERDICT_PRESET, model or VERDICT_MODEL, True)
     if has_invocation:
-        changes = _override_changes(overrides)
-        own_data = bundled in (True, 1) or (preset == SPEED_PRESET and data_name == SPEED_DATA)
-        changes += () if own_data else (f"data={_short(data_name) if data_name else '?'}",)
-        changes += ("no probes",) if probes in (False, 0) else ()
+        changes = _override_changes(f.overrides)
+        own_data = f.bundled in (True, 1) or (preset == SPEED_PRESET and f.data_name == SPEED_DATA)
+        changes += () if own_data else (f"data={_label_value(f.data_name) if f.data_name else '?'}",)
+        changes += ("no probes",) if f.probes in (False, 0) else ()
     else:
         changes = tuple(
-            f"{name}={_short(value)}"
-            for name, value in (("max_steps", max_steps), ("min_accuracy", min_accuracy))
+            f"{name}={_label_value(value)}"
+            for name, value in (("max_steps", f.max_steps), ("min_accuracy", f.min_accuracy))
             if value is not None and not (name == "min_accuracy" and value == LEGACY_SMOKE_BAR)
         )
-        if path is not None and posixpath.basename(str(path)) != BUNDLED_DATA:
-            changes += (f"data={_short(posixpath.basename(str(path)))}",)
+        if f.path is not None and posixpath.basename(str(f.path)) != BUNDLED_DATA:
+            changes += (f"data={_label_value(posixpath.basename(str(f.path)))}",)
     return RunConfiguration(preset or "?", model or "?", False, changes)
 
 
@@ -201,13 +182,17 @@ def _override_changes(overrides) -> tuple[str, ...]:
     """`name=value` per override, sorted by name (a value that is not text is shown as JSON), bounded."""
     if not isinstance(overrides, dict):
         return ("overrides=?",) if overrides not in (None, {}) else ()
-    items = [f"{_short(name)}={_short(value)}" for name, value in sorted(overrides.items(), key=lambda kv: str(kv[0]))]
+    items = [
+        f"{_label_value(name)}={_label_value(value)}"
+        for name, value in sorted(overrides.items(), key=lambda kv: str(kv[0]))
+    ]
     if len(items) > MAX_CHANGES:
         items = items[:MAX_CHANGES] + [f"+{len(items) - MAX_CHANGES} more"]
     return tuple(items)
 
 
-def _short(value) -> str:
+def _label_value(value) -> str:
+    """A value as a label shows it: text as it is, anything else as JSON; one line, at most MAX_VALUE characters."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     text = " ".join(text.split())
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"

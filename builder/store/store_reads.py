@@ -23,7 +23,7 @@ from builder.store.store_schema import (
     _first_error,
     _is_result,
     _quoted,
-    _short,
+    _bounded_repr,
     validate_result,
 )
 from builder.plan.cells import Cell
@@ -468,7 +468,7 @@ class StoreReads(StoreConnection):
                 clean["record"] = build_record_schema.validate(build["record"]) if build["record"] else None
             except (ValueError, TypeError) as exc:
                 raise InvalidResultError(
-                    f"builds row {build['id']} ({_short(build.get('build_uid'))}): {_first_error(exc)}"
+                    f"builds row {build['id']} ({_bounded_repr(build.get('build_uid'))}): {_first_error(exc)}"
                 ) from None
             builds.append((build["id"], cell, clean))
         runs = []
@@ -477,7 +477,7 @@ class StoreReads(StoreConnection):
                 result = validate_result(row["result"])
             except InvalidResultError as exc:
                 raise InvalidResultError(
-                    f"runs row {row['row_id']} ({_short(row['result'].get('run_id'))}): {exc}"
+                    f"runs row {row['row_id']} ({_bounded_repr(row['result'].get('run_id'))}): {exc}"
                 ) from None
             if Cell.from_result(result).key != row["cell_key"]:
                 raise InvalidResultError(

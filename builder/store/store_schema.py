@@ -346,7 +346,7 @@ def validate_result(result: Any) -> dict:
     if missing:
         raise InvalidResultError(f"result is missing {', '.join(missing)} (docs/result-schema.md)")
     if not isinstance(result["status"], str) or result["status"] not in RUN_STATUSES:
-        raise InvalidResultError(f"result status must be one of {RUN_STATUSES}, got {_short(result['status'])}")
+        raise InvalidResultError(f"result status must be one of {RUN_STATUSES}, got {_bounded_repr(result['status'])}")
     versions = result["versions"] if isinstance(result["versions"], dict) else {}
     for key in ("python", "torch"):
         if not versions.get(key):
@@ -368,7 +368,7 @@ def _not_a_known_result(result: dict, version: Any) -> str:
     if "schema_version" not in result:
         keys = ", ".join(sorted(result)[:6]) or "none"
         return (
-            f"this JSON file is not an envbuild result: it has no schema_version (its keys: {_short(keys)}); "
+            f"this JSON file is not an envbuild result: it has no schema_version (its keys: {_bounded_repr(keys)}); "
             "import the result.json that `envbuild run workload` wrote into its --out folder (docs/result-schema.md)"
         )
     newest = max(RESULT_SCHEMA_VERSIONS)
@@ -378,12 +378,13 @@ def _not_a_known_result(result: dict, version: Any) -> str:
             "upgrade envbuild to import it"
         )
     return (
-        f"result schema_version {_short(version)} is not one any envbuild wrote (this one reads "
+        f"result schema_version {_bounded_repr(version)} is not one any envbuild wrote (this one reads "
         f"{', '.join(map(str, RESULT_SCHEMA_VERSIONS))}): not a result of `envbuild run workload` (docs/result-schema.md)"
     )
 
 
-def _short(value: Any) -> str:
+def _bounded_repr(value: Any) -> str:
+    """A value as Python writes it, cut at 60 characters with "…"."""
     text = repr(value)
     return text if len(text) <= 60 else text[:60] + "…"
 

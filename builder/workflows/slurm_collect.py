@@ -117,7 +117,7 @@ def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskSt
         or type(slurm.get("task")) is not int
         or slurm["task"] != task.index
     ):  # not true/0.0 for task 1/0
-        return f"it names job {_short(slurm, 'job_id')} task {_short(slurm, 'task')}, not a job of task {task.index}"
+        return f"it names job {_field_repr(slurm, 'job_id')} task {_field_repr(slurm, 'task')}, not a job of task {task.index}"
     sif = ((clean.get("image") or {}).get("sif") or {}).get("sha256")
     if sif != task.sif_sha256:
         return f"its SIF sha256 {str(sif)[:64]} is not the one task {task.index} ran ({task.sif_sha256})"
@@ -127,11 +127,12 @@ def task_result_problem(sub: Submission, task: Task, result: dict, state: TaskSt
     if slurm.get("job_id") == job_id and (
         slurm.get("state") != state.state or (state.state != "COMPLETED" and clean["status"] == "pass")
     ):
-        return f"it says {_short(slurm, 'state')} / {clean['status']}, but Slurm ended the task as {state.state}"
+        return f"it says {_field_repr(slurm, 'state')} / {clean['status']}, but Slurm ended the task as {state.state}"
     return None
 
 
-def _short(block, key: str) -> str:
+def _field_repr(block, key: str) -> str:
+    """`block[key]` as Python writes it, at most 40 characters (None where `block` is no dict)."""
     value = block.get(key) if isinstance(block, dict) else None
     return repr(value)[:40]
 

@@ -208,21 +208,10 @@ def test_overrides_that_are_not_an_object_are_named_unknown():
 
 
 def _extracted(**values) -> str:
-    """The JSON array run_config.SQL extracts, FIELDS in order, with `values` (keyed by the path's last part)."""
-    row = {path: None for path in run_config.FIELDS}
-    row["$.invocation"] = {}
-    for path in run_config.FIELDS:
-        name = path.rsplit(".", 1)[1]
-        key = {
-            "$.config.preset": "config_preset",
-            "$.model.id": "model_id",
-            "$.invocation": "invocation",
-            "$.invocation.data.bundled": "bundled",
-            "$.invocation.data.name": "data_name",
-        }.get(path, name)
-        if key in values:
-            row[path] = values[key]
-    return json.dumps([row[path] for path in run_config.FIELDS])
+    """The JSON array run_config.SQL extracts, FIELDS in order, with `values` (keyed by the field's name)."""
+    row = {name: None for name in run_config.FIELDS} | {"invocation": {}}
+    row |= {name: value for name, value in values.items() if name in row}
+    return json.dumps(list(row.values()))
 
 
 def test_a_damaged_row_is_unknown_and_keeps_its_own_verdict():
