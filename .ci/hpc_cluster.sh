@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster with Apptainer, for the HPC tests (issue 23), on a Debian host as root.
+# A one-node Slurm cluster with Apptainer, for the HPC tests (tests/integration/test_hpc.py), on a Debian host as root.
 #
 #   bash .ci/hpc_cluster.sh start    build (or reuse) the sid tree, start the cluster, write the wrappers
 #   bash .ci/hpc_cluster.sh stop     end the cluster (every process of it)

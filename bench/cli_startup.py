@@ -2,7 +2,7 @@
 
     python bench/cli_startup.py [--repeat 7]
 
-Targets (issue 14): `envbuild --help` and `envbuild render --help` under 0.25 s, `envbuild recipes list`
+Targets: `envbuild --help` and `envbuild render --help` under 0.25 s, `envbuild recipes list`
 under 0.4 s. The process is `python -m builder ...` (the `envbuild` script minus its shim), output discarded.
 """
 

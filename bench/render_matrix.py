@@ -5,7 +5,7 @@
 Reports the best of N runs for: resolving every cell, rendering every build context in memory
 (one shared snapshot of images/common + workload/, as `envbuild ci render`-style callers do),
 the baseline that re-reads those shared files for every cell, and writing every context to disk.
-The target from the issue: the whole matrix well under a second (in memory).
+The target: the whole matrix well under a second (in memory).
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
     python bench/report_scale.py [--runs 10000] [--cells 150] [--repeat 3] [--keep DIR] [--small] [--baseline SRC] [--no-settle]
 
 One matrix file is generated from a fixed seed (the same data for every command timed). Default
-(realistic, issue 20): every run is one of the committed real result files (results/, tests/data/)
+(realistic): every run is one of the committed real result files (results/, tests/data/)
 with its values varied (run id, times over 120 days, throughput, losses along the curves, accuracy,
 status: ~10 % failed, ~5 % with a failed probe), about 16 KB each, spread over --cells cells (the
 recipe cells plus made-up ROCm/arch/Python combinations); every run has its own image, recorded as a build
 of its cell with a verify record (nightly rebuilds), and one in five is a `speed` preset run. `--small`: the older synthetic ~4 KB
-results over the 17 recipe cells (issue 13). Each command runs as a whole process (the `envbuild`
+results over the 17 recipe cells. Each command runs as a whole process (the `envbuild`
 entry point, as a user runs it); the median of --repeat runs is printed, and the peak memory (max RSS)
 of `matrix export --json`. Targets: report < 5 s, matrix list < 1 s, matrix show CELL < 1 s,
 matrix check < 3 s, export --json < 300 MB peak, the site's largest file < 1 MB. `--baseline SRC`: also

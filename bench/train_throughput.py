@@ -13,8 +13,7 @@ mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
   workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
                              rows, lr scaled by sqrt(samples per step / 16), compiled layers
 Levers under evaluation, each its own run (--variants):
-  workload_seed_nographs     seed without the captured step graphs (compiled layers only: the seed preset
-                             before issue 25)
+  workload_seed_nographs     seed without the captured step graphs (compiled layers only)
   workload_throughput_nodropout  throughput with LoRA dropout 0: the ceiling of removing dropout's copies
                              (changes the recipe; a measurement, not a lever)
   workload_throughput_unmerged  throughput with q/k/v through peft's three projections and three dropout masks

@@ -14,7 +14,7 @@ GOLDEN_FILES = ("Dockerfile", "cell.def", "requirements.lock", "manifest.json")
 #: `envbuild render` of the cell a test site's recipe folder adds (release 6.2.9, a copy of 6.2 under another base).
 SITE_CELL_RENDER = ("render", "--rocm", "6.2.9", "--torch", "2.5", "--arch", "gfx90a")
 
-#: The cells the issue asks golden files for: name -> request.
+#: The cells with golden files: name -> request.
 GOLDEN_CELLS = {
     "rocm6.1.2-torch2.3-source": Request(accel_version="6.1.2", torch="2.3"),
     "rocm6.2-torch2.4-source": Request(accel_version="6.2", torch="2.4"),

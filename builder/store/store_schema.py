@@ -120,7 +120,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 4: a cell is its coordinates: no two rows may hold the same ones under different keys; what the report
     # reads of every run (preset, samples/s, MFU) as columns, so no report parses every stored result; whether
-    # the stored result passed the typed result schema on its way in (older rows are checked when read) (issue 20).
+    # the stored result passed the typed result schema on its way in (older rows are checked when read).
     """
     CREATE UNIQUE INDEX cells_coordinates ON cells (flavor, COALESCE(accel_version, ''), torch,
         COALESCE(arch, ''), python);

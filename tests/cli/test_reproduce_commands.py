@@ -1,5 +1,5 @@
 """The commands a cell page prints work: the image command of every committed cell plans that cell's image
-(`--dry-run`, the CUDA cell included: it used to print a command that exits 2), and the run command a run
+(`--dry-run`, the CUDA cell included), and the run command a run
 recorded makes a run of the same cell and configuration again."""
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ def test_an_older_schema_is_migrated_in_place_keeping_its_rows(tmp_path, monkeyp
 
 def _store_of_commit(commit: str, tmp_path):
     """builder/store.py as it was at `commit` (a real older envbuild's writer), imported from a file; its
-    imports of the modules that since moved into subpackages point at their new places."""
+    imports of modules that live in subpackages now point at their places in this tree."""
     import importlib.util
 
     shown = subprocess.run(

@@ -67,7 +67,7 @@ class Recipe:
 
 
 PRESETS = {
-    # The reference recipe from the issue: LoRA r=64/alpha=16/dropout 0.1 on q/k/v/o, full head, lr 2e-4,
+    # The reference recipe of the product brief: LoRA r=64/alpha=16/dropout 0.1 on q/k/v/o, full head, lr 2e-4,
     # batch 16, 3 epochs, max length 512, warmup 100, weight decay 0.01, 7 emotion classes.
     "seed": Recipe(
         preset="seed",
