@@ -3,7 +3,7 @@
 ELF file loads (`elf_needed`).
 
 A room of its own, not part of `workload.probes`, because importing anything under `workload.probes` runs its
-__init__, which imports torch: `envbuild inspect` (builder/cli/inspect.py) imports this package on the host,
+__init__, which imports torch: `envbuild inspect` (builder/engine/code_objects.py) imports this package on the host,
 where torch may be missing, and images/common/verify_image.py inside the image. Imports nothing from the rest of
 `workload`; imported by the arch probe (`workload.probes.arch_code_objects`), builder and the image check
 (pyproject.toml [tool.importlinter], tests/project/test_layering.py).
