@@ -9,13 +9,12 @@ mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
                              lengths, so less padding); its median and spread are printed, and the throughput
                              preset's ratio to the median
   hf_trainer_baseline        16 samples per step, each batch padded to its longest sample (dynamic padding)
-  workload_seed              the `seed` preset: 16 samples per step packed padding-free into one row (two over 2048
-                             tokens) of 256..1024, 1536 or 2048 tokens, varlen attention, compiled decoder layers,
-                             each step layout's whole step replayed as one captured graph (compile and capture
-                             warm-up not timed)
-  workload_seed_bucketed     the same steps padded to 64/128/256/512 in micro-batches of at most 2048 tokens
-                             (the seed preset before packed samples; what it runs without varlen kernels)
-                                                                                 (--variants seed_bucketed)
+  workload_seed              the `seed` preset: 16 samples per step, widths 64/128/256/512, micro-batches of at
+                             most 2048 padded tokens, compiled decoder layers, each step layout's whole step
+                             replayed as one captured graph (compile and capture warm-up not timed)
+  workload_seed_packed       the same steps packed padding-free (presets.PACKED_SEED): each step's 16 samples in
+                             one row (two over 2048 tokens) of 256..1024, 1536 or 2048 tokens, varlen attention,
+                             compiled layers, step graphs                         (--variants seed_packed)
   workload_seed_eager        the same without compiled layers or graphs                (--variants seed_eager)
   workload_throughput_eager  the `throughput` preset without compiled layers     (--variants throughput_eager)
   workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
@@ -61,7 +60,7 @@ from workload.probes import environment as env  # noqa: E402
 from workload.training.loop import Tokenised, evaluate, train  # noqa: E402
 from workload.training.metrics import attention_flops, attention_layers, flops_per_token, mfu, mfu_from_flops  # noqa: E402
 from workload.data.synthetic import synthetic_data as speed_data  # noqa: E402
-from workload.training.presets import PRESETS  # noqa: E402
+from workload.training.presets import PACKED_SEED, PRESETS  # noqa: E402
 
 GEMMA_2B = dict(
     vocab_size=256000,
@@ -586,8 +585,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--variants",
         default="seed_eager,throughput_eager",
-        help="extra runs, comma-separated: seed_eager, seed_nographs, throughput_eager, "
-        "throughput_masked, throughput_varlen, throughput_nodropout, throughput_unmerged ('' for none)",
+        help="extra runs, comma-separated: seed_eager, seed_nographs, seed_packed, throughput_eager, "
+        "throughput_masked, throughput_varlen, throughput_nodropout, throughput_unmerged, throughput_cdt ('' for none)",
     )
     p.add_argument(
         "--no-seed",
@@ -648,16 +647,16 @@ def main(argv=None) -> int:
         runs.append(attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed"))
         checkpoint(args, header, anchors, runs)
     variants = set(args.variants.split(",")) if args.variants else set()
-    if "seed_bucketed" in variants:  # the seed preset's padded layout (before packed samples)
+    if "seed_packed" in variants:  # the seed preset's steps packed padding-free
         runs.append(
             attempt(
                 run_workload,
                 shape,
                 data,
-                dataclasses.replace(recipe, pack_samples=None, varlen_attention=False),
+                dataclasses.replace(recipe, **PACKED_SEED),
                 device,
                 args.steps,
-                "workload_seed_bucketed",
+                "workload_seed_packed",
             )
         )
     if "seed_eager" in variants:  # the seed preset without compiled layers

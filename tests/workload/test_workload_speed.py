@@ -2,6 +2,7 @@
 
 Tiny random Gemma classifiers on the CPU, fp32, LoRA dropout 0 (so that two paths draw no different masks)."""
 
+import dataclasses
 import random
 
 import pytest
@@ -18,7 +19,7 @@ from workload.training.batching import (
     token_budget_batches,
 )
 from workload.training.loop import Tokenised, evaluate, plan_epoch, scaled_schedule, train
-from workload.training.presets import PRESETS
+from workload.training.presets import PACKED_SEED, PRESETS
 from workload.training.speed import compile_layers, decoder_layers, packed_logits, uncompile_layers
 
 CPU = torch.device("cpu")
@@ -248,14 +249,14 @@ def test_packed_sample_steps_are_laid_out_one_row_per_micro_batch_at_the_smalles
 
 
 def test_packed_sample_steps_run_padded_where_varlen_cannot_run_or_under_ddp():
-    """On the CPU the seed preset's packed samples (varlen attention asked for) run as the padded steps, and the
+    """On the CPU packed samples with varlen attention asked for (`PACKED_SEED`) run as the padded steps, and the
     run says why; under DDP too."""
     from workload.training.loop import _unpack_samples
 
     asked = _run(_recipe(pack_samples=(128, 256), varlen_attention=True))
     assert not asked[2].packed and "CPU" in asked[2].varlen_error
     _assert_same(_run(_recipe()), asked)
-    seed = PRESETS["seed"]
+    seed = dataclasses.replace(PRESETS["seed"], **PACKED_SEED)
     assert _unpack_samples(seed, torch.device("cuda"), "bf16", 2)[1] == "packed sample steps run in one process"
     assert _unpack_samples(seed, torch.device("cuda"), "fp32", 1)[0].pack_samples is None
     assert _unpack_samples(_recipe(pack_samples=(256,)), CPU, "fp32", 1) == (_recipe(pack_samples=(256,)), None)
@@ -300,7 +301,7 @@ def test_graph_steps_reproduce_uncaptured_losses(compiled):
 @GPU_ONLY
 @pytest.mark.parametrize("compiled", [False, True])
 def test_graph_steps_of_packed_samples_reproduce_uncaptured_losses(compiled):
-    """The seed preset's layout on a GPU: steps of 16 packed samples through the varlen kernels (rows of 128 or 256
+    """The packed seed layout (`PACKED_SEED`) on a GPU: steps of 16 packed samples through the varlen kernels (rows of 128 or 256
     tokens, pad tails cut to max_length), replayed from captured graphs, give the uncaptured loop's losses and
     eval; both give the padded steps' losses within bf16's drift."""
     import torch._dynamo
@@ -455,10 +456,13 @@ def test_presets_and_bad_combinations():
     seed, fast = PRESETS["seed"], PRESETS["throughput"]
     assert seed.batch_size == 16 and seed.tokens_per_step is None and seed.micro_batch_tokens == 2048
     assert seed.graph_steps and not fast.graph_steps
-    assert seed.pack_samples == (256, 512, 768, 1024, 1536, 2048) and seed.varlen_attention and not seed.pack
-    assert fast.pack_samples is None and PRESETS["speed"].pack_samples is None
+    assert seed.pack_samples is None and fast.pack_samples is None and PRESETS["speed"].pack_samples is None
     # Where whole-step graphs cannot run, the run goes on uncaptured and says why.
     from workload.training.loop import _graphs_unsupported
+
+    packed_seed = dataclasses.replace(seed, **PACKED_SEED)
+    assert _graphs_unsupported(packed_seed, "bf16", 1) is None  # packed sample steps are captured as graphs
+    assert max(packed_seed.pack_samples) == seed.micro_batch_tokens and packed_seed.varlen_attention
 
     assert _graphs_unsupported(seed, "bf16", 1) is None
     assert "packed" in _graphs_unsupported(fast, "bf16", 1) and "fp16" in _graphs_unsupported(seed, "fp16", 1)
