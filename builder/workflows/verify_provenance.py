@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from builder.attest import build_provenance, build_signing, signing
 from builder.paths import BUILD_RECORD, PROVENANCE_ENVELOPE, PROVENANCE_FILE, SBOM_FILE
 from builder.plan.cells import Cell
-from builder.plan.context_identity import ContextNotRecomputed, recompute
+from builder.plan.context_identity import ContextNotRecomputed, recompute_files
 from builder.sbom import MAX_SBOM_BYTES
 from builder import strict_json
 from builder.store import build_record_schema
@@ -28,6 +28,8 @@ from builder.store.build_record_schema import BuildRequest
 
 #: The folder of an attempt that holds the build context as it was built.
 CONTEXT_DIR = "context"
+#: The context's manifest: written after the files it hashes, so it is not among them.
+MANIFEST_FILE = "manifest.json"
 
 
 class ProvenanceMismatch(signing.VerificationFailure):
@@ -197,9 +199,18 @@ def _cell(statement: dict, site: Path | None) -> Cell:
     if not isinstance(context_hash, str):
         raise ProvenanceCell("the provenance names no context hash")
     try:
-        return recompute(request, wheelhouse, context_hash, site=site)
+        cell, rendered = recompute_files(request, wheelhouse, context_hash, site=site)
     except ContextNotRecomputed as exc:
         raise ProvenanceCell(str(exc)) from None
+    listed = {p: d for p, d in build_provenance.context_digests(statement).items() if p != MANIFEST_FILE}
+    if listed != rendered:
+        changed = sorted(p for p in listed.keys() | rendered.keys() if listed.get(p) != rendered.get(p))
+        raise ProvenanceCell(
+            f"the context files it lists are not the ones the recipes in use render for {cell.key}: "
+            + ", ".join(changed[:10])
+            + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+        )
+    return cell
 
 
 def _sha256(path: Path, limit: int) -> str:
