@@ -290,12 +290,12 @@ def _check_reproducible(
             console.print(f"  allowed: {diff.path} ({diff.what}): {diff.allowed}", highlight=False, markup=False)
     sboms = report.sbom or {}
     if sboms.get("sha256"):
-        same = "identical" if report.sboms_identical else "DIFFERENT"
+        same = "DIFFERENT" if report.sboms_differ else "identical"
         console.print(f"SBOMs of the two builds: {same} (sha256 {', '.join(s[:16] for s in sboms['sha256'])})")
     else:
         console.print(f"SBOMs of the two builds: not compared ({escape(str(sboms.get('error')))})")
     click.echo(f"differing paths outside the allow-list: {len(counted)}")
-    if counted or not report.sboms_identical:
+    if counted or report.sboms_differ:
         sys.exit(1)
 
 

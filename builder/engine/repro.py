@@ -165,8 +165,10 @@ class ReproReport:
         return [d for d in self.differences if d.allowed is None]
 
     @property
-    def sboms_identical(self) -> bool:
-        return bool(self.sbom and self.sbom.get("identical"))
+    def sboms_differ(self) -> bool:
+        """Both images' SBOMs were made and are not the same bytes (an image whose packages cannot be read, one
+        without Python, has none to compare: that is said, not counted)."""
+        return bool(self.sbom) and self.sbom.get("identical") is False
 
     def to_json(self) -> dict:
         return {

@@ -243,7 +243,7 @@ def reproducible(
 def _compare_sboms(report: ReproReport, context: BuildContext, tag: str, log_path: Path, directory: Path) -> dict:
     """The SBOMs of the two builds (as `envbuild image` writes them), compared byte for byte."""
     if report.contents_error or None in report.contents:
-        return {"identical": False, "error": report.contents_error or "the packages were not read"}
+        return {"identical": None, "error": report.contents_error or "the packages were not read"}
     base = (context.manifest or {}).get("base_image")
     documents = [
         sbom.document(
