@@ -36,6 +36,9 @@ WORKLOAD_DIR = Path(_HOME) / "workload" if _HOME else _package_dir("workload")
 BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG = "build.log", "container.log", "workload.log"
 #: A build's typed record (builder.store.build_record_schema), in its attempt directory and in results/.
 BUILD_RECORD = "build-record.json"
+#: A built image's SBOM (builder.sbom), its build provenance statement and that statement's signed envelope
+#: (builder.attest.build_provenance): in the build's attempt directory and in results/ beside its build record.
+SBOM_FILE, PROVENANCE_FILE, PROVENANCE_ENVELOPE = "sbom.cdx.json", "provenance.json", "provenance.intoto.jsonl"
 
 
 def write_text_atomic(path: Path, text: str) -> None:

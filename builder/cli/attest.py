@@ -15,7 +15,7 @@ from builder import __version__
 from builder.cli.store_options import plain
 from builder.attest import build_signing, signing as attest
 from builder import strict_json
-from builder.paths import BUILD_RECORD
+from builder.paths import BUILD_RECORD, PROVENANCE_ENVELOPE, PROVENANCE_FILE
 from builder.store.provenance import Provenance
 
 
@@ -126,17 +126,19 @@ def sign(result_json: Path, key: Path, commands: tuple[str, ...], sif: Path | No
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @signer_options
 def verify(paths: tuple[Path, ...], allowed_signers: Path | None, revoked: Path | None) -> None:
-    """Check the attestations of published results and build records.
+    """Check the attestations of published results, build records and images' build provenance.
 
     Default: every result.json and build-record.json under ./results (a clone's results folder).
 
-    PATHS: result.json or build-record.json files, their attestations, or folders (searched for both). Each needs
+    PATHS: result.json or build-record.json files, their attestations, an image's provenance.intoto.jsonl (`envbuild
+    image --sign` writes it), or folders (searched for all three). A build record that links an SBOM and provenance
+    needs them beside it, each the file it links, the provenance signed. Each needs
     its .intoto.jsonl beside it: a valid signature by a key in --allowed-signers, valid when it signed, not revoked,
     namespace envbuild, an in-toto payload, and subjects that match the files; a build record's context must also
     be one the recipes in use render (its cell is recomputed, never read from it). Exit 0 when all verify,
     1 when one fails (the check is named), 2 for bad input (no ./results, a missing or unparseable file)."""
     from builder.cli import site_recipes
-    from builder.workflows import import_builds, verify_build
+    from builder.workflows import import_builds, verify_build, verify_provenance
 
     if not paths:
         if not Path("results").is_dir():
@@ -150,21 +152,37 @@ def verify(paths: tuple[Path, ...], allowed_signers: Path | None, revoked: Path 
     builds = import_builds.files_in(paths) + [
         p.with_name(BUILD_RECORD) for p in map(Path, paths) if p.name == build_signing.BUILD_ATTESTATION_NAME
     ]
-    results = [r for r in results if r.name != BUILD_RECORD and r.name != build_signing.BUILD_ATTESTATION_NAME]
-    if not results and not builds:
-        raise click.UsageError("no result.json or build-record.json found under the given paths")
+    provenances = verify_provenance.files_in(paths)
+    results = [
+        r
+        for r in results
+        if r.name not in (BUILD_RECORD, build_signing.BUILD_ATTESTATION_NAME)
+        and r.name not in (PROVENANCE_FILE, PROVENANCE_ENVELOPE)
+    ]
+    if not results and not builds and not provenances:
+        raise click.UsageError(
+            "no result.json, build-record.json or provenance.intoto.jsonl found under the given paths"
+        )
     failed = bad = 0
     outcomes = [(r, check_result(r, chosen.allowed, chosen.revoked)) for r in results]
-    site = site_recipes.folder() if builds else None
+    site = site_recipes.folder() if builds or provenances else None
     for record in builds:
         outcomes.append(
             (record, verify_build.check(record, chosen.allowed, chosen.revoked, require_signature=True, site=site))
         )
+    for envelope in provenances:
+        outcomes.append((envelope, verify_provenance.check(envelope, chosen.allowed, chosen.revoked, site=site)))
     for path, outcome in outcomes:
         if isinstance(outcome, verify_build.CheckedBuild):
             click.echo(
                 f"ok      {plain(path)}: {plain(outcome.provenance.label)}; build of {outcome.cell.key}"
                 f" ({outcome.record['status']}), its context recomputed by the recipes in use"
+                + (f"; linked and checked: {plain(', '.join(outcome.linked))}" if outcome.linked else "")
+            )
+        elif isinstance(outcome, verify_provenance.CheckedProvenance):
+            click.echo(
+                f"ok      {plain(path)}: {plain(outcome.label)}; provenance of a build of {outcome.cell.key}, its "
+                f"context recomputed; checked against it: {plain(', '.join(outcome.compared) or 'nothing beside it')}"
             )
         elif isinstance(outcome, Provenance):
             click.echo(f"ok      {plain(path)}: {plain(outcome.label)}")

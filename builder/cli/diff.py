@@ -43,13 +43,25 @@ def _table(section: str, rows: list[diff.Row], key_a: str, key_b: str) -> Table:
 @click.option("--preset", help="Compare runs of this preset [default: A's newest run's preset].")
 @click.option("--all", "show_all", is_flag=True, help="Also list the rows that are equal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option(
+    "--sbom",
+    "sboms",
+    is_flag=True,
+    help="Compare the SBOMs of the two cells' newest builds instead (CELL_A/CELL_B may also be sbom.cdx.json paths).",
+)
 @db_option
-def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_json: bool, db: Path | None) -> None:
+def diff_cells(
+    cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_json: bool, sboms: bool, db: Path | None
+) -> None:
     """What changed between two cells' newest runs, differences first.
 
     Versions (every package, driver, kernel, image digest), throughput and memory with ratios B/A, and
     probe values side by side with the side outside its limit, for the newest runs of two cells (the same
-    preset on both sides when B has one). Exit code 0, or 2 for an unknown cell or a bad DB."""
+    preset on both sides when B has one). With --sbom: every package and pin of the two images' SBOMs, versions
+    side by side. Exit code 0, or 2 for an unknown cell or a bad DB."""
+    if sboms:
+        _sbom_diff(cell_a, cell_b, show_all, as_json, db)
+        return
     store = open_store(db, must_exist=True)
     try:
         runs = {}
@@ -102,3 +114,28 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
                     style="dim",
                 )
             )
+
+
+def _sbom_diff(cell_a: str, cell_b: str, show_all: bool, as_json: bool, db: Path | None) -> None:
+    from dataclasses import asdict
+
+    from builder.workflows import sbom_diff
+
+    store = open_store(db, must_exist=True)
+    path = store.path
+    store.close()
+    try:
+        label_a, label_b, rows = sbom_diff.rows(path, cell_a, cell_b)
+    except sbom_diff.SbomDiffError as exc:
+        raise click.BadParameter(plain(exc), param_hint="CELL_A / CELL_B") from exc
+    if as_json:
+        click.echo(json.dumps({"a": label_a, "b": label_b, "rows": [asdict(r) for r in rows]}, indent=2))
+        return
+    console = stdout_console(soft_wrap=True)
+    console.print(Text(f"A {plain(label_a)}\nB {plain(label_b)}"))
+    shown = [r for r in rows if show_all or r.differs]
+    if shown:
+        console.print(_table("sbom", shown, "", ""))
+    console.print(
+        Text(f"  {sum(r.differs for r in rows)} of {len(rows)} components differ", style="bold" if shown else "dim")
+    )

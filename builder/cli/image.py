@@ -22,7 +22,7 @@ from builder.engine.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
 from builder.plan.render import DOCKERFILE, RenderError
 from builder.store.attempt_files import ATTEMPTS_DIR
 from builder.store.store import StoreError, default_db_path
-from builder.workflows import build as workflow
+from builder.workflows import build as workflow, build_evidence as evidence
 from builder.workflows.build_record import BuildAttempt
 
 
@@ -95,6 +95,14 @@ def _tag_of(context: workflow.BuildContext, tag: str | None, registry: str | Non
     "remove both; exit 1 if a difference is not in the allow-list (docs/docker.md). Tags nothing, "
     "records nothing.",
 )
+@click.option(
+    "--sign",
+    "key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Sign the image's build provenance with this SSH key (private key, or public key with the private half in "
+    "ssh-agent): writes provenance.intoto.jsonl beside provenance.json and the SBOM.",
+)
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 @leaves_as_found
@@ -115,6 +123,7 @@ def image(
     log_path: Path | None,
     dry_run: bool,
     check_reproducible: bool,
+    key: Path | None,
     db: Path | None,
     no_record: bool,
     **request,
@@ -138,6 +147,8 @@ def image(
         raise click.UsageError("--reuse-remote looks the content-hash tag up in a registry: give --registry REF")
     if wheelhouse and not wheelhouse.is_dir():
         raise click.BadParameter(f"{wheelhouse}: not a directory", param_hint="--wheelhouse")
+    if key is not None and not key.is_file():
+        raise click.BadParameter(f"{key}: no such key file", param_hint="--sign")
     if check_reproducible and push:
         raise click.UsageError("--check-reproducible tags nothing, so there is nothing to --push; run them separately")
     plan = None
@@ -228,6 +239,7 @@ def image(
         coverage = verify.get("arch_coverage") or {}
         arch = f"; {coverage['arch']} code objects: {coverage['verdict']}" if coverage.get("arch") else ""
         console.print(f"verify: {len(verify.get('checks', []))} checks passed in the image{escape(arch)}")
+    _print_described(evidence.describe(context, outcome, options, attempt, key), console)
     if attempt:
         _recorded(attempt, lambda: workflow.record_pass(attempt, context, outcome, verify, console))
     if push:
@@ -276,8 +288,14 @@ def _check_reproducible(
     for diff in report.differences:
         if diff.allowed is not None:
             console.print(f"  allowed: {diff.path} ({diff.what}): {diff.allowed}", highlight=False, markup=False)
+    sboms = report.sbom or {}
+    if sboms.get("sha256"):
+        same = "DIFFERENT" if report.sboms_differ else "identical"
+        console.print(f"SBOMs of the two builds: {same} (sha256 {', '.join(s[:16] for s in sboms['sha256'])})")
+    else:
+        console.print(f"SBOMs of the two builds: not compared ({escape(str(sboms.get('error')))})")
     click.echo(f"differing paths outside the allow-list: {len(counted)}")
-    if counted:
+    if counted or report.sboms_differ:
         sys.exit(1)
 
 
@@ -298,6 +316,19 @@ def _print_dry_run(context_dir: Path | None, manifest: dict | None, tag: str, pl
         click.echo("stages:     " + " -> ".join(str(s) for s in stages))
     if plan is None:
         click.echo("manifest:\n" + json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
+
+
+def _print_described(described: evidence.Described, console: Console) -> None:
+    """Where the SBOM and the provenance went, and what could not be done."""
+    if described.counts:
+        counts = ", ".join(f"{n} {source}" for source, n in sorted(described.counts.items()))
+        console.print(f"SBOM: {sum(described.counts.values())} components ({counts})")
+    for path in described.written:
+        console.print(f"  wrote {escape(str(path))}")
+    if described.signed_by:
+        console.print(f"provenance signed by {escape(described.signed_by)}")
+    if described.problem:
+        console.print(f"[yellow]warning[/]: {escape(described.problem)}")
 
 
 def _print_jobs(jobs: workflow.CompileJobs, console: Console) -> None:

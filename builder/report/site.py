@@ -8,6 +8,7 @@ leaves the previous site whole. Every file name comes from `builder.slug.safe_sl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
+from builder.paths import PROVENANCE_ENVELOPE, PROVENANCE_FILE, SBOM_FILE
 from builder.store import attempt_files, provenance, run_config
 from builder.report import compare as report_compare, diff, gpu_answers, gpu_prices, ladder as cell_ladder
 from builder.report import plots as report_plots, site_folders, vendor_support
@@ -44,6 +46,8 @@ PAGE_RUNS = 3
 #: Cells per page of the index (about 2 kB each): 5,000 cells give 18 pages of about 600 kB, never one 10 MB page.
 INDEX_PAGE_CELLS = 300
 LOG_TAIL_BYTES = 256 * 1024
+#: The most an SBOM or provenance file copied into the site may weigh (a ROCm image's SBOM is about 1 MB).
+EVIDENCE_BYTES = 16 * 1024 * 1024
 PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
 _FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
 _FLAVOR_ORDER = {"rocm": 0, "cuda": 1, "cpu": 2}  # rows: GPU flavors first, the CPU reference last
@@ -218,7 +222,7 @@ def _write_site(store: MatrixStore, site: _Site) -> None:
     (root / MARKER).write_text("written by envbuild report; the next report replaces this folder whole\n")
     for name in ("style.css", "filter.js", "compare.js"):
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
-    for sub in ("cells", "plots", "data", "logs", "attestations"):
+    for sub in ("cells", "plots", "data", "logs", "attestations", "evidence"):
         (root / sub).mkdir()
     # the data files are written by a worker thread meanwhile (SQLite and file writes run outside the GIL)
     with data_files.DataFiles(store, root, None if site.host_details else PUBLIC_HOST_KEYS) as data:
@@ -678,7 +682,11 @@ def _cell_page(
         if e.kind == "run"
     }
     builds = [
-        {**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
+        {
+            **b,
+            "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped),
+            **_copy_evidence(db, b, root, skipped),
+        }
         for b in summary.builds[-HISTORY_ROWS:]
     ]
     build_logs = {b["build_uid"]: b["log_link"] for b in builds}
@@ -873,6 +881,45 @@ def _copy_log(db: Path, attempt_dir: str | None, names: tuple[str, ...], root: P
     name = f"logs/{safe_slug(str(Path(attempt_dir).name))}-{path.stem}.txt"
     (root / name).write_bytes(data)
     return name
+
+
+def _copy_evidence(db: Path, build: dict, root: Path, skipped: list[str]) -> dict:
+    """{"sbom_link", "provenance_link", "envelope_link"}: the build's SBOM, provenance statement and its signed
+    envelope copied into the site from the build's attempt folder (as logs are: only one the store created), each
+    linked file only when it is the one the build's record names by sha256."""
+    links = {"sbom_link": None, "provenance_link": None, "envelope_link": None}
+    record = build.get("record") or {}
+    attempt_dir = build.get("attempt_dir")
+    slug = safe_slug(str(build.get("build_uid") or "build"))
+    for key, part, name in (
+        ("sbom_link", "sbom", SBOM_FILE),
+        ("provenance_link", "provenance", PROVENANCE_FILE),
+        ("envelope_link", "provenance", PROVENANCE_ENVELOPE),
+    ):
+        link = record.get(part)
+        if not link:
+            continue
+        path, why_not = attempt_files.attempt_log(db, attempt_dir, (name,))
+        if why_not:
+            skipped.append(why_not)
+        if path is None:
+            continue
+        try:
+            data = attempt_files.read_tail(path, EVIDENCE_BYTES + 1)
+        except OSError as exc:
+            skipped.append(f"{path}: {exc.strerror}")
+            continue
+        if len(data) > EVIDENCE_BYTES or (
+            name != PROVENANCE_ENVELOPE and hashlib.sha256(data).hexdigest() != link["sha256"]
+        ):
+            skipped.append(f"{path}: not the file the build record links (or larger than {EVIDENCE_BYTES} bytes)")
+            continue
+        target = f"evidence/{slug}-{name}"
+        (root / target).write_bytes(data)
+        links[key] = target
+    if links["provenance_link"] is None:
+        links["envelope_link"] = None
+    return links
 
 
 def _rows(mapping) -> list[tuple[str, str]]:
