@@ -1,6 +1,6 @@
 """What an image holds, read from inside it: its os-release, the dpkg packages dpkg calls installed, and the Python
 distributions its `python` sees (importlib.metadata, the first of a name on sys.path wins, as for the image's own
-verify step, images/common/verify_image.py).
+verify step, builder.plan.steps.VERIFY_SCRIPT).
 
 One container of the image runs one fixed Python program (no network, no mounts, a bounded engine log, removed on
 every path) and prints one JSON line; the host reads at most MAX_OUTPUT bytes of it within TIMEOUT_S and takes
