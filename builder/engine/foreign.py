@@ -285,7 +285,7 @@ def image_record(probe: Probe, key: str, missing: list[lockfile.Entry], tag: str
 
     return {
         "origin": "foreign",
-        "vendor": vendor_label(tag),
+        "vendor": vendor_label({"tag": tag}),  # a name alone: its origin unverified
         "probe": probe.block(),
         "brought_in": {"lock": key, "packages": {e.name: e.version for e in missing}},
     }

@@ -88,7 +88,7 @@ class IndexEntry:
     unproven: bool = False
     gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
     measured_in: str = (
-        ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
+        ""  # where its latest run ran: "AMD image rocm/pytorch:… (digest as AMD publishes it)", "an envbuild image"
     )
 
 
@@ -540,7 +540,7 @@ def _measured_in(result: dict | None) -> str:
     image = result.get("image") if isinstance(result.get("image"), dict) else {}
     if not (image.get("tag") or image.get("digest")):
         return "a Python environment (--local)"
-    vendor = image_origin.vendor_label(image.get("tag"))
+    vendor = image_origin.vendor_label(image)
     return vendor or ("an image not built by envbuild" if image.get("origin") == "foreign" else "an envbuild image")
 
 
@@ -797,11 +797,12 @@ def _recorded_command(result: dict | None) -> dict | None:
 
 
 def image_origin_label(image: dict) -> str | None:
-    """Who made the image a run used, from its tag: "AMD image rocm/pytorch:…", "LUMI SIF …", "not built by
-    envbuild" (measured as it is) or "built by envbuild"; None without an image."""
+    """Who made the image a run used, as far as its digest shows (builder.plan.image_origin): "AMD image
+    rocm/pytorch:… (digest as AMD publishes it)", "rocm/pytorch:… (a local name: origin unverified)", "SIF at a LUMI
+    path: …", "not built by envbuild" (measured as it is) or "built by envbuild"; None without an image."""
     if not isinstance(image, dict) or not (image.get("tag") or image.get("digest")):
         return None
-    vendor = image_origin.vendor_label(image.get("tag"))
+    vendor = image_origin.vendor_label(image)
     if vendor:
         return vendor
     return "not built by envbuild (measured as it is)" if image.get("origin") == "foreign" else "built by envbuild"
