@@ -34,6 +34,9 @@ WORKLOAD_DIR = Path(_HOME) / "workload" if _HOME else _package_dir("workload")
 
 #: The logs of a build or a run, in its output folder and in its attempt directory (docs/matrix.md "Attempts").
 BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG = "build.log", "container.log", "workload.log"
+#: The folder of a run's output folder that an image envbuild did not build writes into (its /out): new for each
+#: run, so envbuild's own files (container.log, the final result.json) lie where the image cannot reach.
+IMAGE_OUT = "from-image"
 
 
 def write_text_atomic(path: Path, text: str) -> None:

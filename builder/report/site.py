@@ -24,6 +24,7 @@ from builder.report import compare as report_compare, diff, gpu_answers, gpu_pri
 from builder.report import plots as report_plots, site_folders, vendor_support
 from builder.report import data_files, matrix_reads, page_bounds
 from builder.slug import safe_slug
+from builder.known_secrets import known_secrets, scrub_tail
 from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
 from builder.store.summary import VERDICTS, CellSummary, configuration_line, run_verdict, summary_line, summary_record
@@ -846,7 +847,7 @@ def _copy_log(db: Path, attempt_dir: str | None, names: tuple[str, ...], root: P
         skipped.append(f"{path}: {exc.strerror}")
         return None
     name = f"logs/{safe_slug(str(Path(attempt_dir).name))}-{path.stem}.txt"
-    (root / name).write_bytes(data)
+    (root / name).write_bytes(scrub_tail(data, known_secrets()))  # kept logs are scrubbed; older ones may not be
     return name
 
 

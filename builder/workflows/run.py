@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from builder.store.store import MatrixStore, RecordedRun
+from builder.paths import IMAGE_OUT
+from builder.workflows.run_identity import check_foreign_claims
 from builder.workflows.run_result import finalize, keep_run
 
 
@@ -23,7 +25,8 @@ def run_workload(
     """Run the workload (`request`: RunRequest's fields) in `image`, in `sif` or here, and return its final
     result.json. An image or SIF envbuild did not build is measured as it is (`foreign`: the options of that
     route, builder.engine.foreign). The engine's RunError (bad input), EngineUnavailable and interrupts pass
-    through."""
+    through. The result of an image envbuild did not build must agree with what this host checked
+    (run_identity: IdentityMismatch, a RunError, before anything is written)."""
     from builder.engine.container import ContainerRun, RunRequest
     from builder.engine.local_run import run_local
 
@@ -39,11 +42,12 @@ def run_workload(
         end = run_image(ContainerRun(**request, image=image, shm_size=shm_size, network=network, **foreign), console)
     else:
         end = run_local(RunRequest(**request), console)
-    return finalize(end)
+    return finalize(end, check=lambda result: check_foreign_claims(result, end.out_dir))
 
 
 def record_run(store: MatrixStore, result: dict, result_path: Path) -> RecordedRun:
     """File the run whose result lies at `result_path` into `store`: its attempt directory, then its row
     (StoreError when the store refuses it)."""
-    attempt = keep_run(store.path, result_path.parent, result)
+    foreign = (result.get("image") or {}).get("origin") == "foreign"  # envbuild's own record of the run
+    attempt = keep_run(store.path, result_path.parent, result, result_path.parent / IMAGE_OUT if foreign else None)
     return store.record_run(result, source=str(result_path), attempt_dir=attempt)
