@@ -18,7 +18,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest, LogConfig, Mount
 from rich.console import Console
 from rich.markup import escape
 
@@ -323,6 +323,7 @@ def stream_container(
             shm_size=run.shm_size,
             network_mode=network,
             labels={"org.envbuild.run": name},
+            log_config=NO_ENGINE_LOG,
             **devices,
         )
         with attached_output(container) as output:
@@ -367,16 +368,21 @@ def stream_container(
     return failure_class, failure, started
 
 
+#: The engine keeps no copy of a run's or probe's output (container.log is envbuild's, bounded; the engine's own
+#: log of a container that floods would grow unbounded on its disk until the container is removed).
+NO_ENGINE_LOG = LogConfig(type=LogConfig.types.NONE)
+
+
 @contextmanager
 def attached_output(container):
     """Start `container` and give its output (stdout and stderr as they come, an iterator of bytes) until it ends or
-    the block is left. Attached before it starts, so nothing is missed, whatever the engine's log driver; read as
+    the block is left. Attached before it starts, so nothing is missed, with no engine log (NO_ENGINE_LOG); read as
     the engine copies it (tens of KB a chunk, about 25 MB/s here; the logs endpoint yields one line at a time, about
     0.7 MB/s), with no read timeout (a quiet training step may take hours). An attached reader holds a container's
     writes back, so leaving the block closes the stream: a container stopped afterwards is not waiting on it."""
     api = docker.from_env(timeout=None).api  # the engine's own settings (DOCKER_HOST, ...), no read timeout
     try:
-        stream = api.attach(container.id, stdout=True, stderr=True, stream=True, logs=True)
+        stream = api.attach(container.id, stdout=True, stderr=True, stream=True, logs=False)
         try:
             container.start()
             yield stream

@@ -15,6 +15,7 @@ from rich.console import Console
 from builder.engine import foreign
 from builder.engine.container import (
     OUT_MOUNT,
+    NO_ENGINE_LOG,
     ContainerRun,
     RunError,
     attached_output,
@@ -47,6 +48,7 @@ def probe(client, image_id: str, python: str, where: str, timeout: float = PROBE
             name=name,
             network_mode="none",
             labels={"org.envbuild.probe": name},
+            log_config=NO_ENGINE_LOG,
         )
         timer = threading.Timer(timeout, lambda: late.set() or kill(container))
         timer.daemon = True

@@ -680,6 +680,7 @@ def _cell_page(
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
         "image_origin": image_origin_label(image),
+        "image_checked": image_checked(image),
         "reproduce": _reproduce(
             summary.cell,
             image.get("tag"),
@@ -807,6 +808,26 @@ def image_origin_label(image: dict) -> str | None:
     if vendor:
         return vendor
     return "not built by envbuild (measured as it is)" if image.get("origin") == "foreign" else "built by envbuild"
+
+
+def image_checked(image: dict) -> str | None:
+    """For an image envbuild did not build: what the measuring host checked itself and what rests on the image's
+    word (its record's `checked` block, docs/measure-any-image.md "Which claims are believed"); None for another."""
+    checked = image.get("checked") if isinstance(image, dict) and image.get("origin") == "foreign" else None
+    host = checked.get("by_host") if isinstance(checked, dict) else None
+    if not isinstance(host, dict):
+        return None
+    seen = host.get("gpus_seen") if isinstance(host.get("gpus_seen"), dict) else {}
+    gpus = [f"{vendor} {g}" for vendor in ("amd", "nvidia") for g in _texts(seen.get(vendor))]
+    word = _texts(checked.get("from_image_only"))
+    return (
+        f"the measuring host saw {', '.join(gpus) or 'no GPU'} and passed {host.get('devices_passed') or '?'} devices "
+        f"into the container; on the image's word alone: {', '.join(word) or '-'}"
+    )
+
+
+def _texts(value, most: int = 16) -> list[str]:
+    return [str(v)[:80] for v in value[:most] if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _reproduce(cell, tag: str | None, known: bool = True, foreign: tuple[str, str] | None = None) -> list[str]:

@@ -50,6 +50,7 @@ def host(tmp_path):
         "HF_HOME": str(hf),
         "HF_TOKEN": TOKEN,
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "SSH_AUTH_SOCK": str(tmp_path / "ssh-agent.sock"),
         "COLUMNS": "200",
     }
     return {"env": env, "victim": victim, "out": tmp_path / "run", "db": tmp_path / "m.db", "dir": tmp_path}
@@ -87,6 +88,7 @@ def test_a_lying_gpu_image_is_exit_2_sees_no_token_and_writes_no_host_file(hosti
     assert not (out / "result.json").exists() and not host["db"].exists()  # nothing written, nothing recorded
     log = read_file(out / "container.log", 1 << 20)  # envbuild's own regular file: the image could not replace it
     assert b"HOSTILE-ENV" in log and b"HOSTILE-FILE" not in log  # it looked, and found no token file
+    assert b"SSH_AUTH_SOCK" not in log
     _no_secret(log), _no_secret(ran["output"])
     mounts = next(line for line in log.decode().splitlines() if line.startswith("HOSTILE-MOUNTS"))
     assert " /hf-cache/hub " in f"{mounts} " and " /hf-cache " not in f"{mounts} "  # the models, not the token
@@ -138,6 +140,8 @@ def test_a_cpu_claim_is_recorded_as_a_cpu_measurement_under_its_own_name(hostile
     pages = b"".join(p.read_bytes() for p in site.rglob("*") if p.is_file())
     _no_secret(pages)
     assert b"origin unverified" in pages and b"AMD image" not in pages
+    page = (site / "cells" / "cpu-torch2.4-py3.10.html").read_text()
+    assert "saw no GPU and passed none devices into the container" in page and "alone: versions, image.probe" in page
     assert not _left(hostile)
 
 
@@ -177,11 +181,12 @@ def test_a_stopped_probe_leaves_no_container(hostile, host, sig, code):
         deadline = time.monotonic() + 60
         while not [c for c in _left(hostile) if c["State"] == "running"] and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _left(hostile), "the probe container never started"
+        [running] = _left(hostile)
+        assert _engine_log(hostile, running) == "none"  # the engine keeps no copy of what the image prints
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=60)
     finally:
-        proc.kill()
+        _stop(proc)
     assert proc.returncode == code, output.decode()[-2000:]
     assert not _left(hostile)
 
@@ -213,13 +218,30 @@ def test_a_run_stopped_by_sigterm_leaves_no_container(hostile, host):
         deadline = time.monotonic() + 60
         while b"HOSTILE-ESC" not in _log(host["out"]) and time.monotonic() < deadline:
             time.sleep(0.2)
+        [running] = _left(hostile)
+        assert _engine_log(hostile, running) == "none"
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=90)
     finally:
-        proc.kill()
+        _stop(proc)
     assert proc.returncode == 143, output.decode()[-2000:]
     assert json.loads((host["out"] / "result.json").read_text())["error_class"] == "interrupted"
     assert not _left(hostile)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """However the test ended: SIGTERM (envbuild removes its container), then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def _engine_log(hostile, container: dict) -> str:
+    return hostile["client"].api.inspect_container(container["Id"])["HostConfig"]["LogConfig"]["Type"]
 
 
 def _log(out: Path) -> bytes:

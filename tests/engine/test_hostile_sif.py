@@ -73,6 +73,7 @@ def host(shared, tmp_path):
         "APPTAINERENV_HF_TOKEN": TOKEN,
         "APPTAINERENV_SMUGGLED": "from-the-host",
         "APPTAINER_BIND": f"{work}:/smuggled",
+        "SSH_AUTH_SOCK": str(work / "ssh-agent.sock"),
     }
     yield {"env": env, "victim": victim, "out": work / "run", "db": tmp_path / "m.db", "dir": work}
     shutil.rmtree(work, ignore_errors=True)
@@ -103,6 +104,7 @@ def test_a_lying_sif_is_exit_2_and_gets_nothing_of_the_host(hostile_sif, host):
     env = next(line for line in log.splitlines() if line.startswith("HOSTILE-ENV"))
     assert TOKEN not in log and TOKEN not in ran["text"] and "HF_TOKEN" not in env
     assert "SMUGGLED" not in env and "/smuggled" not in log  # Apptainer's settings from this environment: none
+    assert "SSH_AUTH_SOCK" not in env
     assert "\x1b" not in ran["text"] and "\\x1b]8;;https://evil.example/" in ran["text"]
 
 
