@@ -101,7 +101,9 @@ def kfd_gpus(host: HostView) -> list[Gpu]:
 
 def nvidia_gpus(host: HostView) -> list[str]:
     """The NVIDIA GPUs the driver shows (`/proc/driver/nvidia/gpus/<bus id>/information`, its `Model:` line), by
-    bus id; a GPU whose model line is unreadable counts as "unknown model"."""
+    bus id; a GPU whose model line is unreadable counts as "unknown model". The file's `Key: value` lines and its
+    `Model` key: checked against lutris/lutris lutris/util/graphics/drivers.py@eb0ac36, which reads them; not run on
+    an NVIDIA host here."""
     root = host.path("/proc/driver/nvidia/gpus")
     models = []
     for gpu in sorted(root.iterdir()) if root.is_dir() else []:
