@@ -39,6 +39,9 @@ BUILD_RECORD = "build-record.json"
 #: A built image's SBOM (builder.sbom), its build provenance statement and that statement's signed envelope
 #: (builder.attest.build_provenance): in the build's attempt directory and in results/ beside its build record.
 SBOM_FILE, PROVENANCE_FILE, PROVENANCE_ENVELOPE = "sbom.cdx.json", "provenance.json", "provenance.intoto.jsonl"
+#: The folder of a run's output folder that an image envbuild did not build writes into (its /out): new for each
+#: run, so envbuild's own files (container.log, the final result.json) lie where the image cannot reach.
+IMAGE_OUT = "from-image"
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -22,6 +22,7 @@ from builder.cli.attest import sign_options, sign_result
 from builder import strict_json
 from builder.engine.run_result import RESULT_NAME
 from builder.cli.store_options import plain
+from builder.known_secrets import MAX_KEPT_LOG, copy_scrubbed
 from builder.paths import BUILD_RECORD, CONTAINER_LOG
 
 
@@ -95,10 +96,10 @@ def publish(
     try:
         (target / RESULT_NAME).write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
         log = result_json.with_name(CONTAINER_LOG)
-        if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
-            shutil.copyfile(log, target / CONTAINER_LOG)
-        elif log.is_symlink():
+        if log.is_symlink():  # a link would publish whatever it points at
             click.echo(f"warning: {log} is a symbolic link; not published", err=True)
+        elif log.is_file() and not copy_scrubbed(log, target / CONTAINER_LOG, MAX_KEPT_LOG):
+            click.echo(f"warning: {log} is not a regular file of at most {MAX_KEPT_LOG} bytes; not published", err=True)
         if key is not None:
             click.echo(str(sign_result(target / RESULT_NAME, key, commands, sif)))
     except BaseException:

@@ -26,6 +26,7 @@ from builder.report import compare as report_compare, diff, gpu_answers, gpu_pri
 from builder.report import plots as report_plots, site_folders, vendor_support
 from builder.report import data_files, matrix_reads, page_bounds
 from builder.slug import safe_slug
+from builder.known_secrets import known_secrets, scrub_tail
 from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
 from builder.store.summary import VERDICTS, CellSummary, configuration_line, run_verdict, summary_line, summary_record
@@ -94,7 +95,7 @@ class IndexEntry:
     proven_by: str | None = None
     gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
     measured_in: str = (
-        ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
+        ""  # where its latest run ran: "AMD image rocm/pytorch:… (digest as AMD publishes it)", "an envbuild image"
     )
     # (says, source) of what the public record holds against its arch on its release (the recipes' arch_status and
     # arch_record: TheRock's "Build Passing", a failure report)
@@ -553,7 +554,7 @@ def _measured_in(result: dict | None) -> str:
     image = result.get("image") if isinstance(result.get("image"), dict) else {}
     if not (image.get("tag") or image.get("digest")):
         return "a Python environment (--local)"
-    vendor = image_origin.vendor_label(image.get("tag"))
+    vendor = image_origin.vendor_label(image)
     return vendor or ("an image not built by envbuild" if image.get("origin") == "foreign" else "an envbuild image")
 
 
@@ -707,6 +708,7 @@ def _cell_page(
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
         "image_origin": image_origin_label(image),
+        "image_checked": image_checked(image),
         "reproduce": _reproduce(
             summary.cell,
             image.get("tag"),
@@ -831,14 +833,35 @@ def _recorded_command(result: dict | None) -> dict | None:
 
 
 def image_origin_label(image: dict) -> str | None:
-    """Who made the image a run used, from its tag: "AMD image rocm/pytorch:…", "LUMI SIF …", "not built by
-    envbuild" (measured as it is) or "built by envbuild"; None without an image."""
+    """Who made the image a run used, as far as its digest shows (builder.plan.image_origin): "AMD image
+    rocm/pytorch:… (digest as AMD publishes it)", "rocm/pytorch:… (a local name: origin unverified)", "SIF at a LUMI
+    path: …", "not built by envbuild" (measured as it is) or "built by envbuild"; None without an image."""
     if not isinstance(image, dict) or not (image.get("tag") or image.get("digest")):
         return None
-    vendor = image_origin.vendor_label(image.get("tag"))
+    vendor = image_origin.vendor_label(image)
     if vendor:
         return vendor
     return "not built by envbuild (measured as it is)" if image.get("origin") == "foreign" else "built by envbuild"
+
+
+def image_checked(image: dict) -> str | None:
+    """For an image envbuild did not build: what the measuring host checked itself and what rests on the image's
+    word (its record's `checked` block, docs/measure-any-image.md "Which claims are believed"); None for another."""
+    checked = image.get("checked") if isinstance(image, dict) and image.get("origin") == "foreign" else None
+    host = checked.get("by_host") if isinstance(checked, dict) else None
+    if not isinstance(host, dict):
+        return None
+    seen = host.get("gpus_seen") if isinstance(host.get("gpus_seen"), dict) else {}
+    gpus = [f"{vendor} {g}" for vendor in ("amd", "nvidia") for g in _texts(seen.get(vendor))]
+    word = _texts(checked.get("from_image_only"))
+    return (
+        f"the measuring host saw {', '.join(gpus) or 'no GPU'} and passed {host.get('devices_passed') or '?'} devices "
+        f"into the container; on the image's word alone: {', '.join(word) or '-'}"
+    )
+
+
+def _texts(value, most: int = 16) -> list[str]:
+    return [str(v)[:80] for v in value[:most] if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _reproduce(cell, tag: str | None, known: bool = True, foreign: tuple[str, str] | None = None) -> list[str]:
@@ -879,7 +902,7 @@ def _copy_log(db: Path, attempt_dir: str | None, names: tuple[str, ...], root: P
         skipped.append(f"{path}: {exc.strerror}")
         return None
     name = f"logs/{safe_slug(str(Path(attempt_dir).name))}-{path.stem}.txt"
-    (root / name).write_bytes(data)
+    (root / name).write_bytes(scrub_tail(data, known_secrets()))  # kept logs are scrubbed; older ones may not be
     return name
 
 

@@ -1,7 +1,7 @@
 """The import contracts in pyproject.toml ([tool.importlinter]), checked with import-linter: builder's layers
 (cli -> workflows -> engine|report|attest -> store -> plan, arrows only down), the engine never importing
 the store, its neutral modules (paths, slug,
-strict_json, bounded_read) importing none of its packages, no import circles between builder's modules, workload
+strict_json, bounded_read, known_secrets) importing none of its packages, no import circles between builder's modules, workload
 never importing builder, workload's layers (cli -> runner -> training/model/data/probes -> binaries), probes and
 training independent, no circles between workload's modules, and workload.binaries free of torch. The repo
 keeps them; a copy with one bad import breaks the one it should."""
