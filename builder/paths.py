@@ -36,6 +36,12 @@ WORKLOAD_DIR = Path(_HOME) / "workload" if _HOME else _package_dir("workload")
 BUILD_LOG, CONTAINER_LOG, WORKLOAD_LOG = "build.log", "container.log", "workload.log"
 #: A build's typed record (builder.store.build_record_schema), in its attempt directory and in results/.
 BUILD_RECORD = "build-record.json"
+#: A built image's SBOM (builder.sbom), its build provenance statement and that statement's signed envelope
+#: (builder.attest.build_provenance): in the build's attempt directory and in results/ beside its build record.
+SBOM_FILE, PROVENANCE_FILE, PROVENANCE_ENVELOPE = "sbom.cdx.json", "provenance.json", "provenance.intoto.jsonl"
+#: The folder of a run's output folder that an image envbuild did not build writes into (its /out): new for each
+#: run, so envbuild's own files (container.log, the final result.json) lie where the image cannot reach.
+IMAGE_OUT = "from-image"
 
 #: Environment variable naming the matrix database (the `--db` option reads it too).
 DB_ENV_VAR = "ENVBUILD_DB"

@@ -1,6 +1,6 @@
 """One way from any text (a cell key, a build id) to a safe file name (`safe_slug`), to text safe to print on a
-terminal (`terminal_safe`), and to one such line (`plain`). A neutral module: it imports nothing of builder; any
-package may use it."""
+terminal (`terminal_safe`), to one such line (`plain`), and to text from an image shown as data (`escaped`). A
+neutral module: it imports nothing of builder; any package may use it."""
 
 from __future__ import annotations
 
@@ -34,3 +34,20 @@ def terminal_safe(text: str) -> str:
 def plain(text: object) -> str:
     """Data made safe for one terminal line: no control characters (escape sequences), no line breaks."""
     return terminal_safe(str(text)).replace("\n", " ")
+
+
+#: C0 and C1 controls and DEL, and the bidi controls (LRM/RLM, ALM, LRE..RLO, LRI..PDI) that reorder a line.
+_ESCAPED = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_ESCAPED_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escaped(text: str, *, lines: bool = False) -> str:
+    """Text an image wrote (its probe's answer, its output), shown as data: every control character (an escape
+    sequence's ESC, a carriage return, a bidi control) becomes a visible escape such as \\x1b or \\u202e, so it can
+    neither steer a terminal nor reorder what a reader sees. `lines` keeps line breaks and tabs."""
+    return (_ESCAPED_BUT_LINES if lines else _ESCAPED).sub(_visible, text)
+
+
+def _visible(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

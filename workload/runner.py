@@ -372,6 +372,7 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
             "bucket_lengths": list(recipe.bucket_lengths) if recipe.bucket_lengths else None,
             "pack": recipe.pack,
             "pack_length": recipe.pack_length,
+            "pack_samples": list(recipe.pack_samples) if recipe.pack_samples else None,
             "lr_scaling": recipe.lr_scaling,
             "compile": recipe.compile,
             "graph_steps": recipe.graph_steps,

@@ -371,10 +371,12 @@ def verify_envelope(
     revoked: Path | None = None,
     predicate_type: str = PREDICATE_TYPE,
     subject: str = RESULT_NAME,
+    when=None,
 ) -> tuple[str, str, dict]:
     """Check the payload type, the namespace, the signer (our own allowed_signers line for this exact key), the
     signature, revocation, the statement (of `predicate_type`, naming a `subject` file: a run's result.json unless
-    said otherwise) and the key's window at signed_at; returns (principal, fingerprint, statement)."""
+    said otherwise) and the key's window at signed_at (or at `when(statement)`, for a predicate that names its own
+    time); returns (principal, fingerprint, statement)."""
     if envelope.payload_type != PAYLOAD_TYPE:
         raise BadPayloadType(f"DSSE payloadType is {envelope.payload_type!r}, not {PAYLOAD_TYPE!r}")
     blob = _signature_blob(envelope)
@@ -415,7 +417,7 @@ def verify_envelope(
     except ValueError as exc:
         raise InvalidStatement(f"the signed payload is not JSON as this project reads it: {exc}") from exc
     _check_statement(statement, predicate_type, subject)
-    when = signed_at(statement)
+    when = (when or signed_at)(statement)
     if not any(candidate.valid_at(when) for candidate in lines):
         raise KeyOutsideValidity(
             f"key {fingerprint} is in {allowed_signers} but not valid at "

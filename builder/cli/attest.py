@@ -80,11 +80,13 @@ def sign(result_json: Path, key: Path, commands: tuple[str, ...], sif: Path | No
 @signer_options
 @workflow_errors()
 def verify(paths: tuple[Path, ...], allowed_signers: Path | None, revoked: Path | None) -> None:
-    """Check the attestations of published results and build records.
+    """Check the attestations of published results, build records and images' build provenance.
 
     Default: every result.json and build-record.json under ./results (a clone's results folder).
 
-    PATHS: result.json or build-record.json files, their attestations, or folders (searched for both). Each needs
+    PATHS: result.json or build-record.json files, their attestations, an image's provenance.intoto.jsonl (`envbuild
+    image --sign` writes it), or folders (searched for all three). A build record that links an SBOM and provenance
+    needs them beside it, each the file it links, the provenance signed. Each needs
     its .intoto.jsonl beside it: a valid signature by a key in --allowed-signers, valid when it signed, not revoked,
     namespace envbuild, an in-toto payload, and subjects that match the files; a build record's context must also
     be one the recipes in use render (its cell is recomputed, never read from it). Exit 0 when all verify,

@@ -13,7 +13,7 @@ from builder.cli.errors import workflow_errors
 from builder.cli.output import stdout_console
 from builder.cli.store_options import db_option
 from builder.slug import plain
-from builder.workflows.cell_diff import SECTION_TITLES, SECTIONS, DiffRequest, diff_cells as compare_cells
+from builder.workflows.cell_diff import SECTION_TITLES, SECTIONS, DiffRequest, SbomDiff, diff_cells as compare_cells
 
 
 def _table(section: str, rows: list, key_a: str, key_b: str) -> Table:
@@ -45,17 +45,30 @@ def _table(section: str, rows: list, key_a: str, key_b: str) -> Table:
 @click.option("--preset", help="Compare runs of this preset [default: A's newest run's preset].")
 @click.option("--all", "show_all", is_flag=True, help="Also list the rows that are equal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option(
+    "--sbom",
+    "sboms",
+    is_flag=True,
+    help="Compare the SBOMs of the two cells' newest builds instead (CELL_A/CELL_B may also be sbom.cdx.json paths).",
+)
 @db_option
-@workflow_errors(cell_a="CELL_A", cell_b="CELL_B", preset="--preset")
-def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_json: bool, db: Path | None) -> None:
+@workflow_errors(cell_a="CELL_A", cell_b="CELL_B", preset="--preset", cells="CELL_A / CELL_B")
+def diff_cells(
+    cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_json: bool, sboms: bool, db: Path | None
+) -> None:
     """What changed between two cells' newest runs, differences first.
 
     Versions (every package, driver, kernel, image digest), throughput and memory with ratios B/A, and
     probe values side by side with the side outside its limit, for the newest runs of two cells (the same
-    preset on both sides when B has one). Exit code 0, or 2 for an unknown cell or a bad DB."""
-    compared = compare_cells(DiffRequest(db, cell_a, cell_b, preset), notify=lambda line: click.echo(line, err=True))
+    preset on both sides when B has one). With --sbom: every package and pin of the two images' SBOMs, versions
+    side by side. Exit code 0, or 2 for an unknown cell or a bad DB."""
+    request = DiffRequest(db, cell_a, cell_b, preset, sboms)
+    compared = compare_cells(request, notify=lambda line: click.echo(line, err=True))
     if as_json:
         click.echo(json.dumps(compared.as_json(), indent=2, default=str))
+        return
+    if isinstance(compared, SbomDiff):
+        _print_sbom_diff(compared, show_all)
         return
     a, b, rows, prices = compared.a, compared.b, compared.rows, compared.prices
     console = stdout_console(soft_wrap=True)
@@ -86,3 +99,15 @@ def diff_cells(cell_a: str, cell_b: str, preset: str | None, show_all: bool, as_
                     style="dim",
                 )
             )
+
+
+def _print_sbom_diff(compared: SbomDiff, show_all: bool) -> None:
+    console = stdout_console(soft_wrap=True)
+    console.print(Text(f"A {plain(compared.label_a)}\nB {plain(compared.label_b)}"))
+    rows = compared.rows
+    shown = [r for r in rows if show_all or r.differs]
+    if shown:
+        console.print(_table("sbom", shown, "", ""))
+    console.print(
+        Text(f"  {sum(r.differs for r in rows)} of {len(rows)} components differ", style="bold" if shown else "dim")
+    )

@@ -20,6 +20,7 @@ from builder.workflows.image import (
     BuildStop,
     BuildStopped,
     CompileJobs,
+    Described,
     DryRun,
     ImageRequest,
     NotRecorded,
@@ -106,10 +107,18 @@ _CELL_FLAGS = (
     "remove both; exit 1 if a difference is not in the allow-list (docs/docker.md). Tags nothing, "
     "records nothing.",
 )
+@click.option(
+    "--sign",
+    "key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Sign the image's build provenance with this SSH key (private key, or public key with the private half in "
+    "ssh-agent): writes provenance.intoto.jsonl beside provenance.json and the SBOM.",
+)
 @db_option
 @click.option("--no-record", is_flag=True, help="Do not record the build in the matrix.")
 @leaves_as_found
-@workflow_errors(out="'-o' / '--out'")
+@workflow_errors(out="'-o' / '--out'", key="--sign")
 def image(**flags) -> None:
     """Render the build context of a request (e.g. `--rocm 7.2 --torch 2.11 --arch MI300X`) and build it with BuildKit.
 
@@ -144,6 +153,8 @@ def _request(flags: dict) -> ImageRequest:
         raise click.UsageError("--reuse-remote looks the content-hash tag up in a registry: give --registry REF")
     if flags["wheelhouse"] and not flags["wheelhouse"].is_dir():
         raise click.BadParameter(f"{flags['wheelhouse']}: not a directory", param_hint="--wheelhouse")
+    if flags["key"] is not None and not flags["key"].is_file():
+        raise click.BadParameter(f"{flags['key']}: no such key file", param_hint="--sign")
     if flags["check_reproducible"] and flags["push"]:
         raise click.UsageError("--check-reproducible tags nothing, so there is nothing to --push; run them separately")
     cell = None
@@ -182,6 +193,8 @@ def _show(event: object, console: Console) -> None:
         coverage = event.record.get("arch_coverage") or {}
         arch = f"; {coverage['arch']} code objects: {coverage['verdict']}" if coverage.get("arch") else ""
         console.print(f"verify: {len(event.record.get('checks', []))} checks passed in the image{escape(arch)}")
+    elif isinstance(event, Described):
+        _print_described(event, console)
 
 
 def _print_reproducibility(outcome: Reproducibility, console: Console) -> None:
@@ -200,8 +213,14 @@ def _print_reproducibility(outcome: Reproducibility, console: Console) -> None:
     for diff in report.differences:
         if diff.allowed is not None:
             console.print(f"  allowed: {diff.path} ({diff.what}): {diff.allowed}", highlight=False, markup=False)
+    sboms = report.sbom or {}
+    if sboms.get("sha256"):
+        same = "DIFFERENT" if report.sboms_differ else "identical"
+        console.print(f"SBOMs of the two builds: {same} (sha256 {', '.join(s[:16] for s in sboms['sha256'])})")
+    else:
+        console.print(f"SBOMs of the two builds: not compared ({escape(str(sboms.get('error')))})")
     click.echo(f"differing paths outside the allow-list: {len(counted)}")
-    if counted:
+    if counted or report.sboms_differ:
         sys.exit(1)
 
 
@@ -222,6 +241,19 @@ def _print_dry_run(dry_run: DryRun) -> None:
         click.echo("stages:     " + " -> ".join(str(s) for s in stages))
     if plan is None:
         click.echo("manifest:\n" + json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
+
+
+def _print_described(described: Described, console: Console) -> None:
+    """Where the SBOM and the provenance went, and what could not be done."""
+    if described.counts:
+        counts = ", ".join(f"{n} {source}" for source, n in sorted(described.counts.items()))
+        console.print(f"SBOM: {sum(described.counts.values())} components ({counts})")
+    for path in described.written:
+        console.print(f"  wrote {escape(str(path))}")
+    if described.signed_by:
+        console.print(f"provenance signed by {escape(described.signed_by)}")
+    if described.problem:
+        console.print(f"[yellow]warning[/]: {escape(described.problem)}")
 
 
 def _print_jobs(jobs: CompileJobs, console: Console) -> None:

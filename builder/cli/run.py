@@ -112,8 +112,23 @@ def run() -> None:
 @click.option("--shm-size", default="16g", show_default=True, help="/dev/shm size of the container.")
 @click.option(
     "--network",
-    help="Container network (e.g. host) when the model must be downloaded; without it an "
-    "image envbuild did not build runs with no network.",
+    callback=lambda ctx, param, value: _check_network(value),
+    help="Container network (none, host, bridge or a Docker network's name) when the model must be downloaded; "
+    "without it an image envbuild did not build runs with no network. A SIF takes host or none.",
+)
+@click.option(
+    "--probe-timeout",
+    type=click.FloatRange(1, 3600),
+    default=300,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long the probe of an image or SIF envbuild did not build may take before it is stopped (exit 2).",
+)
+@click.option(
+    "--pass-hf-token",
+    is_flag=True,
+    help="Give an image or SIF envbuild did not build your Hugging Face token ($HF_TOKEN, the token file) for a "
+    "gated model: its code can read the token and send it wherever its network reaches. Without it, it gets none.",
 )
 @db_option
 @click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
@@ -132,6 +147,8 @@ def workload(
     preset: str,
     shm_size: str,
     network: str | None,
+    probe_timeout: float,
+    pass_hf_token: bool,
     db: Path | None,
     no_record: bool,
     extra: tuple[str, ...],
@@ -151,6 +168,8 @@ def workload(
         raise click.UsageError(
             "--python names the interpreter of an image or SIF (--image / --apptainer), or with --local one of this host"
         )
+    if pass_hf_token and not (image or sif):
+        raise click.UsageError("--pass-hf-token is for an image or SIF envbuild did not build (--image / --apptainer)")
     if wheels and not (image or sif or venv):
         raise click.UsageError("--wheels is for what an image, SIF or venv lacks (--image, --apptainer, --venv)")
     db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
@@ -167,6 +186,11 @@ def workload(
         extra_args=list(extra),
         site_recipes=site_recipes.folder(),
     )
+    if pass_hf_token:
+        console.print(
+            "[yellow]warning[/]: --pass-hf-token: an image or SIF envbuild did not build gets your Hugging Face token; "
+            "its code can read it and send it wherever its network reaches (envbuild's own images get it anyway)"
+        )
     created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
     watch = conditions.Watch.start(db_path)
     if watch.others_at_start:
@@ -176,7 +200,8 @@ def workload(
         )
     try:
         with sigterm_as_interrupt() as stop:
-            result = _run(request, image, sif, shm_size, network, console, dict(python=python, wheels=wheels), venv)
+            foreign = dict(python=python, wheels=wheels, probe_timeout=probe_timeout, pass_hf_token=pass_hf_token)
+            result = _run(request, image, sif, shm_size, network, console, foreign, venv)
     except BadInput:
         watch.discard()  # nothing was measured: no marker left
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
@@ -261,6 +286,15 @@ def _run(
         raise BadInput(str(exc)) from exc
     except EngineUnavailable as exc:
         raise MissingPrerequisite(str(exc)) from exc
+
+
+def _check_network(value: str | None) -> str | None:
+    """--network's grammar, before anything runs (which networks exist is the engine's to say)."""
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", value):
+        raise click.BadParameter(f"{value[:80]!r}: give none, host, bridge or the name of a Docker network")
+    return value
 
 
 def _summary(result: dict) -> str:

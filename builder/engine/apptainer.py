@@ -34,7 +34,8 @@ from builder.engine.container import (
     workload_args,
 )
 from builder.engine.doctor import HostView, host_record
-from builder.engine.interrupt import describe
+from builder.engine.interrupt import describe, later_ctrl_c_ignored
+from builder.engine.run_output import RunLog, show
 from builder.engine.run_result import RunEnd, check_out_dir
 from builder import strict_json
 from builder.paths import CONTAINER_LOG, file_sha256, write_text_atomic
@@ -58,6 +59,8 @@ class SifRun(RunRequest):
     network: str | None = None  # a SIF envbuild did not build runs offline (HF_HUB_OFFLINE, PIP_NO_INDEX) without it
     python: str = "python3"  # the interpreter of a SIF envbuild did not build
     wheels: Path | None = None  # where the packages such a SIF lacks come from (None: pip's index here)
+    probe_timeout: float = 300.0  # seconds the probe of such a SIF may take
+    pass_hf_token: bool = False  # hand such a SIF the Hugging Face token (it can read it)
 
 
 #: The runtimes envbuild drives, in the order they are looked for on PATH: Apptainer, then SingularityCE (or an
@@ -319,6 +322,7 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
         sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")},
     )
     manifest = image["manifest"]
+    check_sif_network(run.network)
     flavor = flavor_of(manifest)
     gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
     out_dir, binds, model_arg, data_arg = input_binds(run)
@@ -358,32 +362,67 @@ def run_in_sif(run: SifRun, console: Console) -> RunEnd:
     )
 
 
-def stream_apptainer(argv: list[str], out_dir: Path, console: Console) -> tuple[str | None, str]:
-    """Run `argv`, its output to container.log and here; (failure class, failure), None when it exited 0. The
-    workload refusing its input raises BadWorkloadInput."""
+def stream_apptainer(
+    argv: list[str], out_dir: Path, console: Console, env: dict[str, str] | None = None
+) -> tuple[str | None, str]:
+    """Run `argv` (with `env`, default this environment), its output (scrubbed of known secrets, at most
+    MAX_RUN_OUTPUT bytes) to container.log and here; (failure class, failure), None when it exited 0. The workload
+    refusing its input raises BadWorkloadInput."""
     failure_class, failure = None, ""
-    bad_input = None
-    with open(out_dir / CONTAINER_LOG, "w", encoding="utf-8", buffering=1) as log:
+    with RunLog(out_dir / CONTAINER_LOG) as log:  # before apptainer starts: it never chooses where this goes
+        log.watch_lines(lambda line: input_error_line(line) is not None)
         proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, cwd=out_dir
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=out_dir, env=env
         )
         try:
-            for line in proc.stdout:
-                log.write(line)
-                console.out(line, end="", highlight=False)
-                bad_input = input_error_line(line) or bad_input
+            while chunk := proc.stdout.read1(64 * 1024):
+                shown = log.feed(chunk)
+                if shown is None:
+                    failure_class = "output_limit"
+                    failure = f"the container wrote more than {log.limit} bytes of output; envbuild stopped it"
+                    _end(proc)
+                    break
+                show(console, shown)
+            show(console, log.finish())
             code = proc.wait()
         except KeyboardInterrupt as exc:
             how = describe(exc)
-            log.write(f"\n# envbuild: interrupted ({how}); stopping apptainer\n")
-            proc.terminate()
-            proc.wait()
+            log.note(f"interrupted ({how}); stopping apptainer")
+            with later_ctrl_c_ignored():
+                _end(proc)
             code, failure_class, failure = None, "interrupted", f"the run was interrupted ({how})"
+        finally:
+            proc.stdout.close()
+    bad_input = [m for m in (input_error_line(line.decode("utf-8", "replace")) for line in log.lines_seen) if m]
+    if failure_class:
+        return failure_class, failure
     if code == WORKLOAD_BAD_INPUT and bad_input:
-        raise BadWorkloadInput(bad_input)
+        raise BadWorkloadInput(bad_input[-1])
     if code not in (None, 0):
-        failure_class, failure = exit_failure(code, (out_dir / CONTAINER_LOG).read_text(errors="replace"))
+        failure_class, failure = exit_failure(code, log.tail())
     return failure_class, failure
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Stop apptainer: SIGTERM (it passes it on to the container), then SIGKILL after 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def check_sif_network(network: str | None) -> str | None:
+    """`--network` of a SIF run: Apptainer shares this host's network, so only `host` (online: no offline settings)
+    and `none` (offline, as without the flag) mean something; anything else is bad input, before anything is
+    written."""
+    if network not in (None, "none", "host"):
+        raise RunError(
+            f"--network {network[:80]!r}: a SIF shares this host's network; give host (to download inside it) or "
+            "none (offline, the default)"
+        )
+    return network
 
 
 def exit_failure(code: int, log: str) -> tuple[str, str]:

@@ -12,19 +12,23 @@ import os
 import re
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import docker
 import docker.errors
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest, LogConfig, Mount
 from rich.console import Console
 from rich.markup import escape
 
+from builder.known_secrets import hf_home
 from builder.paths import CONTAINER_LOG
 from builder.engine.build import MANIFEST_LABEL
 from builder.engine.docker import docker_client
 from builder.engine.doctor import HostView, host_record, kfd_gpus
-from builder.engine.interrupt import describe
+from builder.engine.interrupt import describe, later_ctrl_c_ignored
+from builder.engine.run_output import RunLog, show
 from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
@@ -73,6 +77,8 @@ class ContainerRun(RunRequest):
     network: str | None = None
     python: str = "python3"  # the interpreter of an image envbuild did not build
     wheels: Path | None = None  # where the packages such an image lacks come from (None: pip's index here)
+    probe_timeout: float = 300.0  # seconds the probe of such an image may take
+    pass_hf_token: bool = False  # hand such an image the Hugging Face token (it can read it)
 
 
 def resolve_model(model: str | None) -> tuple[str | None, Path | None]:
@@ -179,6 +185,32 @@ def device_options(flavor: str, gpus: str | None, host: HostView) -> dict:
     return {}
 
 
+#: The engine's own network modes, and the grammar of a network's name (`docker network create`'s).
+ENGINE_NETWORKS = ("none", "host", "bridge")
+NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_network(client, network: str | None) -> str | None:
+    """`--network`: none, host, bridge or the name of a network this engine has; RunError (bad input) for anything
+    else, before anything is written (another container's namespace, `container:NAME`, is not offered)."""
+    if network is None or network in ENGINE_NETWORKS:
+        return network
+    if not NETWORK_NAME.fullmatch(network):
+        raise RunError(f"--network {network[:80]!r}: give none, host, bridge or the name of a Docker network")
+    try:
+        names = {n.name for n in client.networks.list(names=[network])}
+    except docker.errors.APIError as exc:
+        raise RunError(
+            f"--network {network}: the engine did not list its networks ({exc.explanation or exc})"
+        ) from None
+    if network not in names:
+        raise RunError(
+            f"--network {network}: this engine has no such network (`docker network ls` lists them; none, host and "
+            "bridge are always there)"
+        )
+    return network
+
+
 def local_image(client, tag: str):
     """The engine's image `tag`; RunError (bad input) when it is not here."""
     try:
@@ -202,6 +234,7 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
     data = check_data(run.data)
     flavor = flavor_of(manifest)
     devices = device_options(flavor, run.gpus, host)
+    check_network(client, run.network)
     out_dir = check_out_dir(run.out_dir)
     mounts, environment, model_arg, data_arg = input_mounts(out_dir, hub_id, model_dir, data)
     command = workload_args(run, model_arg, data_arg, OUT_MOUNT)
@@ -223,8 +256,13 @@ def run_in_container(run: ContainerRun, console: Console | None = None, host: Ho
     )
 
 
-def input_mounts(out_dir: Path, hub_id: str | None, model_dir: Path | None, data: Path | None):
-    """(mounts, environment, model argument, data argument): the output, the model and the data."""
+def input_mounts(
+    out_dir: Path, hub_id: str | None, model_dir: Path | None, data: Path | None, *, hf_token: bool = True
+):
+    """(mounts, environment, model argument, data argument): the output, the model and the data. With a hub id,
+    the Hub's cache is mounted read-only; `hf_token` (envbuild's own images; an image envbuild did not build only
+    with --pass-hf-token) adds $HF_TOKEN and the whole of $HF_HOME, token file included. Without it only the
+    cache's hub/ folder goes in (the downloaded models, no token)."""
     mounts = [Mount(OUT_MOUNT, str(out_dir), type="bind")]
     environment = {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
     model_arg = data_arg = None
@@ -233,15 +271,17 @@ def input_mounts(out_dir: Path, hub_id: str | None, model_dir: Path | None, data
         model_arg = MODEL_MOUNT
     elif hub_id:
         model_arg = hub_id
-        hf_cache = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-        if hf_cache.is_dir():
-            mounts.append(Mount(HF_MOUNT, str(hf_cache), type="bind", read_only=True))
+        hf_cache = hf_home()
+        cache = hf_cache if hf_token else Path(os.environ.get("HF_HUB_CACHE") or hf_cache / "hub")
+        if cache.is_dir():
+            target = HF_MOUNT if hf_token else f"{HF_MOUNT}/hub"
+            mounts.append(Mount(target, str(cache), type="bind", read_only=True))
             environment["HF_HOME"] = HF_MOUNT
     if data:  # a file keeps its name (the workload tells JSONL from CSV by it)
         data_arg = DATA_MOUNT if data.is_dir() else f"{DATA_MOUNT}/{data.name}"
         mounts.append(Mount(data_arg, str(data), type="bind", read_only=True))
-    if os.environ.get("HF_TOKEN"):
-        environment["HF_TOKEN"] = os.environ["HF_TOKEN"]  # handed to the engine, never printed
+    if hf_token and (token := os.environ.get("HF_TOKEN")):
+        environment["HF_TOKEN"] = token  # handed to the engine, never printed
     return mounts, environment, model_arg, data_arg
 
 
@@ -258,8 +298,9 @@ def stream_container(
     flavor: str,
     network: str | None,
 ) -> tuple[str | None, str, float]:
-    """Run the workload container, stream its output to container.log and here, remove it; returns
-    (failure class, failure, start time). The workload refusing its input raises BadWorkloadInput."""
+    """Run the workload container, stream its output (scrubbed of known secrets, at most MAX_RUN_OUTPUT bytes) to
+    container.log and here, remove it on every way out; returns (failure class, failure, start time). The
+    workload refusing its input raises BadWorkloadInput."""
     name = f"envbuild-run-{uuid.uuid4().hex[:12]}"
     console.print(
         escape(f"running {run.image} ({flavor}) as {name}: {' '.join(entrypoint + command)}; output -> {out_dir}")
@@ -268,6 +309,8 @@ def stream_container(
     started = time.time()
     container = None
     failure_class, failure = None, ""
+    log = RunLog(out_dir / CONTAINER_LOG)  # before the container exists: it never chooses where this goes
+    log.watch_lines(lambda line: input_error_line(line) is not None)
     try:
         container = client.containers.create(
             run.image,
@@ -280,22 +323,26 @@ def stream_container(
             shm_size=run.shm_size,
             network_mode=network,
             labels={"org.envbuild.run": name},
+            log_config=NO_ENGINE_LOG,
             **devices,
         )
-        container.start()
-        with open(out_dir / CONTAINER_LOG, "wb") as log:
-            for chunk in container.logs(stream=True, follow=True):
-                log.write(chunk)
-                log.flush()
-                console.out(chunk.decode("utf-8", "replace"), end="", highlight=False)
+        with attached_output(container) as output:
+            for chunk in output:
+                shown = log.feed(chunk)
+                if shown is None:
+                    failure_class = "output_limit"
+                    failure = f"the container wrote more than {log.limit} bytes of output; envbuild stopped it"
+                    break
+                show(console, shown)
+        if failure_class:
+            kill(container)
+        show(console, log.finish())
         status = container.wait()
         exit_code = status.get("StatusCode", -1)
-        bad_input = [
-            m for m in map(input_error_line, (out_dir / CONTAINER_LOG).read_text(errors="replace").splitlines()) if m
-        ]
-        if exit_code == WORKLOAD_BAD_INPUT and bad_input:
+        bad_input = [m for m in (input_error_line(line.decode("utf-8", "replace")) for line in log.lines_seen) if m]
+        if failure_class is None and exit_code == WORKLOAD_BAD_INPUT and bad_input:
             raise BadWorkloadInput(bad_input[-1])
-        if exit_code != 0:
+        if failure_class is None and exit_code != 0:
             state = client.api.inspect_container(container.id)["State"]
             failure_class = "oom_killed" if state.get("OOMKilled") else "container_died"
             failure = f"the container exited with code {exit_code}" + (
@@ -309,19 +356,63 @@ def stream_container(
     except KeyboardInterrupt as exc:
         how = describe(exc)
         failure_class, failure = "interrupted", f"the run was interrupted ({how})"
-        with open(out_dir / CONTAINER_LOG, "a", encoding="utf-8") as log:
-            log.write(f"\n# envbuild: interrupted ({how}); stopping the container\n")
+        log.note(f"interrupted ({how}); stopping the container")
         if container is not None:
             _stop(container)
     except docker.errors.APIError as exc:
         failure_class, failure = "container_error", f"the engine refused the container: {exc.explanation or exc}"
     finally:
-        if container is not None:
-            try:
-                container.remove(force=True)
-            except docker.errors.APIError:
-                console.print(f"[yellow]could not remove container {name}; remove it with `docker rm -f {name}`")
+        log.close()
+        if not remove_container(client, container or name):
+            console.print(f"[yellow]could not remove container {name}; remove it with `docker rm -f {name}`")
     return failure_class, failure, started
+
+
+#: The engine keeps no copy of a run's or probe's output (container.log is envbuild's, bounded; the engine's own
+#: log of a container that floods would grow unbounded on its disk until the container is removed).
+NO_ENGINE_LOG = LogConfig(type=LogConfig.types.NONE)
+
+
+@contextmanager
+def attached_output(container):
+    """Start `container` and give its output (stdout and stderr as they come, an iterator of bytes) until it ends or
+    the block is left. Attached before it starts, so nothing is missed, with no engine log (NO_ENGINE_LOG); read as
+    the engine copies it (tens of KB a chunk, about 25 MB/s here; the logs endpoint yields one line at a time, about
+    0.7 MB/s), with no read timeout (a quiet training step may take hours). An attached reader holds a container's
+    writes back, so leaving the block closes the stream: a container stopped afterwards is not waiting on it."""
+    api = docker.from_env(timeout=None).api  # the engine's own settings (DOCKER_HOST, ...), no read timeout
+    try:
+        stream = api.attach(container.id, stdout=True, stderr=True, stream=True, logs=False)
+        try:
+            container.start()
+            yield stream
+        finally:
+            stream.close()
+    finally:
+        api.close()
+
+
+def kill(container) -> None:
+    """Kill `container`; nothing when it has ended meanwhile."""
+    try:
+        container.kill()
+    except docker.errors.APIError:
+        pass
+
+
+def remove_container(client, container) -> bool:
+    """Remove `container` (an SDK container, or the name it was created under: a create that an interrupt cut
+    short may have made it), running or not, with further Ctrl-Cs ignored meanwhile; False when the engine refused."""
+    with later_ctrl_c_ignored():
+        try:
+            if isinstance(container, str):
+                container = client.containers.get(container)
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError:
+            return False
+    return True
 
 
 def _stop(container) -> None:

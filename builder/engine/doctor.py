@@ -101,6 +101,20 @@ def kfd_gpus(host: HostView) -> list[Gpu]:
     return gpus
 
 
+def nvidia_gpus(host: HostView) -> list[str]:
+    """The NVIDIA GPUs the driver shows (`/proc/driver/nvidia/gpus/<bus id>/information`, its `Model:` line), by
+    bus id; a GPU whose model line is unreadable counts as "unknown model". The file's `Key: value` lines and its
+    `Model` key: checked against lutris/lutris lutris/util/graphics/drivers.py@eb0ac36, which reads them; not run on
+    an NVIDIA host here."""
+    root = host.path("/proc/driver/nvidia/gpus")
+    models = []
+    for gpu in sorted(root.iterdir()) if root.is_dir() else []:
+        info = host.read(f"/proc/driver/nvidia/gpus/{gpu.name}/information")
+        found = re.search(r"^Model:\s*(\S.*?)\s*$", info or "", re.M)
+        models.append(found[1][:200] if found else "unknown model")
+    return models
+
+
 def _check_kernel(host: HostView, loaded: recipes.Recipes) -> Check:
     release = host.read("/proc/sys/kernel/osrelease") or (platform.release() if host.is_real_root else None)
     if not release:

@@ -25,12 +25,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import workload
 from builder.engine.container import RunError
+from builder.engine.doctor import kfd_gpus, nvidia_gpus
+from builder.engine.run_output import MAX_PROBE_OUTPUT
+from builder.paths import IMAGE_OUT
 from builder.plan import lock as lockfile
 from builder.plan import recipes
 from builder.plan.lock_names import LockError, lock_key
+from builder.slug import escaped
 
 SRC_MOUNT, DEPS_MOUNT = "/envbuild/src", "/envbuild/deps"
 PROBE_MARK = "ENVBUILD-PROBE "
+#: Seconds a probe may take by default (--probe-timeout): importing torch from a cold network file system takes
+#: a minute or two at HPC sites.
+PROBE_TIMEOUT = 300.0
 #: Run by the image's Python: what it holds, as one JSON line. Reads files only; imports torch, nothing else.
 PROBE_SCRIPT = r"""
 import importlib.metadata as md, json, platform, re, sys
@@ -104,11 +111,27 @@ class Probe(BaseModel):
         }
 
 
+def probe_bounds(where: str, over: bool, late: bool, timeout: float) -> None:
+    """ForeignError when the probe printed more than it may (`over`) or did not end within `timeout` (`late`)."""
+    if over:
+        raise ForeignError(
+            f"{where}: the probe printed more than {MAX_PROBE_OUTPUT} bytes (its answer is one line of about 30 KB); "
+            "envbuild stopped it. The image's Python prints something else first: pass --python with the "
+            "interpreter that has torch"
+        )
+    if late:
+        raise ForeignError(
+            f"{where}: the probe did not answer within {timeout:g} s; envbuild stopped it. A slow file system? "
+            "Raise --probe-timeout; else pass --python with the interpreter that has torch"
+        )
+
+
 def parse_probe(output: str, where: str) -> Probe:
-    """The probe's JSON line from `output`; ForeignError when there is none or it is not a probe."""
+    """The probe's JSON line from `output`; ForeignError when there is none or it is not a probe. Text of the
+    image's in a message is escaped (slug.escaped): it never steers the terminal."""
     lines = [line[len(PROBE_MARK) :] for line in output.splitlines() if line.startswith(PROBE_MARK)]
     if not lines:
-        tail = output.strip()[-600:]
+        tail = escaped(output.strip()[-600:])
         raise ForeignError(
             f"{where}: its Python did not answer the probe ({tail or 'no output'}); pass --python "
             "with the interpreter that has torch"
@@ -117,11 +140,11 @@ def parse_probe(output: str, where: str) -> Probe:
         probe = Probe.model_validate(json.loads(lines[-1]))
     except (ValueError, ValidationError) as exc:
         raise ForeignError(
-            f"{where}: the probe's output is not understood ({str(exc).splitlines()[0][:300]})"
+            f"{where}: the probe's output is not understood ({escaped(str(exc).splitlines()[0][:300])})"
         ) from None
     if probe.torch is None:
         raise ForeignError(
-            f"{where}: its Python ({probe.executable}) has no usable torch ({probe.torch_error}); "
+            f"{where}: its Python ({escaped(probe.executable)}) has no usable torch ({escaped(str(probe.torch_error))}); "
             "pass --python with the interpreter that has torch"
         )
     return probe
@@ -263,10 +286,15 @@ def remove_copy(src: Path) -> None:
     shutil.rmtree(src, ignore_errors=True)
 
 
-def run_environment(network: bool) -> dict[str, str]:
+def online(network: str | None) -> bool:
+    """Whether the run may reach a network: --network given and not `none`."""
+    return network not in (None, "none")
+
+
+def run_environment(network: str | None) -> dict[str, str]:
     """Environment of the workload in a foreign image: its copy and the brought-in packages importable (after
     nothing of the image: only what the image lacks is there), no bytecode written into them, offline unless
-    --network."""
+    --network (other than none)."""
     env = {
         "PYTHONPATH": f"{SRC_MOUNT}:{DEPS_MOUNT}",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -274,21 +302,71 @@ def run_environment(network: bool) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "HOME": "/tmp",
     }
-    if not network:
+    if not online(network):
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PIP_NO_INDEX="1")
     return env
 
 
-def image_record(probe: Probe, key: str, missing: list[lockfile.Entry], tag: str) -> dict:
-    """The result image block's foreign part: origin, the vendor it is recognised as, the probe, what was brought in."""
+def image_out(out_dir: Path) -> Path:
+    """The image's own folder in `out_dir` (IMAGE_OUT): made new for this run (a folder or link already there is
+    refused: RunError), open to the same users as `out_dir` (the container may run as another user)."""
+    folder = Path(out_dir) / IMAGE_OUT
+    try:
+        folder.mkdir(mode=0o700)
+        folder.chmod(Path(out_dir).stat().st_mode & 0o7777)
+    except FileExistsError:
+        raise RunError(
+            f"{folder} exists from an earlier run: pass a fresh --out directory (an image writes only into a "
+            "folder envbuild made for it)"
+        ) from None
+    return folder
+
+
+#: What a foreign run's record rests on the image's word alone for (`checked.from_image_only`; the versions must
+#: at least agree with the probe's, and a GPU claim with the host: builder.workflows.run_identity).
+FROM_IMAGE_ONLY = (
+    "versions",
+    "image.probe",
+    "hardware.gpu_name",
+    "hardware.arch of an NVIDIA GPU",
+    "metrics",
+    "probes",
+    "model",
+    "dataset",
+)
+
+
+def image_record(
+    probe: Probe, key: str, missing: list[lockfile.Entry], image: dict, host_gpus: dict, devices: str, gpus
+) -> dict:
+    """The result image block's foreign part: origin, the vendor label its digest earns (builder.plan.image_origin),
+    the probe, what was brought in, and `checked`: what this host checked itself (the GPUs it sees, the devices it
+    passed into the container, the image's digest as the engine or the file reports it) apart from what only the
+    image says."""
     from builder.plan.image_origin import vendor_label
 
     return {
         "origin": "foreign",
-        "vendor": vendor_label(tag),
+        "vendor": vendor_label(image),
         "probe": probe.block(),
         "brought_in": {"lock": key, "packages": {e.name: e.version for e in missing}},
+        "checked": {
+            "by_host": {
+                "digest": image.get("digest"),
+                "repo_digests": image.get("repo_digests") or [],
+                "gpus_seen": host_gpus,
+                "devices_passed": devices,
+                "gpus": gpus,
+            },
+            "from_image_only": list(FROM_IMAGE_ONLY),
+        },
     }
+
+
+def host_gpus(host) -> dict:
+    """The GPUs this host shows the doctor, one entry each: AMD archs from the KFD topology, NVIDIA models from the
+    driver."""
+    return {"amd": [g.arch for g in kfd_gpus(host)], "nvidia": nvidia_gpus(host)}
 
 
 def host_flavor(flavor: str, host_root: Path = Path("/")) -> str:

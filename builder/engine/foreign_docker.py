@@ -3,7 +3,10 @@ the packages it lacks read-only, run it with no network unless --network, record
 
 from __future__ import annotations
 
+import re
+import threading
 import time
+import uuid
 
 import docker.errors
 from docker.types import Mount
@@ -12,47 +15,75 @@ from rich.console import Console
 from builder.engine import foreign
 from builder.engine.container import (
     OUT_MOUNT,
+    NO_ENGINE_LOG,
     ContainerRun,
     RunError,
+    attached_output,
+    check_network,
     device_options,
     image_block,
     input_mounts,
+    kill,
+    remove_container,
     stream_container,
     workload_args,
 )
 from builder.engine.doctor import HostView, host_record
+from builder.engine.foreign import PROBE_TIMEOUT
+from builder.engine.run_output import ProbeOutput
 from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 
-def probe(client, image_id: str, python: str, where: str) -> foreign.Probe:
-    """Run the probe in the image (no network, removed afterwards) and read its answer."""
+def probe(client, image_id: str, python: str, where: str, timeout: float = PROBE_TIMEOUT) -> foreign.Probe:
+    """Run the probe in the image (no network, no mounts, at most MAX_PROBE_OUTPUT bytes read and `timeout`
+    seconds) and read its answer; the container is removed on every way out (an interrupt included)."""
+    name = f"envbuild-probe-{uuid.uuid4().hex[:12]}"
+    output, late = ProbeOutput(), threading.Event()
+    container = None
     try:
-        output = client.containers.run(
+        container = client.containers.create(
             image_id,
             command=foreign.probe_command(python)[1:],
             entrypoint=[python],
+            name=name,
             network_mode="none",
-            remove=True,
-            stdout=True,
-            stderr=True,
+            labels={"org.envbuild.probe": name},
+            log_config=NO_ENGINE_LOG,
         )
-    except docker.errors.ContainerError as exc:
-        output = exc.stderr or b""
+        timer = threading.Timer(timeout, lambda: late.set() or kill(container))
+        timer.daemon = True
+        try:
+            with attached_output(container) as stream:
+                timer.start()
+                for chunk in stream:
+                    if not output.add(chunk):
+                        break
+        finally:
+            timer.cancel()
     except docker.errors.APIError as exc:
         raise RunError(f"{where}: the engine refused the probe container: {exc.explanation or exc}") from None
-    return foreign.parse_probe(output.decode("utf-8", "replace"), where)
+    finally:
+        remove_container(client, container or name)
+    foreign.probe_bounds(where, output.over, late.is_set(), timeout)
+    return foreign.parse_probe(output.text(), where)
 
 
 def run(client, image, request: ContainerRun, console: Console, host: HostView, hub_id, model_dir, data) -> RunEnd:
-    """Measure `image` (no envbuild manifest) as it is; the result's image block says what was probed and brought."""
+    """Measure `image` (no envbuild manifest) as it is; the result's image block says what was probed and brought,
+    and what this host checked itself. The image writes only into a new folder of the output (foreign.IMAGE_OUT);
+    it gets no token unless --pass-hf-token."""
     python = foreign.check_python(request.python)
-    out_dir = check_out_dir(request.out_dir)
+    network = check_network(client, request.network) or "none"
     where = f"image {request.image}"
-    seen = probe(client, image.id, python, where)
+    seen = probe(client, image.id, python, where, request.probe_timeout)
     key, missing, deps, flavor = foreign.prepare(console, seen, where, "built", "the image's", request, host.root)
     devices = device_options(flavor, request.gpus, host)
-    mounts, environment, model_arg, data_arg = input_mounts(out_dir, hub_id, model_dir, data)
-    environment.update(foreign.run_environment(bool(request.network)))
+    out_dir = check_out_dir(request.out_dir)
+    written = foreign.image_out(out_dir)
+    mounts, environment, model_arg, data_arg = input_mounts(
+        written, hub_id, model_dir, data, hf_token=request.pass_hf_token
+    )
+    environment.update(foreign.run_environment(network))
     src = foreign.copy_workload(out_dir.parent)
     try:
         mounts.append(Mount(foreign.SRC_MOUNT, str(src), type="bind", read_only=True))
@@ -70,15 +101,16 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
             out_dir,
             console,
             flavor,
-            request.network or "none",
+            network,
         )
     finally:
         foreign.remove_copy(src)
-    block = {
-        **image_block(image, request.image),
-        "environment": "docker",
-        **foreign.image_record(seen, key, missing, request.image),
-    }
+    block = {**image_block(image, request.image), "environment": "docker", "repo_digests": repo_digests(image)}
+    block.update(
+        foreign.image_record(
+            seen, key, missing, block, foreign.host_gpus(host), flavor if flavor != "cpu" else "none", request.gpus
+        )
+    )
     versions = {"python": seen.python, "torch": seen.torch.version, "hip": seen.torch.hip, "cuda": seen.torch.cuda}
     return RunEnd(
         out_dir,
@@ -90,4 +122,16 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
         host=host_record(host, site_recipes=request.site_recipes),
         image=block,
         invocation=envbuild_invocation(request, request.image),
+        written_by_image=written,
     )
+
+
+#: A RepoDigest as the engine reports it: `[registry/]repository@sha256:<64 hex>`.
+_REPO_DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]{0,254}@sha256:[0-9a-f]{64}")
+
+
+def repo_digests(image) -> list[str]:
+    """The engine's RepoDigests of `image` (where it was pulled from, by digest; none for a local build, tag or
+    loaded archive), those of a known shape, at most 16."""
+    found = image.attrs.get("RepoDigests") or []
+    return [d for d in found if isinstance(d, str) and _REPO_DIGEST.fullmatch(d)][:16]

@@ -5,7 +5,8 @@ Each image's filesystem is read from `docker export` of a created (never started
 through `tarfile` and hashed on the fly, so nothing is written to disk. Modification times are left out:
 the layer tar records each file's build-time mtime, and the BuildKit of Docker 20.10 (v0.8) cannot clamp
 them (`rewrite-timestamp` needs BuildKit >= 0.13: moby/buildkit docs/build-repro.md). Every other
-difference counts unless ALLOW_LIST names it (docs/docker.md, "Reproducible builds").
+difference counts unless ALLOW_LIST names it (docs/docker.md, "Reproducible builds"). Each image's packages are
+read too (builder.engine.image_contents), so that the workflow can compare the two images' SBOMs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from rich.console import Console
 
 from builder.engine.build import BuildOptions, build_image
 from builder.engine.docker import docker_client
+from builder.engine.image_contents import ContentsError, read_contents
+from builder.sbom import Contents
 
 #: Paths that may differ between two no-cache builds, each with the reason (mirrored in docs/docker.md).
 ALLOW_LIST: dict[str, str] = {}
@@ -152,14 +155,24 @@ class ReproReport:
     seconds: tuple[float, float]
     paths: int  # paths in the first image
     differences: list[Difference]
+    contents: tuple[Contents | None, Contents | None] = (None, None)  # each image's packages, read inside it
+    contents_error: str | None = None  # why they could not be read
+    sbom: dict | None = None  # the two SBOMs compared (set by the build workflow): identical, sha256, components
 
     @property
     def counted(self) -> list[Difference]:
         """The differences no allow-list entry explains: any of them fails the check."""
         return [d for d in self.differences if d.allowed is None]
 
+    @property
+    def sboms_differ(self) -> bool:
+        """Both images' SBOMs were made and are not the same bytes (an image whose packages cannot be read, one
+        without Python, has none to compare: that is said, not counted)."""
+        return bool(self.sbom) and self.sbom.get("identical") is False
+
     def to_json(self) -> dict:
         return {
+            "sbom": self.sbom,
             "tags": list(self.tags),
             "build_seconds": [round(s, 1) for s in self.seconds],
             "paths": self.paths,
@@ -172,11 +185,12 @@ class ReproReport:
 def check_reproducible(
     context_dir: Path, tag: str, options: BuildOptions, console: Console, log_path: Path, manifest: dict | None
 ) -> ReproReport:
-    """Build `context_dir` twice with no cache under two temporary tags, compare, remove both images."""
+    """Build `context_dir` twice with no cache under two temporary tags, compare their files, read their packages
+    (for the SBOMs the workflow compares), remove both images."""
     suffix = secrets.token_hex(3)
     tags = (f"{tag}-repro-{suffix}-1", f"{tag}-repro-{suffix}-2")
     options = replace(options, force=True, no_cache=True)
-    seconds, entries = [], []
+    seconds, entries, contents, error = [], [], [], None
     try:
         for n, build_tag in enumerate(tags, 1):
             outcome = build_image(
@@ -191,6 +205,11 @@ def check_reproducible(
         for build_tag in tags:
             console.print(f"reading the filesystem of {build_tag}")
             entries.append(image_entries(build_tag))
+            try:
+                contents.append(read_contents(build_tag))
+            except ContentsError as exc:
+                contents.append(None)
+                error = str(exc)
     finally:
         client = docker_client()
         for build_tag in tags:
@@ -198,4 +217,4 @@ def check_reproducible(
                 client.images.remove(build_tag, force=True)
             except docker.errors.APIError:  # not built (an earlier failure), or already gone
                 pass
-    return ReproReport(tags, (seconds[0], seconds[1]), len(entries[0]), compare(*entries))
+    return ReproReport(tags, (seconds[0], seconds[1]), len(entries[0]), compare(*entries), tuple(contents), error)

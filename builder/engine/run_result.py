@@ -94,8 +94,9 @@ def envbuild_invocation(request, image: str | None) -> dict:
 @dataclass
 class RunEnd:
     """How a run ended, as the engine saw it: `failure_class` names what went wrong outside the workload
-    ("interrupted", "container_died", ...), None when the process exited 0; `versions` is what is known without
-    the workload (for an error envelope); `invocation` (envbuild_invocation) goes into the result."""
+        ("interrupted", "container_died", ...), None when the process exited 0; `versions` is what is known without
+        the workload (for an error envelope); `invocation` (envbuild_invocation) goes into the result; `written_by_image` is
+    the folder an image envbuild did not build wrote into (its result.json is read from there, never `out_dir`)."""
 
     out_dir: Path
     failure_class: str | None
@@ -107,3 +108,4 @@ class RunEnd:
     image: dict | None
     invocation: dict | None = None
     environment: dict | None = None  # the Python environment a run on this host used (the result's `environment`)
+    written_by_image: Path | None = None

@@ -55,6 +55,18 @@ def recompute(
 ) -> Cell:
     """The cell whose context, rendered by these recipes for `request` with `wheelhouse`, has `context_hash`;
     ContextNotRecomputed when the recipes give another hash or cannot render the request at all."""
+    return recompute_files(request, wheelhouse, context_hash, recipes, site)[0]
+
+
+def recompute_files(
+    request: dict,
+    wheelhouse: dict[str, str],
+    context_hash: str,
+    recipes: Recipes | None = None,
+    site: Path | None = None,
+) -> tuple[Cell, dict[str, str]]:
+    """`recompute`, with the {path: sha256} of every file of the context as these recipes render it (what a build
+    provenance's context files are checked against)."""
     try:
         recipes = recipes or load(site=site)
         static = StaticFiles.read()
@@ -71,7 +83,7 @@ def recompute(
             problem = problem or str(exc).rstrip(".")
             continue
         if manifest["context_hash"] == context_hash:
-            return plan.cell
+            return plan.cell, dict(manifest["files"])
         rendered.append((plan.cell.key, manifest["context_hash"][:12]))
     if not rendered:
         raise ContextNotRecomputed(f"the recipes in use cannot render its request ({_flags(request)}): {problem}")

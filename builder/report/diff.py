@@ -19,6 +19,7 @@ SECTION_TITLES = {
     "speed": "Speed and cost",
     "memory": "Memory",
     "probes": "Probes: measured values",
+    "sbom": "SBOM: packages and pins",
 }
 #: name -> (section, label, unit, kind); kind says how a value reads: num, int, fraction (a %), bytes (GiB), usd
 METRICS = {
@@ -200,3 +201,24 @@ def as_json(a: dict, b: dict) -> dict:
         "rows": [asdict(r) for r in compare(a, b)],
         "train_loss": {"a": a["train_loss"], "b": b["train_loss"]},
     }
+
+
+def sbom_rows(a: dict[str, str], b: dict[str, str]) -> list[Row]:
+    """One row per SBOM component ("<source> <name>[ (<arch>)]" -> version, or sha256 for a pin), in either of two
+    SBOMs (builder.sbom.read_components), differences first; "-" where a side lacks it."""
+    rows = [
+        Row(
+            "sbom",
+            name,
+            a.get(name),
+            b.get(name),
+            a.get(name) != b.get(name),
+            None,
+            "",
+            name,
+            value_text(name, a.get(name)),
+            value_text(name, b.get(name)),
+        )
+        for name in sorted(a.keys() | b.keys())
+    ]
+    return sorted(rows, key=lambda r: (not r.differs, r.name))

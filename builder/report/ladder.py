@@ -230,7 +230,7 @@ def _built(builds: list[dict], local: bool, ran_in: dict, foreign: tuple[str, st
             (Evidence(b.get("created_at") or "?"),),
         )
     if foreign:
-        who = image_origin.vendor_label(foreign[1]) or f"{foreign[1]} (not built by envbuild)"
+        who = image_origin.vendor_label(ran_in) or f"{foreign[1]} (not built by envbuild)"
         return Step(
             3, NAMES[2], SKIPPED, f"measured as it is in {who}", (Evidence(str(ran_in.get("digest") or "no digest")),)
         )

@@ -8,6 +8,7 @@ leaves the previous site whole. Every file name comes from `builder.slug.safe_sl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -19,11 +20,13 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from builder import __version__
+from builder.paths import PROVENANCE_ENVELOPE, PROVENANCE_FILE, SBOM_FILE
 from builder.store import attempt_files, provenance, run_config
 from builder.report import compare as report_compare, diff, gpu_answers, gpu_prices, ladder as cell_ladder
 from builder.report import plots as report_plots, site_folders, vendor_support
 from builder.report import data_files, matrix_reads, page_bounds
 from builder.slug import safe_slug
+from builder.known_secrets import known_secrets, scrub_tail
 from builder.plan import gpu_names, image_origin
 from builder.store.store import MatrixStore, utc_now
 from builder.store.summary import VERDICTS, CellSummary, configuration_line, run_verdict, summary_line, summary_record
@@ -44,6 +47,8 @@ PAGE_RUNS = 3
 #: Cells per page of the index (about 2 kB each): 5,000 cells give 18 pages of about 600 kB, never one 10 MB page.
 INDEX_PAGE_CELLS = 300
 LOG_TAIL_BYTES = 256 * 1024
+#: The most an SBOM or provenance file copied into the site may weigh (a ROCm image's SBOM is about 1 MB).
+EVIDENCE_BYTES = 16 * 1024 * 1024
 PUBLIC_HOST_KEYS = ("os", "kernel", "amdgpu_version", "gpu_archs")
 _FLAVOR_LABELS = {"rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
 _FLAVOR_ORDER = {"rocm": 0, "cuda": 1, "cpu": 2}  # rows: GPU flavors first, the CPU reference last
@@ -90,7 +95,7 @@ class IndexEntry:
     proven_by: str | None = None
     gpus: tuple[str, ...] = ()  # the GPU names of its arch (recipes/gpu-names.toml) and the GPU its runs measured
     measured_in: str = (
-        ""  # where its latest run ran: "AMD image rocm/pytorch:…", "built by envbuild", "a venv (--local)"
+        ""  # where its latest run ran: "AMD image rocm/pytorch:… (digest as AMD publishes it)", "an envbuild image"
     )
     # (says, source) of what the public record holds against its arch on its release (the recipes' arch_status and
     # arch_record: TheRock's "Build Passing", a failure report)
@@ -218,7 +223,7 @@ def _write_site(store: MatrixStore, site: _Site) -> None:
     (root / MARKER).write_text("written by envbuild report; the next report replaces this folder whole\n")
     for name in ("style.css", "filter.js", "compare.js"):
         shutil.copyfile(TEMPLATES_DIR / name, root / name)
-    for sub in ("cells", "plots", "data", "logs", "attestations"):
+    for sub in ("cells", "plots", "data", "logs", "attestations", "evidence"):
         (root / sub).mkdir()
     # the data files are written by a worker thread meanwhile (SQLite and file writes run outside the GIL)
     with data_files.DataFiles(store, root, None if site.host_details else PUBLIC_HOST_KEYS) as data:
@@ -549,7 +554,7 @@ def _measured_in(result: dict | None) -> str:
     image = result.get("image") if isinstance(result.get("image"), dict) else {}
     if not (image.get("tag") or image.get("digest")):
         return "a Python environment (--local)"
-    vendor = image_origin.vendor_label(image.get("tag"))
+    vendor = image_origin.vendor_label(image)
     return vendor or ("an image not built by envbuild" if image.get("origin") == "foreign" else "an envbuild image")
 
 
@@ -678,7 +683,11 @@ def _cell_page(
         if e.kind == "run"
     }
     builds = [
-        {**b, "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped)}
+        {
+            **b,
+            "log_link": _copy_log(db, b.get("attempt_dir"), ("build.log",), root, skipped),
+            **_copy_evidence(db, b, root, skipped),
+        }
         for b in summary.builds[-HISTORY_ROWS:]
     ]
     build_logs = {b["build_uid"]: b["log_link"] for b in builds}
@@ -699,6 +708,7 @@ def _cell_page(
         "image_tag": image.get("tag"),
         "image_digest": image.get("digest"),
         "image_origin": image_origin_label(image),
+        "image_checked": image_checked(image),
         "reproduce": _reproduce(
             summary.cell,
             image.get("tag"),
@@ -823,14 +833,35 @@ def _recorded_command(result: dict | None) -> dict | None:
 
 
 def image_origin_label(image: dict) -> str | None:
-    """Who made the image a run used, from its tag: "AMD image rocm/pytorch:…", "LUMI SIF …", "not built by
-    envbuild" (measured as it is) or "built by envbuild"; None without an image."""
+    """Who made the image a run used, as far as its digest shows (builder.plan.image_origin): "AMD image
+    rocm/pytorch:… (digest as AMD publishes it)", "rocm/pytorch:… (a local name: origin unverified)", "SIF at a LUMI
+    path: …", "not built by envbuild" (measured as it is) or "built by envbuild"; None without an image."""
     if not isinstance(image, dict) or not (image.get("tag") or image.get("digest")):
         return None
-    vendor = image_origin.vendor_label(image.get("tag"))
+    vendor = image_origin.vendor_label(image)
     if vendor:
         return vendor
     return "not built by envbuild (measured as it is)" if image.get("origin") == "foreign" else "built by envbuild"
+
+
+def image_checked(image: dict) -> str | None:
+    """For an image envbuild did not build: what the measuring host checked itself and what rests on the image's
+    word (its record's `checked` block, docs/measure-any-image.md "Which claims are believed"); None for another."""
+    checked = image.get("checked") if isinstance(image, dict) and image.get("origin") == "foreign" else None
+    host = checked.get("by_host") if isinstance(checked, dict) else None
+    if not isinstance(host, dict):
+        return None
+    seen = host.get("gpus_seen") if isinstance(host.get("gpus_seen"), dict) else {}
+    gpus = [f"{vendor} {g}" for vendor in ("amd", "nvidia") for g in _texts(seen.get(vendor))]
+    word = _texts(checked.get("from_image_only"))
+    return (
+        f"the measuring host saw {', '.join(gpus) or 'no GPU'} and passed {host.get('devices_passed') or '?'} devices "
+        f"into the container; on the image's word alone: {', '.join(word) or '-'}"
+    )
+
+
+def _texts(value, most: int = 16) -> list[str]:
+    return [str(v)[:80] for v in value[:most] if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _reproduce(cell, tag: str | None, known: bool = True, foreign: tuple[str, str] | None = None) -> list[str]:
@@ -871,8 +902,47 @@ def _copy_log(db: Path, attempt_dir: str | None, names: tuple[str, ...], root: P
         skipped.append(f"{path}: {exc.strerror}")
         return None
     name = f"logs/{safe_slug(str(Path(attempt_dir).name))}-{path.stem}.txt"
-    (root / name).write_bytes(data)
+    (root / name).write_bytes(scrub_tail(data, known_secrets()))  # kept logs are scrubbed; older ones may not be
     return name
+
+
+def _copy_evidence(db: Path, build: dict, root: Path, skipped: list[str]) -> dict:
+    """{"sbom_link", "provenance_link", "envelope_link"}: the build's SBOM, provenance statement and its signed
+    envelope copied into the site from the build's attempt folder (as logs are: only one the store created), each
+    linked file only when it is the one the build's record names by sha256."""
+    links = {"sbom_link": None, "provenance_link": None, "envelope_link": None}
+    record = build.get("record") or {}
+    attempt_dir = build.get("attempt_dir")
+    slug = safe_slug(str(build.get("build_uid") or "build"))
+    for key, part, name in (
+        ("sbom_link", "sbom", SBOM_FILE),
+        ("provenance_link", "provenance", PROVENANCE_FILE),
+        ("envelope_link", "provenance", PROVENANCE_ENVELOPE),
+    ):
+        link = record.get(part)
+        if not link:
+            continue
+        path, why_not = attempt_files.attempt_log(db, attempt_dir, (name,))
+        if why_not:
+            skipped.append(why_not)
+        if path is None:
+            continue
+        try:
+            data = attempt_files.read_tail(path, EVIDENCE_BYTES + 1)
+        except OSError as exc:
+            skipped.append(f"{path}: {exc.strerror}")
+            continue
+        if len(data) > EVIDENCE_BYTES or (
+            name != PROVENANCE_ENVELOPE and hashlib.sha256(data).hexdigest() != link["sha256"]
+        ):
+            skipped.append(f"{path}: not the file the build record links (or larger than {EVIDENCE_BYTES} bytes)")
+            continue
+        target = f"evidence/{slug}-{name}"
+        (root / target).write_bytes(data)
+        links[key] = target
+    if links["provenance_link"] is None:
+        links["envelope_link"] = None
+    return links
 
 
 def _rows(mapping) -> list[tuple[str, str]]:

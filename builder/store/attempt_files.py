@@ -15,7 +15,15 @@ import re
 import stat
 from pathlib import Path
 
-from builder.paths import BUILD_LOG, BUILD_RECORD, CONTAINER_LOG, WORKLOAD_LOG
+from builder.paths import (
+    BUILD_LOG,
+    BUILD_RECORD,
+    CONTAINER_LOG,
+    PROVENANCE_ENVELOPE,
+    PROVENANCE_FILE,
+    SBOM_FILE,
+    WORKLOAD_LOG,
+)
 from workload.result import RESULT_FILE
 
 ATTEMPTS_DIR = "envbuild-attempts"
@@ -78,7 +86,7 @@ def read_tail(path: Path, limit: int) -> bytes:
 
 
 #: What merging another matrix file copies of each of its attempts (never the build context).
-ADOPTED_NAMES = (RECORD_NAME, BUILD_RECORD, RESULT_FILE, *LOG_NAMES)
+ADOPTED_NAMES = (RECORD_NAME, BUILD_RECORD, RESULT_FILE, *LOG_NAMES, SBOM_FILE, PROVENANCE_FILE, PROVENANCE_ENVELOPE)
 ADOPT_LIMIT_BYTES = 64 * 2**20  # a longer log keeps its tail
 
 

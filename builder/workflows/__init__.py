@@ -5,7 +5,8 @@ outcome) and the rooms that do the work. Only here do the engine's outcomes meet
   ci_files (`ci render`);
 - image (`envbuild image`, over build's steps: a context built, verified and filed as an attempt; build_record: the
   attempt's directory, its build-record.json and matrix row), sif, inspect, doctor;
-- run (a workload run in an image, a SIF or here; run_result: its final result.json and attempt; local_routes: which
+- run (a workload run in an image, a SIF or here; run_result: its final result.json and attempt;
+  run_identity: an image's claims against the host's checks; local_routes: which
   Python a run here takes), slurm_jobs (over slurm_submit and slurm_collect);
 - matrix_views (`matrix list | show | export | check`), import_results (with import_builds), attestations (sign,
   verify; verify_build: a build record at the door, its cell recomputed), publish (with publish_build), cell_diff

@@ -1,6 +1,7 @@
 """Signed results and build records: who may sign (`signers`: the files --allowed-signers and --revoked name, or their
 defaults), a result.json signed (`sign_result`), one checked (`check_result`), and `envbuild matrix verify`
-(`verify_attestations`: every result and build record under the given paths, each build record's cell recomputed).
+(`verify_attestations`: every result, build record and image provenance under the given paths, each build's cell
+recomputed).
 The signing itself is builder.attest.signing and build_signing."""
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from typing import Callable
 
 from builder import __version__, strict_json
 from builder.attest import build_signing, signing as attest
-from builder.paths import BUILD_RECORD
+from builder.paths import BUILD_RECORD, PROVENANCE_ENVELOPE, PROVENANCE_FILE
 from builder.slug import plain
 from builder.store.provenance import Provenance
-from builder.workflows import import_builds, verify_build
+from builder.workflows import import_builds, verify_build, verify_provenance
 from builder.workflows.errors import BadRequest
 
 #: The working folder's signer file: in a clone of the repository, the one a contributor's own key line goes into.
@@ -154,15 +155,19 @@ def verify_attestations(request: VerifyRequest, notify: Callable[[str], None]) -
     builds = import_builds.files_in(paths) + [
         p.with_name(BUILD_RECORD) for p in map(Path, paths) if p.name == build_signing.BUILD_ATTESTATION_NAME
     ]
-    results = [r for r in results if r.name != BUILD_RECORD and r.name != build_signing.BUILD_ATTESTATION_NAME]
-    if not results and not builds:
-        raise BadRequest("no result.json or build-record.json found under the given paths")
+    provenances = verify_provenance.files_in(paths)
+    skipped = (BUILD_RECORD, build_signing.BUILD_ATTESTATION_NAME, PROVENANCE_FILE, PROVENANCE_ENVELOPE)
+    results = [r for r in results if r.name not in skipped]
+    if not results and not builds and not provenances:
+        raise BadRequest("no result.json, build-record.json or provenance.intoto.jsonl found under the given paths")
     outcomes = [(r, check_result(r, chosen.allowed, chosen.revoked)) for r in results]
-    site = request.site if builds else None
+    site = request.site if builds or provenances else None
     for record in builds:
         outcomes.append(
             (record, verify_build.check(record, chosen.allowed, chosen.revoked, require_signature=True, site=site))
         )
+    for envelope in provenances:
+        outcomes.append((envelope, verify_provenance.check(envelope, chosen.allowed, chosen.revoked, site=site)))
     return Verification(tuple(_checked(path, outcome) for path, outcome in outcomes))
 
 
@@ -172,7 +177,15 @@ def _checked(path: Path, outcome) -> Checked:
             path,
             "ok",
             f"{plain(outcome.provenance.label)}; build of {outcome.cell.key} ({outcome.record['status']}), its "
-            "context recomputed by the recipes in use",
+            "context recomputed by the recipes in use"
+            + (f"; linked and checked: {plain(', '.join(outcome.linked))}" if outcome.linked else ""),
+        )
+    if isinstance(outcome, verify_provenance.CheckedProvenance):
+        return Checked(
+            path,
+            "ok",
+            f"{plain(outcome.label)}; provenance of a build of {outcome.cell.key}, its context recomputed; checked "
+            f"against it: {plain(', '.join(outcome.compared) or 'nothing beside it')}",
         )
     if isinstance(outcome, Provenance):
         return Checked(path, "ok", plain(outcome.label))

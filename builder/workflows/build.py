@@ -8,6 +8,7 @@ The engine gets the manifest; it never reads a context's files back."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -15,11 +16,21 @@ from pathlib import Path
 
 from rich.console import Console
 
-from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, BuildOutcome, build_image, read_verify
+from builder import __version__, sbom
+from builder.engine.build import (
+    BuildError,
+    BuildInterrupted,
+    BuildOptions,
+    BuildOutcome,
+    base_digest,
+    build_image,
+    read_verify,
+)
 from builder.engine.build_host import EngineResources, MemorySampler, engine_resources, memory_in_use
 from builder.engine.docker import EngineUnavailable
 from builder.interrupt import describe
 from builder.engine.repro import ReproReport, check_reproducible
+from builder.paths import SBOM_FILE
 from builder.plan.render import read_manifest, render
 from builder.plan.resolve import Plan
 from builder.store.store import utc_now
@@ -218,10 +229,36 @@ def record_pass(
 def reproducible(
     context: BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path
 ) -> tuple[ReproReport, Path]:
-    """Two no-cache builds of `context`, compared file by file (engine.repro); the report is also written to
+    """Two no-cache builds of `context`, compared file by file (engine.repro) and by their SBOMs (builder.sbom,
+    written beside the context as <context>.repro-1.sbom.cdx.json and -2); the report is also written to
     <context>.repro.json beside the context, whose path comes back with it."""
     report = check_reproducible(context.directory, tag, options, console, log_path, context.manifest)
     directory = context.directory.resolve()
+    report = dataclasses.replace(report, sbom=_compare_sboms(report, context, tag, log_path, directory))
     out = directory.parent / f"{directory.name}.repro.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report, out
+
+
+def _compare_sboms(report: ReproReport, context: BuildContext, tag: str, log_path: Path, directory: Path) -> dict:
+    """The SBOMs of the two builds (as `envbuild image` writes them), compared byte for byte."""
+    if report.contents_error or None in report.contents:
+        return {"identical": None, "error": report.contents_error or "the packages were not read"}
+    base = (context.manifest or {}).get("base_image")
+    documents = [
+        sbom.document(
+            tag,
+            contents,
+            context.manifest,
+            base_digest(base, log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")),
+            __version__,
+        )
+        for n, contents in enumerate(report.contents, 1)
+    ]
+    for n, document in enumerate(documents, 1):
+        (directory.parent / f"{directory.name}.repro-{n}.{SBOM_FILE}").write_bytes(document)
+    return {
+        "identical": documents[0] == documents[1],
+        "sha256": [hashlib.sha256(d).hexdigest() for d in documents],
+        "components": [len(sbom.read_components(d)) for d in documents],
+    }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -49,6 +49,7 @@ class BuildAttempt:
     uid: str
     compile_jobs: dict | None = None  # a source build's MAX_JOBS and why (build.CompileJobs.as_record)
     measured: Measured | None = None  # set by the build workflow when the build ends
+    links: dict = field(default_factory=dict)  # "sbom", "provenance": files beside the record (build_provenance)
 
     @classmethod
     def start(
@@ -188,6 +189,8 @@ class BuildAttempt:
             "verify_checks": _verify_checks(self.manifest),
             "base": {"image": self.manifest.get("base_image"), "digest": digest},
             "builder": {"tool": outcome.tool if outcome else _build_tool(), "envbuild_version": __version__},
+            "sbom": self.links.get("sbom"),
+            "provenance": self.links.get("provenance"),
         }
         if status == "fail":
             document["failure"] = {

@@ -2,7 +2,8 @@
 by the image's own verify record, filed in the matrix as an attempt and pushed: the steps of builder.workflows.build
 in their order (`build_image`). A dry run plans and builds nothing; `check_reproducible` builds twice and compares.
 What happens on the way is told as events (`notify`): the plan's notices, the compile jobs chosen, a build not
-recorded, a build that stopped (before it is filed), the verify record. The rich console goes to the engine as it is."""
+recorded, a build that stopped (before it is filed), the verify record, the SBOM and build provenance written
+(builder.workflows.build_evidence). The rich console goes to the engine as it is."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from builder.paths import output_problem
 from builder.plan.render import DOCKERFILE, RenderError
 from builder.store.attempt_files import ATTEMPTS_DIR
 from builder.store.store import StoreError
-from builder.workflows import build
+from builder.workflows import build, build_evidence
 from builder.workflows.build import BuildContext, BuildStop, CompileJobs
+from builder.workflows.build_evidence import Described
 from builder.workflows.build_record import BuildAttempt
 from builder.workflows.errors import BadInput, BadRequest, BadValue, Failed
 from builder.workflows.matrix_file import db_path, preflight
@@ -36,6 +38,7 @@ __all__ = [
     "BuildStop",
     "BuildStopped",
     "CompileJobs",
+    "Described",
     "DryRun",
     "ImageBuilt",
     "ImageRequest",
@@ -68,6 +71,7 @@ class ImageRequest:
     log_path: Path | None = None
     dry_run: bool = False
     check_reproducible: bool = False
+    key: Path | None = None  # sign the image's build provenance with this SSH key
     db: Path | None = None
     record: bool = True
     site: Path | None = None  # a site's recipe folder over the packaged one
@@ -129,9 +133,10 @@ def build_image(
 ) -> DryRun | Reproducibility | ImageBuilt | BuildStopped:
     """Render (or take) the context, then plan it (`dry_run`), check it (`check_reproducible`) or build, file and push
     it. The events `notify` gets: the plan's notices (lines), CompileJobs, NotRecorded, BuildStop (before it is
-    filed), ReproInterrupted, Verified. The console goes to the engine as it is. Bad requests are BadRequest /
-    BadValue, an unusable matrix or a missing engine BadInput (exit 2, nothing built or recorded); a build that finished
-    but could not be filed, and a push that failed, are Failed (exit 1)."""
+    filed), ReproInterrupted, Verified, Described (the SBOM and provenance written). The console goes to the engine
+    as it is. Bad requests are BadRequest / BadValue, an unusable matrix or a missing engine BadInput (exit 2,
+    nothing built or recorded); a build that finished but could not be filed, and a push that failed, are Failed
+    (exit 1)."""
     context, plan = _context(request, notify)
     if isinstance(context, DryRun):
         return context
@@ -159,6 +164,7 @@ def build_image(
     verify = build.verify_record(outcome)
     if verify is not None:
         notify(Verified(verify))
+    notify(build_evidence.describe(context, outcome, options, attempt, request.key))
     if attempt:
         _recorded(attempt, lambda: build.record_pass(attempt, context, outcome, verify, console))
     if request.push:

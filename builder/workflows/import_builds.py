@@ -1,15 +1,18 @@
 """`envbuild matrix import` (and the report's published results) for build records: each one checked at the door
 (verify_build.check: schema, attestation, the cell recomputed from its context) and recorded as a build of that
-cell with its record and provenance. A record without an attestation comes in unsigned, as a result.json does."""
+cell with its record and provenance. A record without an attestation comes in unsigned, as a result.json does. The
+SBOM and provenance a record links are kept in an attempt folder of the imported build, for the report to link."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from builder.attest import signing
 from builder.paths import BUILD_RECORD
+from builder.store.attempts import new_attempt, relative_to_db
 from builder.store.store import MatrixStore
-from builder.workflows import verify_build
+from builder.workflows import build_evidence, verify_build
 from builder.workflows.verify_build import CheckedBuild
 
 
@@ -47,6 +50,7 @@ def record(store: MatrixStore, build: CheckedBuild) -> bool:
     rec = build.record
     new = not store.has_build(rec["build_id"])
     failure = rec.get("failure") or {}
+    attempt_dir = _keep_linked(store.path, build) if new else None
     store.record_build(
         build.cell,
         status=rec["status"],
@@ -63,5 +67,21 @@ def record(store: MatrixStore, build: CheckedBuild) -> bool:
         base_digest=rec["base"].get("digest"),
         record=rec,
         provenance=build.provenance,
+        attempt_dir=attempt_dir,
     )
     return new
+
+
+def _keep_linked(db: Path, build: CheckedBuild) -> str | None:
+    """An attempt folder for an imported build holding the SBOM and provenance its record links (copied from beside
+    the record, each checked against its sha256), so that the report can publish them; None when it links none or
+    they cannot be copied (the build is imported all the same)."""
+    if not (build.record.get("sbom") or build.record.get("provenance")):
+        return None
+    directory = new_attempt(db, "build", build.record["build_id"])
+    try:
+        build_evidence.copy_linked(build.record, build.path.parent, directory)
+    except (signing.AttestationInputError, OSError):
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    return relative_to_db(db, directory)

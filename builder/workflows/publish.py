@@ -4,8 +4,9 @@ The repository's `results/` folder holds real runs' result.json files that CI im
 docs/compatibility.md. A local result.json may hold more about its host than a published one should
 (docs/result-schema.md): the host name and the kernel command line are dropped here, the rest is kept as measured.
 Files land in `results/<cell key>/<name>/` (the key and name checked as path parts), with the run's container.log
-next to it when there is one, and with a key its attestation (result.json.intoto.jsonl, builder.attest.signing). A
-build record goes there as it is, under the cell its context recomputes to (builder.workflows.publish_build)."""
+next to it when there is one (scrubbed of the host's known secret values), and with a key its attestation
+(result.json.intoto.jsonl, builder.attest.signing). A build record goes there as it is, under the cell its context
+recomputes to (builder.workflows.publish_build)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Callable
 from builder import strict_json
 from builder.as_found import will_create
 from builder.engine.run_result import RESULT_NAME
+from builder.known_secrets import MAX_KEPT_LOG, copy_scrubbed
 from builder.paths import BUILD_RECORD, CONTAINER_LOG, output_problem
 from builder.plan.cells import Cell
 from builder.slug import plain
@@ -78,10 +80,10 @@ def publish(request: PublishRequest, notify: Callable[[str], None]) -> Published
     try:
         (target / RESULT_NAME).write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
         log = request.file.with_name(CONTAINER_LOG)
-        if log.is_file() and not log.is_symlink():  # a link would publish whatever it points at
-            shutil.copyfile(log, target / CONTAINER_LOG)
-        elif log.is_symlink():
+        if log.is_symlink():  # a link would publish whatever it points at
             notify(f"warning: {log} is a symbolic link; not published")
+        elif log.is_file() and not copy_scrubbed(log, target / CONTAINER_LOG, MAX_KEPT_LOG):
+            notify(f"warning: {log} is not a regular file of at most {MAX_KEPT_LOG} bytes; not published")
         attestation = None
         if request.key is not None:
             attestation = sign_result(SignRequest(target / RESULT_NAME, request.key, request.commands, request.sif))

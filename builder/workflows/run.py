@@ -10,6 +10,8 @@ from rich.markup import escape
 
 from builder.engine.run_result import RESULT_NAME, write_json_atomic
 from builder.store.store import MatrixStore, RecordedRun
+from builder.paths import IMAGE_OUT
+from builder.workflows.run_identity import check_foreign_claims
 from builder.workflows.run_result import finalize, keep_run
 
 
@@ -27,7 +29,8 @@ def run_workload(
     result.json. An image, SIF or venv (`venv`) envbuild did not build is measured as it is (`foreign`: the options of
     that route, builder.engine.foreign). Here, without the workload's packages, the run takes the managed workload
     environment (builder.workflows.local_routes). The engine's RunError (bad input), EngineUnavailable and interrupts
-    pass through."""
+    pass through. The result of an image envbuild did not build must agree with what this host checked
+    (run_identity: IdentityMismatch, a RunError, before anything is written)."""
     from builder.engine.container import ContainerRun, RunRequest
 
     foreign = foreign or {}
@@ -53,11 +56,12 @@ def run_workload(
             result.update(status="error", error_class="input_error", error=contradiction)
             write_json_atomic(Path(end.out_dir) / RESULT_NAME, result)
         return result
-    return finalize(end)
+    return finalize(end, check=lambda result: check_foreign_claims(result, end.out_dir))
 
 
 def record_run(store: MatrixStore, result: dict, result_path: Path) -> RecordedRun:
     """File the run whose result lies at `result_path` into `store`: its attempt directory, then its row
     (StoreError when the store refuses it)."""
-    attempt = keep_run(store.path, result_path.parent, result)
+    foreign = (result.get("image") or {}).get("origin") == "foreign"  # envbuild's own record of the run
+    attempt = keep_run(store.path, result_path.parent, result, result_path.parent / IMAGE_OUT if foreign else None)
     return store.record_run(result, source=str(result_path), attempt_dir=attempt)

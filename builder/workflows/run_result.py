@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 from builder import strict_json
+from builder.known_secrets import MAX_KEPT_LOG, copy_scrubbed, known_secrets
 from builder.paths import CONTAINER_LOG, WORKLOAD_LOG
 from workload.training.noise import LOG_NAME as THIRD_PARTY_LOG
 from builder.engine.run_result import RESULT_NAME, VERSION_KEYS, RunEnd, utc_iso, write_json_atomic
@@ -49,20 +50,23 @@ def error_result(error_class: str, message: str, *, started: float, finished: fl
     }
 
 
-def finalize(end: RunEnd) -> dict:
+def finalize(end: RunEnd, check=None) -> dict:
     """Turn what the run left in `end.out_dir` into its final result.json and return it.
 
     A result is complete only when the workload wrote a valid `status: "pass"` result AND its process (or
     container) exited cleanly. A run that died, was interrupted or left no valid result is written as
     `status: "error"` with an `error_class`, never as "pass" (docs/result-schema.md). The invocation's
     `envbuild` command goes into the workload's own `invocation`, the whole block into a result the workload
-    did not write.
+    did not write. An image envbuild did not build wrote its result into its own folder (`end.written_by_image`),
+    read from there through the bounded reader. `check(result)` runs on the completed result before it is written
+    (its error stops the run: nothing is written).
     """
     failure_class, failure, invocation = end.failure_class, end.failure, end.invocation
     path = Path(end.out_dir) / RESULT_NAME
-    result, invalid = _load(path)
+    source = Path(end.written_by_image) / RESULT_NAME if end.written_by_image else path
+    result, invalid = _load(source)
     if invalid:
-        path.replace(path.with_name("result.invalid.json"))  # keep the bytes for inspection
+        source.replace(source.with_name("result.invalid.json"))  # keep the bytes for inspection
     if result is None:
         error_class = failure_class or ("invalid_result" if invalid else "no_result")
         detail = invalid or "the workload wrote no result.json"
@@ -78,16 +82,23 @@ def finalize(end: RunEnd) -> dict:
         result["image"] = end.image
     if end.environment is not None:
         result["environment"] = end.environment
+    if check is not None:
+        check(result)
     write_json_atomic(path, result)
     return result
 
 
-def keep_run(db: Path, out_dir: Path, result: dict) -> str:
-    """The run's own attempt directory beside the matrix file `db`: its result.json, log and attempt.json;
-    returns the path the store keeps (docs/matrix.md "Attempts")."""
+def keep_run(db: Path, out_dir: Path, result: dict, written_by_image: Path | None = None) -> str:
+    """The run's own attempt directory beside the matrix file `db`: its result.json, logs and attempt.json;
+    returns the path the store keeps (docs/matrix.md "Attempts"). Logs are kept scrubbed of the host's known
+    secret values; the third-party log of an image envbuild did not build comes from its own folder, at most
+    MAX_KEPT_LOG bytes, never through a link."""
     attempt = new_attempt(db, "run", result["run_id"])
-    for name in (RESULT_NAME, CONTAINER_LOG, WORKLOAD_LOG, THIRD_PARTY_LOG):
-        keep_file(Path(out_dir) / name, attempt)
+    keep_file(Path(out_dir) / RESULT_NAME, attempt)
+    secrets = known_secrets()
+    for name in (CONTAINER_LOG, WORKLOAD_LOG, THIRD_PARTY_LOG):
+        folder = Path(written_by_image) if written_by_image and name == THIRD_PARTY_LOG else Path(out_dir)
+        copy_scrubbed(folder / name, attempt / name, MAX_KEPT_LOG, secrets)
     write_record(
         attempt,
         {

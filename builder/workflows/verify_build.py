@@ -9,14 +9,20 @@ read or breaks the schema: exit 2).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from builder import strict_json
 
 from builder.attest import build_signing, signing
 from builder.plan.cells import Cell
 from builder.plan.context_identity import ContextNotRecomputed, recompute
 from builder.store import build_record_schema
+from builder.paths import BUILD_RECORD, PROVENANCE_ENVELOPE, SBOM_FILE
+from builder.sbom import MAX_SBOM_BYTES
 from builder.store.provenance import Provenance
+from builder.workflows import verify_provenance
 
 
 class CellNotRecomputed(signing.VerificationFailure):
@@ -35,6 +41,7 @@ class CheckedBuild:
     record: dict  # validated and cleaned by build_record_schema
     cell: Cell  # recomputed from the context, never read from the record
     provenance: Provenance
+    linked: tuple[str, ...] = ()  # the linked files checked beside it (the image's SBOM, its signed provenance)
 
 
 def read(path: Path) -> tuple[bytes, dict]:
@@ -78,9 +85,36 @@ def check(
         else:
             verified = build_signing.verify(attestation, allowed_signers, revoked, raw)
             provenance = Provenance.signed(verified.principal, verified.fingerprint, verified.envelope)
-        return CheckedBuild(path, record, cell_of(record, site), provenance)
+        cell = cell_of(record, site)
+        linked = _linked(path, record, allowed_signers, revoked, site)
+        if isinstance(linked, signing.VerificationFailure):
+            return linked
+        return CheckedBuild(path, record, cell, provenance, linked)
     except (signing.VerificationFailure, signing.AttestationInputError) as exc:
         return exc
+
+
+def _linked(path: Path, record: dict, allowed_signers: Path, revoked: Path | None, site: Path | None):
+    """The names of the files the record links that were checked beside it (its image's SBOM, its signed
+    provenance), or why they do not verify."""
+    if record.get("provenance"):
+        outcome = verify_provenance.check(
+            path.with_name(PROVENANCE_ENVELOPE), allowed_signers, revoked, site=site, record=record
+        )
+        if isinstance(outcome, signing.AttestationInputError):
+            raise outcome
+        if isinstance(outcome, verify_provenance.CheckedProvenance):
+            return (PROVENANCE_ENVELOPE, *(c for c in outcome.compared if c != BUILD_RECORD))
+        return outcome
+    if record.get("sbom"):
+        try:
+            data = strict_json.read_regular(path.with_name(SBOM_FILE), MAX_SBOM_BYTES)
+        except (OSError, ValueError) as exc:
+            return verify_provenance.SbomMismatch(f"the record links {SBOM_FILE}, which cannot be read: {exc}")
+        if hashlib.sha256(data).hexdigest() != record["sbom"]["sha256"]:
+            return verify_provenance.SbomMismatch(f"{SBOM_FILE} is not the SBOM the record links")
+        return (SBOM_FILE,)
+    return ()
 
 
 def _cell_like(value: dict) -> bool:

@@ -1,4 +1,5 @@
-"""Same tag => same content, on the real engine: the cpu cell built twice with no cache is the same image.
+"""Same tag => same content, on the real engine: the cpu cell built twice with no cache is the same image, and
+its two SBOMs (builder.sbom, from the packages read inside each image) are the same bytes.
 
 `envbuild image --check-reproducible` builds the cell twice (--no-cache, temporary tags), compares both
 filesystems file by file and fails on any difference outside the allow-list in docs/docker.md. Two cold
@@ -45,5 +46,11 @@ def test_cpu_cell_rebuilds_to_the_same_content(tmp_path, local_base):
         f"{report['differing']} of {report['paths']} paths differ, {report['counted']} outside the allow-list"
     )
     assert result.exit_code == 0, result.output
+    print(f"SBOMs: {report['sbom']}")
     assert report["counted"] == 0 and report["paths"] > 40_000
     assert result.stdout.strip().splitlines()[-1] == "differing paths outside the allow-list: 0"
+    # two images that should be identical have identical SBOMs, which list what the images hold
+    assert report["sbom"]["identical"] is True, report["sbom"]
+    first, second = (tmp_path / f"ctx.repro-{n}.sbom.cdx.json" for n in (1, 2))
+    assert first.read_bytes() == second.read_bytes()
+    assert report["sbom"]["components"][0] > 150 and "SBOMs of the two builds: identical" in result.output

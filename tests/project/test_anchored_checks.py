@@ -71,10 +71,12 @@ def test_an_index_page_s_wheel_name_with_a_line_end_is_not_taken():
 def test_an_amd_or_lumi_name_with_a_line_end_is_no_vendor_image():
     from builder.plan.image_origin import vendor_label
 
-    assert vendor_label(f"rocm/pytorch:latest@sha256:{SHA64}")
-    assert vendor_label(f"rocm/pytorch:latest@sha256:{SHA64}\n") is None
-    assert vendor_label("/appl/local/containers/sif-images/lumi-pytorch.sif")
-    assert vendor_label("/appl/local/containers/sif-images/lumi-pytorch.sif\n") is None
+    assert vendor_label({"tag": f"rocm/pytorch:latest@sha256:{SHA64}"})
+    assert vendor_label({"tag": f"rocm/pytorch:latest@sha256:{SHA64}\n"}) is None
+    assert vendor_label({"repo_digests": [f"rocm/pytorch@sha256:{SHA64}"]}).startswith("AMD image")
+    assert vendor_label({"repo_digests": [f"rocm/pytorch@sha256:{SHA64}\n"]}) is None
+    assert vendor_label({"tag": "/appl/local/containers/sif-images/lumi-pytorch.sif"})
+    assert vendor_label({"tag": "/appl/local/containers/sif-images/lumi-pytorch.sif\n"}) is None
 
 
 def test_paths_names_and_tokens_with_a_line_end_are_refused(tmp_path):

@@ -1,7 +1,8 @@
 """The import contracts in pyproject.toml ([tool.importlinter]), checked with import-linter: builder's layers
 (cli -> workflows -> engine|report|attest -> store -> plan, arrows only down), the CLI importing the workflows and
 the neutral modules only (the run verb's remaining imports listed one by one), the engine never importing
-the store, its neutral modules (paths, slug, strict_json, bounded_read, interrupt, as_found) importing none of its
+the store, its neutral modules (paths, slug, strict_json, bounded_read, interrupt, as_found, build_inputs, sbom,
+known_secrets) importing none of its
 packages, no import circles between builder's modules, workload
 never importing builder, workload's layers (cli -> runner -> training/model/data/probes -> binaries), probes and
 training independent, no circles between workload's modules, and workload.binaries free of torch. The repo

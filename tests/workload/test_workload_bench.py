@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_script_compares_both_loops(tmp_path):
+    """Baseline, seed and throughput presets, the tuned HF anchor in two processes of its own, and the Gemma 4
+    shape's throughput preset in the same run; the goals read off them."""
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [
@@ -29,23 +31,77 @@ def test_bench_script_compares_both_loops(tmp_path):
             "3",
             "--eval-samples",
             "16",
+            "--anchor-runs",
+            "2",
+            "--anchor-steps",
+            "3",
+            "--anchor-warmup",
+            "1",
+            "--gemma4-steps",
+            "2",
             "--out",
             str(out),
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ratio (workload / baseline) samples/s" in proc.stdout
+    assert "tuned HF anchor: median" in proc.stdout and "gemma-2b throughput MFU" in proc.stdout
+    assert proc.stdout.count("(its own process)") == 2 and proc.stdout.count("anchor warm-up (not counted)") == 2
     report = json.loads(out.read_text())
-    assert [r["name"] for r in report["runs"]] == ["hf_trainer_baseline", "workload_seed", "workload_throughput"]
+    assert [r["name"] for r in report["runs"]] == [
+        "hf_trainer_baseline",
+        "workload_seed",
+        "workload_throughput",
+        "gemma4_throughput",
+    ]
     assert all(r["samples"] == 4 * 16 and r["samples_per_s"] > 0 for r in report["runs"][:2])
     throughput = report["runs"][2]
     assert throughput["steps"] == 3 and throughput["samples"] > 3 * 16 and throughput["levers"]["pack"]
     assert throughput["learning_rate"] > report["runs"][1]["learning_rate"]  # scaled with the step size
-    assert report["summary"]["ratio_samples_per_s"] > 0
+    assert report["runs"][3]["steps"] == 2 and report["runs"][3]["levers"]["pack"]
+    anchors = report["anchors"]
+    assert [a["name"] for a in anchors] == ["hf_anchor_group_by_length"] * 2
+    assert all(a["samples"] == 3 * 16 and a["steps"] == 3 for a in anchors)
+    summary = report["summary"]
+    rates = sorted(a["samples_per_s"] for a in anchors)
+    assert summary["anchor"]["median"] == pytest.approx(sum(rates) / 2, abs=0.01)
+    assert summary["anchor"]["min"] == rates[0] and summary["anchor"]["max"] == rates[1]
+    assert summary["ratios"]["workload_seed"] > 0 and "workload_throughput" in summary["ratios_to_anchor_median"]
+    # on the CPU there is no peak to take an MFU against: those goals are not measured; the ratios are
+    goals = {g["goal"]: g for g in summary["goals"]}
+    assert goals["gemma-2b throughput MFU"]["met"] is None and goals["Gemma 4 E2B throughput MFU"]["met"] is None
+    ratio = report["runs"][2]["samples_per_s"] / summary["anchor"]["median"]
+    assert goals["throughput / tuned HF anchor (median)"]["value"] == pytest.approx(ratio, rel=1e-3)
+    assert goals["throughput / tuned HF anchor (median)"]["met"] == (ratio >= 12)
     assert report["header"]["lengths"]["median"] in range(35, 65)
+
+
+def test_the_goals_follow_the_runs_numbers():
+    bench = _bench_module("train_throughput")
+    runs = [
+        {"name": "hf_trainer_baseline", "samples_per_s": 60.0, "mfu": 0.03, "peak_allocated_gb": 28.0},
+        {"name": "workload_seed", "samples_per_s": 500.0, "mfu": 0.3, "peak_allocated_gb": 9.8},
+        {"name": "workload_throughput", "samples_per_s": 1000.0, "mfu": 0.551, "peak_allocated_gb": 21.0},
+        {"name": "gemma4_throughput", "error": "RuntimeError: out of memory"},
+    ]
+    got = {g["goal"]: g["met"] for g in bench.goals(runs, bench.spread([80.0, 90.0, 120.0]))}
+    assert got == {
+        "gemma-2b throughput MFU": True,
+        "Gemma 4 E2B throughput MFU": None,  # failed: not measured, never met
+        "throughput / tuned HF anchor (median)": False,  # 1000 / 90 = 11.1
+        "seed / plain baseline, at <= 9.8 GB": True,  # 8.33x at 9.8 GB
+    }
+    runs[1]["peak_allocated_gb"] = 9.9
+    assert not {g["goal"]: g["met"] for g in bench.goals(runs, None)}["seed / plain baseline, at <= 9.8 GB"]
+    assert bench.spread([3.0, 1.0, 2.0, 10.0]) == {
+        "runs": [3.0, 1.0, 2.0, 10.0],
+        "median": 2.5,
+        "min": 1.0,
+        "max": 10.0,
+        "spread": 3.6,
+    }
 
 
 def _bench_module(name):

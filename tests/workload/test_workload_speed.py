@@ -2,6 +2,7 @@
 
 Tiny random Gemma classifiers on the CPU, fp32, LoRA dropout 0 (so that two paths draw no different masks)."""
 
+import dataclasses
 import random
 
 import pytest
@@ -10,9 +11,15 @@ import torch.nn.functional as F
 
 from numerics import assert_same_math, fp32_loss_rtol
 from workload.model.classifier import apply_lora, make_trainable_fp32
-from workload.training.batching import collate, collate_packed, packed_steps, token_budget_batches
+from workload.training.batching import (
+    collate,
+    collate_packed,
+    pack_sample_rows,
+    packed_steps,
+    token_budget_batches,
+)
 from workload.training.loop import Tokenised, evaluate, plan_epoch, scaled_schedule, train
-from workload.training.presets import PRESETS
+from workload.training.presets import PACKED_SEED, PRESETS
 from workload.training.speed import compile_layers, decoder_layers, packed_logits, uncompile_layers
 
 CPU = torch.device("cpu")
@@ -87,9 +94,15 @@ def _recipe(**changes):
     )
     import dataclasses
 
-    return dataclasses.replace(
-        base, **{"compile": False, "bucket_lengths": None, "micro_batch_tokens": None, "graph_steps": False, **changes}
-    )
+    plain = {
+        "compile": False,
+        "bucket_lengths": None,
+        "micro_batch_tokens": None,
+        "graph_steps": False,
+        "pack_samples": None,
+        "varlen_attention": False,
+    }
+    return dataclasses.replace(base, **{**plain, **changes})
 
 
 def _run(recipe, family="gemma", data=None, device=CPU, dtype=torch.float64, compile_backend=None):
@@ -184,6 +197,71 @@ def test_packed_forward_equals_padded_forward_logits_and_gradients(family, devic
         same(a, b)
 
 
+def test_packed_sample_rows_hold_every_sample_once_within_the_cap_in_few_rows():
+    lengths = _lengths(400, seed=2)
+    for start in range(0, 400, 16):
+        samples = list(range(start, start + 16))
+        rows = pack_sample_rows(lengths, samples, 256)
+        assert sorted(i for row in rows for i in row) == samples
+        assert all(sum(lengths[i] for i in row) <= 256 for row in rows)
+        # first-fit decreasing: no two rows could have been one
+        sums = sorted(sum(lengths[i] for i in row) for row in rows)
+        assert len(sums) < 2 or sums[0] + sums[1] > 256
+    with pytest.raises(ValueError, match="does not fit"):
+        pack_sample_rows([300, 4], [0, 1], 256)
+
+
+def test_a_pad_tail_restarts_its_positions_every_tail_chunk():
+    ids, pos, ends = collate_packed([[[5, 6, 7]]], PAD, 12, 1, tail_chunk=4)
+    assert pos.tolist() == [[0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0]]
+    assert ids.tolist() == [[5, 6, 7] + [PAD] * 9] and ends.tolist() == [2]
+
+
+def test_packed_sample_steps_reproduce_padded_losses_on_the_same_steps():
+    """Each step's 16 samples packed into rows of at most 256 tokens (several rows, so several micro-batches per
+    step), each row padded to 128 or 256: the padded path's losses and eval (masks from the position ids on the
+    CPU)."""
+    plain = _run(_recipe())
+    packed = _run(_recipe(pack_samples=(128, 256)))
+    _assert_same(plain, packed)
+    assert packed[2].packed and not plain[2].packed
+    assert packed[2].padded_tokens < plain[2].padded_tokens
+    assert packed[2].padded_tokens % 128 == 0
+
+
+def test_packed_sample_steps_are_laid_out_one_row_per_micro_batch_at_the_smallest_width():
+    from workload.training.loop import micro_batches
+
+    lengths = _lengths(64, seed=4)
+    recipe = _recipe(pack_samples=(128, 256, 512), max_length=256)
+    steps = plan_epoch(lengths, recipe, seed=0)
+    assert [s.samples for s in steps] == [s.samples for s in plan_epoch(lengths, _recipe(max_length=256), seed=0)]
+    for step in steps:
+        micros = micro_batches(step, lengths, recipe)
+        assert [m["rows"] for m in micros] == [[row] for row in step.rows]
+        for m in micros:
+            used = sum(lengths[i] for i in m["rows"][0])
+            assert m["width"] == next(w for w in (128, 256, 512) if w >= used) and m["tail_chunk"] == 256
+    with pytest.raises(ValueError, match="longer than max_length"):
+        plan_epoch(lengths, _recipe(pack_samples=(128, 256, 512), max_length=64), seed=0)
+    with pytest.raises(ValueError, match="not with pack or tokens_per_step"):
+        plan_epoch(lengths, _recipe(pack_samples=(256,), tokens_per_step=512), seed=0)
+
+
+def test_packed_sample_steps_run_padded_where_varlen_cannot_run_or_under_ddp():
+    """On the CPU packed samples with varlen attention asked for (`PACKED_SEED`) run as the padded steps, and the
+    run says why; under DDP too."""
+    from workload.training.loop import _unpack_samples
+
+    asked = _run(_recipe(pack_samples=(128, 256), varlen_attention=True))
+    assert not asked[2].packed and "CPU" in asked[2].varlen_error
+    _assert_same(_run(_recipe()), asked)
+    seed = dataclasses.replace(PRESETS["seed"], **PACKED_SEED)
+    assert _unpack_samples(seed, torch.device("cuda"), "bf16", 2)[1] == "packed sample steps run in one process"
+    assert _unpack_samples(seed, torch.device("cuda"), "fp32", 1)[0].pack_samples is None
+    assert _unpack_samples(_recipe(pack_samples=(256,)), CPU, "fp32", 1) == (_recipe(pack_samples=(256,)), None)
+
+
 def test_micro_batches_reproduce_whole_batch_losses():
     _assert_same(_run(_recipe()), _run(_recipe(micro_batch_tokens=128)))
 
@@ -218,6 +296,40 @@ def test_graph_steps_reproduce_uncaptured_losses(compiled):
     assert max(abs(x - y) for x, y in zip(la, lb)) < 2e-4, (la, lb)
     assert max(abs(x[1] - y[1]) for x, y in zip(sa.grad_norm, sb.grad_norm)) < 2e-3
     assert abs(eva["loss"] - evb["loss"]) < 2e-4 and eva["accuracy"] == evb["accuracy"]
+
+
+@GPU_ONLY
+@pytest.mark.parametrize("compiled", [False, True])
+def test_graph_steps_of_packed_samples_reproduce_uncaptured_losses(compiled):
+    """The packed seed layout (`PACKED_SEED`) on a GPU: steps of 16 packed samples through the varlen kernels (rows of 128 or 256
+    tokens, pad tails cut to max_length), replayed from captured graphs, give the uncaptured loop's losses and
+    eval; both give the padded steps' losses within bf16's drift."""
+    import torch._dynamo
+
+    gpu = torch.device("cuda")
+    levers = dict(compile=compiled, max_steps=6, dtype="bf16", max_length=128)
+    packed = dict(pack_samples=(128, 256), varlen_attention=True)
+    data = _data()
+    data = Tokenised([x[:128] for x in data.train_ids], data.train_labels, data.eval_ids, data.eval_labels)
+    runs = {}
+    for name, recipe in (
+        ("padded", _recipe(**levers)),
+        ("packed", _recipe(**levers, **packed)),
+        ("graphed", _recipe(**levers, **packed, graph_steps=True)),
+    ):
+        model = _model().to(gpu)
+        stats = train(model, data, recipe, device=gpu, dtype="bf16", pad_id=PAD)
+        ev = evaluate(
+            model, data.eval_ids, data.eval_labels, device=gpu, dtype="bf16", pad_id=PAD, recipe=recipe, num_labels=7
+        )
+        runs[name] = ([loss for _, loss in stats.train_loss], ev, stats)
+    torch._dynamo.reset()
+    assert runs["graphed"][2].graph_error is None and runs["graphed"][2].graphed_layouts >= 2
+    assert runs["packed"][2].varlen_attention and runs["graphed"][2].varlen_attention
+    (la, eva, _), (lb, evb, _) = runs["packed"], runs["graphed"]
+    assert max(abs(x - y) for x, y in zip(la, lb)) < 2e-3, (la, lb)
+    assert abs(eva["loss"] - evb["loss"]) < 2e-3
+    assert max(abs(x - y) for x, y in zip(runs["padded"][0], la)) < 3e-2, (runs["padded"][0], la)
 
 
 def test_optimizer_state_made_before_capture_changes_nothing():
@@ -344,8 +456,13 @@ def test_presets_and_bad_combinations():
     seed, fast = PRESETS["seed"], PRESETS["throughput"]
     assert seed.batch_size == 16 and seed.tokens_per_step is None and seed.micro_batch_tokens == 2048
     assert seed.graph_steps and not fast.graph_steps
+    assert seed.pack_samples is None and fast.pack_samples is None and PRESETS["speed"].pack_samples is None
     # Where whole-step graphs cannot run, the run goes on uncaptured and says why.
     from workload.training.loop import _graphs_unsupported
+
+    packed_seed = dataclasses.replace(seed, **PACKED_SEED)
+    assert _graphs_unsupported(packed_seed, "bf16", 1) is None  # packed sample steps are captured as graphs
+    assert max(packed_seed.pack_samples) == seed.micro_batch_tokens and packed_seed.varlen_attention
 
     assert _graphs_unsupported(seed, "bf16", 1) is None
     assert "packed" in _graphs_unsupported(fast, "bf16", 1) and "fp16" in _graphs_unsupported(seed, "fp16", 1)

@@ -120,6 +120,7 @@ def test_the_speed_preset_is_the_throughput_levers_with_timed_steps():
         "tokens_per_step",
         "pack",
         "pack_length",
+        "pack_samples",
         "micro_batch_tokens",
         "compile",
         "varlen_attention",

@@ -233,3 +233,12 @@ def test_result_records_the_schedule_that_really_ran(tmp_path):
     # merged q/k/v runs anywhere: every attention block of the tiny model ran merged
     assert budget.merged_qkv and config["speed"]["merged_qkv"] and config["speed"]["merged_qkv_blocks"] > 0
     assert metrics["padded_tokens"] >= metrics["tokens_per_s"] * metrics["train_seconds"] * 0.99
+
+
+def test_result_records_packed_sample_steps_asked_for_and_how_they_ran(tmp_path):
+    """The seed preset's packed samples on the CPU: asked for (recorded), run padded (no varlen kernel), and why."""
+    code, result = quick_train(tmp_path, max_steps=2, pack_samples=(128, 256), varlen_attention=True)
+    assert code == 0, result.get("error")
+    speed = result["config"]["speed"]
+    assert speed["pack_samples"] == [128, 256] and speed["packed"] is False
+    assert speed["varlen_attention"] is False and "CPU" in speed["varlen_error"]

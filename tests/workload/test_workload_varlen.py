@@ -70,6 +70,29 @@ def test_sequence_count_covers_what_collate_packs_in_few_buckets():
     assert len(seen) * 4 <= len(raw), (seen, raw)  # the compiled layers see few cu_seqlens shapes
 
 
+def test_a_pad_tail_cut_into_chunks_counts_one_sequence_per_chunk():
+    """Packed samples (one row of up to 2048 tokens): the pad tail restarts every max_length tokens, so no
+    sequence is longer than max_length, and the plan counts every chunk."""
+    rng = random.Random(7)
+    for _ in range(200):
+        lengths = [rng.randrange(1, 129) for _ in range(rng.randrange(1, 17))]
+        width = rng.choice([256, 512, 1024, 2048])
+        if sum(lengths) > width:
+            continue
+        _, pos, _ = collate_packed([[[7] * n for n in lengths]], PAD, width, 1, tail_chunk=128)
+        cu = cu_seqlens(pos, sequence_count([lengths], width, 1, tail_chunk=128))
+        spans = (cu[1:] - cu[:-1]).tolist()
+        assert max(spans) <= 128 and sum(spans) == width
+        assert int((pos == 0).sum()) == len(lengths) + -(-(width - sum(lengths)) // 128)
+    assert sequence_count([[100, 28]], 128, 1, tail_chunk=64) == SEQUENCE_BUCKET  # a full row: no tail
+    # 60 samples and a tail of 5 chunks: 65 sequences, past one bucket (one tail sequence would fit in it)
+    _, pos, _ = collate_packed([[[7]] * 60], PAD, 60 + 5 * 128, 1, tail_chunk=128)
+    count = sequence_count([[1] * 60], 60 + 5 * 128, 1, tail_chunk=128)
+    assert count == 2 * SEQUENCE_BUCKET and cu_seqlens(pos, count)[60:67].tolist() == [
+        60 + 128 * k for k in range(6)
+    ] + [700]
+
+
 def test_more_sequences_than_planned_is_refused():
     _, pos, _ = collate_packed([[[1]] * 5], PAD, 5, 1)
     with pytest.raises(ValueError, match="5 sequences"):

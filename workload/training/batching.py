@@ -142,12 +142,36 @@ def packed_steps(
     return steps
 
 
+def pack_sample_rows(lengths: list[int], samples: list[int], cap: int) -> list[list[int]]:
+    """One step's samples as rows of at most `cap` tokens (first-fit decreasing: as few rows as it finds, the
+    longest samples first); every sample once."""
+    rows: list[list[int]] = []
+    space: list[int] = []
+    for i in sorted(samples, key=lambda j: -lengths[j]):
+        if lengths[i] > cap:
+            raise ValueError(f"a sample of {lengths[i]} tokens does not fit a packed row of {cap}")
+        slot = next((k for k, free in enumerate(space) if free >= lengths[i]), None)
+        if slot is None:
+            rows.append([i])
+            space.append(cap - lengths[i])
+        else:
+            rows[slot].append(i)
+            space[slot] -= lengths[i]
+    return rows
+
+
 def collate_packed(
-    rows: list[list[list[int]]], pad_id: int, row_length: int, n_rows: int, pin: bool = False
+    rows: list[list[list[int]]],
+    pad_id: int,
+    row_length: int,
+    n_rows: int,
+    pin: bool = False,
+    tail_chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Padding-free batch: each row concatenates whole samples (`rows[r]` = their token id lists), the rest of
     the row is pad; always `n_rows` x `row_length` (one shape). Position ids restart at 0 for every sample
-    (and for the pad tail), which is how transformers recognises packed sequences and masks attention to each
+    (and for the pad tail, every `tail_chunk` tokens of it when given, so that no pad sequence is longer than
+    the longest sample), which is how transformers recognises packed sequences and masks attention to each
     sample's own tokens. Returns input_ids, position_ids and each sample's last-token index into the
     flattened (n_rows * row_length) batch, in row order."""
     input_ids = torch.full((n_rows, row_length), pad_id, dtype=torch.long)
@@ -160,7 +184,8 @@ def collate_packed(
             position_ids[r, at : at + len(x)] = torch.arange(len(x))
             at += len(x)
             ends.append(r * row_length + at - 1)
-        position_ids[r, at:] = torch.arange(row_length - at)
+        tail = torch.arange(row_length - at)
+        position_ids[r, at:] = tail % tail_chunk if tail_chunk else tail
     ends = torch.tensor(ends, dtype=torch.long)
     if pin:
         input_ids, position_ids, ends = input_ids.pin_memory(), position_ids.pin_memory(), ends.pin_memory()

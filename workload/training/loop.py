@@ -18,6 +18,7 @@ from .batching import (
     collate,
     collate_packed,
     eval_batches,
+    pack_sample_rows,
     packed_steps,
     padded_length,
     token_budget_batches,
@@ -165,10 +166,21 @@ class Step:
 
 
 def plan_epoch(lengths: list[int], recipe: Recipe, seed: int) -> list[Step]:
-    """One epoch's optimizer steps: `batch_size` samples each (plain), or a token budget per step, either
-    bucketed by length (`bucket_lengths`) or packed into rows of `pack_length` tokens."""
-    if recipe.varlen_attention and not recipe.pack:
-        raise ValueError("varlen_attention needs pack (it replaces the masks of packed rows)")
+    """One epoch's optimizer steps: `batch_size` samples each (plain, or packed into rows with `pack_samples`),
+    or a token budget per step, either bucketed by length (`bucket_lengths`) or packed into rows of `pack_length`
+    tokens."""
+    if recipe.varlen_attention and not (recipe.pack or recipe.pack_samples):
+        raise ValueError("varlen_attention needs pack or pack_samples (it replaces the masks of packed rows)")
+    if recipe.pack_samples:
+        if recipe.pack or recipe.tokens_per_step:
+            raise ValueError("pack_samples packs steps of batch_size samples: not with pack or tokens_per_step")
+        if max(lengths, default=0) > recipe.max_length:
+            raise ValueError(f"a sample of {max(lengths)} tokens is longer than max_length {recipe.max_length}")
+        cap = max(recipe.pack_samples)
+        return [
+            Step(b, pack_sample_rows(lengths, b, cap))
+            for b in train_batches(lengths, recipe.batch_size, seed=seed, bucket_batches=recipe.bucket_batches)
+        ]
     if not recipe.tokens_per_step:  # bucket_lengths then only sets the padded widths
         if recipe.pack:
             raise ValueError("pack needs tokens_per_step (a token budget per optimizer step)")
@@ -199,8 +211,22 @@ def _pad_width(lengths: list[int], recipe: Recipe) -> int:
 
 def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0, world: int = 1) -> list[dict]:
     """The forwards of one step (gradient accumulation when `micro_batch_tokens` caps a forward's padded tokens).
-    Padded: {"samples", "width"}; packed: {"rows", "n_rows"} (a fixed row count, so one shape)."""
+    Padded: {"samples", "width"}; packed: {"rows", "n_rows"} (a fixed row count, so one shape); packed samples
+    (`pack_samples`): one row each, {"rows", "n_rows": 1, "width", "tail_chunk"}, the row padded to the smallest
+    of the widths that holds it and its pad tail cut into sequences of at most `max_length`."""
     cap = recipe.micro_batch_tokens
+    if recipe.pack_samples:
+        if world > 1:
+            raise ValueError("pack_samples runs in one process (train() lays the steps out padded under DDP)")
+        return [
+            {
+                "rows": [row],
+                "n_rows": 1,
+                "width": bucket_length(sum(lengths[i] for i in row), recipe.pack_samples),
+                "tail_chunk": recipe.max_length,
+            }
+            for row in step.rows
+        ]
     if recipe.pack:  # each rank packs its share of the step's rows (it may be empty on a short last step)
         rows_per_step = max(1, recipe.tokens_per_step // recipe.pack_length)
         per = min(-(-rows_per_step // world), max(1, cap // recipe.pack_length) if cap else rows_per_step)
@@ -220,7 +246,10 @@ def micro_batches(step: Step, lengths: list[int], recipe: Recipe, rank: int = 0,
 def _sequences(micro: dict, data: Tokenised, recipe: Recipe) -> int:
     """The (bucketed) sequence count of a packed micro-batch, as the varlen kernels see it."""
     return sequence_count(
-        [[len(data.train_ids[i]) for i in row] for row in micro["rows"]], recipe.pack_length, micro["n_rows"]
+        [[len(data.train_ids[i]) for i in row] for row in micro["rows"]],
+        micro.get("width", recipe.pack_length),
+        micro["n_rows"],
+        micro.get("tail_chunk"),
     )
 
 
@@ -233,9 +262,10 @@ def _host_batch(
         tensors = collate_packed(
             [[data.train_ids[i] for i in row] for row in micro["rows"]],
             pad_id,
-            recipe.pack_length,
+            micro.get("width", recipe.pack_length),
             micro["n_rows"],
             pin=pin,
+            tail_chunk=micro.get("tail_chunk"),
         )
         if varlen:
             cu = cu_seqlens(tensors[1], _sequences(micro, data, recipe))
@@ -259,12 +289,13 @@ def _to_device(batch: tuple[torch.Tensor, ...], device) -> tuple[torch.Tensor, .
     return tuple(t.to(device, non_blocking=True) for t in batch)
 
 
-def _logits(model, batch: tuple[torch.Tensor, ...], device, dtype: str):
-    """(logits, target) of one micro-batch of device tensors (`_host_batch`'s layout)."""
+def _logits(model, batch: tuple[torch.Tensor, ...], device, dtype: str, longest: int | None = None):
+    """(logits, target) of one micro-batch of device tensors (`_host_batch`'s layout); `longest`: the longest
+    sequence of a packed batch (None: its row length)."""
     with autocast(device, dtype):
         if len(batch) >= 4:  # packed, with cu_seqlens when varlen attention is on
             input_ids, position_ids, ends, *cu, target = batch
-            return packed_logits(model, input_ids, position_ids, ends, *cu), target
+            return packed_logits(model, input_ids, position_ids, ends, *cu, max_length=longest), target
         input_ids, mask, target = batch
         return model(input_ids=input_ids, attention_mask=mask).logits, target
 
@@ -292,14 +323,19 @@ def _warm_up(
     for step in schedule:
         for micro in micro_batches(step, lengths, recipe, rank, world):
             if "rows" in micro:
-                shape = ("rows", micro["n_rows"], _sequences(micro, data, recipe) if varlen else 0)
+                width = micro.get("width", recipe.pack_length)
+                shape = ("rows", micro["n_rows"], width, _sequences(micro, data, recipe) if varlen else 0)
             else:
                 shape = (len(micro["samples"]), micro["width"])
             if shape in seen:
                 continue
             seen.add(shape)
             logits, target = _logits(
-                model, _to_device(_host_batch(micro, data, recipe, pad_id, pin, varlen), device), device, dtype
+                model,
+                _to_device(_host_batch(micro, data, recipe, pad_id, pin, varlen), device),
+                device,
+                dtype,
+                _longest(recipe),
             )
             F.cross_entropy(logits.float(), target).backward()
     for p in params:
@@ -329,6 +365,12 @@ def _record_step(stats: TrainStats, step_no: int, step: Step, lengths: list[int]
     trained_lengths.extend(lengths[i] for i in step.samples)
 
 
+def _longest(recipe: Recipe) -> int | None:
+    """The longest sequence the varlen kernels see in a micro-batch: `max_length` for packed samples (no sample is
+    longer, and pad tails are cut to it), the row length otherwise (None)."""
+    return recipe.max_length if recipe.pack_samples else None
+
+
 def _graphs_unsupported(recipe: Recipe, dtype: str, world: int) -> str | None:
     """Why whole-step graphs cannot run with these settings (None: they can)."""
     if recipe.pack:
@@ -340,7 +382,9 @@ def _graphs_unsupported(recipe: Recipe, dtype: str, world: int) -> str | None:
     return None
 
 
-def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats: TrainStats):
+def _capture_steps(
+    model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats: TrainStats, varlen: bool = False
+):
     """StepGraphs with every step layout of the schedule captured, or None (stats.graph_error says why)."""
     from .step_graphs import StepGraphs
 
@@ -348,7 +392,7 @@ def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params,
         n = sum(batch[-1].shape[0] for batch in batches)
         step_loss = torch.zeros((), device=device)
         for batch in batches:
-            logits, target = _logits(model, batch, device, dtype)
+            logits, target = _logits(model, batch, device, dtype, _longest(recipe))
             loss = F.cross_entropy(logits.float(), target, reduction="sum") / n
             loss.backward()
             step_loss += loss.detach().float()
@@ -364,7 +408,10 @@ def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params,
     try:
         for step in schedule:
             graphs.capture(
-                [_host_batch(micro, data, recipe, pad_id, True) for micro in micro_batches(step, lengths, recipe)]
+                [
+                    _host_batch(micro, data, recipe, pad_id, True, varlen)
+                    for micro in micro_batches(step, lengths, recipe)
+                ]
             )
     except torch.cuda.OutOfMemoryError:
         raise
@@ -380,8 +427,8 @@ def _capture_steps(model, schedule, data, recipe, device, dtype, pad_id, params,
 def _schedule(recipe: Recipe, lengths: list[int]) -> tuple[Recipe, list]:
     """The recipe as this torch can run it (packing falls back to padded batches where unsupported) and its
     steps: every epoch's plan, repeated or cut to max_steps."""
-    if recipe.pack and not packing_supported():  # the same steps, laid out as padded batches
-        recipe = dataclasses.replace(recipe, pack=False, varlen_attention=False)
+    if (recipe.pack or recipe.pack_samples) and not packing_supported():  # the same steps, laid out padded
+        recipe = dataclasses.replace(recipe, pack=False, pack_samples=None, varlen_attention=False)
     schedule = [s for epoch in range(recipe.epochs) for s in plan_epoch(lengths, recipe, recipe.seed + epoch)]
     if recipe.max_steps:
         schedule = (schedule * math.ceil(recipe.max_steps / max(1, len(schedule))))[: recipe.max_steps]
@@ -411,19 +458,36 @@ def _compile(model, recipe: Recipe, device: torch.device, backend: str | None, s
         return 0
 
 
+def _no_varlen(device: torch.device, dtype: str) -> str | None:
+    """Why the varlen attention kernels cannot run here (None: they can). They are GPU-only."""
+    if device.type != "cuda":
+        return "no varlen attention kernel on the CPU"
+    if dtype not in ("bf16", "fp16"):
+        return f"the varlen kernels take bf16/fp16, not {dtype}"
+    return varlen_available()
+
+
 def _varlen(recipe: Recipe, device: torch.device, dtype: str, stats: TrainStats) -> bool:
-    """Whether packed rows run through the varlen attention kernels (why not, in `stats.varlen_error`)."""
-    if not (recipe.pack and recipe.varlen_attention):
+    """Whether packed rows run through the varlen attention kernels (why not, in `stats.varlen_error`); elsewhere
+    packed rows use masks."""
+    if not ((recipe.pack or recipe.pack_samples) and recipe.varlen_attention):
         return False
-    # the kernels are GPU-only; elsewhere packed rows use masks
-    stats.varlen_error = (
-        "no varlen attention kernel on the CPU"
-        if device.type != "cuda"
-        else f"the varlen kernels take bf16/fp16, not {dtype}"
-        if dtype not in ("bf16", "fp16")
-        else varlen_available()
-    )
+    stats.varlen_error = _no_varlen(device, dtype)
     return stats.varlen_error is None
+
+
+def _unpack_samples(recipe: Recipe, device: torch.device, dtype: str, world: int) -> tuple[Recipe, str | None]:
+    """Packed sample steps (`pack_samples`) where they run: one process, and with varlen attention asked for, where
+    its kernels run (packed rows of up to 2048 tokens through dense masks would cost more than the padded steps
+    save). Elsewhere the same steps run padded (`bucket_lengths`); the second value says why."""
+    if not recipe.pack_samples:
+        return recipe, None
+    why = "packed sample steps run in one process" if world > 1 else None
+    if why is None and recipe.varlen_attention:
+        why = _no_varlen(device, dtype)
+    if why is None:
+        return recipe, None
+    return dataclasses.replace(recipe, pack_samples=None, varlen_attention=False), why
 
 
 def _warm_up_compiled(
@@ -530,6 +594,7 @@ def train(
         raise ValueError("packed batches with several processes need reduce_sum (a sum over the ranks)")
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(x) for x in data.train_ids]
+    recipe, unpacked = _unpack_samples(recipe, device, dtype, ddp_world)
     recipe, schedule = _schedule(recipe, lengths)
     learning_rate, warmup_steps = scaled_schedule(recipe, schedule)
     stats, pending_loss, pending_norm = TrainStats(), [], []
@@ -546,7 +611,7 @@ def train(
     )
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "fp16"))
     stats.learning_rate, stats.warmup_steps = learning_rate, warmup_steps
-    stats.packed = recipe.pack
+    stats.packed = recipe.pack or bool(recipe.pack_samples)
     pin = device.type == "cuda"
     # Packed forwards call the backbone directly, past DDP's forward, so DDP does not sync their gradients:
     # they are averaged over the ranks by hand, once per step.
@@ -560,6 +625,7 @@ def train(
     for config in configs:
         config.use_cache = False
     varlen = stats.varlen_attention = _varlen(recipe, device, dtype, stats)
+    stats.varlen_error = stats.varlen_error or unpacked
     attention = contextlib.ExitStack()
     try:
         if varlen:
@@ -589,7 +655,7 @@ def train(
             _sync(device)
             begin = time.perf_counter()
             graphs = _capture_steps(
-                forward_model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats
+                forward_model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats, varlen
             )
             stats.warmup_seconds += time.perf_counter() - begin
         stats.graphed_layouts = len(graphs.graphs) if graphs else 0
@@ -607,7 +673,7 @@ def train(
             n_global = len(step.samples)
             micros = micro_batches(step, lengths, recipe, ddp_rank, ddp_world)
             if graphs is not None:
-                batches = [_host_batch(micro, data, recipe, pad_id, pin) for micro in micros]
+                batches = [_host_batch(micro, data, recipe, pad_id, pin, varlen) for micro in micros]
                 step_loss, norm = graphs.step(batches)
                 scheduler.step()
                 stats.padded_tokens += sum(batch[0].numel() for batch in batches)
@@ -623,7 +689,7 @@ def train(
                 sync_now = k == len(micros) - 1 or not hasattr(model, "no_sync")
                 with contextlib.nullcontext() if sync_now else model.no_sync():
                     batch = _host_batch(micro, data, recipe, pad_id, pin, varlen)
-                    logits, target = _logits(forward_model, _to_device(batch, device), device, dtype)
+                    logits, target = _logits(forward_model, _to_device(batch, device), device, dtype, _longest(recipe))
                     # Mean over the global step: each micro-batch's sum / step size (x world: DDP averages).
                     loss = F.cross_entropy(logits.float(), target, reduction="sum") / n_global * ddp_world
                     scaler.scale(loss).backward()

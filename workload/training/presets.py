@@ -52,6 +52,10 @@ class Recipe:
     compile: bool = False  # torch.compile each decoder layer (static shapes; warm-up excluded from timing)
     graph_steps: bool = False  # GPUs, padded steps: replay each step layout's whole step as one captured graph
     varlen_attention: bool = False  # GPUs, packed rows: varlen attention kernels instead of dense per-row masks
+    # Steps of `batch_size` samples (no tokens_per_step), packed padding-free: each micro-batch one row of whole
+    # samples, padded to the smallest of these widths (the largest caps a micro-batch). With varlen_attention, only
+    # where the varlen kernels run and in one process; elsewhere the same steps run padded (`bucket_lengths`).
+    pack_samples: tuple[int, ...] | None = None
     merged_qkv: bool = False  # one base GEMM and one LoRA-A GEMM for q/k/v (one dropout mask shared by the three)
 
     def replace(self, **changes) -> "Recipe":
@@ -137,6 +141,12 @@ PRESETS["throughput"] = dataclasses.replace(
     varlen_attention=True,
     merged_qkv=True,
 )
+
+#: The seed preset's steps packed padding-free (`pack_samples`, with varlen attention): each step's 16 samples in one
+#: row (two for the few steps over 2048 tokens) padded to a multiple of 256 up to 1024, then 1536 or 2048 (6 widths
+#: to compile; 86 % real tokens on the speed data against 61 % padded to 64/128/256/512). Not in the seed preset: on an
+#: H100 it ran 11.6x the HF baseline but peaked at 10.9 GB, over the preset's 9.8 (docs/benchmarks.md).
+PACKED_SEED = dict(pack_samples=(256, 512, 768, 1024, 1536, 2048), varlen_attention=True)
 
 # `speed`: the standard speed measurement of a cell (docs/workload.md "The speed preset"), the same on every GPU.
 # A random-weight classifier of a real model's shape (`--model gemma-2b-shape`, or `gemma4-e2b-shape`;

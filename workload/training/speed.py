@@ -33,21 +33,24 @@ def packed_logits(
     position_ids: torch.Tensor,
     ends: torch.Tensor,
     cu_seqlens: torch.Tensor | None = None,
+    max_length: int | None = None,
 ) -> torch.Tensor:
     """Logits of every sample of a packed batch (`batching.collate_packed`): the backbone runs without an
     attention mask, so transformers derives a per-sample causal mask from the restarting position ids
     (no attention across samples), or, with `cu_seqlens` (workload.training.varlen, its attention switched on), the
-    varlen kernels take the sample boundaries instead of a mask; each sample is pooled at its own last token,
-    as the padded path does."""
+    varlen kernels take the sample boundaries instead of a mask (`max_length`: the longest sequence in the batch,
+    pad sequences included; the row length when not given); each sample is pooled at its own last token, as the
+    padded path does."""
     backbone, score = classifier_parts(model)
+    longest = min(input_ids.shape[1], max_length or input_ids.shape[1])
     varlen = (
         {}
         if cu_seqlens is None
         else {
             "cu_seq_lens_q": cu_seqlens,
             "cu_seq_lens_k": cu_seqlens,
-            "max_length_q": input_ids.shape[1],
-            "max_length_k": input_ids.shape[1],
+            "max_length_q": longest,
+            "max_length_k": longest,
         }
     )
     hidden = backbone(input_ids=input_ids, position_ids=position_ids, use_cache=False, **varlen).last_hidden_state

@@ -33,14 +33,15 @@ def varlen_available() -> str | None:
     return None
 
 
-def sequence_count(rows: list[list[int]], row_length: int, n_rows: int) -> int:
+def sequence_count(rows: list[list[int]], row_length: int, n_rows: int, tail_chunk: int | None = None) -> int:
     """Sequences the kernels see in a packed micro-batch (`rows[r]` = the lengths packed in row r): every
-    sample, plus each row's pad tail (its own sequence: position ids restart there), padded up to
-    SEQUENCE_BUCKET."""
+    sample, plus each row's pad tail (its own sequence: position ids restart there; one per `tail_chunk` tokens
+    of it when given, as `batching.collate_packed` lays it out), padded up to SEQUENCE_BUCKET."""
     count = 0
     for r in range(n_rows):
         lengths = rows[r] if r < len(rows) else []
-        count += len(lengths) + (sum(lengths) < row_length)
+        tail = row_length - sum(lengths)
+        count += len(lengths) + (-(-tail // tail_chunk) if tail_chunk else tail > 0)
     return -(-count // SEQUENCE_BUCKET) * SEQUENCE_BUCKET
 
 
