@@ -1,15 +1,9 @@
-"""`envbuild run workload`: the fine-tune inside a built image (`--image TAG`) or here (`--local`)."""
+"""`envbuild run workload`: the fine-tune inside a built image (`--image TAG`), a SIF, a venv or here (`--local`); the
+workflow builder.workflows.run does the work, this module maps the flags and prints what happens."""
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
-import sqlite3
 import sys
-import tempfile
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
@@ -17,25 +11,22 @@ from rich.console import Console
 from rich.markup import escape
 
 from builder.cli import site_recipes
-from builder.cli.prerequisites import MissingPrerequisite
-from builder.cli.store_options import db_option, note_new_folder
-from builder.engine.interrupt import (
-    EXIT_INTERRUPTED,
-    EXIT_TERMINATED,
-    Terminated,
-    describe,
-    later_ctrl_c_ignored,
-    sigterm_as_interrupt,
+from builder.cli.errors import workflow_errors
+from builder.cli.store_options import db_option
+from builder.workflows.run import (
+    ConditionsNotRecorded,
+    NewMatrixFolder,
+    NotStarted,
+    OtherRuns,
+    Output,
+    Recorded,
+    RunFinished,
+    RunOutcome,
+    RunWorkloadRequest,
+    Said,
+    TokenPassed,
+    run_workload,
 )
-from builder.engine import conditions
-from builder.engine.run_result import RESULT_NAME, write_json_atomic
-from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
-
-
-class BadInput(click.ClickException):
-    """Bad input found before or by the workload: exit code 2, nothing recorded."""
-
-    exit_code = 2
 
 
 @click.group("run")
@@ -133,26 +124,8 @@ def run() -> None:
 @db_option
 @click.option("--no-record", is_flag=True, help="Leave the result in --out only; do not record it in the matrix.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- WORKLOAD ARGS]")
-def workload(
-    image: str | None,
-    sif: Path | None,
-    local: bool,
-    venv: Path | None,
-    python: str,
-    wheels: Path | None,
-    gpus: str | None,
-    model: str | None,
-    data: Path | None,
-    out_dir: Path | None,
-    preset: str,
-    shm_size: str,
-    network: str | None,
-    probe_timeout: float,
-    pass_hf_token: bool,
-    db: Path | None,
-    no_record: bool,
-    extra: tuple[str, ...],
-) -> None:
+@workflow_errors()
+def workload(**flags) -> None:
     """Run the LoRA fine-tune and collect its result.json (+ host record and image block).
 
     Exit code 0 only when the result is "pass"; 1 when it is not; 2 for bad input (unknown image, missing
@@ -160,6 +133,20 @@ def workload(
     recorded); 130 on Ctrl-C and 143 on SIGTERM (the workload is stopped and the attempt recorded as
     `interrupted`, not a verdict).
     """
+    request = _request(flags)
+    console = Console(stderr=True, soft_wrap=True)
+    outcome = run_workload(request, lambda event: _show(event, console))
+    if isinstance(outcome, NotStarted):
+        console.print(f"[yellow]run interrupted ({outcome.how}) before the workload started[/]")
+    else:
+        _print_next(outcome, request.db, console)
+    if outcome.exit_code:
+        sys.exit(outcome.exit_code)
+
+
+def _request(flags: dict) -> RunWorkloadRequest:
+    """The request the flags make; flags that exclude each other are usage errors (exit code 2), before any work."""
+    image, sif, local, venv, python = (flags.pop(k) for k in ("image", "sif", "local", "venv", "python"))
     if sum(map(bool, (image, sif, local or venv))) > 1:
         raise click.UsageError("--image, --apptainer and --local/--venv exclude each other: pick one")
     if local and python != "python3":
@@ -168,59 +155,56 @@ def workload(
         raise click.UsageError(
             "--python names the interpreter of an image or SIF (--image / --apptainer), or with --local one of this host"
         )
-    if pass_hf_token and not (image or sif):
+    if flags["pass_hf_token"] and not (image or sif):
         raise click.UsageError("--pass-hf-token is for an image or SIF envbuild did not build (--image / --apptainer)")
-    if wheels and not (image or sif or venv):
+    if flags["wheels"] and not (image or sif or venv):
         raise click.UsageError("--wheels is for what an image, SIF or venv lacks (--image, --apptainer, --venv)")
-    db_path = None if no_record else _check_store(db)  # a bad --db fails now, not after the training
-    console = Console(stderr=True, soft_wrap=True)
-    out_dir = out_dir or Path("envbuild-runs") / (
-        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-    )
-    request = dict(
-        out_dir=out_dir,
-        preset=preset,
-        model=model,
-        data=data,
-        gpus=gpus,
-        extra_args=list(extra),
+    return RunWorkloadRequest(
+        image=image,
+        sif=sif,
+        venv=venv,
+        python=python,
+        extra_args=flags.pop("extra"),
+        record=not flags.pop("no_record"),
         site_recipes=site_recipes.folder(),
+        **flags,
     )
-    if pass_hf_token:
+
+
+def _show(event: object, console: Console) -> None:
+    """One event of the run as it happens (stderr; a run here's own output: stdout)."""
+    if isinstance(event, Output) and event.here:
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+    elif isinstance(event, Output):  # the container's output as it is: rich would lay out every line
+        console.file.write(event.text)
+        console.file.flush()
+    elif isinstance(event, str):  # the Python environment a run here takes (uv's own lines among them)
+        console.print(escape(event), highlight=False)
+    elif isinstance(event, Said):
+        style = {"warning": "yellow", "error": "red"}.get(event.level)
+        console.print(f"[{style}]{escape(event.text)}[/]" if style else escape(event.text))
+    elif isinstance(event, TokenPassed):
         console.print(
             "[yellow]warning[/]: --pass-hf-token: an image or SIF envbuild did not build gets your Hugging Face token; "
             "its code can read it and send it wherever its network reaches (envbuild's own images get it anyway)"
         )
-    created = [p for p in (out_dir, out_dir.parent) if not p.exists()]
-    watch = conditions.Watch.start(db_path)
-    if watch.others_at_start:
+    elif isinstance(event, OtherRuns):
         console.print(
-            f"[yellow]note[/]: {watch.others_at_start} other envbuild run(s) are writing to this matrix now:"
+            f"[yellow]note[/]: {event.count} other envbuild run(s) are writing to this matrix now:"
             " this measurement will be marked contended (its speed is not comparable)"
         )
-    try:
-        with sigterm_as_interrupt() as stop:
-            foreign = dict(python=python, wheels=wheels, probe_timeout=probe_timeout, pass_hf_token=pass_hf_token)
-            result = _run(request, image, sif, shm_size, network, console, foreign, venv)
-    except BadInput:
-        watch.discard()  # nothing was measured: no marker left
-        for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
-            with contextlib.suppress(OSError):
-                path.rmdir()
-        raise
-    except KeyboardInterrupt as exc:  # before the workload started: nothing to record
-        watch.discard()
-        console.print(f"[yellow]run interrupted ({describe(exc)}) before the workload started[/]")
-        sys.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED)
-    except BaseException:
-        watch.discard()
-        raise
-    try:
-        result["conditions"] = watch.finish()
-        write_json_atomic(Path(out_dir) / RESULT_NAME, result)
-    except OSError as exc:
-        console.print(escape(f"warning: could not record the run's conditions: {exc}"))
-    result_path = Path(out_dir).resolve() / RESULT_NAME
+    elif isinstance(event, ConditionsNotRecorded):
+        console.print(escape(f"warning: could not record the run's conditions: {event.error}"))
+    elif isinstance(event, RunFinished):
+        _print_finished(event.result, event.result_path, console)
+    elif isinstance(event, NewMatrixFolder):
+        click.echo(event.note, err=True)
+    elif isinstance(event, Recorded):
+        console.print(f"recorded in {event.db}" + ("" if event.inserted else " (already there)"))
+
+
+def _print_finished(result: dict, result_path: Path, console: Console) -> None:
     style = "green" if result["status"] == "pass" else "red"
     detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
     console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")
@@ -234,58 +218,31 @@ def workload(
                 + " (recorded in result.json; the report marks this measurement)"
             )
         )
-    passed = result["status"] == "pass"  # only a pass suggests the report; anything else says where to look
-    if db_path is None:
+
+
+def _print_next(outcome: RunOutcome, db: Path | None, console: Console) -> None:
+    """Where to look next (only a pass suggests the report), and what stopped a run that was stopped."""
+    if outcome.recorded is None:
         console.print(
             escape(
-                f"next: envbuild matrix import {result_path}; then envbuild report -o site"
-                if passed
-                else f"the full output: {Path(out_dir).resolve()}"
+                f"next: envbuild matrix import {outcome.result_path}; then envbuild report -o site"
+                if outcome.passed
+                else f"the full output: {outcome.out_dir}"
             )
         )
     else:
-        with later_ctrl_c_ignored() if result.get("error_class") == "interrupted" else contextlib.nullcontext():
-            recorded = _record(db_path, result, result_path, console)  # a stopped run is recorded whatever comes
         db_flag = f" --db {db}" if db else ""
         console.print(
             escape(
                 f"next: envbuild report -o site{db_flag}  (the compatibility report, with this run)"
-                if passed
-                else f"details: envbuild matrix show {recorded.cell_key}{db_flag}"
+                if outcome.passed
+                else f"details: envbuild matrix show {outcome.recorded.cell_key}{db_flag}"
             )
         )
-    if result["status"] == "pass":
-        return
-    if result.get("error_class") != "interrupted":
-        sys.exit(1)
-    console.print(
-        f"[yellow]run interrupted ({'SIGTERM' if stop.terminated else 'Ctrl-C'})[/]: the workload was"
-        " stopped (an attempt, never a verdict)"
-    )
-    sys.exit(stop.exit_code)
-
-
-def _run(
-    request: dict,
-    image: str | None,
-    sif: Path | None,
-    shm_size: str,
-    network: str | None,
-    console: Console,
-    foreign: dict,
-    venv: Path | None = None,
-) -> dict:
-    """The run in the image, the SIF, the venv or here; refusals of the input become BadInput (exit code 2)."""
-    from builder.engine.container import RunError
-    from builder.engine.docker import EngineUnavailable
-    from builder.workflows.run import run_workload
-
-    try:
-        return run_workload(request, image, sif, shm_size, network, console, foreign, venv)
-    except (RunError, PermissionError, FileExistsError) as exc:  # BadWorkloadInput is a RunError
-        raise BadInput(str(exc)) from exc
-    except EngineUnavailable as exc:
-        raise MissingPrerequisite(str(exc)) from exc
+    if outcome.stopped_by:
+        console.print(
+            f"[yellow]run interrupted ({outcome.stopped_by})[/]: the workload was stopped (an attempt, never a verdict)"
+        )
 
 
 def _check_network(value: str | None) -> str | None:
@@ -310,54 +267,3 @@ def _summary(result: dict) -> str:
         counts = {s: sum(p["status"] == s for p in probes) for s in ("pass", "fail", "skip")}
         parts.append("probes " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     return "; ".join(parts)
-
-
-def _check_store(db: Path | None) -> Path:
-    """The matrix path, checked before the run (an existing file is opened and checked, a new one's directory
-    must be writable; nothing is created yet); an unusable --db is bad input (exit code 2)."""
-    path = Path(db or default_db_path())
-    try:
-        if path.is_file() and path.stat().st_size == 0:  # SQLite would take it as a new database
-            raise StoreError(
-                f"{path} is empty (0 bytes), not a matrix database; nothing was changed. Remove it, "
-                f"or point --db / ${DB_ENV_VAR} at an existing matrix"
-            )
-        MatrixStore.preflight(path)  # opens an existing file read-only: a check never grows it
-        if path.exists():
-            if not os.access(path, os.W_OK):
-                raise PermissionError(errno.EACCES, "not writable")
-        else:
-            parent = path.parent
-            while not parent.exists():  # connect creates the missing directories (and says so: new_db_folder)
-                parent = parent.parent
-            with tempfile.NamedTemporaryFile(dir=parent, prefix=".envbuild-write-test-"):
-                pass
-    except (StoreError, OSError, sqlite3.Error) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise BadInput(
-            f"cannot use the matrix database {path} (--db / ${DB_ENV_VAR}): {reason}; "
-            "pass --db with a file you can write, or --no-record"
-        ) from exc
-    return path
-
-
-def _record(db: Path, result: dict, result_path: Path, console: Console):
-    try:
-        note_new_folder(db)
-        store = MatrixStore.connect(db)
-    except (StoreError, OSError, sqlite3.Error) as exc:
-        raise click.ClickException(
-            f"{exc} (the result stays in {result_path}; `envbuild matrix import {result_path}` retries)"
-        ) from exc
-    from builder.workflows.run import record_run
-
-    try:
-        recorded = record_run(store, result, result_path)
-    except StoreError as exc:
-        raise click.ClickException(
-            f"{exc} (the result stays in {result_path}; `envbuild matrix import {result_path}` retries)"
-        ) from exc
-    finally:
-        store.close()
-    console.print(f"recorded in {store.path}" + ("" if recorded.inserted else " (already there)"))
-    return recorded

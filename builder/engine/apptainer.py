@@ -16,17 +16,13 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
+from typing import Callable
 
 from builder.engine.container import (
     WORKLOAD_BAD_INPUT,
     BadWorkloadInput,
     RunError,
-    RunRequest,
     check_data,
     flavor_of,
     input_error_line,
@@ -34,9 +30,10 @@ from builder.engine.container import (
     workload_args,
 )
 from builder.engine.doctor import HostView, host_record
-from builder.engine.interrupt import describe, later_ctrl_c_ignored
-from builder.engine.run_output import RunLog, show
-from builder.engine.run_result import RunEnd, check_out_dir
+from builder.engine.run_output import RunLog
+from builder.engine.run_result import RunEnd, check_out_dir, run_end
+from builder.engine.runner import Notify, Output, Said, SifRun
+from builder.interrupt import describe, later_ctrl_c_ignored
 from builder import strict_json
 from builder.paths import CONTAINER_LOG, file_sha256, write_text_atomic
 from builder.plan.steps import VERIFY_EXPECT, VERIFY_PATH
@@ -51,16 +48,6 @@ APPTAINER_FAILED = 255
 
 class ApptainerError(RunError):
     """Apptainer is missing or refused the SIF before anything ran."""
-
-
-@dataclass
-class SifRun(RunRequest):
-    sif: Path = Path()
-    network: str | None = None  # a SIF envbuild did not build runs offline (HF_HUB_OFFLINE, PIP_NO_INDEX) without it
-    python: str = "python3"  # the interpreter of a SIF envbuild did not build
-    wheels: Path | None = None  # where the packages such a SIF lacks come from (None: pip's index here)
-    probe_timeout: float = 300.0  # seconds the probe of such a SIF may take
-    pass_hf_token: bool = False  # hand such a SIF the Hugging Face token (it can read it)
 
 
 #: The runtimes envbuild drives, in the order they are looked for on PATH: Apptainer, then SingularityCE (or an
@@ -128,9 +115,10 @@ def read_sidecar(sif: Path, *, check_hash: bool = True) -> dict:
     return record
 
 
-def build_sif(image_tag: str, out: Path, console: Console, *, compression: str | None = None) -> dict:
-    """`docker save` the image, `apptainer build` the SIF from the archive, record its sha256, then run the
-    image's verify step inside the SIF. Returns the sidecar record (also written beside the SIF)."""
+def build_sif(image_tag: str, out: Path, notify: Callable[[str], None], *, compression: str | None = None) -> dict:
+    """`docker save` the image, `apptainer build` the SIF from the archive (the command said to `notify`), record its
+    sha256, then run the image's verify step inside the SIF. Returns the sidecar record (also written beside the
+    SIF)."""
     from builder.engine.container import image_block
     from builder.engine.docker import docker_client
     from builder.plan.context import context_hash_of
@@ -161,7 +149,7 @@ def build_sif(image_tag: str, out: Path, console: Console, *, compression: str |
         os.chmod(archive, 0o644)
         timings["docker_save_s"] = round(time.monotonic() - started, 1)
         tmp_sif = work / out.name
-        console.print(escape(f"apptainer build {tmp_sif.name} docker-archive://{archive.name}"))
+        notify(f"apptainer build {tmp_sif.name} docker-archive://{archive.name}")
         started = time.monotonic()
         squash = ["--mksquashfs-args", f"-comp {compression}"] if compression else []  # a COMPRESSIONS name
         _checked(
@@ -311,62 +299,61 @@ def input_binds(run: SifRun) -> tuple[Path, list[str], str | None, str | None]:
     return out_dir, binds, model_arg, data_arg
 
 
-def run_in_sif(run: SifRun, console: Console) -> RunEnd:
-    """Run the workload in `run.sif` with Apptainer; how it ended (the workflow completes the result)."""
-    host = HostView()
-    sif = Path(run.sif).resolve()
-    record = read_sidecar(sif)
-    image = dict(
-        record["image"],
-        environment="apptainer",
-        sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")},
-    )
-    manifest = image["manifest"]
-    check_sif_network(run.network)
-    flavor = flavor_of(manifest)
-    gpu_flags(flavor, run.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
-    out_dir, binds, model_arg, data_arg = input_binds(run)
-    cell = manifest.get("cell") or {}
-    versions = {k: cell.get(k) for k in ("python", "torch")}
-    started = time.time()
-    failure_class, failure = None, ""
-    try:
-        apptainer = apptainer_binary()
-    except ApptainerError as exc:  # the environment was never reached: an attempt, never a verdict
-        failure_class, failure = "container_error", str(exc)
-        (out_dir / CONTAINER_LOG).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
-        console.print(f"[red]{escape(str(exc))}[/]")
-    else:
-        image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it, and version
-        argv = exec_argv(
-            apptainer,
-            sif,
-            flavor,
-            run.gpus,
-            binds,
-            ["python3", "-m", "workload", *workload_args(run, model_arg, data_arg, OUT_BIND)],
+class SifRunner:
+    """The route of a SIF `envbuild sif` made (its record beside it): run as made, `--cleanenv --containall`."""
+
+    def run(self, request: SifRun, notify: Notify) -> RunEnd:
+        """Run the workload in `request.sif` with Apptainer; how it ended (the workflow completes the result)."""
+        host = HostView()
+        sif = Path(request.sif).resolve()
+        record = read_sidecar(sif)
+        image = dict(
+            record["image"],
+            environment="apptainer",
+            sif={"path": str(sif), "sha256": record["sha256"], "route": record.get("route")},
         )
-        console.print(
-            escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}")
+        manifest = image["manifest"]
+        check_sif_network(request.network)
+        flavor = flavor_of(manifest)
+        gpu_flags(flavor, request.gpus)  # a --gpus the flavor cannot use is bad input, before anything runs
+        out_dir, binds, model_arg, data_arg = input_binds(request)
+        cell = manifest.get("cell") or {}
+        started = time.time()
+        failure_class, failure = None, ""
+        try:
+            apptainer = apptainer_binary()
+        except ApptainerError as exc:  # the environment was never reached: an attempt, never a verdict
+            failure_class, failure = "container_error", str(exc)
+            (out_dir / CONTAINER_LOG).write_text(f"# envbuild: {exc}\n", encoding="utf-8")
+            notify(Said(str(exc), "error"))
+        else:
+            image["runtime"] = runtime_record(apptainer)  # which runtime (Apptainer or SingularityCE) ran it
+            argv = exec_argv(
+                apptainer,
+                sif,
+                flavor,
+                request.gpus,
+                binds,
+                ["python3", "-m", "workload", *workload_args(request, model_arg, data_arg, OUT_BIND)],
+            )
+            notify(Said(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
+            failure_class, failure = stream_apptainer(argv, out_dir, notify)
+        return run_end(
+            out_dir,
+            failure_class,
+            failure,
+            started,
+            versions={k: cell.get(k) for k in ("python", "torch")},
+            host=host_record(host, site_recipes=request.site_recipes),
+            image=image,
         )
-        failure_class, failure = stream_apptainer(argv, out_dir, console)
-    return RunEnd(
-        out_dir,
-        failure_class=failure_class,
-        failure=failure,
-        started=started,
-        finished=time.time(),
-        versions=versions,
-        host=host_record(host, site_recipes=run.site_recipes),
-        image=image,
-    )
 
 
 def stream_apptainer(
-    argv: list[str], out_dir: Path, console: Console, env: dict[str, str] | None = None
+    argv: list[str], out_dir: Path, notify: Notify, env: dict[str, str] | None = None
 ) -> tuple[str | None, str]:
     """Run `argv` (with `env`, default this environment), its output (scrubbed of known secrets, at most
-    MAX_RUN_OUTPUT bytes) to container.log and here; (failure class, failure), None when it exited 0. The workload
+    MAX_RUN_OUTPUT bytes) to container.log and to `notify` (Output); (failure class, failure), None when it exited 0. The workload
     refusing its input raises BadWorkloadInput."""
     failure_class, failure = None, ""
     with RunLog(out_dir / CONTAINER_LOG) as log:  # before apptainer starts: it never chooses where this goes
@@ -382,8 +369,10 @@ def stream_apptainer(
                     failure = f"the container wrote more than {log.limit} bytes of output; envbuild stopped it"
                     _end(proc)
                     break
-                show(console, shown)
-            show(console, log.finish())
+                if shown:
+                    notify(Output(shown))
+            if rest := log.finish():
+                notify(Output(rest))
             code = proc.wait()
         except KeyboardInterrupt as exc:
             how = describe(exc)

@@ -13,23 +13,21 @@ import re
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 import docker.errors
 from docker.types import DeviceRequest, LogConfig, Mount
-from rich.console import Console
-from rich.markup import escape
 
+from builder.interrupt import describe, later_ctrl_c_ignored
 from builder.known_secrets import hf_home
 from builder.paths import CONTAINER_LOG
 from builder.engine.build import MANIFEST_LABEL
 from builder.engine.docker import docker_client
 from builder.engine.doctor import HostView, host_record, kfd_gpus
-from builder.engine.interrupt import describe, later_ctrl_c_ignored
-from builder.engine.run_output import RunLog, show
-from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
+from builder.engine.run_output import RunLog
+from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation, run_end
+from builder.engine.runner import ContainerRun, Notify, Output, RunRequest, Said
 
 OUT_MOUNT, MODEL_MOUNT, DATA_MOUNT, HF_MOUNT = "/out", "/model", "/data", "/hf-cache"
 WORKLOAD_ENTRYPOINT = ["python3", "-m", "workload"]
@@ -55,30 +53,6 @@ def input_error_line(line: str) -> str | None:
     """The message of the workload's bad-input line, None for any other line."""
     _, mark, message = line.partition(_BAD_INPUT_MARK)
     return message.strip() or None if mark else None
-
-
-@dataclass
-class RunRequest:
-    """One workload run: what to run, on which devices, with which inputs, and where results go."""
-
-    out_dir: Path
-    preset: str = "smoke"
-    model: str | None = None  # hub id or local path
-    data: Path | None = None
-    gpus: str | None = None  # "all" | "0,1"
-    extra_args: list[str] = field(default_factory=list)
-    site_recipes: Path | None = None  # the site's recipe folder over the packaged recipes (envbuild --recipes)
-
-
-@dataclass
-class ContainerRun(RunRequest):
-    image: str = ""
-    shm_size: str = "16g"
-    network: str | None = None
-    python: str = "python3"  # the interpreter of an image envbuild did not build
-    wheels: Path | None = None  # where the packages such an image lacks come from (None: pip's index here)
-    probe_timeout: float = 300.0  # seconds the probe of such an image may take
-    pass_hf_token: bool = False  # hand such an image the Hugging Face token (it can read it)
 
 
 def resolve_model(model: str | None) -> tuple[str | None, Path | None]:
@@ -223,37 +197,48 @@ def local_image(client, tag: str):
         raise RunError(f"image {tag}: {exc.explanation or exc}") from None
 
 
-def run_in_container(run: ContainerRun, console: Console | None = None, host: HostView | None = None) -> RunEnd:
-    """Run the workload in `run.image` and stream its output; how it ended (the workflow completes the result)."""
-    console = console or Console(stderr=True, soft_wrap=True)
-    host = host or HostView()
-    client = docker_client()
-    image = local_image(client, run.image)
-    manifest = image_labels_manifest(image)
-    hub_id, model_dir = resolve_model(run.model)
-    data = check_data(run.data)
-    flavor = flavor_of(manifest)
-    devices = device_options(flavor, run.gpus, host)
-    check_network(client, run.network)
-    out_dir = check_out_dir(run.out_dir)
-    mounts, environment, model_arg, data_arg = input_mounts(out_dir, hub_id, model_dir, data)
-    command = workload_args(run, model_arg, data_arg, OUT_MOUNT)
-    failure_class, failure, started = stream_container(
-        client, run, command, WORKLOAD_ENTRYPOINT, mounts, environment, devices, out_dir, console, flavor, run.network
-    )
-    cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
-    versions = {k: cell.get(k) for k in ("python", "torch")}
-    return RunEnd(
-        out_dir,
-        failure_class=failure_class,
-        failure=failure,
-        started=started,
-        finished=time.time(),
-        versions=versions,
-        host=host_record(host, site_recipes=run.site_recipes),
-        image=image_block(image, run.image),
-        invocation=envbuild_invocation(run, run.image),
-    )
+class ContainerRunner:
+    """The route of an image `envbuild image` built (its manifest label): run as built, its flavor's devices."""
+
+    def run(self, request: ContainerRun, notify: Notify) -> RunEnd:
+        """Run the workload in `request.image` and stream its output; how it ended (the workflow completes the
+        result)."""
+        host = HostView()
+        client = docker_client()
+        image = local_image(client, request.image)
+        manifest = image_labels_manifest(image)
+        hub_id, model_dir = resolve_model(request.model)
+        data = check_data(request.data)
+        flavor = flavor_of(manifest)
+        devices = device_options(flavor, request.gpus, host)
+        check_network(client, request.network)
+        out_dir = check_out_dir(request.out_dir)
+        mounts, environment, model_arg, data_arg = input_mounts(out_dir, hub_id, model_dir, data)
+        command = workload_args(request, model_arg, data_arg, OUT_MOUNT)
+        failure_class, failure, started = stream_container(
+            client,
+            request,
+            command,
+            WORKLOAD_ENTRYPOINT,
+            mounts,
+            environment,
+            devices,
+            out_dir,
+            notify,
+            flavor,
+            request.network,
+        )
+        cell = (manifest or {}).get("cell") or {}  # what is known without the workload: the cell's lines
+        return run_end(
+            out_dir,
+            failure_class,
+            failure,
+            started,
+            versions={k: cell.get(k) for k in ("python", "torch")},
+            host=host_record(host, site_recipes=request.site_recipes),
+            image=image_block(image, request.image),
+            invocation=envbuild_invocation(request, request.image),
+        )
 
 
 def input_mounts(
@@ -294,17 +279,15 @@ def stream_container(
     environment: dict,
     devices: dict,
     out_dir: Path,
-    console: Console,
+    notify: Notify,
     flavor: str,
     network: str | None,
 ) -> tuple[str | None, str, float]:
     """Run the workload container, stream its output (scrubbed of known secrets, at most MAX_RUN_OUTPUT bytes) to
-    container.log and here, remove it on every way out; returns (failure class, failure, start time). The
-    workload refusing its input raises BadWorkloadInput."""
+    container.log and to `notify` (Output), remove it on every way out; returns (failure class, failure, start
+    time). The workload refusing its input raises BadWorkloadInput."""
     name = f"envbuild-run-{uuid.uuid4().hex[:12]}"
-    console.print(
-        escape(f"running {run.image} ({flavor}) as {name}: {' '.join(entrypoint + command)}; output -> {out_dir}")
-    )
+    notify(Said(f"running {run.image} ({flavor}) as {name}: {' '.join(entrypoint + command)}; output -> {out_dir}"))
     user = None if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
     started = time.time()
     container = None
@@ -333,10 +316,12 @@ def stream_container(
                     failure_class = "output_limit"
                     failure = f"the container wrote more than {log.limit} bytes of output; envbuild stopped it"
                     break
-                show(console, shown)
+                if shown:
+                    notify(Output(shown))
         if failure_class:
             kill(container)
-        show(console, log.finish())
+        if rest := log.finish():
+            notify(Output(rest))
         status = container.wait()
         exit_code = status.get("StatusCode", -1)
         bad_input = [m for m in (input_error_line(line.decode("utf-8", "replace")) for line in log.lines_seen) if m]
@@ -364,7 +349,7 @@ def stream_container(
     finally:
         log.close()
         if not remove_container(client, container or name):
-            console.print(f"[yellow]could not remove container {name}; remove it with `docker rm -f {name}`")
+            notify(Said(f"could not remove container {name}; remove it with `docker rm -f {name}`", "warning"))
     return failure_class, failure, started
 
 

@@ -27,6 +27,7 @@ import workload
 from builder.engine.container import RunError
 from builder.engine.doctor import kfd_gpus, nvidia_gpus
 from builder.engine.run_output import MAX_PROBE_OUTPUT
+from builder.engine.runner import Said
 from builder.paths import IMAGE_OUT
 from builder.plan import lock as lockfile
 from builder.plan import recipes
@@ -286,6 +287,15 @@ def remove_copy(src: Path) -> None:
     shutil.rmtree(src, ignore_errors=True)
 
 
+def remove_work(work: Path) -> None:
+    """Remove a run's work folder on this host, its read-only copies included; a link in it (a venv's code may have
+    made one in its home there) is removed, never followed."""
+    for path in [work, *work.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def online(network: str | None) -> bool:
     """Whether the run may reach a network: --network given and not `none`."""
     return network not in (None, "none")
@@ -377,19 +387,18 @@ def host_flavor(flavor: str, host_root: Path = Path("/")) -> str:
 
 
 def prepare(
-    console, seen: Probe, what: str, made: str, whose: str, request, host_root: Path
+    notify, seen: Probe, what: str, made: str, whose: str, request, host_root: Path
 ) -> tuple[str, list[lockfile.Entry], Path | None, str]:
-    """Say what is brought into `what` (an image or a SIF envbuild did not build), bring it in, and pick the flavor
-    this host runs its torch as: (lock key, missing entries, the folder they are in or None, flavor). A GPU build
-    on a host without that GPU runs on the CPU (a CPU measurement of that build); --gpus is then bad input."""
-    from rich.markup import escape
-
+    """Say what is brought into `what` (an image or a SIF envbuild did not build; runner.Said to `notify`), bring it
+    in, and pick the flavor this host runs its torch as: (lock key, missing entries, the folder they are in or None,
+    flavor). A GPU build on a host without that GPU runs on the CPU (a CPU measurement of that build); --gpus is then
+    bad input."""
     key, missing = lacking(seen, request.site_recipes)
     brought = (
         f" and {', '.join(f'{e.name}=={e.version}' for e in missing)} (recipes/locks/{key}.txt)" if missing else ""
     )
-    console.print(
-        escape(
+    notify(
+        Said(
             f"{what} was not {made} by envbuild: torch {seen.torch.version} ({seen.flavor} build), "
             f"Python {seen.python}; bringing in the workload{brought}, read-only"
         )
@@ -397,8 +406,8 @@ def prepare(
     deps = bring_in(seen, key, missing, request.wheels)
     flavor = host_flavor(seen.flavor, host_root)
     if flavor != seen.flavor:
-        console.print(
-            escape(
+        notify(
+            Said(
                 f"note: this host has no {seen.flavor.upper()} GPU: {whose} {seen.flavor} torch runs on "
                 "the CPU, and the run is a CPU measurement of that build (never its GPU cell's verdict)"
             )

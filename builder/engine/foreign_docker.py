@@ -5,33 +5,35 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 import uuid
 
 import docker.errors
 from docker.types import Mount
-from rich.console import Console
 
 from builder.engine import foreign
 from builder.engine.container import (
     OUT_MOUNT,
     NO_ENGINE_LOG,
-    ContainerRun,
     RunError,
     attached_output,
+    check_data,
     check_network,
     device_options,
     image_block,
     input_mounts,
     kill,
+    local_image,
     remove_container,
+    resolve_model,
     stream_container,
     workload_args,
 )
+from builder.engine.docker import docker_client
 from builder.engine.doctor import HostView, host_record
 from builder.engine.foreign import PROBE_TIMEOUT
 from builder.engine.run_output import ProbeOutput
-from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
+from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation, run_end
+from builder.engine.runner import ContainerRun, Notify
 
 
 def probe(client, image_id: str, python: str, where: str, timeout: float = PROBE_TIMEOUT) -> foreign.Probe:
@@ -68,7 +70,18 @@ def probe(client, image_id: str, python: str, where: str, timeout: float = PROBE
     return foreign.parse_probe(output.text(), where)
 
 
-def run(client, image, request: ContainerRun, console: Console, host: HostView, hub_id, model_dir, data) -> RunEnd:
+class ForeignImageRunner:
+    """The route of a Docker image envbuild did not build (no envbuild manifest): measured as it is."""
+
+    def run(self, request: ContainerRun, notify: Notify) -> RunEnd:
+        client = docker_client()
+        image = local_image(client, request.image)
+        hub_id, model_dir = resolve_model(request.model)
+        data = check_data(request.data)
+        return measure(client, image, request, notify, HostView(), hub_id, model_dir, data)
+
+
+def measure(client, image, request: ContainerRun, notify: Notify, host: HostView, hub_id, model_dir, data) -> RunEnd:
     """Measure `image` (no envbuild manifest) as it is; the result's image block says what was probed and brought,
     and what this host checked itself. The image writes only into a new folder of the output (foreign.IMAGE_OUT);
     it gets no token unless --pass-hf-token."""
@@ -76,7 +89,7 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
     network = check_network(client, request.network) or "none"
     where = f"image {request.image}"
     seen = probe(client, image.id, python, where, request.probe_timeout)
-    key, missing, deps, flavor = foreign.prepare(console, seen, where, "built", "the image's", request, host.root)
+    key, missing, deps, flavor = foreign.prepare(notify, seen, where, "built", "the image's", request, host.root)
     devices = device_options(flavor, request.gpus, host)
     out_dir = check_out_dir(request.out_dir)
     written = foreign.image_out(out_dir)
@@ -99,7 +112,7 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
             environment,
             devices,
             out_dir,
-            console,
+            notify,
             flavor,
             network,
         )
@@ -112,12 +125,11 @@ def run(client, image, request: ContainerRun, console: Console, host: HostView, 
         )
     )
     versions = {"python": seen.python, "torch": seen.torch.version, "hip": seen.torch.hip, "cuda": seen.torch.cuda}
-    return RunEnd(
+    return run_end(
         out_dir,
-        failure_class=failure_class,
-        failure=failure,
-        started=started,
-        finished=time.time(),
+        failure_class,
+        failure,
+        started,
         versions=versions,
         host=host_record(host, site_recipes=request.site_recipes),
         image=block,

@@ -11,17 +11,13 @@ import threading
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-
 from builder.engine import foreign
 from builder.engine.foreign import PROBE_TIMEOUT
-from builder.engine.interrupt import later_ctrl_c_ignored
 from builder.engine.run_output import ProbeOutput
+from builder.interrupt import later_ctrl_c_ignored
 from builder.known_secrets import TOKEN_VARIABLES, hf_token
 from builder.engine.apptainer import (
     OUT_BIND,
-    SifRun,
     apptainer_binary,
     bind_source,
     check_sif_network,
@@ -33,7 +29,8 @@ from builder.engine.apptainer import (
 )
 from builder.engine.container import check_data, resolve_model, workload_args
 from builder.engine.doctor import HostView, host_record
-from builder.engine.run_result import RunEnd, envbuild_invocation
+from builder.engine.run_result import RunEnd, envbuild_invocation, run_end
+from builder.engine.runner import Notify, Said, SifRun
 from builder.paths import file_sha256
 
 
@@ -95,7 +92,14 @@ def apptainer_environment(token: str | None) -> dict[str, str]:
     return env
 
 
-def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
+class ForeignSifRunner:
+    """The route of a SIF envbuild did not make (no `envbuild sif` record beside it): measured as it is."""
+
+    def run(self, request: SifRun, notify: Notify) -> RunEnd:
+        return measure(Path(request.sif).resolve(), request, notify, HostView())
+
+
+def measure(sif: Path, request: SifRun, notify: Notify, host: HostView) -> RunEnd:
     """Measure `sif` (no `envbuild sif` record beside it) as it is. It writes only into a new folder of the output
     (foreign.IMAGE_OUT) and gets no token, no host variable and no Apptainer setting of this environment unless
     --pass-hf-token (the token alone)."""
@@ -106,7 +110,7 @@ def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
     apptainer = apptainer_binary()
     sha256 = file_sha256(sif)
     seen = probe(apptainer, sif, python, request.probe_timeout)
-    key, missing, deps, flavor = foreign.prepare(console, seen, sif.name, "made", "the SIF's", request, host.root)
+    key, missing, deps, flavor = foreign.prepare(notify, seen, sif.name, "made", "the SIF's", request, host.root)
     gpu_flags(flavor, request.gpus)
     out_dir, binds, model_arg, data_arg = input_binds(request)
     written = foreign.image_out(out_dir)
@@ -124,12 +128,10 @@ def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
             [python, "-m", "workload", *workload_args(request, model_arg, data_arg, OUT_BIND)],
             env,
         )
-        console.print(
-            escape(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}")
-        )
+        notify(Said(f"running {sif.name} ({flavor}) with apptainer: {' '.join(argv[1:])}; output -> {out_dir}"))
         started = time.time()
         token = hf_token() if request.pass_hf_token else None
-        failure_class, failure = stream_apptainer(argv, out_dir, console, env=apptainer_environment(token))
+        failure_class, failure = stream_apptainer(argv, out_dir, notify, env=apptainer_environment(token))
     finally:
         foreign.remove_copy(src)
     block = {
@@ -150,12 +152,11 @@ def run(sif: Path, request: SifRun, console: Console, host: HostView) -> RunEnd:
     invocation = envbuild_invocation(request, None)
     invocation["envbuild"] = [a if a != "--local" else "--apptainer" for a in invocation["envbuild"]]
     invocation["envbuild"].insert(invocation["envbuild"].index("--apptainer") + 1, sif.name)
-    return RunEnd(
+    return run_end(
         out_dir,
-        failure_class=failure_class,
-        failure=failure,
-        started=started,
-        finished=time.time(),
+        failure_class,
+        failure,
+        started,
         versions=versions,
         host=host_record(host, site_recipes=request.site_recipes),
         image=block,

@@ -1,6 +1,7 @@
-"""Run the workload in this Python environment, or in another Python on this host (`Interpreter`: the managed
-workload environment, a venv envbuild did not build): its torch, on the device it finds (a GPU when it sees one,
-else the CPU); the run that works without Docker."""
+"""Run the workload in this Python environment (`LocalRunner`, the route of `--local` when this Python has the
+workload's packages), or in another Python on this host (`Interpreter`: the managed workload environment, a venv
+envbuild did not build): its torch, on the device it finds (a GPU when it sees one, else the CPU); the run that works
+without Docker."""
 
 from __future__ import annotations
 
@@ -15,23 +16,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from rich.console import Console
-from rich.markup import escape
-
 from builder.engine.container import (
     WORKLOAD_BAD_INPUT,
     BadWorkloadInput,
     RunError,
-    RunRequest,
     check_data,
     input_error_line,
     resolve_model,
     workload_args,
 )
-from builder.engine.doctor import HostView, host_record
+from builder.engine.doctor import host_record
+from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation, run_end
+from builder.engine.runner import Notify, Output, RunRequest, Said
+from builder.interrupt import Terminated, describe, later_ctrl_c_ignored
 from builder.paths import WORKLOAD_LOG
-from builder.engine.interrupt import Terminated, describe, later_ctrl_c_ignored
-from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation
 
 _DISTRIBUTIONS = {
     "torch": "torch",
@@ -87,15 +85,16 @@ class Interpreter:
     notes: list[str] = field(default_factory=list)  # what happened to the bounds (filled during the run)
 
 
-def run_local(
-    request: RunRequest,
-    console: Console | None = None,
-    host: HostView | None = None,
-    interpreter: Interpreter | None = None,
-) -> RunEnd:
-    """`python -m workload train ...` as a subprocess of this interpreter (or of `interpreter`); how it ended (the
-    workflow completes its result)."""
-    console = console or Console(stderr=True, soft_wrap=True)
+class LocalRunner:
+    """The route of `--local` in this Python (envbuild installed with its workload extra): its own torch."""
+
+    def run(self, request: RunRequest, notify: Notify) -> RunEnd:
+        return run_local(request, notify)
+
+
+def run_local(request: RunRequest, notify: Notify, interpreter: Interpreter | None = None) -> RunEnd:
+    """`python -m workload train ...` as a subprocess of this interpreter (or of `interpreter`), its output to
+    `notify` line by line; how it ended (the workflow completes its result)."""
     if interpreter is None:
         check_workload_packages()
     if request.gpus:
@@ -113,7 +112,7 @@ def run_local(
         "workload",
         *workload_args(request, model_arg, str(data) if data else None, str(out_dir)),
     ]
-    console.print(escape(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
+    notify(Said(f"running locally: {' '.join(argv[1:])}; output -> {out_dir}"))
     started = time.time()
     failure_class, failure = None, ""
     code, bad_input = None, None
@@ -134,7 +133,7 @@ def run_local(
             try:
                 if timer:
                     timer.start()
-                bad_input = _tee(proc, log, interpreter.output_limit_bytes if interpreter else None)
+                bad_input = _tee(proc, log, notify, interpreter.output_limit_bytes if interpreter else None)
                 code = proc.wait()
                 if timer and interpreter.notes:
                     failure_class, failure = "timeout", f"the workload ran past its {limit:.0f} s and was stopped"
@@ -146,22 +145,20 @@ def run_local(
                 failure_class, failure = "interrupted", f"the run was interrupted ({how})"
                 log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
                 _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
-                _tee(proc, log, interpreter.output_limit_bytes if interpreter else None)
+                _tee(proc, log, notify, interpreter.output_limit_bytes if interpreter else None)
             finally:
                 if timer:
                     timer.cancel()
         if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
             (out_dir / WORKLOAD_LOG).unlink(missing_ok=True)
             raise BadWorkloadInput(bad_input)
-        return RunEnd(
+        return run_end(
             out_dir,
-            failure_class=failure_class,
-            failure=failure,
-            started=started,
-            finished=time.time(),
+            failure_class,
+            failure,
+            started,
             versions=interpreter.versions if interpreter else local_versions(),
-            host=host_record(host, site_recipes=request.site_recipes),
-            image=None,
+            host=host_record(site_recipes=request.site_recipes),
             invocation=envbuild_invocation(request, None),
             environment=interpreter.record if interpreter else {"route": "envbuild-python"},
         )
@@ -174,8 +171,8 @@ def _exit_failure(code: int) -> tuple[str, str]:
     return "process_died", f"the workload exited with code {code}"
 
 
-def _tee(proc: subprocess.Popen, log, limit: int | None = None) -> str | None:
-    """The workload's output to the log and this terminal, line by line, until it closes; returns the
+def _tee(proc: subprocess.Popen, log, notify: Notify, limit: int | None = None) -> str | None:
+    """The workload's output to the log and to `notify` (Output, `here`), line by line, until it closes; returns the
     message of its bad-input line, if it printed one. With `limit`, lines are cut at 64 KiB and nothing past `limit`
     characters is kept or shown (the rest is read and dropped, and the log says so)."""
     bad_input, written = None, 0
@@ -187,8 +184,7 @@ def _tee(proc: subprocess.Popen, log, limit: int | None = None) -> str | None:
                     log.write(f"\n# envbuild: the output passed {limit} characters; the rest was dropped\n")
                 continue
         log.write(line)
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        notify(Output(line, here=True))
         bad_input = input_error_line(line) or bad_input
     return bad_input
 

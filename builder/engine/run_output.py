@@ -115,14 +115,6 @@ class RunLog:
         self.close()
 
 
-def show(console, text: str) -> None:
-    """Write a container's output (RunLog's text) to the console's stream as it is: rich would lay out every line
-    (about 2 MB/s), the stream takes it at once."""
-    if text:
-        console.file.write(text)
-        console.file.flush()
-
-
 class ProbeOutput:
     """A probe's output in memory, at most `limit` bytes: `add` returns False once it would pass the limit."""
 

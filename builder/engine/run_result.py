@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from builder.paths import file_sha256, write_text_atomic
 from workload.result import RESULT_FILE as RESULT_NAME  # the workload writes it
@@ -109,3 +111,38 @@ class RunEnd:
     invocation: dict | None = None
     environment: dict | None = None  # the Python environment a run on this host used (the result's `environment`)
     written_by_image: Path | None = None
+    contradicts: Callable[[dict], str | None] | None = None  # how a final result contradicts what the host read
+
+
+def run_end(
+    out_dir: Path,
+    failure_class: str | None,
+    failure: str,
+    started: float,
+    *,
+    versions: dict,
+    host: dict,
+    image: dict | None = None,
+    invocation: dict | None = None,
+    environment: dict | None = None,
+    written_by_image: Path | None = None,
+    contradicts: Callable[[dict], str | None] | None = None,
+    finished: float | None = None,
+) -> RunEnd:
+    """The one place a RunEnd is made: every route's end, and a Slurm task's. `finished` is now unless the caller
+    knows better (sacct's end of a task); `contradicts` (a venv's run) says how the final result contradicts what
+    the host read of the environment, None when it does not."""
+    return RunEnd(
+        out_dir,
+        failure_class=failure_class,
+        failure=failure,
+        started=started,
+        finished=time.time() if finished is None else finished,
+        versions=versions,
+        host=host,
+        image=image,
+        invocation=invocation,
+        environment=environment,
+        written_by_image=written_by_image,
+        contradicts=contradicts,
+    )

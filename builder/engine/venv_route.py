@@ -24,7 +24,9 @@ from pathlib import Path
 
 from builder.engine import foreign
 from builder.engine.container import RunError
-from builder.engine.local_run import Interpreter
+from builder.engine.local_run import Interpreter, run_local
+from builder.engine.run_result import RunEnd
+from builder.engine.runner import Notify, VenvRun
 
 #: Variables a run in an untrusted venv may see: the locale and the choice of GPUs, nothing else of this shell.
 PASSED_THROUGH = (
@@ -60,6 +62,27 @@ class FileFacts:
 
     def record(self) -> dict:
         return {"python": self.python, "torch": self.torch, "hip": self.hip, "cuda": self.cuda}
+
+
+class VenvRunner:
+    """The route of `--venv PATH` (and `--local --python PATH`): the environment measured as it is; the RunEnd's
+    `contradicts` checks the final result against what the host read of its files."""
+
+    def run(self, request: VenvRun, notify: Notify) -> RunEnd:
+        python = interpreter_path(request.venv, "--venv")
+        work = Path(tempfile.mkdtemp(prefix="envbuild-venv-"))
+        try:
+            interpreter, facts, line = prepare(python, request, work, request.wheels)
+            notify(f"{python} was not made by envbuild: {line}")
+            end = run_local(request, notify, interpreter=interpreter)
+        finally:
+            foreign.remove_work(work)
+        if end.invocation:  # the command names the flag, never this machine's path
+            command = end.invocation["envbuild"]
+            at = command.index("--local")
+            end.invocation["envbuild"] = [*command[:at], "--venv", "VENV", *command[at + 1 :]]
+        end.contradicts = lambda result: contradiction(result, facts)
+        return end
 
 
 def interpreter_path(path: Path, given_as: str) -> Path:

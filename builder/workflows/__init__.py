@@ -5,9 +5,9 @@ outcome) and the rooms that do the work. Only here do the engine's outcomes meet
   ci_files (`ci render`);
 - image (`envbuild image`, over build's steps: a context built, verified and filed as an attempt; build_record: the
   attempt's directory, its build-record.json and matrix row), sif, inspect, doctor;
-- run (a workload run in an image, a SIF or here; run_result: its final result.json and attempt;
-  run_identity: an image's claims against the host's checks; local_routes: which
-  Python a run here takes), slurm_jobs (over slurm_submit and slurm_collect);
+- run (`run workload`: the matrix checked, a run on its route under a watch of its conditions, recorded; run_result:
+  its final result.json and attempt; run_identity: an image's claims against the host's checks), slurm_jobs (over
+  slurm_submit and slurm_collect);
 - matrix_views (`matrix list | show | export | check`), import_results (with import_builds), attestations (sign,
   verify; verify_build: a build record at the door, its cell recomputed), publish (with publish_build), cell_diff
   (`matrix diff`), report_site (`report`); matrix_file: the matrix file the verbs open;

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from builder.engine.apptainer_build import COMPRESSIONS
 from builder.workflows.errors import BadInput
@@ -70,7 +71,9 @@ def make_sif(request: SifRequest, console: Console) -> SifMade | SifNotMade:
         elif request.source is not None:
             record = pull(request.source, request.out, console)
         else:
-            record = build_sif(request.image, request.out, console, compression=request.compression)
+            record = build_sif(
+                request.image, request.out, lambda line: console.print(escape(line)), compression=request.compression
+            )
     except SifBuildFailed as exc:
         return SifNotMade(str(exc))
     except (RunError, EngineUnavailable) as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 from builder import strict_json
 from builder.paths import CONTAINER_LOG
 from builder.engine.apptainer import runtime_of
-from builder.engine.run_result import RESULT_NAME, RunEnd, write_json_atomic
+from builder.engine.run_result import RESULT_NAME, run_end, write_json_atomic
 from builder.engine.slurm import (
     RUNTIME_LINE,
     STATE_CLASSES,
@@ -79,11 +79,11 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
         },
     }
     result = finalize(
-        RunEnd(
+        run_end(
             task.out_dir,
-            failure_class=failure_class,
-            failure=failure,
-            started=started,
+            failure_class,
+            failure,
+            started,
             finished=finished,
             versions={k: cell.get(k) for k in ("python", "torch")},
             host=host,
