@@ -6,5 +6,6 @@ run_output keeps a container's output bounded and scrubbed; foreign, foreign_doc
 or SIF envbuild did not build), apptainer_build (SIFs), slurm (the sbatch script, sacct, end states), doctor (host
 checks), conditions, interrupt (Ctrl-C/SIGTERM), repro (rebuild-and-compare), accelerator (the host's GPU, for a
 managed workload environment), workload_env (that environment, made with uv) and venv_route (a venv envbuild did not
-build, measured as it is). It writes no database and validates no result: the workflows do. No Click here. It imports
-`builder.plan` and the neutral modules; only `builder.workflows` and `builder.cli` import it."""
+build, measured as it is). It writes no database and validates no result: the workflows do. No Click, and no rich:
+progress goes to a `notify` callback as lines or small event records (the run routes still print on the console they
+are given). It imports `builder.plan` and the neutral modules; only `builder.workflows` and `builder.cli` import it."""
