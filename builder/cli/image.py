@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from builder.as_found import leaves_as_found
 from builder.cli import site_recipes
+from builder.cli.build_view import BuildView
 from builder.cli.errors import workflow_errors
 from builder.cli.paths import writable_output
 from builder.cli.request_options import plan_table, request_from_options, request_options
@@ -129,7 +130,8 @@ def image(**flags) -> None:
     Exit code 0 built/skipped (or planned), 1 build failed, 2 bad input (nothing built), 130 Ctrl-C,
     143 SIGTERM (both stop BuildKit, tag nothing and record the attempt as interrupted)."""
     console = Console(stderr=True, soft_wrap=True)
-    outcome = build_image(_request(flags), console, notify=lambda event: _show(event, console))
+    view = BuildView(console)
+    outcome = build_image(_request(flags), notify=lambda event: _show(event, console, view))
     if isinstance(outcome, DryRun):
         _print_dry_run(outcome)
     elif isinstance(outcome, Reproducibility):
@@ -172,9 +174,11 @@ def _request(flags: dict) -> ImageRequest:
     return ImageRequest(cell, record=not flags.pop("no_record"), site=site_recipes.folder(), **flags)
 
 
-def _show(event: object, console: Console) -> None:
-    """One event of the build as it happens (stderr)."""
-    if isinstance(event, str):  # a notice of the plan
+def _show(event: object, console: Console, view: BuildView) -> None:
+    """One event of the build as it happens (stderr): the build's own progress (`view`), or the workflow's."""
+    if view.show(event):
+        return
+    if isinstance(event, str):  # a notice of the plan, or a line of --check-reproducible
         click.echo(event, err=True)
     elif isinstance(event, CompileJobs):
         _print_jobs(event, console)

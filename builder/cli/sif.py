@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from builder.cli.errors import workflow_errors
-from builder.workflows.sif import COMPRESSIONS, SifNotMade, SifRequest, make_sif
+from builder.slug import escaped, plain, terminal_safe
+from builder.workflows.sif import COMPRESSIONS, SifNotMade, SifRequest, ToolLine, make_sif
 
 
 @click.command("sif")
@@ -88,9 +89,9 @@ def sif(
     false`); 2 for bad input (unknown image or context, no apptainer, an existing SIF)."""
     console = Console(stderr=True, soft_wrap=True)
     request = SifRequest(image, context_dir, source, base_path, ca_cert, fakeroot, compression, out)
-    made = make_sif(request, console)
+    made = make_sif(request, lambda event: _show(event, console))
     if isinstance(made, SifNotMade):
-        console.print(f"[red]{escape(made.message)}[/]")
+        console.print(f"[red]{escape(terminal_safe(made.message))}[/]")  # its tail is Apptainer's output
         sys.exit(1)
     record = made.record
     verify, timings = record["verify"], record["timings"]
@@ -104,6 +105,14 @@ def sif(
         click.echo(str(out))
         return
     console.print(f"[red]the image's verify step failed inside the SIF[/] (exit code {verify['exit_code']}):")
-    console.print(escape(verify["output_tail"]))
+    console.print(escape(escaped(verify["output_tail"], lines=True)))  # the image's own output
     console.print(escape(f"kept for inspection: {line}"))
     sys.exit(1)
+
+
+def _show(event: object, console: Console) -> None:
+    """What runs (a line of ours), or a line Apptainer printed during the build (dim), as it happens (stderr)."""
+    if isinstance(event, ToolLine):
+        console.print(f"[dim]{escape(plain(event.text))}[/]")
+    else:
+        console.print(escape(plain(event)))

@@ -7,5 +7,6 @@ run_output keeps a container's output bounded and scrubbed; foreign, foreign_doc
 or SIF envbuild did not build; venv_route a venv), apptainer_build (SIFs), slurm (the sbatch script, sacct, end
 states), doctor (host checks), conditions, repro (rebuild-and-compare), accelerator (the host's GPU, for a managed
 workload environment) and workload_env (that environment, made with uv). It writes no database and validates no
-result: the workflows do. No Click here. It imports `builder.plan` and the neutral modules; only `builder.workflows`
+result: the workflows do. No Click and no rich: progress goes to a `notify` callback as lines or small event
+records. It imports `builder.plan` and the neutral modules; only `builder.workflows`
 imports it."""

@@ -5,6 +5,9 @@ Either way the SIF gets the same record beside it as `envbuild sif IMAGE` writes
 `run workload --apptainer` and `slurm submit`), with `route` saying how it was made, the plan's `context_hash`
 (the same as a Docker-built image of the same request carries), the base it started from, the runtime
 (Apptainer or SingularityCE) and its version, and the verify step's outcome inside the SIF.
+
+What happens on the way is told to `notify`: plain lines of ours (what runs), and ToolLine for each step line
+Apptainer prints during a build (as it wrote it: the CLI makes it safe to show).
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
+from typing import Callable
 
 from builder.engine.apptainer import ApptainerError, apptainer_binary, runtime_record, sidecar_path, verify_in_sif
 from builder.engine.build import MANIFEST_LABEL
@@ -46,6 +47,13 @@ _DOCKER_REF = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
 )
 _LABEL_HASH = re.compile(rf"^\s*{re.escape(CONTEXT_HASH_LABEL)}\s+([0-9a-f]{{64}})\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class ToolLine:
+    """One of Apptainer's own INFO/WARNING/FATAL/ERROR lines during a build, as it printed it (no line break)."""
+
+    text: str
 
 
 class SifBuildFailed(ApptainerError):
@@ -140,7 +148,7 @@ def build_argv(
 def build_from_context(
     context_dir: Path,
     out: Path,
-    console: Console,
+    notify: Callable[[object], None],
     *,
     base: Base | None = None,
     ca_cert: Path | None = None,
@@ -149,7 +157,7 @@ def build_from_context(
 ) -> dict:
     """Build the SIF of a rendered context from its cell.def (no Docker engine), verify it inside, write its record.
 
-    The full build output goes to `<out>.build.log`; Apptainer's own step lines are shown as progress."""
+    The full build output goes to `<out>.build.log`; Apptainer's own step lines go to `notify` as progress."""
     manifest, _ = read_context(context_dir)
     context_dir, out = Path(context_dir).resolve(), Path(out).resolve()
     binary = apptainer_binary()
@@ -158,14 +166,12 @@ def build_from_context(
     with _staging(out) as (work, tmp_sif):
         argv = build_argv(binary, context_dir, tmp_sif, base, ca_cert, fakeroot, compression)
         log_path = out.with_name(out.name + BUILD_LOG_SUFFIX)
-        console.print(
-            escape(
-                f"{' '.join(argv[:2])} {DEFINITION} of {manifest.get('cell_key')} "
-                f"(base: {base.source if base else 'the registry default'}); log: {log_path}"
-            )
+        notify(
+            f"{' '.join(argv[:2])} {DEFINITION} of {manifest.get('cell_key')} "
+            f"(base: {base.source if base else 'the registry default'}); log: {log_path}"
         )
         started = time.monotonic()
-        _streamed(argv, context_dir, log_path, console)
+        _streamed(argv, context_dir, log_path, notify)
         timings = {"apptainer_build_s": round(time.monotonic() - started, 1)}
         block = {"tag": manifest.get("image_tag"), "id": None, "digest": None, "manifest": manifest}
         base_record = base.record() if base else {"bootstrap": "docker", "source": manifest.get("base_image")}
@@ -181,7 +187,7 @@ def build_from_context(
         )
 
 
-def pull(source: str, out: Path, console: Console) -> dict:
+def pull(source: str, out: Path, notify: Callable[[object], None]) -> dict:
     """A SIF of an image built elsewhere, with its record: `docker://REF` (apptainer pull), `docker-archive:TAR`,
     or a SIF path (copied). The image must be one `envbuild` built (its manifest label); its verify step runs
     again inside the SIF."""
@@ -190,10 +196,10 @@ def pull(source: str, out: Path, console: Console) -> dict:
     with _staging(out) as (work, tmp_sif):
         started = time.monotonic()
         if kind == "sif":
-            console.print(escape(f"copying {spec}"))
+            notify(f"copying {spec}")
             shutil.copyfile(spec, tmp_sif)
         else:
-            console.print(escape(f"{Path(binary).name} pull {tmp_sif.name} {spec}"))
+            notify(f"{Path(binary).name} pull {tmp_sif.name} {spec}")
             _checked([binary, "pull", "--force", str(tmp_sif), spec], work, f"{Path(binary).name} pull")
         timings = {"pull_s": round(time.monotonic() - started, 1)}
         manifest = _sif_manifest(binary, tmp_sif, work)
@@ -317,8 +323,8 @@ def _finish(
     return record
 
 
-def _streamed(argv: list[str], cwd: Path, log_path: Path, console: Console) -> None:
-    """Run `argv`, every line into `log_path`, Apptainer's own INFO/WARNING/FATAL lines to the console."""
+def _streamed(argv: list[str], cwd: Path, log_path: Path, notify: Callable[[object], None]) -> None:
+    """Run `argv`, every line into `log_path`, Apptainer's own INFO/WARNING/FATAL/ERROR lines to `notify`."""
     with open(log_path, "w", encoding="utf-8", buffering=1) as log:
         proc = subprocess.Popen(
             argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
@@ -328,7 +334,7 @@ def _streamed(argv: list[str], cwd: Path, log_path: Path, console: Console) -> N
             log.write(line)
             tail = (tail + [line])[-30:]
             if line.startswith(("INFO:", "WARNING:", "FATAL:", "ERROR:")):
-                console.print(f"[dim]{escape(line.rstrip())}[/]")
+                notify(ToolLine(line.rstrip()))
         code = proc.wait()
     if code != 0:
         raise SifBuildFailed(

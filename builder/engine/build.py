@@ -1,5 +1,8 @@
 """Build a rendered context with BuildKit: stream progress, keep the full log, classify failures.
 
+Progress is told as events (`notify`: Skipped, Building, StepRunning, StepFinished, BuildEnded, Built, Pushed, ...),
+each carrying plain text as BuildKit or the registry wrote it; the CLI renders them (builder.cli.build_view).
+
 The build contract the templates implement (docs/render.md): a top-level `ARG TORCH_INDEX_URL`,
 a `wheelhouse/` dir in the context used with `--find-links`, the CA as BuildKit secret
 `envbuild_ca`, proxies as the predefined HTTP(S)_PROXY/NO_PROXY build args.
@@ -15,11 +18,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import docker.errors
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from builder.engine.build_log import BuildFailure, PlainLog, Vertex, diagnose
 from builder.engine.docker import BuildTool, detect_build_tool, docker_client
@@ -56,6 +57,75 @@ class BuildOutcome:
     log_path: Path | None
     tool: str
     image_id: str | None
+
+
+@dataclass(frozen=True)
+class RemoteLooked:
+    """`reuse_remote`: the tag was looked up in its registry and pulled (`pulled`), or could not be (`why`)."""
+
+    tag: str
+    pulled: bool
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """The tag exists already (`where`: "locally" or "in the registry (pulled)") as image `image_id`: no build."""
+
+    tag: str
+    where: str
+    image_id: str
+
+
+@dataclass(frozen=True)
+class Building:
+    """BuildKit starts (`tool`: which client) writing its full log to `log_path`; a BuildEnded follows, always."""
+
+    tag: str
+    tool: str
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class StepRunning:
+    """A step of the build is running: its name and its last output line so far (None: none yet), as BuildKit
+    wrote them."""
+
+    step: str
+    last: str | None
+
+
+@dataclass(frozen=True)
+class StepFinished:
+    """A step of the build finished, or was taken from BuildKit's cache (`cached`); told once per step."""
+
+    step: str
+    cached: bool
+
+
+@dataclass(frozen=True)
+class BuildEnded:
+    """The build client exited (built, failed or stopped): what Building began is over."""
+
+
+@dataclass(frozen=True)
+class Built:
+    tag: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Pushing:
+    tag: str
+
+
+@dataclass(frozen=True)
+class Pushed:
+    tag: str
+
+
+def _quiet(event: object) -> None:
+    """The `notify` of a build nobody watches (tests and fixtures building an image)."""
 
 
 class BuildError(RuntimeError):
@@ -170,14 +240,14 @@ def build_image(
     context_dir: Path,
     tag: str,
     options: BuildOptions = BuildOptions(),
-    console: Console | None = None,
+    notify: Callable[[object], None] = _quiet,
     log_path: Path | None = None,
     manifest: dict | None = None,
 ) -> BuildOutcome:
     """Build the rendered context `context_dir` (its Dockerfile there, any --ca-cert a file: the caller checked)
     as `tag` unless that tag already exists locally. `manifest` (the plan's, as rendered; None for a context
-    without one) goes into the image's labels and says which wheels the context's wheelhouse must hold."""
-    console = console or Console(stderr=True, soft_wrap=True)
+    without one) goes into the image's labels and says which wheels the context's wheelhouse must hold. What
+    happens is told to `notify` as it happens (the events above)."""
     context_dir = Path(context_dir)
     client = docker_client()
     tool = detect_build_tool()
@@ -186,16 +256,9 @@ def build_image(
     if existing is None and options.reuse_remote and not options.force:
         existing, why = pull_existing(tag)
         where = "in the registry (pulled)"
-        console.print(
-            f"[green]pulled[/] {escape(tag)}: its content-hash tag exists in the registry"
-            if existing
-            else f"{escape(tag)} cannot be pulled ({escape(why)}); building it"
-        )
+        notify(RemoteLooked(tag, existing is not None, why))
     if existing:
-        console.print(
-            f"[green]skipped[/]: image [bold]{escape(tag)}[/] already exists {where} "
-            f"(content hash unchanged, {existing[:19]}); --force rebuilds it"
-        )
+        notify(Skipped(tag, where, existing))
         outcome = BuildOutcome(tag, True, time.monotonic() - started, None, tool.describe, existing)
     else:
         labels = {}
@@ -209,17 +272,15 @@ def build_image(
                 labels[CONTEXT_HASH_LABEL] = str(manifest["context_hash"])
         log_path = Path(log_path) if log_path else default_log_path(context_dir)
         argv = build_command(tool, context_dir, tag, options, labels)
-        console.print(f"building [bold]{tag}[/] with {tool.describe}; full log: {log_path}")
-        _run_build(argv, tool, log_path, console)
+        notify(Building(tag, tool.describe, log_path))
+        try:
+            _run_build(argv, tool, log_path, notify)
+        finally:
+            notify(BuildEnded())
         image_id = client.images.get(tag).id
         outcome = BuildOutcome(tag, False, time.monotonic() - started, log_path, tool.describe, image_id)
-        console.print(f"[green]built[/] {tag} in {outcome.seconds:.1f}s")
+        notify(Built(tag, outcome.seconds))
     return outcome
-
-
-def _step_label(vertex: Vertex) -> str:
-    name = " ".join(vertex.name.split())
-    return escape(name if len(name) <= 110 else name[:107] + "...")
 
 
 def _is_step(vertex: Vertex) -> bool:
@@ -228,26 +289,17 @@ def _is_step(vertex: Vertex) -> bool:
     )
 
 
-def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Console) -> None:
-    """Run the build, teeing its plain output to `log_path`; raise BuildError with a diagnosis on failure."""
+def _run_build(argv: list[str], tool: BuildTool, log_path: Path, notify: Callable[[object], None]) -> None:
+    """Run the build, teeing its plain output to `log_path` and telling its steps to `notify`; raise BuildError with
+    a diagnosis on failure."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = PlainLog()
     reported: set[int] = set()
     env = {**os.environ, **tool.env}
-    with (
-        open(log_path, "w", encoding="utf-8", buffering=1) as sink,
-        Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress,
-    ):
+    with open(log_path, "w", encoding="utf-8", buffering=1) as sink:
         sink.write(
             f"# builder: {tool.describe}\n$ " + " ".join([*(f"{k}={v}" for k, v in tool.env.items()), *argv]) + "\n"
         )
-        task = progress.add_task("starting BuildKit", total=None)
         proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -266,12 +318,10 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, console: Consol
                 if vertex is None or not _is_step(vertex):
                     continue
                 if vertex.state == "running":
-                    last = f"  [dim]{escape(vertex.output[-1][:80])}[/]" if vertex.output else ""
-                    progress.update(task, description=f"{_step_label(vertex)}{last}")
+                    notify(StepRunning(vertex.name, vertex.output[-1] if vertex.output else None))
                 elif vertex.number not in reported and vertex.state in ("done", "cached"):
                     reported.add(vertex.number)
-                    mark = "[dim]cached[/]" if vertex.state == "cached" else "[green]done[/]"
-                    progress.console.print(f"  {mark} {_step_label(vertex)}")
+                    notify(StepFinished(vertex.name, vertex.state == "cached"))
             returncode = proc.wait()
         except KeyboardInterrupt as exc:
             how = describe(exc)
@@ -302,10 +352,11 @@ class PushError(RuntimeError):
     """The registry refused or could not be reached; the image stays built locally."""
 
 
-def push_image(tag: str, console: Console) -> None:
-    """Push `tag` to its registry, failing clearly on the first error the engine reports."""
+def push_image(tag: str, notify: Callable[[object], None]) -> None:
+    """Push `tag` to its registry (told: Pushing, then Pushed), failing clearly on the first error the engine
+    reports."""
     repository, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
-    console.print(f"pushing {tag}")
+    notify(Pushing(tag))
     hint = "log in with `docker login <registry>`; the tag's registry part (--registry) says where it goes"
     try:
         for event in docker_client().images.push(repository, tag=version, stream=True, decode=True):
@@ -313,4 +364,4 @@ def push_image(tag: str, console: Console) -> None:
                 raise PushError(f"push of {tag} failed: {event['error']} ({hint})")
     except docker.errors.APIError as exc:
         raise PushError(f"push of {tag} failed: {exc.explanation or exc} ({hint})") from exc
-    console.print(f"[green]pushed[/] {tag}")
+    notify(Pushed(tag))

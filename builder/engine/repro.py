@@ -18,9 +18,9 @@ import secrets
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import docker.errors
-from rich.console import Console
 
 from builder.engine.build import BuildOptions, build_image
 from builder.engine.docker import docker_client
@@ -183,10 +183,16 @@ class ReproReport:
 
 
 def check_reproducible(
-    context_dir: Path, tag: str, options: BuildOptions, console: Console, log_path: Path, manifest: dict | None
+    context_dir: Path,
+    tag: str,
+    options: BuildOptions,
+    notify: Callable[[object], None],
+    log_path: Path,
+    manifest: dict | None,
 ) -> ReproReport:
     """Build `context_dir` twice with no cache under two temporary tags, compare their files, read their packages
-    (for the SBOMs the workflow compares), remove both images."""
+    (for the SBOMs the workflow compares), remove both images. `notify` is told each build's events
+    (builder.engine.build) and a line before each image's filesystem is read."""
     suffix = secrets.token_hex(3)
     tags = (f"{tag}-repro-{suffix}-1", f"{tag}-repro-{suffix}-2")
     options = replace(options, force=True, no_cache=True)
@@ -197,13 +203,13 @@ def check_reproducible(
                 context_dir,
                 build_tag,
                 options,
-                console,
+                notify,
                 log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}"),
                 manifest,
             )
             seconds.append(outcome.seconds)
         for build_tag in tags:
-            console.print(f"reading the filesystem of {build_tag}")
+            notify(f"reading the filesystem of {build_tag}")
             entries.append(image_entries(build_tag))
             try:
                 contents.append(read_contents(build_tag))

@@ -13,6 +13,5 @@ outcome) and the rooms that do the work. Only here do the engine's outcomes meet
   (`matrix diff`), report_site (`report`); matrix_file: the matrix file the verbs open;
 - errors: what a workflow raises for the CLI to say, with its exit code.
 
-A workflow tells progress through a `notify` callback (lines, or small event records the CLI renders); where the
-engine still prints, the rich console the CLI made is handed through as it is. It may import engine, report,
-attest, store, plan and the neutral modules; only `builder.cli` imports it. No Click here."""
+A workflow tells progress through a `notify` callback (lines, or small event records the CLI renders), and hands it
+down to the engine, which tells its own the same way. It may import engine, report, attest, store, plan and the neutral modules; only `builder.cli` imports it. No Click here."""

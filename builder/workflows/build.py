@@ -3,7 +3,8 @@ directory (its manifest.json read once), built with BuildKit (`run_build`: a bui
 BuildStop), checked by the image's own verify record, and filed in the matrix as an attempt
 (build_record.BuildAttempt: `record_pass`, `record_stop`), whose build-record.json says how long it took, how much
 memory was in use and how many compile jobs a source build ran (`compile_jobs`, sized here from the engine's memory).
-The engine gets the manifest; it never reads a context's files back."""
+The engine gets the manifest; it never reads a context's files back. What happens on the way is told to `notify`
+(the engine's build events, build_record.Recorded)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
+from typing import Callable
 
 from builder import __version__, sbom
 from builder.engine.build import (
@@ -134,10 +134,10 @@ def start_attempt(db: Path, context: BuildContext, tag: str, log_path: Path | No
 
 
 def build(
-    context: BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path | None
+    context: BuildContext, tag: str, options: BuildOptions, notify: Callable[[object], None], log_path: Path | None
 ) -> BuildOutcome:
     """Build `context` as `tag` (BuildError, BuildInterrupted and EngineUnavailable pass through)."""
-    return build_image(context.directory, tag, options, console, log_path, manifest=context.manifest)
+    return build_image(context.directory, tag, options, notify, log_path, manifest=context.manifest)
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def run_build(
     context: BuildContext,
     tag: str,
     options: BuildOptions,
-    console: Console,
+    notify: Callable[[object], None],
     log_path: Path | None,
     attempt: BuildAttempt | None,
 ) -> BuildOutcome | BuildStop:
@@ -165,7 +165,7 @@ def run_build(
     started_at, started = utc_now(), time.monotonic()
     sampler = MemorySampler().start()
     try:
-        return _build_or_stop(context, tag, options, console, log_path, attempt)
+        return _build_or_stop(context, tag, options, notify, log_path, attempt)
     finally:
         memory = sampler.stop()
         if attempt:
@@ -176,12 +176,12 @@ def _build_or_stop(
     context: BuildContext,
     tag: str,
     options: BuildOptions,
-    console: Console,
+    notify: Callable[[object], None],
     log_path: Path | None,
     attempt: BuildAttempt | None,
 ) -> BuildOutcome | BuildStop:
     try:
-        return build(context, tag, options, console, log_path)
+        return build(context, tag, options, notify, log_path)
     except (BuildInterrupted, KeyboardInterrupt) as exc:
         return BuildStop(how=describe(exc.__cause__ or exc), log_path=getattr(exc, "log_path", None) or log_path)
     except BuildError as exc:
@@ -196,15 +196,15 @@ def _build_or_stop(
         raise
 
 
-def record_stop(attempt: BuildAttempt, stop: BuildStop, console: Console) -> None:
+def record_stop(attempt: BuildAttempt, stop: BuildStop, notify: Callable[[object], None]) -> None:
     """File a build that stopped: an interrupted one with class `interrupted`, a failed one with its step's class
     and message (StoreError passes through)."""
     if stop.error is None:
-        attempt.finish("fail", "interrupted", f"interrupted ({stop.how})", None, console)
+        attempt.finish("fail", "interrupted", f"interrupted ({stop.how})", None, notify)
         return
     failure = stop.error.failure
     attempt.finish(
-        "fail", failure.failure_class, f"{failure.step}: {failure.message}"[:500], None, console, failure=failure
+        "fail", failure.failure_class, f"{failure.step}: {failure.message}"[:500], None, notify, failure=failure
     )
 
 
@@ -214,7 +214,11 @@ def verify_record(outcome: BuildOutcome) -> dict | None:
 
 
 def record_pass(
-    attempt: BuildAttempt, context: BuildContext, outcome: BuildOutcome, verify: dict | None, console: Console
+    attempt: BuildAttempt,
+    context: BuildContext,
+    outcome: BuildOutcome,
+    verify: dict | None,
+    notify: Callable[[object], None],
 ) -> None:
     """File a finished build: a skipped one is not an attempt (its directory goes), a built one is recorded
     with its verify record in the manifest (StoreError passes through)."""
@@ -223,16 +227,16 @@ def record_pass(
         return
     if verify is not None and context.manifest is not None:
         attempt.manifest = {**context.manifest, "verify": verify}
-    attempt.finish("pass", None, None, outcome, console)
+    attempt.finish("pass", None, None, outcome, notify)
 
 
 def reproducible(
-    context: BuildContext, tag: str, options: BuildOptions, console: Console, log_path: Path
+    context: BuildContext, tag: str, options: BuildOptions, notify: Callable[[object], None], log_path: Path
 ) -> tuple[ReproReport, Path]:
     """Two no-cache builds of `context`, compared file by file (engine.repro) and by their SBOMs (builder.sbom,
     written beside the context as <context>.repro-1.sbom.cdx.json and -2); the report is also written to
     <context>.repro.json beside the context, whose path comes back with it."""
-    report = check_reproducible(context.directory, tag, options, console, log_path, context.manifest)
+    report = check_reproducible(context.directory, tag, options, notify, log_path, context.manifest)
     directory = context.directory.resolve()
     report = dataclasses.replace(report, sbom=_compare_sboms(report, context, tag, log_path, directory))
     out = directory.parent / f"{directory.name}.repro.json"

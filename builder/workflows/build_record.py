@@ -8,9 +8,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
+from typing import Callable
 
 from builder import __version__
 from builder.engine import ccache_stats
@@ -34,6 +32,16 @@ class Measured:
     finished_at: str
     seconds: float
     memory: MemoryPeak | None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The build was filed in the matrix `db`; its attempt directory, and its build-record.json (None: the context's
+    manifest does not say enough for one)."""
+
+    db: Path
+    directory: Path
+    build_record: Path | None
 
 
 @dataclass
@@ -80,11 +88,11 @@ class BuildAttempt:
         failure_class: str | None,
         error: str | None,
         outcome: BuildOutcome | None,
-        console: Console,
+        notify: Callable[[object], None],
         failure: BuildFailure | None = None,
     ) -> None:
         """Copy the context and log into the attempt, write attempt.json and build-record.json, record the build
-        (StoreError raises)."""
+        (StoreError raises) and tell it (Recorded)."""
         keep_context(self.context_dir, self.directory)
         log = self.directory / BUILD_LOG
         if self.log_path != log:
@@ -130,12 +138,7 @@ class BuildAttempt:
                 base_digest=digest,
                 record=document,
             )
-        console.print(f"recorded the build in {escape(str(self.db))}; attempt: {escape(str(self.directory))}")
-        if document is not None:
-            console.print(
-                f"build record: {escape(str(self.directory / BUILD_RECORD))} (send it home: `envbuild matrix publish"
-                f" {escape(str(self.directory / BUILD_RECORD))} --name NAME --sign KEY --command ...`)"
-            )
+        notify(Recorded(self.db, self.directory, self.directory / BUILD_RECORD if document is not None else None))
 
     def build_record(
         self,

@@ -2,8 +2,9 @@
 by the image's own verify record, filed in the matrix as an attempt and pushed: the steps of builder.workflows.build
 in their order (`build_image`). A dry run plans and builds nothing; `check_reproducible` builds twice and compares.
 What happens on the way is told as events (`notify`): the plan's notices, the compile jobs chosen, a build not
-recorded, a build that stopped (before it is filed), the verify record, the SBOM and build provenance written
-(builder.workflows.build_evidence). The rich console goes to the engine as it is."""
+recorded, the build's own progress (builder.engine.build: Building, StepRunning, StepFinished, BuildEnded, Built, ...),
+a build that stopped (before it is filed), the build filed (Recorded), the verify record, the SBOM and build provenance
+written (builder.workflows.build_evidence), the push."""
 
 from __future__ import annotations
 
@@ -12,10 +13,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from rich.console import Console
-
 from builder.as_found import will_create
-from builder.engine.build import BuildError, BuildInterrupted, BuildOptions, PushError, default_log_path, push_image
+from builder.engine.build import (
+    BuildEnded,
+    BuildError,
+    Building,
+    BuildInterrupted,
+    BuildOptions,
+    Built,
+    Pushed,
+    Pushing,
+    PushError,
+    RemoteLooked,
+    Skipped,
+    StepFinished,
+    StepRunning,
+    default_log_path,
+    push_image,
+)
 from builder.engine.docker import EngineUnavailable
 from builder.engine.repro import ReproReport
 from builder.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
@@ -26,7 +41,7 @@ from builder.store.store import StoreError
 from builder.workflows import build, build_evidence
 from builder.workflows.build import BuildContext, BuildStop, CompileJobs
 from builder.workflows.build_evidence import Described
-from builder.workflows.build_record import BuildAttempt
+from builder.workflows.build_record import BuildAttempt, Recorded
 from builder.workflows.errors import BadInput, BadRequest, BadValue, Failed
 from builder.workflows.matrix_file import db_path, preflight
 from builder.workflows.render import CellRequest, plan_cell
@@ -35,16 +50,26 @@ if TYPE_CHECKING:
     from builder.plan.resolve import Plan
 
 __all__ = [
+    "BuildEnded",
     "BuildStop",
     "BuildStopped",
+    "Building",
+    "Built",
     "CompileJobs",
     "Described",
     "DryRun",
     "ImageBuilt",
     "ImageRequest",
     "NotRecorded",
+    "Pushed",
+    "Pushing",
+    "Recorded",
+    "RemoteLooked",
     "ReproInterrupted",
     "Reproducibility",
+    "Skipped",
+    "StepFinished",
+    "StepRunning",
     "Verified",
     "build_image",
 ]
@@ -129,14 +154,14 @@ class ReproInterrupted:
 
 
 def build_image(
-    request: ImageRequest, console: Console, notify: Callable[[object], None]
+    request: ImageRequest, notify: Callable[[object], None]
 ) -> DryRun | Reproducibility | ImageBuilt | BuildStopped:
     """Render (or take) the context, then plan it (`dry_run`), check it (`check_reproducible`) or build, file and push
-    it. The events `notify` gets: the plan's notices (lines), CompileJobs, NotRecorded, BuildStop (before it is
-    filed), ReproInterrupted, Verified, Described (the SBOM and provenance written). The console goes to the engine
-    as it is. Bad requests are BadRequest / BadValue, an unusable matrix or a missing engine BadInput (exit 2,
-    nothing built or recorded); a build that finished but could not be filed, and a push that failed, are Failed
-    (exit 1)."""
+    it. The events `notify` gets: the plan's notices and other lines, CompileJobs, NotRecorded, the build's own
+    (RemoteLooked, Skipped, Building, StepRunning, StepFinished, BuildEnded, Built), BuildStop (before it is filed),
+    Recorded, ReproInterrupted, Verified, Described (the SBOM and provenance written), Pushing, Pushed. Bad requests
+    are BadRequest / BadValue, an unusable matrix or a missing engine BadInput (exit 2, nothing built or recorded); a
+    build that finished but could not be filed, and a push that failed, are Failed (exit 1)."""
     context, plan = _context(request, notify)
     if isinstance(context, DryRun):
         return context
@@ -146,12 +171,12 @@ def build_image(
     will_create(request.log_path or default_log_path(context.directory))
     options, jobs = _options(request, context, notify)
     if request.check_reproducible:
-        return _reproducible(context, tag, options, console, request.log_path, notify)
+        return _reproducible(context, tag, options, request.log_path, notify)
     attempt = _attempt(request, context, tag, jobs, notify)
     log_path = attempt.log_path if attempt else request.log_path
     with sigterm_as_interrupt() as stop:
         try:
-            outcome = build.run_build(context, tag, options, console, log_path, attempt)
+            outcome = build.run_build(context, tag, options, notify, log_path, attempt)
         except BuildError as exc:  # no failing step: an option the engine refused, nothing attempted
             raise BadRequest(str(exc)) from exc
         except EngineUnavailable as exc:
@@ -159,16 +184,16 @@ def build_image(
         if isinstance(outcome, BuildStop):
             notify(outcome)
             if attempt:
-                _recorded(attempt, lambda: build.record_stop(attempt, outcome, console))
+                _recorded(attempt, lambda: build.record_stop(attempt, outcome, notify))
             return BuildStopped(stop.exit_code if outcome.error is None else 1)
     verify = build.verify_record(outcome)
     if verify is not None:
         notify(Verified(verify))
     notify(build_evidence.describe(context, outcome, options, attempt, request.key))
     if attempt:
-        _recorded(attempt, lambda: build.record_pass(attempt, context, outcome, verify, console))
+        _recorded(attempt, lambda: build.record_pass(attempt, context, outcome, verify, notify))
     if request.push:
-        _push(tag, console)
+        _push(tag, notify)
     return ImageBuilt(tag)
 
 
@@ -252,14 +277,13 @@ def _reproducible(
     context: BuildContext,
     tag: str,
     options: BuildOptions,
-    console: Console,
     log_path: Path | None,
     notify: Callable[[object], None],
 ) -> Reproducibility | BuildStopped:
     """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
     try:
         return Reproducibility(
-            *build.reproducible(context, tag, options, console, log_path or default_log_path(context.directory))
+            *build.reproducible(context, tag, options, notify, log_path or default_log_path(context.directory))
         )
     except BuildInterrupted as exc:
         notify(ReproInterrupted(str(exc), exc.log_path))
@@ -283,9 +307,9 @@ def _recorded(attempt: BuildAttempt, record: Callable[[], None]) -> None:
         ) from exc
 
 
-def _push(tag: str, console: Console) -> None:
+def _push(tag: str, notify: Callable[[object], None]) -> None:
     try:
-        push_image(tag, console)
+        push_image(tag, notify)
     except EngineUnavailable as exc:
         raise BadInput(str(exc)) from exc
     except PushError as exc:

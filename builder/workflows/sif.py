@@ -1,19 +1,18 @@
 """`envbuild sif`: a cell's SIF for Apptainer/SingularityCE sites, with its record (PATH.sif.json): from a built Docker
 image, from a rendered context's cell.def with no Docker engine, or pulled (builder.engine.apptainer and
-apptainer_build). The rich console goes to the engine as it is."""
+apptainer_build). What happens on the way is told to `notify`: plain lines, and ToolLine (a line Apptainer printed
+during a build)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from rich.console import Console
-from rich.markup import escape
-
-from builder.engine.apptainer_build import COMPRESSIONS
+from builder.engine.apptainer_build import COMPRESSIONS, ToolLine
 from builder.workflows.errors import BadInput
 
-__all__ = ["COMPRESSIONS", "SifMade", "SifNotMade", "SifRequest", "make_sif"]
+__all__ = ["COMPRESSIONS", "SifMade", "SifNotMade", "SifRequest", "ToolLine", "make_sif"]
 
 
 @dataclass(frozen=True)
@@ -47,9 +46,10 @@ class SifNotMade:
     message: str
 
 
-def make_sif(request: SifRequest, console: Console) -> SifMade | SifNotMade:
-    """The SIF the request asks for. A request that names no source or two, options that do not go with its source,
-    an out path that is no new .sif, an unknown image or context and a missing apptainer are BadInput (exit 2)."""
+def make_sif(request: SifRequest, notify: Callable[[object], None]) -> SifMade | SifNotMade:
+    """The SIF the request asks for, telling `notify` what runs. A request
+    that names no source or two, options that do not go with its source, an out path that is no new .sif, an unknown
+    image or context and a missing apptainer are BadInput (exit 2)."""
     from builder.engine.apptainer import build_sif
     from builder.engine.apptainer_build import SifBuildFailed, build_from_context, local_base, pull
     from builder.engine.container import RunError
@@ -62,18 +62,16 @@ def make_sif(request: SifRequest, console: Console) -> SifMade | SifNotMade:
             record = build_from_context(
                 request.context_dir,
                 request.out,
-                console,
+                notify,
                 base=base,
                 ca_cert=request.ca_cert,
                 fakeroot=request.fakeroot,
                 compression=request.compression,
             )
         elif request.source is not None:
-            record = pull(request.source, request.out, console)
+            record = pull(request.source, request.out, notify)
         else:
-            record = build_sif(
-                request.image, request.out, lambda line: console.print(escape(line)), compression=request.compression
-            )
+            record = build_sif(request.image, request.out, notify, compression=request.compression)
     except SifBuildFailed as exc:
         return SifNotMade(str(exc))
     except (RunError, EngineUnavailable) as exc:

@@ -15,7 +15,18 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from builder.engine.build import BuildError, BuildOptions, build_command, build_image
+from builder.engine.build import (
+    BuildEnded,
+    BuildError,
+    Building,
+    BuildOptions,
+    Built,
+    Skipped,
+    StepFinished,
+    StepRunning,
+    build_command,
+    build_image,
+)
 from builder.plan.render import read_manifest
 from builder.engine.build_log import PlainLog, diagnose
 from builder.engine.docker import BuildTool
@@ -132,6 +143,33 @@ def test_proxies_pass_through_without_appearing_in_the_log(tmp_path, local_base,
         assert "s3cret" not in outcome.log_path.read_text()  # neither the command line nor the output
         image_env = " ".join(docker_engine.images.get(tag).attrs["Config"].get("Env") or [])
         assert "s3cret" not in image_env
+    finally:
+        docker_engine.images.remove(tag, force=True)
+
+
+def test_a_build_is_told_step_by_step_and_ends_before_its_outcome(tmp_path, local_base, docker_engine):
+    """The engine tells a build as events, each step's name and output as BuildKit wrote them; BuildEnded comes
+    before the outcome, a failure included, and a skipped build tells only that."""
+    ctx = context(tmp_path, f"FROM {local_base}\nRUN echo '[bold]from the step[/]' && sleep 1\n")
+    tag = f"envbuild-test/events:{tmp_path.name[-12:].lower()}"
+    events: list = []
+    try:
+        build_image(ctx, tag, BuildOptions(network="host", force=True, no_cache=True), events.append)
+        kinds = [type(e) for e in events]
+        assert kinds[0] is Building and events[0].log_path == tmp_path / "ctx.build.log"
+        assert kinds[-2:] == [BuildEnded, Built] and events[-1].tag == tag
+        finished = [e.step for e in events if isinstance(e, StepFinished)]
+        assert finished[-2:] == ["[2/2] RUN echo '[bold]from the step[/]' && sleep 1", "exporting to image"]
+        assert StepRunning(finished[-2], "[bold]from the step[/]") in events
+        assert kinds.index(BuildEnded) > max(i for i, k in enumerate(kinds) if k in (StepRunning, StepFinished))
+        events.clear()
+        build_image(ctx, tag, BuildOptions(network="host"), events.append)
+        assert [type(e) for e in events] == [Skipped] and events[0].where == "locally"
+        (ctx / "Dockerfile").write_text(f"FROM {local_base}\nRUN exit 3\n")
+        events.clear()
+        with pytest.raises(BuildError):
+            build_image(ctx, f"{tag}-failed", BuildOptions(network="host", force=True), events.append)
+        assert type(events[0]) is Building and type(events[-1]) is BuildEnded
     finally:
         docker_engine.images.remove(tag, force=True)
 

@@ -238,3 +238,29 @@ def test_apptainer_is_looked_for_before_singularity(tmp_path, monkeypatch):
     assert apptainer_binary() == str(tmp_path / "apptainer" / "apptainer")
     monkeypatch.setenv("ENVBUILD_APPTAINER", "/opt/site/bin/singularity")
     assert apptainer_binary() == "/opt/site/bin/singularity"
+
+
+def test_a_builds_own_lines_are_shown_as_they_come_made_plain_and_kept_whole_in_its_log(tmp_path):
+    """Apptainer's step lines (INFO/WARNING/FATAL/ERROR) are the progress of `sif --from-context`: shown with their
+    escape sequences made harmless and rich markup shown as text; everything it printed stays in the log verbatim.
+    (A stand-in apptainer that prints and fails: the build itself runs in tests/integration/test_hpc.py.)"""
+    ctx = render(resolve(Request(flavor="cpu", torch="2.13")), tmp_path / "ctx").out_dir
+    tool = tmp_path / "apptainer"
+    tool.write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'apptainer version 1.3.4'; exit 0; }\n"
+        "echo 'INFO:    Starting build...'\necho 'not a step line'\n"
+        "printf 'WARNING: \\033[2J[bold]cleared[/]\\n'\necho 'FATAL:   While performing build: boom'\nexit 255\n"
+    )
+    tool.chmod(0o755)
+    ran = _sif(["--from-context", str(ctx), "-o", str(tmp_path / "x.sif")], env={"ENVBUILD_APPTAINER": str(tool)})
+    assert ran.exit_code == 1, ran.output
+    shown = ran.stderr.splitlines()
+    assert shown[0].startswith(f"{tool} build cell.def of cpu-torch2.13-py3.11 (base: the registry default); log: ")
+    assert shown[1:4] == [
+        "INFO:    Starting build...",
+        "WARNING:  [2J[bold]cleared[/]",
+        "FATAL:   While performing build: boom",
+    ]
+    assert "\x1b" not in ran.stderr
+    log = (tmp_path / "x.sif.build.log").read_text()
+    assert "not a step line\nWARNING: \x1b[2J[bold]cleared[/]\n" in log

@@ -100,7 +100,7 @@ def test_envbuild_image_says_how_many_jobs_it_chose_and_passes_them_to_the_build
 
     seen = {}
 
-    def stand_in_build(context_dir, tag, options, console, log_path, manifest=None):
+    def stand_in_build(context_dir, tag, options, notify, log_path, manifest=None):
         seen["args"] = dict(options.build_args)
         raise EngineUnavailable("stand-in engine: no build here")
 
