@@ -28,7 +28,7 @@ from builder.engine.interrupt import (
     sigterm_as_interrupt,
 )
 from builder.engine import conditions
-from builder.engine.run_result import RESULT_NAME, write_json_atomic
+from builder.engine.run_result import RESULT_FILE, write_json_atomic
 from builder.store.store import DB_ENV_VAR, MatrixStore, StoreError, default_db_path
 
 
@@ -217,10 +217,10 @@ def workload(
         raise
     try:
         result["conditions"] = watch.finish()
-        write_json_atomic(Path(out_dir) / RESULT_NAME, result)
+        write_json_atomic(Path(out_dir) / RESULT_FILE, result)
     except OSError as exc:
         console.print(escape(f"warning: could not record the run's conditions: {exc}"))
-    result_path = Path(out_dir).resolve() / RESULT_NAME
+    result_path = Path(out_dir).resolve() / RESULT_FILE
     style = "green" if result["status"] == "pass" else "red"
     detail = escape(f" ({result.get('error_class')}: {result.get('error')})") if result["status"] != "pass" else ""
     console.print(f"[{style}]{result['status']}[/]{detail}; result: {result_path}")

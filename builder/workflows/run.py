@@ -8,11 +8,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from builder.engine.run_result import RESULT_NAME, write_json_atomic
+from builder.engine.run_result import write_json_atomic
 from builder.store.store import MatrixStore, RecordedRun
 from builder.paths import IMAGE_OUT
 from builder.workflows.run_identity import check_foreign_claims
 from builder.workflows.run_result import finalize, keep_run
+from workload.result import RESULT_FILE
 
 
 def run_workload(
@@ -54,7 +55,7 @@ def run_workload(
         contradiction = check(result) if check else None
         if contradiction:  # the host read the environment's files: what the run reported is refused
             result.update(status="error", error_class="input_error", error=contradiction)
-            write_json_atomic(Path(end.out_dir) / RESULT_NAME, result)
+            write_json_atomic(Path(end.out_dir) / RESULT_FILE, result)
         return result
     return finalize(end, check=lambda result: check_foreign_claims(result, end.out_dir))
 
