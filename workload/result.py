@@ -74,14 +74,14 @@ def finish(result: dict, status: str, error_class: str | None = None, error: str
     return result
 
 
-def _finite(value):
+def _finite_or_null(value):
     """JSON has no NaN/inf: a diverged curve point is written as null."""
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _finite_or_null(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [_finite_or_null(v) for v in value]
     return value
 
 
@@ -89,7 +89,7 @@ def write_result(out_dir: str | Path, result: dict) -> Path:
     """Write DIR/result.json atomically: a temp file in DIR, fsync, then os.replace."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    payload = _finite({k: v for k, v in result.items() if not k.startswith("_")})
+    payload = _finite_or_null({k: v for k, v in result.items() if not k.startswith("_")})
     fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json.tmp", dir=out_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -290,7 +290,7 @@ def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | Non
 
     preset = preset_for(recipe.preset, recipe.model)
     overrides = {
-        f.name: _plain(getattr(recipe, f.name))
+        f.name: _tuple_as_list(getattr(recipe, f.name))
         for f in dataclasses.fields(recipe)
         if f.name not in ("preset", "model") and getattr(recipe, f.name) != getattr(preset, f.name)
     }
@@ -317,7 +317,7 @@ def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | Non
 SYNTHETIC_DATA = "synthetic"
 
 
-def _plain(value):
+def _tuple_as_list(value):
     return list(value) if isinstance(value, tuple) else value
 
 

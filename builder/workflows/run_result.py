@@ -15,7 +15,7 @@ from builder.store.attempts import keep_file, new_attempt, relative_to_db, write
 from builder.store.store import validate_result
 
 
-def _load(path: Path) -> tuple[dict | None, str | None]:
+def _read_result(path: Path) -> tuple[dict | None, str | None]:
     """The result at `path` if present and valid, else (None, why not)."""
     if not path.is_file() and not path.is_symlink():
         return None, None
@@ -54,7 +54,7 @@ def finalize(end: RunEnd, check=None) -> dict:
     failure_class, failure, invocation = end.failure_class, end.failure, end.invocation
     path = Path(end.out_dir) / RESULT_FILE
     source = Path(end.written_by_image) / RESULT_FILE if end.written_by_image else path
-    result, invalid = _load(source)
+    result, invalid = _read_result(source)
     if invalid:
         source.replace(source.with_name("result.invalid.json"))  # keep the bytes for inspection
     if result is None:

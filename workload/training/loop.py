@@ -360,7 +360,7 @@ def _warm_up(model, schedule: list[Step], ctx: StepContext, params) -> None:
     _sync(ctx.device)
 
 
-def _first_line(exc: BaseException) -> str:
+def _error_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     head = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else "")
     return f"{type(exc).__name__}: {head}"[:500]
@@ -428,7 +428,7 @@ def _capture_steps(model, schedule: list[Step], ctx: StepContext, params, optimi
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - the steps run uncaptured instead (recorded)
-        stats.graph_error = _first_line(e)
+        stats.graph_error = _error_line(e)
         for p in params:
             p.grad = None
         _sync(device)
@@ -447,7 +447,7 @@ def _schedule(recipe: Recipe, lengths: list[int]) -> tuple[Recipe, list]:
     return recipe, schedule
 
 
-def _compile(model, recipe: Recipe, device: torch.device, backend: str | None, stats: TrainStats) -> int:
+def _try_compile(model, recipe: Recipe, device: torch.device, backend: str | None, stats: TrainStats) -> int:
     """How many layers were compiled (0: eager; why, in `stats.compile_error`). Compiled layers run on GPUs only
     unless a `backend` is named."""
     if not recipe.compile or (device.type != "cuda" and not backend):
@@ -465,7 +465,7 @@ def _compile(model, recipe: Recipe, device: torch.device, backend: str | None, s
     try:
         return compile_layers(model, backend=backend or "inductor")
     except Exception as e:  # noqa: BLE001 - an environment without a working compiler trains eager
-        stats.compile_error = _first_line(e)
+        stats.compile_error = _error_line(e)
         uncompile_layers(model)
         return 0
 
@@ -513,7 +513,7 @@ def _warm_up_compiled(model, schedule: list[Step], ctx: StepContext, params, sta
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - compilation failed: the same loop runs eager (recorded)
-        stats.compile_error = _first_line(e)
+        stats.compile_error = _error_line(e)
         uncompile_layers(model)
         compiled = 0
         for p in params:
@@ -533,7 +533,7 @@ def _update(params, optimizer, scheduler, scaler, max_grad_norm: float) -> torch
     return norm
 
 
-def _log(
+def _report_steps(
     stats: TrainStats, step_no: int, steps: int, ctx: StepContext, on_step, pending_loss: list, pending_norm: list
 ) -> tuple[list, list]:
     """Every `log_every` steps and at the last: check the pending losses and norms (one sync) and report the
@@ -594,7 +594,7 @@ def train(
     manual_sync = recipe.pack and ddp_world > 1
     forward_model = model.module if manual_sync and hasattr(model, "module") else model
     model.train()
-    compiled = _compile(model, recipe, device, compile_backend, stats)
+    compiled = _try_compile(model, recipe, device, compile_backend, stats)
     # No KV cache in training: transformers would otherwise build one per forward (and compiled layers would
     # recompile per layer on its state).
     configs = [m.config for m in model.modules() if getattr(getattr(m, "config", None), "use_cache", False)]
@@ -651,7 +651,7 @@ def train(
                 _record_step(stats, step_no, step, lengths, trained_lengths)
                 pending_loss.append(step_loss)
                 pending_norm.append(norm)
-                pending_loss, pending_norm = _log(
+                pending_loss, pending_norm = _report_steps(
                     stats, step_no, len(schedule), ctx, on_step, pending_loss, pending_norm
                 )
                 continue
@@ -672,7 +672,9 @@ def train(
             pending_loss.append(step_loss)
             pending_norm.append(norm.detach().float())
             _record_step(stats, step_no, step, lengths, trained_lengths)
-            pending_loss, pending_norm = _log(stats, step_no, len(schedule), ctx, on_step, pending_loss, pending_norm)
+            pending_loss, pending_norm = _report_steps(
+                stats, step_no, len(schedule), ctx, on_step, pending_loss, pending_norm
+            )
         _sync(device)
         stats.seconds = time.perf_counter() - start
         stats.samples, stats.tokens = stats.samples - untimed[0], stats.tokens - untimed[1]
