@@ -164,7 +164,7 @@ def root_cause(torchrun_log: str) -> str | None:
     return f"rank {rank.group(1)} (local_rank {rank.group(2)}) failed first: exit code {exit_text}"
 
 
-def _tee(stream, tail: collections.deque) -> None:
+def _copy_stderr(stream, tail: collections.deque) -> None:
     """Copy torchrun's (and the ranks') stderr to ours, keeping the last lines for root_cause()."""
     sink = getattr(sys.stderr, "buffer", None)
     for line in iter(stream.readline, b""):
@@ -197,7 +197,7 @@ def run_supervised(command: list[str], grace_s: float = STOP_GRACE_S) -> tuple[i
             return 128 + received[0][0], received[0][0], None
         # Its own session: a terminal's Ctrl-C reaches torchrun once, through us.
         proc = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE)
-        reader = threading.Thread(target=_tee, args=(proc.stderr, tail), daemon=True, name="torchrun-stderr")
+        reader = threading.Thread(target=_copy_stderr, args=(proc.stderr, tail), daemon=True, name="torchrun-stderr")
         reader.start()
         if received:  # a signal that came while it was starting
             proc.send_signal(received[0][0])

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,10 +20,25 @@ from .result import finish, new_result, write_result
 from .training.noise import third_party_to
 from .training.presets import Recipe, preset_for
 
+if TYPE_CHECKING:
+    from .training.distributed import Dist
 
 EXIT_BAD_INPUT = 2
 #: Seconds between two progress lines of a long tokenization.
 PROGRESS_EVERY_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRun:
+    """What a fine-tune runs with once its device is known: the recipe, the device and dtype, this process's place
+    among the ranks (`dist`), whether the probes run and whether progress lines are left out."""
+
+    recipe: Recipe
+    device: torch.device
+    dtype: str
+    dist: Dist
+    probes: bool = True
+    quiet: bool = False
 
 
 def _log(message: str) -> None:
@@ -183,10 +199,11 @@ def train_command(
         dtype = env.resolve_dtype(recipe.dtype, device)
         result["config"] = _config_block(recipe, dtype, dist.world_size)
         with third_party_to(noise):
+            run = TrainRun(recipe, device, dtype, dist, probes=probes, quiet=quiet)
             if speed:
-                _train_speed(result, recipe, device, dtype, dist, probes, quiet)
+                _train_speed(result, run)
             else:
-                _train(result, recipe, device, dtype, dist, data, revision, probes, out_dir, scratch, quiet)
+                _train(result, run, data, revision, out_dir, scratch)
     except BaseException as e:  # noqa: BLE001 - recorded in the result
         exc = e
     finally:
@@ -273,7 +290,7 @@ def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | Non
 
     preset = preset_for(recipe.preset, recipe.model)
     overrides = {
-        f.name: _plain(getattr(recipe, f.name))
+        f.name: _tuple_as_list(getattr(recipe, f.name))
         for f in dataclasses.fields(recipe)
         if f.name not in ("preset", "model") and getattr(recipe, f.name) != getattr(preset, f.name)
     }
@@ -300,7 +317,7 @@ def invocation(recipe: Recipe, data, argv: list[str] | None, revision: str | Non
 SYNTHETIC_DATA = "synthetic"
 
 
-def _plain(value):
+def _tuple_as_list(value):
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -382,7 +399,8 @@ def _config_block(recipe: Recipe, dtype: str, world_size: int) -> dict:
     }
 
 
-def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out_dir, scratch, quiet) -> None:
+def _train(result: dict, run: TrainRun, data, revision: str | None, out_dir: Path | None, scratch: Path) -> None:
+    recipe, device, dtype, dist, quiet = run.recipe, run.device, run.dtype, run.dist, run.quiet
     from .training.pass_bar import pass_bar
     from .model.classifier import (
         LastTokenClassifier,
@@ -408,7 +426,7 @@ def _train(result, recipe, device, dtype, dist, data, revision, with_probes, out
     )
     base = loaded.model
     result["config"]["attn_implementation"] = getattr(base.config, "_attn_implementation", None)
-    if with_probes:
+    if run.probes:
         probes = run_probes(device, tokenizer=loaded.tokenizer, dtype=env.TORCH_DTYPES[dtype])
         result["probes"] = merge_rank_probes(dist.all_gather_object(probes or []))
     if recipe.gradient_checkpointing:
@@ -577,7 +595,7 @@ def _record_training(result: dict, recipe: Recipe, stats, n_non_embedding: int, 
     )
 
 
-def _train_speed(result, recipe, device, dtype, dist, with_probes, quiet) -> None:
+def _train_speed(result: dict, run: TrainRun) -> None:
     """The `speed` preset's run (docs/workload.md "The speed preset"): a random-weight classifier of the shape
     `recipe.model` on synthetic learnable data, the throughput levers, untimed steps first, then the timed ones;
     the eval accuracy must pass the bar (the learning check), or the run fails `did_not_learn`."""
@@ -587,6 +605,7 @@ def _train_speed(result, recipe, device, dtype, dist, with_probes, quiet) -> Non
     from .training.loop import Tokenised, evaluate, train
     from .training.pass_bar import pass_bar
 
+    recipe, device, dtype, dist, quiet = run.recipe, run.device, run.dtype, run.dist, run.quiet
     labels = recipe.labels
     vocab = vocab_size(recipe.model)
     per_step = (recipe.tokens_per_step or recipe.batch_size * 68) // 68 + 1  # the samples average ~68 tokens
@@ -618,7 +637,7 @@ def _train_speed(result, recipe, device, dtype, dist, with_probes, quiet) -> Non
         attn=recipe.attn_implementation,
     )
     result["config"]["attn_implementation"] = getattr(base.config, "_attn_implementation", None)
-    if with_probes:
+    if run.probes:
         probes = run_probes(device, dtype=env.TORCH_DTYPES[dtype])
         result["probes"] = merge_rank_probes(dist.all_gather_object(probes or []))
     model = apply_lora(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from builder.attest import allowed_signers as signers_file
 from builder import strict_json
 from builder.paths import RESULTS_DIR, file_sha256, write_text_atomic
-from workload.result import RESULT_FILE as RESULT_NAME  # the workload writes it
+from workload.result import RESULT_FILE  # the workload writes it
 
 if TYPE_CHECKING:  # securesystemslib loads in ~0.1 s: only the commands that sign or verify pay for it
     from securesystemslib.dsse import Envelope
@@ -162,7 +162,7 @@ def make_statement(
         raise AttestationInputError(f"{result_path}: {exc}") from exc
     if not isinstance(result, dict):
         raise AttestationInputError(f"{result_path}: not a result (a JSON object)")
-    subjects = [{"name": RESULT_NAME, "digest": {"sha256": hashlib.sha256(raw).hexdigest()}}]
+    subjects = [{"name": RESULT_FILE, "digest": {"sha256": hashlib.sha256(raw).hexdigest()}}]
     image = image_sha256 or image_digest(result)
     if image:
         subjects.append({"name": IMAGE_SUBJECT, "digest": {"sha256": image}})
@@ -370,7 +370,7 @@ def verify_envelope(
     allowed_signers: Path,
     revoked: Path | None = None,
     predicate_type: str = PREDICATE_TYPE,
-    subject: str = RESULT_NAME,
+    subject: str = RESULT_FILE,
     when=None,
 ) -> tuple[str, str, dict]:
     """Check the payload type, the namespace, the signer (our own allowed_signers line for this exact key), the
@@ -426,7 +426,7 @@ def verify_envelope(
     return principal, fingerprint, statement
 
 
-def _check_statement(statement, predicate_type: str = PREDICATE_TYPE, subject: str = RESULT_NAME) -> None:
+def _check_statement(statement, predicate_type: str = PREDICATE_TYPE, subject: str = RESULT_FILE) -> None:
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise InvalidStatement(f"the payload is not an in-toto Statement v1 (_type {STATEMENT_TYPE})")
     if statement.get("predicateType") != predicate_type:
@@ -461,9 +461,9 @@ def check_subjects(statement: dict, result_path: Path, raw: bytes) -> None:
     names."""
     digests = subject_digests(statement)
     actual = hashlib.sha256(raw).hexdigest()
-    if actual != digests[RESULT_NAME]:
+    if actual != digests[RESULT_FILE]:
         raise ResultTampered(
-            f"sha256 {actual} of {Path(result_path).name} is not the attested {digests[RESULT_NAME]}: "
+            f"sha256 {actual} of {Path(result_path).name} is not the attested {digests[RESULT_FILE]}: "
             "the result changed after it was signed"
         )
     try:
@@ -497,7 +497,7 @@ def verify(
     """Verify the attestation file and the result.json beside it (or `result_path`; `result_bytes`: its content,
     as the caller read it, so that what is verified is what the caller goes on to use)."""
     attestation = Path(attestation)
-    result_path = Path(result_path) if result_path is not None else attestation.with_name(RESULT_NAME)
+    result_path = Path(result_path) if result_path is not None else attestation.with_name(RESULT_FILE)
     if result_bytes is None:
         if not result_path.is_file():
             raise AttestationInputError(f"{result_path}: no result file next to {attestation}")

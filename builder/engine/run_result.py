@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from builder.paths import file_sha256, write_text_atomic
-from workload.result import RESULT_FILE as RESULT_NAME  # the workload writes it
+from workload.result import RESULT_FILE  # the workload writes it
 
 VERSION_KEYS = (
     "python",
@@ -52,9 +52,9 @@ def check_out_dir(out_dir: Path) -> Path:
         raise PermissionError(
             f"output dir {out_dir} is not writable ({exc.strerror}); pass --out with a directory you can write"
         ) from exc
-    if (out_dir / RESULT_NAME).exists():
+    if (out_dir / RESULT_FILE).exists():
         raise FileExistsError(
-            f"{out_dir / RESULT_NAME} exists from an earlier run; "
+            f"{out_dir / RESULT_FILE} exists from an earlier run; "
             "pass a fresh --out directory (results are never overwritten)"
         )
     return out_dir

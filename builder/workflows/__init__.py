@@ -14,4 +14,5 @@ outcome) and the rooms that do the work. Only here do the engine's outcomes meet
 - errors: what a workflow raises for the CLI to say, with its exit code.
 
 A workflow tells progress through a `notify` callback (lines, or small event records the CLI renders), and hands it
-down to the engine, which tells its own the same way. It may import engine, report, attest, store, plan and the neutral modules; only `builder.cli` imports it. No Click here."""
+down to the engine, which tells its own the same way. It may import engine, report, attest, store, plan and the
+neutral modules; only `builder.cli` imports it. No Click here."""

@@ -17,6 +17,7 @@ from builder.slug import plain
 from builder.store.provenance import Provenance
 from builder.workflows import import_builds, verify_build, verify_provenance
 from builder.workflows.errors import BadRequest
+from workload.result import RESULT_FILE
 
 #: The working folder's signer file: in a clone of the repository, the one a contributor's own key line goes into.
 WORKING_SIGNERS = Path("results") / "allowed_signers"
@@ -108,9 +109,9 @@ def result_files(paths) -> list[Path]:
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob(attest.RESULT_NAME) if p.is_file()))
+            files.extend(sorted(p for p in path.rglob(RESULT_FILE) if p.is_file()))
         elif path.name == attest.ATTESTATION_NAME:
-            files.append(path.with_name(attest.RESULT_NAME))
+            files.append(path.with_name(RESULT_FILE))
         else:
             files.append(path)
     return files

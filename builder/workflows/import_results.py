@@ -12,7 +12,6 @@ from typing import Callable
 
 from builder import strict_json
 from builder.attest import signing as attest
-from builder.engine.run_result import RESULT_NAME
 from builder.paths import BUILD_RECORD
 from builder.slug import plain
 from builder.store.provenance import Provenance
@@ -21,6 +20,7 @@ from builder.workflows import import_builds
 from builder.workflows.attestations import check_result, signers
 from builder.workflows.errors import BadInput, BadValue, Stopped
 from builder.workflows.matrix_file import damage_warnings, db_path, open_store
+from workload.result import RESULT_FILE
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def _import_files(paths) -> list[Path]:
     files = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.name == RESULT_NAME or p.suffix == ".db"))
+            files.extend(sorted(p for p in path.rglob("*") if p.name == RESULT_FILE or p.suffix == ".db"))
         elif path.name != BUILD_RECORD:  # a build record is imported by builder.workflows.import_builds
             files.append(path)
     return files

@@ -19,7 +19,6 @@ from typing import Callable
 
 from builder import strict_json
 from builder.as_found import will_create
-from builder.engine.run_result import RESULT_NAME
 from builder.known_secrets import MAX_KEPT_LOG, copy_scrubbed
 from builder.paths import BUILD_RECORD, CONTAINER_LOG, output_problem
 from builder.plan.cells import Cell
@@ -29,6 +28,7 @@ from builder.store.store import StoreError, validate_result
 from builder.workflows import publish_build
 from builder.workflows.attestations import SignRequest, sign_result
 from builder.workflows.errors import BadRequest, BadValue
+from workload.result import RESULT_FILE
 
 PRIVATE_HOST_KEYS = ("hostname", "kernel_cmdline")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -78,7 +78,7 @@ def publish(request: PublishRequest, notify: Callable[[str], None]) -> Published
     target = _new_folder(request.out / cell.key / request.name)
     target.mkdir(parents=True)
     try:
-        (target / RESULT_NAME).write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
+        (target / RESULT_FILE).write_text(json.dumps(publishable(result), indent=2, sort_keys=True) + "\n")
         log = request.file.with_name(CONTAINER_LOG)
         if log.is_symlink():  # a link would publish whatever it points at
             notify(f"warning: {log} is a symbolic link; not published")
@@ -86,11 +86,11 @@ def publish(request: PublishRequest, notify: Callable[[str], None]) -> Published
             notify(f"warning: {log} is not a regular file of at most {MAX_KEPT_LOG} bytes; not published")
         attestation = None
         if request.key is not None:
-            attestation = sign_result(SignRequest(target / RESULT_NAME, request.key, request.commands, request.sif))
+            attestation = sign_result(SignRequest(target / RESULT_FILE, request.key, request.commands, request.sif))
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-    return Published(target / RESULT_NAME, attestation)
+    return Published(target / RESULT_FILE, attestation)
 
 
 def _new_folder(target: Path) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from builder.engine import conditions, routes
 from builder.engine.container import RunError
 from builder.engine.docker import EngineUnavailable
-from builder.engine.run_result import RESULT_NAME, RunEnd, write_json_atomic
+from builder.engine.run_result import RunEnd, write_json_atomic
 from builder.engine.runner import ContainerRun, Notify, RunRequest, SifRun, VenvRun
 from builder.engine.runner import Output, Said  # noqa: F401 - the routes' events, which the verb renders
 from builder.interrupt import (
@@ -34,6 +34,7 @@ from builder.workflows.errors import BadInput, Failed
 from builder.workflows.matrix_file import new_folder_note
 from builder.workflows.run_identity import check_foreign_claims
 from builder.workflows.run_result import finalize, keep_run
+from workload.result import RESULT_FILE
 
 
 @dataclass(frozen=True)
@@ -165,10 +166,10 @@ def run_workload(request: RunWorkloadRequest, notify: Notify) -> RunOutcome | No
         raise
     try:
         result["conditions"] = watch.finish()
-        write_json_atomic(Path(out_dir) / RESULT_NAME, result)
+        write_json_atomic(Path(out_dir) / RESULT_FILE, result)
     except OSError as exc:
         notify(ConditionsNotRecorded(str(exc)))
-    result_path = Path(out_dir).resolve() / RESULT_NAME
+    result_path = Path(out_dir).resolve() / RESULT_FILE
     notify(RunFinished(result, result_path))
     interrupted = result.get("error_class") == "interrupted"
     recorded = None
@@ -228,7 +229,7 @@ def _completed(end: RunEnd) -> dict:
     contradiction = end.contradicts(result) if end.contradicts else None
     if contradiction:  # the host read the environment's files: what the run reported is refused
         result.update(status="error", error_class="input_error", error=contradiction)
-        write_json_atomic(Path(end.out_dir) / RESULT_NAME, result)
+        write_json_atomic(Path(end.out_dir) / RESULT_FILE, result)
     return result
 
 

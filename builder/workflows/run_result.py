@@ -3,19 +3,19 @@ attempt beside the matrix (`keep_run`)."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 from builder import strict_json
 from builder.known_secrets import MAX_KEPT_LOG, copy_scrubbed, known_secrets
 from builder.paths import CONTAINER_LOG, WORKLOAD_LOG
+from workload.result import RESULT_FILE, envelope
 from workload.training.noise import LOG_NAME as THIRD_PARTY_LOG
-from builder.engine.run_result import RESULT_NAME, VERSION_KEYS, RunEnd, utc_iso, write_json_atomic
+from builder.engine.run_result import VERSION_KEYS, RunEnd, utc_iso, write_json_atomic
 from builder.store.attempts import keep_file, new_attempt, relative_to_db, write_record
 from builder.store.store import validate_result
 
 
-def _load(path: Path) -> tuple[dict | None, str | None]:
+def _read_result(path: Path) -> tuple[dict | None, str | None]:
     """The result at `path` if present and valid, else (None, why not)."""
     if not path.is_file() and not path.is_symlink():
         return None, None
@@ -29,25 +29,15 @@ def _load(path: Path) -> tuple[dict | None, str | None]:
 
 def error_result(error_class: str, message: str, *, started: float, finished: float, versions: dict) -> dict:
     """The envelope written when the workload left no usable result."""
-    return {
-        "schema_version": 1,
-        "run_id": uuid.uuid4().hex,
-        "command": "train",
-        "status": "error",
-        "error_class": error_class,
-        "error": message,
-        "started_at": utc_iso(started),
-        "finished_at": utc_iso(finished),
-        "wall_time_s": round(finished - started, 3),
-        "versions": {key: versions.get(key) for key in VERSION_KEYS},
-        "hardware": None,
-        "model": None,
-        "dataset": None,
-        "config": None,
-        "metrics": None,
-        "probes": [],
-        "artifacts": {},
-    }
+    return envelope(
+        "train",
+        error_class=error_class,
+        error=message,
+        started_at=utc_iso(started),
+        finished_at=utc_iso(finished),
+        wall_time_s=round(finished - started, 3),
+        versions={key: versions.get(key) for key in VERSION_KEYS},
+    )
 
 
 def finalize(end: RunEnd, check=None) -> dict:
@@ -62,9 +52,9 @@ def finalize(end: RunEnd, check=None) -> dict:
     (its error stops the run: nothing is written).
     """
     failure_class, failure, invocation = end.failure_class, end.failure, end.invocation
-    path = Path(end.out_dir) / RESULT_NAME
-    source = Path(end.written_by_image) / RESULT_NAME if end.written_by_image else path
-    result, invalid = _load(source)
+    path = Path(end.out_dir) / RESULT_FILE
+    source = Path(end.written_by_image) / RESULT_FILE if end.written_by_image else path
+    result, invalid = _read_result(source)
     if invalid:
         source.replace(source.with_name("result.invalid.json"))  # keep the bytes for inspection
     if result is None:
@@ -94,7 +84,7 @@ def keep_run(db: Path, out_dir: Path, result: dict, written_by_image: Path | Non
     secret values; the third-party log of an image envbuild did not build comes from its own folder, at most
     MAX_KEPT_LOG bytes, never through a link."""
     attempt = new_attempt(db, "run", result["run_id"])
-    keep_file(Path(out_dir) / RESULT_NAME, attempt)
+    keep_file(Path(out_dir) / RESULT_FILE, attempt)
     secrets = known_secrets()
     for name in (CONTAINER_LOG, WORKLOAD_LOG, THIRD_PARTY_LOG):
         folder = Path(written_by_image) if written_by_image and name == THIRD_PARTY_LOG else Path(out_dir)

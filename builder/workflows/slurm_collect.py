@@ -14,7 +14,7 @@ from pathlib import Path
 from builder import strict_json
 from builder.paths import CONTAINER_LOG
 from builder.engine.apptainer import runtime_of
-from builder.engine.run_result import RESULT_NAME, run_end, write_json_atomic
+from builder.engine.run_result import run_end, write_json_atomic
 from builder.engine.slurm import (
     RUNTIME_LINE,
     STATE_CLASSES,
@@ -29,13 +29,14 @@ from builder.plan.cells import Cell
 from builder.store.store import InvalidResultError, MatrixStore, StoreError, validate_result
 from builder.store.verdict_rules import counts
 from builder.workflows.run_result import finalize, keep_run
+from workload.result import RESULT_FILE
 
 
 def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> dict:
     """The task's final result.json: the workload's own result completed with the `host` and `image` blocks,
     or an error result with the class its end state maps to. Written once: a task already finished is read
     back as it is (collecting twice records nothing new)."""
-    path = task.out_dir / RESULT_NAME
+    path = task.out_dir / RESULT_FILE
     refused = None
     if path.is_file() or path.is_symlink():
         try:
@@ -93,7 +94,7 @@ def finish_task(sub: Submission, task: Task, state: TaskState, job_id: str) -> d
     if state.state in STATE_CLASSES and result.get("error_class") == "interrupted":
         # the workload wrote `interrupted` on the SIGTERM Slurm sent it: the end state says why it came
         result.update(error_class=failure_class, error=f"{failure}; the workload reported: {result.get('error')}")
-        write_json_atomic(task.out_dir / RESULT_NAME, result)
+        write_json_atomic(task.out_dir / RESULT_FILE, result)
     return result
 
 
@@ -192,6 +193,6 @@ def collect_job(store: MatrixStore, sub: Submission, job_id: str, states: dict[i
         found = store.classify_run(result)
         if found == "new":
             kept = keep_run(store.path, task.out_dir, result)
-            store.record_run(result, source=str(task.out_dir / RESULT_NAME), attempt_dir=kept)
+            store.record_run(result, source=str(task.out_dir / RESULT_FILE), attempt_dir=kept)
         collected.append(Collected(task, state, result, conflict=found == "conflict"))
     return collected

@@ -9,12 +9,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from builder.engine.run_result import RESULT_NAME
 from builder.engine.slurm import SCRIPT_NAME, SlurmError, sacct, site_file
 from builder.store.verdict_rules import counts
 from builder.workflows import slurm_collect, slurm_submit
 from builder.workflows.errors import BadInput
 from builder.workflows.matrix_file import db_path, new_folder_note
+from workload.result import RESULT_FILE
 
 
 @dataclass(frozen=True)
@@ -125,5 +125,5 @@ def _line(done: slurm_collect.Collected) -> TaskLine:
         result is not None and counts("run", result["status"], result.get("error_class")),
         done.conflict,
         result["run_id"] if result is not None else None,
-        task.out_dir / RESULT_NAME,
+        task.out_dir / RESULT_FILE,
     )

@@ -186,7 +186,7 @@ def _is_shared_library(p: Path) -> bool:
     return p.suffix == ".so" or ".so." in p.name
 
 
-def _candidates(root: Path) -> list[Path]:
+def _library_files(root: Path) -> list[Path]:
     """`root` itself, or every shared library under it once (a symlink chain counts as its target file)."""
     if root.is_file():
         return [root]
@@ -204,7 +204,7 @@ def coverage(paths: list[Path], arch: str | None = None) -> Coverage:
     for root in paths:
         if not root.exists():
             raise FileNotFoundError(f"{root}: no such file or directory")
-        binaries += _scan_all(_candidates(root))
+        binaries += _scan_all(_library_files(root))
         libs |= library_files(root)
     return Coverage(arch=arch, binaries=binaries, library_files=libs)
 

@@ -54,7 +54,7 @@ def resolve_dtype(requested: str, device: torch.device) -> str:
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _version(package: str) -> str | None:
+def _installed_version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -68,7 +68,7 @@ def versions() -> dict:
         "hip": torch.version.hip,
         "cuda": torch.version.cuda,
         **{
-            name: _version(name)
+            name: _installed_version(name)
             for name in ("transformers", "peft", "accelerate", "sentencepiece", "safetensors", "numpy")
         },
         "workload": __version__,

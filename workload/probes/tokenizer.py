@@ -34,7 +34,7 @@ def _bare_sentencepiece_dir(path: str) -> bool:
     )
 
 
-def _load(path: str, use_fast: bool = True):
+def _load_tokenizer(path: str, use_fast: bool = True):
     import transformers
 
     if _bare_sentencepiece_dir(path):
@@ -46,7 +46,7 @@ def _load(path: str, use_fast: bool = True):
 def load_tokenizer(tokenizer: Any):
     """A tokenizer object as given, or loaded from a directory."""
     if isinstance(tokenizer, (str, os.PathLike)):
-        return _load(os.fspath(tokenizer))
+        return _load_tokenizer(os.fspath(tokenizer))
     return tokenizer
 
 
@@ -68,7 +68,7 @@ def _slow_fast_pair(tok: Any):
 
     if int(transformers.__version__.split(".")[0]) >= 5 or not _source_dir(tok):
         return None
-    other = _load(_source_dir(tok), use_fast=not tok.is_fast)
+    other = _load_tokenizer(_source_dir(tok), use_fast=not tok.is_fast)
     if other.is_fast == tok.is_fast:
         return None
     return (other, tok) if tok.is_fast else (tok, other)

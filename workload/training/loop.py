@@ -8,6 +8,8 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -141,16 +143,16 @@ def evaluate(
     }
 
 
-def _check_finite(stats: TrainStats, losses: list, norms: list, first_step: int, dtype: str, reduce_sum) -> None:
+def _check_finite(stats: TrainStats, losses: list, norms: list, first_step: int, ctx: StepContext) -> None:
     loss_values = torch.stack(losses)
-    if reduce_sum is not None:
-        loss_values = reduce_sum(loss_values)  # each rank holds its share of the global-batch mean
+    if ctx.reduce_sum is not None:
+        loss_values = ctx.reduce_sum(loss_values)  # each rank holds its share of the global-batch mean
     for offset, (loss, norm) in enumerate(zip(loss_values.tolist(), torch.stack(norms).tolist())):
         step = first_step + offset
         stats.train_loss.append([step, loss])
         stats.grad_norm.append([step, norm])
         # Under fp16 AMP an inf gradient norm is a skipped step (GradScaler lowers the scale); the loss must be finite.
-        if not math.isfinite(loss) or (dtype != "fp16" and not math.isfinite(norm)):
+        if not math.isfinite(loss) or (ctx.dtype != "fp16" and not math.isfinite(norm)):
             raise NonFiniteLoss(
                 f"training diverged at step {step}: loss={loss}, grad_norm={norm} "
                 "(lower the learning rate, or use bf16/fp32 instead of fp16)"
@@ -253,51 +255,75 @@ def _sequences(micro: dict, data: Tokenised, recipe: Recipe) -> int:
     )
 
 
-def _host_batch(
-    micro: dict, data: Tokenised, recipe: Recipe, pad_id: int, pin: bool, varlen: bool = False
-) -> tuple[torch.Tensor, ...]:
-    """Host tensors of one micro-batch: padded (input_ids, attention_mask, target) or packed (input_ids,
-    position_ids, sample ends[, cu_seqlens with `varlen`], target); pinned on GPUs."""
-    if "rows" in micro:
-        tensors = collate_packed(
-            [[data.train_ids[i] for i in row] for row in micro["rows"]],
-            pad_id,
-            micro.get("width", recipe.pack_length),
-            micro["n_rows"],
-            pin=pin,
-            tail_chunk=micro.get("tail_chunk"),
-        )
-        if varlen:
-            cu = cu_seqlens(tensors[1], _sequences(micro, data, recipe))
-            tensors = (*tensors, cu.pin_memory() if pin else cu)
-        samples = [i for row in micro["rows"] for i in row]
-    else:
-        samples = micro["samples"]
-        tensors = collate(
-            [data.train_ids[i] for i in samples],
-            pad_id,
-            recipe.pad_multiple,
-            recipe.max_length,
-            pin=pin,
-            width=micro["width"],
-        )
-    target = torch.tensor([data.train_labels[i] for i in samples])
-    return (*tensors, target.pin_memory() if pin else target)
-
-
 def _to_device(batch: tuple[torch.Tensor, ...], device) -> tuple[torch.Tensor, ...]:
     return tuple(t.to(device, non_blocking=True) for t in batch)
 
 
-def _logits(model, batch: tuple[torch.Tensor, ...], device, dtype: str, longest: int | None = None):
-    """(logits, target) of one micro-batch of device tensors (`_host_batch`'s layout); `longest`: the longest
-    sequence of a packed batch (None: its row length)."""
-    with autocast(device, dtype):
-        if len(batch) >= 4:  # packed, with cu_seqlens when varlen attention is on
-            input_ids, position_ids, ends, *cu, target = batch
-            return packed_logits(model, input_ids, position_ids, ends, *cu, max_length=longest), target
-        input_ids, mask, target = batch
-        return model(input_ids=input_ids, attention_mask=mask).logits, target
+@dataclass(frozen=True)
+class StepContext:
+    """What every micro-batch of a run is made and run with: the tokenised data, the recipe as this torch runs it,
+    the device and dtype, the pad token, pinned host memory (GPUs), this rank's place (`rank` of `world`, summing
+    over the ranks with `reduce_sum`) and whether packed rows run through the varlen attention kernels."""
+
+    data: Tokenised
+    recipe: Recipe
+    device: torch.device
+    dtype: str
+    pad_id: int
+    pin: bool = False
+    rank: int = 0
+    world: int = 1
+    reduce_sum: Callable | None = None
+    varlen: bool = False
+
+    @cached_property
+    def lengths(self) -> list[int]:
+        return [len(x) for x in self.data.train_ids]
+
+    def micro_batches(self, step: Step) -> list[dict]:
+        """This rank's micro-batches of `step` (`micro_batches`)."""
+        return micro_batches(step, self.lengths, self.recipe, self.rank, self.world)
+
+    def host_batch(self, micro: dict) -> tuple[torch.Tensor, ...]:
+        """Host tensors of one micro-batch: padded (input_ids, attention_mask, target) or packed (input_ids,
+        position_ids, sample ends[, cu_seqlens with `varlen`], target); pinned on GPUs."""
+        data, recipe, pin = self.data, self.recipe, self.pin
+        if "rows" in micro:
+            tensors = collate_packed(
+                [[data.train_ids[i] for i in row] for row in micro["rows"]],
+                self.pad_id,
+                micro.get("width", recipe.pack_length),
+                micro["n_rows"],
+                pin=pin,
+                tail_chunk=micro.get("tail_chunk"),
+            )
+            if self.varlen:
+                cu = cu_seqlens(tensors[1], _sequences(micro, data, recipe))
+                tensors = (*tensors, cu.pin_memory() if pin else cu)
+            samples = [i for row in micro["rows"] for i in row]
+        else:
+            samples = micro["samples"]
+            tensors = collate(
+                [data.train_ids[i] for i in samples],
+                self.pad_id,
+                recipe.pad_multiple,
+                recipe.max_length,
+                pin=pin,
+                width=micro["width"],
+            )
+        target = torch.tensor([data.train_labels[i] for i in samples])
+        return (*tensors, target.pin_memory() if pin else target)
+
+    def logits(self, model, batch: tuple[torch.Tensor, ...]):
+        """(logits, target) of one micro-batch of device tensors (`host_batch`'s layout); a packed batch's longest
+        sequence is the recipe's (`_longest`)."""
+        with autocast(self.device, self.dtype):
+            if len(batch) >= 4:  # packed, with cu_seqlens when varlen attention is on
+                input_ids, position_ids, ends, *cu, target = batch
+                longest = _longest(self.recipe)
+                return packed_logits(model, input_ids, position_ids, ends, *cu, max_length=longest), target
+            input_ids, mask, target = batch
+            return model(input_ids=input_ids, attention_mask=mask).logits, target
 
 
 def scaled_schedule(recipe: Recipe, schedule: list[Step]) -> tuple[float, int]:
@@ -313,46 +339,37 @@ def scaled_schedule(recipe: Recipe, schedule: list[Step]) -> tuple[float, int]:
     return recipe.learning_rate * factor, max(1, round(recipe.warmup_steps / ratio))
 
 
-def _warm_up(
-    model, schedule, data, recipe, device, dtype, pad_id, pin, rank, world, params, varlen: bool = False
-) -> None:
+def _warm_up(model, schedule: list[Step], ctx: StepContext, params) -> None:
     """One forward/backward per distinct micro-batch shape (compilation happens here, outside the timing);
     the gradients are thrown away."""
-    lengths = [len(x) for x in data.train_ids]
     seen = set()
     for step in schedule:
-        for micro in micro_batches(step, lengths, recipe, rank, world):
+        for micro in ctx.micro_batches(step):
             if "rows" in micro:
-                width = micro.get("width", recipe.pack_length)
-                shape = ("rows", micro["n_rows"], width, _sequences(micro, data, recipe) if varlen else 0)
+                width = micro.get("width", ctx.recipe.pack_length)
+                shape = ("rows", micro["n_rows"], width, _sequences(micro, ctx.data, ctx.recipe) if ctx.varlen else 0)
             else:
                 shape = (len(micro["samples"]), micro["width"])
             if shape in seen:
                 continue
             seen.add(shape)
-            logits, target = _logits(
-                model,
-                _to_device(_host_batch(micro, data, recipe, pad_id, pin, varlen), device),
-                device,
-                dtype,
-                _longest(recipe),
-            )
+            logits, target = ctx.logits(model, _to_device(ctx.host_batch(micro), ctx.device))
             F.cross_entropy(logits.float(), target).backward()
     for p in params:
         p.grad = None
-    _sync(device)
+    _sync(ctx.device)
 
 
-def _first_line(exc: BaseException) -> str:
+def _error_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     head = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else "")
     return f"{type(exc).__name__}: {head}"[:500]
 
 
-def _average_gradients(params, reduce_sum, world: int) -> None:
+def _average_gradients(params, ctx: StepContext) -> None:
     """Average the trainable gradients over the ranks with one summed flat buffer (missing ones count as 0)."""
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = reduce_sum(torch.cat([g.reshape(-1) for g in grads])) / world
+    flat = ctx.reduce_sum(torch.cat([g.reshape(-1) for g in grads])) / ctx.world
     at = 0
     for p, g in zip(params, grads):
         p.grad = flat[at : at + g.numel()].view_as(g).clone()
@@ -382,41 +399,36 @@ def _graphs_unsupported(recipe: Recipe, dtype: str, world: int) -> str | None:
     return None
 
 
-def _capture_steps(
-    model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats: TrainStats, varlen: bool = False
-):
-    """StepGraphs with every step layout of the schedule captured, or None (stats.graph_error says why)."""
+def _capture_steps(model, schedule: list[Step], ctx: StepContext, params, optimizer, stats: TrainStats):
+    """StepGraphs with every step layout of the schedule captured, or None (stats.graph_error says why). Graphs
+    run in one process on a GPU (`_graphs_unsupported`): the host batches are pinned."""
     from .step_graphs import StepGraphs
+
+    device = ctx.device
 
     def forward_backward(batches):
         n = sum(batch[-1].shape[0] for batch in batches)
         step_loss = torch.zeros((), device=device)
         for batch in batches:
-            logits, target = _logits(model, batch, device, dtype, _longest(recipe))
+            logits, target = ctx.logits(model, batch)
             loss = F.cross_entropy(logits.float(), target, reduction="sum") / n
             loss.backward()
             step_loss += loss.detach().float()
         return step_loss
 
     def update():
-        norm = torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(params, ctx.recipe.max_grad_norm)
         optimizer.step()
         return norm.detach().float()
 
     graphs = StepGraphs(forward_backward, update, optimizer, params, device)
-    lengths = [len(x) for x in data.train_ids]
     try:
         for step in schedule:
-            graphs.capture(
-                [
-                    _host_batch(micro, data, recipe, pad_id, True, varlen)
-                    for micro in micro_batches(step, lengths, recipe)
-                ]
-            )
+            graphs.capture([ctx.host_batch(micro) for micro in ctx.micro_batches(step)])
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - the steps run uncaptured instead (recorded)
-        stats.graph_error = _first_line(e)
+        stats.graph_error = _error_line(e)
         for p in params:
             p.grad = None
         _sync(device)
@@ -435,7 +447,7 @@ def _schedule(recipe: Recipe, lengths: list[int]) -> tuple[Recipe, list]:
     return recipe, schedule
 
 
-def _compile(model, recipe: Recipe, device: torch.device, backend: str | None, stats: TrainStats) -> int:
+def _try_compile(model, recipe: Recipe, device: torch.device, backend: str | None, stats: TrainStats) -> int:
     """How many layers were compiled (0: eager; why, in `stats.compile_error`). Compiled layers run on GPUs only
     unless a `backend` is named."""
     if not recipe.compile or (device.type != "cuda" and not backend):
@@ -453,7 +465,7 @@ def _compile(model, recipe: Recipe, device: torch.device, backend: str | None, s
     try:
         return compile_layers(model, backend=backend or "inductor")
     except Exception as e:  # noqa: BLE001 - an environment without a working compiler trains eager
-        stats.compile_error = _first_line(e)
+        stats.compile_error = _error_line(e)
         uncompile_layers(model)
         return 0
 
@@ -490,46 +502,18 @@ def _unpack_samples(recipe: Recipe, device: torch.device, dtype: str, world: int
     return dataclasses.replace(recipe, pack_samples=None, varlen_attention=False), why
 
 
-def _warm_up_compiled(
-    model,
-    schedule,
-    data,
-    recipe,
-    device,
-    dtype,
-    pad_id,
-    pin,
-    ddp_rank,
-    ddp_world,
-    params,
-    varlen,
-    stats: TrainStats,
-    compiled: int,
-) -> int:
+def _warm_up_compiled(model, schedule: list[Step], ctx: StepContext, params, stats: TrainStats, compiled: int) -> int:
     """Compile every step shape before the timed loop (`stats.warmup_seconds`); the compiled layer count, or 0
     when compiling failed and the same loop runs eager (recorded)."""
-    _sync(device)
+    _sync(ctx.device)
     begin = time.perf_counter()
     # Warm-up through the unwrapped module: DDP would sync (and ranks may see different shapes).
     try:
-        _warm_up(
-            getattr(model, "module", model),
-            schedule,
-            data,
-            recipe,
-            device,
-            dtype,
-            pad_id,
-            pin,
-            ddp_rank,
-            ddp_world,
-            params,
-            varlen,
-        )
+        _warm_up(getattr(model, "module", model), schedule, ctx, params)
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - compilation failed: the same loop runs eager (recorded)
-        stats.compile_error = _first_line(e)
+        stats.compile_error = _error_line(e)
         uncompile_layers(model)
         compiled = 0
         for p in params:
@@ -549,22 +533,14 @@ def _update(params, optimizer, scheduler, scaler, max_grad_norm: float) -> torch
     return norm
 
 
-def _log(
-    stats: TrainStats,
-    step_no: int,
-    steps: int,
-    recipe: Recipe,
-    dtype: str,
-    reduce_sum,
-    on_step,
-    pending_loss: list,
-    pending_norm: list,
+def _report_steps(
+    stats: TrainStats, step_no: int, steps: int, ctx: StepContext, on_step, pending_loss: list, pending_norm: list
 ) -> tuple[list, list]:
     """Every `log_every` steps and at the last: check the pending losses and norms (one sync) and report the
     step; returns the lists still pending."""
-    if step_no % recipe.log_every != 0 and step_no != steps:
+    if step_no % ctx.recipe.log_every != 0 and step_no != steps:
         return pending_loss, pending_norm
-    _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, dtype, reduce_sum)
+    _check_finite(stats, pending_loss, pending_norm, step_no - len(pending_loss) + 1, ctx)
     if on_step:
         on_step(step_no, steps, stats.train_loss[-1][1])
     return [], []
@@ -618,7 +594,7 @@ def train(
     manual_sync = recipe.pack and ddp_world > 1
     forward_model = model.module if manual_sync and hasattr(model, "module") else model
     model.train()
-    compiled = _compile(model, recipe, device, compile_backend, stats)
+    compiled = _try_compile(model, recipe, device, compile_backend, stats)
     # No KV cache in training: transformers would otherwise build one per forward (and compiled layers would
     # recompile per layer on its state).
     configs = [m.config for m in model.modules() if getattr(getattr(m, "config", None), "use_cache", False)]
@@ -626,6 +602,18 @@ def train(
         config.use_cache = False
     varlen = stats.varlen_attention = _varlen(recipe, device, dtype, stats)
     stats.varlen_error = stats.varlen_error or unpacked
+    ctx = StepContext(
+        data,
+        recipe,
+        device,
+        dtype,
+        pad_id,
+        pin=pin,
+        rank=ddp_rank,
+        world=ddp_world,
+        reduce_sum=reduce_sum,
+        varlen=varlen,
+    )
     attention = contextlib.ExitStack()
     try:
         if varlen:
@@ -633,30 +621,13 @@ def train(
         if recipe.merged_qkv:
             stats.merged_qkv_blocks = attention.enter_context(merged_qkv_on(model))
         if compiled:
-            compiled = _warm_up_compiled(
-                model,
-                schedule,
-                data,
-                recipe,
-                device,
-                dtype,
-                pad_id,
-                pin,
-                ddp_rank,
-                ddp_world,
-                params,
-                varlen,
-                stats,
-                compiled,
-            )
+            compiled = _warm_up_compiled(model, schedule, ctx, params, stats, compiled)
         stats.compiled_layers = compiled
         graphs = None
         if use_graphs:
             _sync(device)
             begin = time.perf_counter()
-            graphs = _capture_steps(
-                forward_model, schedule, data, recipe, device, dtype, pad_id, params, optimizer, stats, varlen
-            )
+            graphs = _capture_steps(forward_model, schedule, ctx, params, optimizer, stats)
             stats.warmup_seconds += time.perf_counter() - begin
         stats.graphed_layouts = len(graphs.graphs) if graphs else 0
         trained_lengths: list[int] = []
@@ -671,38 +642,38 @@ def train(
                 start, untimed = time.perf_counter(), (stats.samples, stats.tokens)
                 trained_lengths.clear()
             n_global = len(step.samples)
-            micros = micro_batches(step, lengths, recipe, ddp_rank, ddp_world)
+            micros = ctx.micro_batches(step)
             if graphs is not None:
-                batches = [_host_batch(micro, data, recipe, pad_id, pin, varlen) for micro in micros]
+                batches = [ctx.host_batch(micro) for micro in micros]
                 step_loss, norm = graphs.step(batches)
                 scheduler.step()
                 stats.padded_tokens += sum(batch[0].numel() for batch in batches)
                 _record_step(stats, step_no, step, lengths, trained_lengths)
                 pending_loss.append(step_loss)
                 pending_norm.append(norm)
-                pending_loss, pending_norm = _log(
-                    stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step, pending_loss, pending_norm
+                pending_loss, pending_norm = _report_steps(
+                    stats, step_no, len(schedule), ctx, on_step, pending_loss, pending_norm
                 )
                 continue
             step_loss = torch.zeros((), device=device)
             for k, micro in enumerate(micros):
                 sync_now = k == len(micros) - 1 or not hasattr(model, "no_sync")
                 with contextlib.nullcontext() if sync_now else model.no_sync():
-                    batch = _host_batch(micro, data, recipe, pad_id, pin, varlen)
-                    logits, target = _logits(forward_model, _to_device(batch, device), device, dtype, _longest(recipe))
+                    batch = ctx.host_batch(micro)
+                    logits, target = ctx.logits(forward_model, _to_device(batch, device))
                     # Mean over the global step: each micro-batch's sum / step size (x world: DDP averages).
                     loss = F.cross_entropy(logits.float(), target, reduction="sum") / n_global * ddp_world
                     scaler.scale(loss).backward()
                 step_loss += loss.detach().float() / ddp_world
                 stats.padded_tokens += batch[0].numel()
             if manual_sync:
-                _average_gradients(params, reduce_sum, ddp_world)
+                _average_gradients(params, ctx)
             norm = _update(params, optimizer, scheduler, scaler, recipe.max_grad_norm)
             pending_loss.append(step_loss)
             pending_norm.append(norm.detach().float())
             _record_step(stats, step_no, step, lengths, trained_lengths)
-            pending_loss, pending_norm = _log(
-                stats, step_no, len(schedule), recipe, dtype, reduce_sum, on_step, pending_loss, pending_norm
+            pending_loss, pending_norm = _report_steps(
+                stats, step_no, len(schedule), ctx, on_step, pending_loss, pending_norm
             )
         _sync(device)
         stats.seconds = time.perf_counter() - start
