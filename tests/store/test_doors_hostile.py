@@ -56,7 +56,11 @@ def door(*args, cwd: Path, env: dict | None = None, seconds: float = SECONDS) ->
         proc.communicate()
         pytest.fail(f"envbuild {args} still running after {seconds + 30} s")
     stderr, _, peak = raw.decode("utf-8", "replace").rpartition("\nPEAK_KB=")
-    return proc.returncode, stderr, int(peak) / 1024, time.monotonic() - started
+    seconds_taken = time.monotonic() - started
+    print(
+        f"\n[measured] {' '.join(map(str, args[:3]))}: exit {proc.returncode}, {int(peak) / 1024:.0f} MB, {seconds_taken:.1f} s"
+    )
+    return proc.returncode, stderr, int(peak) / 1024, seconds_taken
 
 
 def tree(folder: Path) -> set[str]:
