@@ -96,6 +96,54 @@ def gemm_by_shape(prof) -> list[dict]:
     return sorted(rows, key=lambda r: -r["seconds"])
 
 
+def profiled_train(model, data: Tokenised, recipe, device, dtype: str, steps: int):
+    """train() for `steps` steps with the torch profiler on from step 2: the warm-up passes train() runs first and
+    step 1 stay out of the profile. Returns (train's stats, the profiled steps' wall seconds, the stopped profile)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    prof = torch.profiler.profile(activities=activities, record_shapes=True)
+    begin = []
+
+    def start_after_first_step(step_no, _total, _loss):
+        if step_no == 1:
+            _sync(device)
+            prof.start()
+            begin.append(time.perf_counter())
+
+    # log_every=1: train() reports every step (a host sync per step, as its logging does)
+    stats = train(
+        model,
+        data,
+        recipe.replace(max_steps=steps, epochs=1, log_every=1),
+        device=device,
+        dtype=dtype,
+        pad_id=PAD,
+        on_step=start_after_first_step,
+    )
+    _sync(device)
+    wall = time.perf_counter() - begin[0]
+    prof.stop()
+    return stats, wall, prof
+
+
+def kernel_time(prof, wall: float) -> dict:
+    """A stopped profile's kernel time over `wall` seconds: in all, as a share of the wall time (GPU busy), by kind,
+    the top kernels and the GEMMs by shape."""
+    by_kind, top = kernel_breakdown(prof)
+    total = sum(by_kind.values())
+    return {
+        "kernel_seconds": round(total, 4),
+        "gpu_busy_fraction": round(total / wall, 4) if wall else None,
+        "by_kind": {
+            k: {"seconds": round(v, 4), "share": round(v / total, 4) if total else None}
+            for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
+        },
+        "top_kernels": [{"name": n[:160], "seconds": round(t, 4)} for n, t in top],
+        "gemm_by_shape": gemm_by_shape(prof)[:20],
+    }
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=["seed", "throughput"], default="throughput")
@@ -151,35 +199,8 @@ def main(argv=None) -> int:
         first = train(
             model, data, recipe.replace(max_steps=args.steps, epochs=1), device=device, dtype=dtype, pad_id=PAD
         )
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
     print(f"profiled pass (steps 2 to {args.steps}) ...", flush=True)
-    prof = torch.profiler.profile(activities=activities, record_shapes=True)
-    begin = []
-
-    def start_after_first_step(step_no, _total, _loss):
-        """The profile starts once step 1 is done: the warm-up passes train() runs first stay out of it."""
-        if step_no == 1:
-            _sync(device)
-            prof.start()
-            begin.append(time.perf_counter())
-
-    # log_every=1: train() reports every step (a host sync per step, as its logging does)
-    stats = train(
-        model,
-        data,
-        recipe.replace(max_steps=args.steps, epochs=1, log_every=1),
-        device=device,
-        dtype=dtype,
-        pad_id=PAD,
-        on_step=start_after_first_step,
-    )
-    _sync(device)
-    wall = time.perf_counter() - begin[0]
-    prof.stop()
-    by_kind, top = kernel_breakdown(prof)
-    kernel_total = sum(by_kind.values())
+    stats, wall, prof = profiled_train(model, data, recipe, device, dtype, args.steps)
     out = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "versions": env.versions(),
@@ -200,17 +221,10 @@ def main(argv=None) -> int:
         "profiled_wall_seconds": round(wall, 4),
         "unprofiled_loop_seconds": round(first.seconds, 4) if first else None,
         "warmup_seconds": round(stats.warmup_seconds, 1),
-        "kernel_seconds": round(kernel_total, 4),
-        "gpu_busy_fraction": round(kernel_total / wall, 4) if wall else None,
-        "by_kind": {
-            k: {"seconds": round(v, 4), "share": round(v / kernel_total, 4) if kernel_total else None}
-            for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
-        },
-        "top_kernels": [{"name": n[:160], "seconds": round(s, 4)} for n, s in top],
-        "gemm_by_shape": gemm_by_shape(prof)[:20],
+        **kernel_time(prof, wall),
     }
     print(json.dumps(out, indent=1), flush=True)
-    if kernel_total:
+    if out["kernel_seconds"]:
         print(f"\n{'kind':<50}{'seconds':>10}{'share':>8}")
         for kind, row in out["by_kind"].items():
             print(f"{kind:<50}{row['seconds']:>10.3f}{row['share'] * 100:>7.1f}%")

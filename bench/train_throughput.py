@@ -322,48 +322,10 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str, 
 def profile_run(model, data: Tokenised, recipe, device, steps: int) -> dict:
     """Kernel time by kind, the top kernels and the GEMMs by shape (bench/step_profile.py's breakdown) over steps 2 to
     `steps` + 1 of another train() of the same model, recipe and data; GPU busy = kernel time / wall time."""
-    from step_profile import gemm_by_shape, kernel_breakdown
+    from step_profile import kernel_time, profiled_train
 
-    from workload.training.loop import _sync
-
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    prof = torch.profiler.profile(activities=activities, record_shapes=True)
-    begin = []
-
-    def start_after_first_step(step_no, _total, _loss):
-        if step_no == 1:
-            _sync(device)
-            prof.start()
-            begin.append(time.perf_counter())
-
-    stats = train(
-        model,
-        data,
-        recipe.replace(max_steps=steps + 1, epochs=1, log_every=1),
-        device=device,
-        dtype=recipe.dtype,
-        pad_id=PAD,
-        on_step=start_after_first_step,
-    )
-    _sync(device)
-    wall = time.perf_counter() - begin[0]
-    prof.stop()
-    by_kind, top = kernel_breakdown(prof)
-    total = sum(by_kind.values())
-    out = {
-        "profiled_steps": stats.steps - 1,
-        "wall_seconds": round(wall, 4),
-        "kernel_seconds": round(total, 4),
-        "gpu_busy_fraction": round(total / wall, 4) if wall else None,
-        "by_kind": {
-            k: {"seconds": round(v, 4), "share": round(v / total, 4) if total else None}
-            for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
-        },
-        "top_kernels": [{"name": n[:160], "seconds": round(t, 4)} for n, t in top],
-        "gemm_by_shape": gemm_by_shape(prof)[:20],
-    }
+    stats, wall, prof = profiled_train(model, data, recipe, device, recipe.dtype, steps + 1)
+    out = {"profiled_steps": stats.steps - 1, "wall_seconds": round(wall, 4), **kernel_time(prof, wall)}
     print(
         f"profile of {out['profiled_steps']} steps: GPU busy {(out['gpu_busy_fraction'] or 0) * 100:.1f} %", flush=True
     )
