@@ -19,23 +19,24 @@ from builder.store.provenance import REVOKED, Provenance
 def current_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:
     """{row id: the provenance the current signer files give} for every run stored as ci or contributed.
     AttestationInputError when allowed_signers or the revocation list cannot be read (bad input)."""
-    out: dict[int, Provenance] = {}
-    for row_id, run_id, signer, envelope in store.signed_runs():
-        outcome = attest.reverify_stored(envelope, run_id, allowed_signers, revoked)
-        if isinstance(outcome, attest.Verified):
-            out[row_id] = Provenance.signed(outcome.principal, outcome.fingerprint, envelope)
-        else:
-            out[row_id] = Provenance(REVOKED, signer, envelope)
-    return out
+    return _current(store.signed_runs(), attest.reverify_stored, attest.Verified, allowed_signers, revoked)
 
 
 def current_build_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:
     """{build row id: the provenance the current signer files give} for every build stored as signed, as for runs:
     a build record whose attestation no longer verifies becomes `provenance.REVOKED`."""
+    return _current(
+        store.signed_builds(), build_signing.reverify_stored, build_signing.VerifiedBuild, allowed_signers, revoked
+    )
+
+
+def _current(rows, reverify, verified: type, allowed_signers: Path, revoked: Path | None) -> dict[int, Provenance]:
+    """{row id: Provenance} of stored (row id, uid, signer, envelope) rows, each `reverify`d against the signer files:
+    an outcome of type `verified` is signed by the key that verified it, anything else is `provenance.REVOKED`."""
     out: dict[int, Provenance] = {}
-    for row_id, build_uid, signer, envelope in store.signed_builds():
-        outcome = build_signing.reverify_stored(envelope, build_uid, allowed_signers, revoked)
-        if isinstance(outcome, build_signing.VerifiedBuild):
+    for row_id, uid, signer, envelope in rows:
+        outcome = reverify(envelope, uid, allowed_signers, revoked)
+        if isinstance(outcome, verified):
             out[row_id] = Provenance.signed(outcome.principal, outcome.fingerprint, envelope)
         else:
             out[row_id] = Provenance(REVOKED, signer, envelope)
