@@ -97,3 +97,23 @@ def cuda_says_image(plain: str, work: Path, tag: str = "envbuild-test/foreign-cu
     ctx.mkdir(parents=True, exist_ok=True)
     (ctx / "Dockerfile").write_text(CUDA_SAYS.format(plain=plain))
     return _build(ctx, tag)
+
+
+def sif_from_image(client, tag: str, sif: Path, apptainer: str | Path, timeout: float) -> Path:
+    """Image `tag` as the SIF `sif`, built by `apptainer` from a `docker save` archive beside it (removed after), the
+    way a site turns an image it was given into a SIF; the archive is readable by the cluster's job user."""
+    archive = sif.with_suffix(".tar")
+    with open(archive, "wb") as handle:
+        for chunk in client.images.get(tag).save(named=True):
+            handle.write(chunk)
+    archive.chmod(0o644)
+    built = subprocess.run(
+        [str(apptainer), "build", "--force", str(sif), f"docker-archive://{archive}"],
+        cwd=sif.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    archive.unlink()
+    return sif

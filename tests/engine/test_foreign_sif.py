@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from foreign_images import MARKED_VERSION, plain_torch_image
+from foreign_images import MARKED_VERSION, plain_torch_image, sif_from_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 HPC_BIN = Path(os.environ.get("ENVBUILD_HPC_BIN", "/run/envbuild-hpc/bin"))
@@ -42,21 +41,7 @@ def shared():
 @pytest.fixture(scope="module")
 def foreign_sif(shared, local_base, docker_engine, tmp_path_factory) -> Path:
     tag = plain_torch_image(local_base, tmp_path_factory.mktemp("foreign-sif-image"))
-    archive, sif = shared / "plain.tar", shared / "plain.sif"
-    with open(archive, "wb") as handle:
-        for chunk in docker_engine.images.get(tag).save(named=True):
-            handle.write(chunk)
-    archive.chmod(0o644)
-    built = subprocess.run(
-        ["apptainer", "build", "--force", str(sif), f"docker-archive://{archive}"],
-        cwd=shared,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    archive.unlink()
-    return sif
+    return sif_from_image(docker_engine, tag, shared / "plain.sif", "apptainer", timeout=1200)
 
 
 def test_a_sif_envbuild_did_not_make_runs_its_own_torch(foreign_sif, shared, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from foreign_images import sif_from_image
 from hostile_images import build_hostile_image, measured
 
 from builder.bounded_read import read_file
@@ -41,21 +42,7 @@ def shared():
 @pytest.fixture(scope="module")
 def hostile_sif(shared, local_base, docker_engine, tmp_path_factory) -> Path:
     tag = build_hostile_image(local_base, tmp_path_factory.mktemp("hostile-sif-image"))
-    archive, sif = shared / "hostile.tar", shared / "hostile.sif"
-    with open(archive, "wb") as handle:
-        for chunk in docker_engine.images.get(tag).save(named=True):
-            handle.write(chunk)
-    archive.chmod(0o644)
-    built = subprocess.run(
-        [HPC_BIN / "apptainer", "build", "--force", str(sif), f"docker-archive://{archive}"],
-        cwd=shared,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    archive.unlink()
-    return sif
+    return sif_from_image(docker_engine, tag, shared / "hostile.sif", HPC_BIN / "apptainer", timeout=600)
 
 
 @pytest.fixture()
