@@ -125,17 +125,7 @@ def packed_steps(
         while end < len(order) and tokens < window_tokens:
             tokens += lengths[order[end]]
             end += 1
-        bins: list[list[int]] = []
-        space: list[int] = []
-        for i in sorted(order[start:end], key=lambda j: -lengths[j]):
-            slot = next((k for k, free in enumerate(space) if free >= lengths[i]), None)
-            if slot is None:
-                bins.append([i])
-                space.append(row_length - lengths[i])
-            else:
-                bins[slot].append(i)
-                space[slot] -= lengths[i]
-        rows += bins
+        rows += pack_sample_rows(lengths, order[start:end], row_length)
         start = end
     steps = [rows[i : i + rows_per_step] for i in range(0, len(rows), rows_per_step)]
     rng.shuffle(steps)
