@@ -35,6 +35,7 @@ from builder.engine.docker import EngineUnavailable
 from builder.engine.repro import ReproReport
 from builder.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
 from builder.paths import output_problem
+from builder.plan.image_ref import is_image_reference
 from builder.plan.render import DOCKERFILE, RenderError
 from builder.store.attempt_files import ATTEMPTS_DIR
 from builder.store.store import StoreError
@@ -162,6 +163,7 @@ def build_image(
     Recorded, ReproInterrupted, Verified, Described (the SBOM and provenance written), Pushing, Pushed. Bad requests
     are BadRequest / BadValue, an unusable matrix or a missing engine BadInput (exit 2, nothing built or recorded); a
     build that finished but could not be filed, and a push that failed, are Failed (exit 1)."""
+    _refuse_bad_names(request.tag, request.registry)
     context, plan = _context(request, notify)
     if isinstance(context, DryRun):
         return context
@@ -221,6 +223,20 @@ def _render(plan: Plan, context_dir: Path, wheelhouse: Path | None = None) -> Bu
         return build.rendered(plan, context_dir, wheelhouse)
     except RenderError as exc:
         raise BadRequest(str(exc)) from exc
+
+
+def _refuse_bad_names(tag: str | None, registry: str | None) -> None:
+    """--tag and --registry (and the two joined, as the build tags the image) must parse as image references, before
+    anything is rendered: the engine refuses anything else only after the work (BadRequest)."""
+    names = [("--registry", registry)] if registry else []
+    if tag:
+        names.append(("--tag", f"{registry.rstrip('/')}/{tag}" if registry else tag))
+    for flag, name in names:
+        if not is_image_reference(name):
+            raise BadRequest(
+                f"{flag}: {name!r} is not an image reference; give [registry/]name[:tag] in lower case, "
+                "e.g. envbuild/cpu:dev"
+            )
 
 
 def _tag_of(context: BuildContext, tag: str | None, registry: str | None) -> str:

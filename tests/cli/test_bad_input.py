@@ -204,6 +204,27 @@ def test_a_base_image_that_is_no_image_reference_is_refused(tmp_path, command, r
     assert not (tmp_path / "ctx").exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "shown"),
+    [
+        (["--tag", "Envbuild/Cpu:1"], "--tag: 'Envbuild/Cpu:1'"),
+        (["--tag", "cpu:a tag"], "--tag: 'cpu:a tag'"),
+        (["--registry", "Reg/Team"], "--registry: 'Reg/Team'"),
+        (["--registry", "reg.example", "--tag", "x//y"], "--tag: 'reg.example/x//y'"),
+    ],
+)
+def test_a_tag_or_registry_that_is_no_image_reference_is_refused_before_rendering(tmp_path, flags, shown):
+    """The engine would refuse the name only after the build (a traceback): exit 2 before anything is rendered,
+    with no engine needed."""
+    out = tmp_path / "ctx"
+    result = CliRunner().invoke(
+        main, ["image", "--flavor", "cpu", "--torch", "2.13", "-o", str(out), "--no-record", *flags]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{shown} is not an image reference" in " ".join(result.output.split())
+    assert not out.exists()
+
+
 def test_run_workload_help_names_the_workload_arguments():
     shown = CliRunner().invoke(main, ["run", "workload", "--help"], terminal_width=200).output
     assert "-- --labels auto" in shown and "--labels a,b,c" in shown and "python -m workload train --help" in shown
