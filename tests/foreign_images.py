@@ -101,14 +101,16 @@ def cuda_says_image(plain: str, work: Path, tag: str = "envbuild-test/foreign-cu
 
 def sif_from_image(client, tag: str, sif: Path, apptainer: str | Path, timeout: float) -> Path:
     """Image `tag` as the SIF `sif`, built by `apptainer` from a `docker save` archive beside it (removed after), the
-    way a site turns an image it was given into a SIF; the archive is readable by the cluster's job user."""
+    way a site turns an image it was given into a SIF; the archive is readable by the cluster's job user. lz4, not
+    Apptainer's default gzip: squashing a torch image's 1.4 GB with gzip takes minutes on 2 cores, and no test
+    reads the compressor."""
     archive = sif.with_suffix(".tar")
     with open(archive, "wb") as handle:
         for chunk in client.images.get(tag).save(named=True):
             handle.write(chunk)
     archive.chmod(0o644)
     built = subprocess.run(
-        [str(apptainer), "build", "--force", str(sif), f"docker-archive://{archive}"],
+        [str(apptainer), "build", "--force", "--mksquashfs-args", "-comp lz4", str(sif), f"docker-archive://{archive}"],
         cwd=sif.parent,
         capture_output=True,
         text=True,
