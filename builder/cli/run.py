@@ -201,7 +201,7 @@ def _show(event: object, console: Console) -> None:
     elif isinstance(event, NewMatrixFolder):
         click.echo(event.note, err=True)
     elif isinstance(event, Recorded):
-        console.print(f"recorded in {event.db}" + ("" if event.inserted else " (already there)"))
+        console.print(escape(f"recorded in {event.db}" + ("" if event.inserted else " (already there)")))
 
 
 def _print_finished(result: dict, result_path: Path, console: Console) -> None:

@@ -18,7 +18,7 @@ SHORT = ["--", "--max-steps", "8", "--min-accuracy", "0", "--no-probes"]  # the 
 
 
 def test_local_run_collects_and_records(tmp_path):
-    out, db = tmp_path / "out", tmp_path / "m.db"
+    out, db = tmp_path / "out", tmp_path / "m[bold].db"  # a path is printed as it is, never read as markup
     result = CliRunner().invoke(main, ["run", "workload", "--local", "--out", str(out), "--db", str(db), *SHORT])
     assert result.exit_code == 0, result.output
     record = json.loads((out / "result.json").read_text())
@@ -28,6 +28,7 @@ def test_local_run_collects_and_records(tmp_path):
     before, after = (record["metrics"][k]["accuracy"] for k in ("eval_before", "eval_after"))
     assert f"eval accuracy {before:.3f} -> {after:.3f}" in result.output
     assert f"next: envbuild report -o site --db {db}" in result.output
+    assert f"recorded in {db}" in result.output
     with MatrixStore.open(db) as store:
         assert [r["result"]["run_id"] for r in store.runs()] == [record["run_id"]]
 
