@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,24 +16,18 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from foreign_images import MARKED_VERSION, plain_torch_image, sif_from_image
+from hpc_fixtures import cluster_wrappers, job_user_folder
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-HPC_BIN = Path(os.environ.get("ENVBUILD_HPC_BIN", "/run/envbuild-hpc/bin"))
 
 
 @pytest.fixture(scope="module")
 def shared():
-    if not (HPC_BIN / "apptainer").is_file():
-        if os.environ.get("ENVBUILD_REQUIRE_HPC") == "1":
-            pytest.fail(f"ENVBUILD_REQUIRE_HPC=1 but no apptainer wrapper in {HPC_BIN}", pytrace=False)
-        pytest.skip(f"no Apptainer cluster wrappers in {HPC_BIN} (bash .ci/hpc_cluster.sh start)")
-    path = Path(tempfile.mkdtemp(prefix="envbuild-foreign-sif-"))
-    path.chmod(0o1777)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PATH", f"{HPC_BIN}{os.pathsep}{os.environ['PATH']}")
+    bin_dir = cluster_wrappers("apptainer")
+    with job_user_folder("envbuild-foreign-sif-") as path, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         mp.setenv("XDG_CACHE_HOME", str(path / "cache"))
         yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from foreign_images import sif_from_image
+from hpc_fixtures import HPC_BIN, cluster_wrappers, job_user_folder
 from hostile_images import build_hostile_image, measured
 
 from builder.bounded_read import read_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-HPC_BIN = Path(os.environ.get("ENVBUILD_HPC_BIN", "/run/envbuild-hpc/bin"))
 ENVBUILD = str(Path(sys.executable).parent / "envbuild")
 TOKEN = "hf_hostileSifTokenValue0123456789abcdef"
 VICTIM_TEXT = "a host file the SIF must not reach\n"
@@ -29,14 +29,9 @@ VICTIM_TEXT = "a host file the SIF must not reach\n"
 
 @pytest.fixture(scope="module")
 def shared():
-    if not (HPC_BIN / "apptainer").is_file():
-        if os.environ.get("ENVBUILD_REQUIRE_HPC") == "1":
-            pytest.fail(f"ENVBUILD_REQUIRE_HPC=1 but no apptainer wrapper in {HPC_BIN}", pytrace=False)
-        pytest.skip(f"no Apptainer cluster wrappers in {HPC_BIN} (bash .ci/hpc_cluster.sh start)")
-    path = Path(tempfile.mkdtemp(prefix="envbuild-hostile-sif-"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    cluster_wrappers("apptainer")
+    with job_user_folder("envbuild-hostile-sif-") as path:
+        yield path
 
 
 @pytest.fixture(scope="module")

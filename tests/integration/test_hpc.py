@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,10 +28,9 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from builder.store.store import MatrixStore
+from hpc_fixtures import cluster_wrappers, job_user_folder
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-HPC_BIN = Path(os.environ.get("ENVBUILD_HPC_BIN", "/run/envbuild-hpc/bin"))
-REQUIRE_HPC = os.environ.get("ENVBUILD_REQUIRE_HPC") == "1"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 CELL = "cpu-torch2.13-py3.11"
 #: Two configurations that end in a verdict each (pass; fail by did_not_learn) and one that outlives the
@@ -46,23 +44,11 @@ CONFIGS = {
 }
 
 
-def _cluster() -> Path:
-    ok = all((HPC_BIN / name).is_file() for name in ("sbatch", "sacct", "apptainer"))
-    if ok and subprocess.run([HPC_BIN / "sinfo", "-h"], capture_output=True, timeout=60).returncode == 0:
-        return HPC_BIN
-    reason = f"no Slurm + Apptainer cluster wrappers in {HPC_BIN} (start one: bash .ci/hpc_cluster.sh start)"
-    if REQUIRE_HPC:
-        pytest.fail(f"ENVBUILD_REQUIRE_HPC=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def shared_dir():
     """A temporary directory the job user can write (see the module doc), removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="envbuild-hpc-test-"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with job_user_folder("envbuild-hpc-test-") as path:
+        yield path
 
 
 def _open_to_job_user(path: Path) -> Path:
@@ -73,7 +59,7 @@ def _open_to_job_user(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def hpc_env():
-    bin_dir = _cluster()
+    bin_dir = cluster_wrappers("sbatch", "sacct", "apptainer", slurm_answers=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         yield bin_dir
