@@ -104,9 +104,15 @@ _CELL_FLAGS = (
 @click.option(
     "--check-reproducible",
     is_flag=True,
-    help="Build twice with --no-cache under temporary tags, compare the two filesystems file by file, "
-    "remove both; exit 1 if a difference is not in the allow-list (docs/docker.md). Tags nothing, "
-    "records nothing.",
+    help="Compare the image under the context's tag (when it exists with this context's hash label) with one "
+    "--no-cache rebuild under a temporary tag, else build twice with --no-cache under temporary tags; compare the "
+    "two filesystems file by file and their SBOMs, remove the temporary images; exit 1 if a difference is not in "
+    "the allow-list (docs/docker.md). Tags nothing, removes no other image, records nothing.",
+)
+@click.option(
+    "--rebuild-twice",
+    is_flag=True,
+    help="With --check-reproducible: build twice even when the tag exists (do not trust the existing image).",
 )
 @click.option(
     "--sign",
@@ -157,6 +163,8 @@ def _request(flags: dict) -> ImageRequest:
         raise click.BadParameter(f"{flags['wheelhouse']}: not a directory", param_hint="--wheelhouse")
     if flags["key"] is not None and not flags["key"].is_file():
         raise click.BadParameter(f"{flags['key']}: no such key file", param_hint="--sign")
+    if flags["rebuild_twice"] and not flags["check_reproducible"]:
+        raise click.UsageError("--rebuild-twice is a mode of --check-reproducible: give both")
     if flags["check_reproducible"] and flags["push"]:
         raise click.UsageError("--check-reproducible tags nothing, so there is nothing to --push; run them separately")
     cell = None
@@ -185,7 +193,8 @@ def _show(event: object, console: Console, view: BuildView) -> None:
     elif isinstance(event, NotRecorded):
         console.print("[dim]not recorded: the context's manifest.json names no cell[/]")
     elif isinstance(event, ReproInterrupted):
-        console.print(f"[yellow]{event.message}[/]; partial log: {event.log_path}")
+        log = f"; partial log: {escape(str(event.log_path))}" if event.log_path else ""
+        console.print(f"[yellow]{escape(event.message)}[/]{log}")
     elif isinstance(event, BuildStop) and event.error is None:
         console.print(
             f"[yellow]build interrupted ({event.how}); nothing was tagged[/]; partial log: "
@@ -202,12 +211,16 @@ def _show(event: object, console: Console, view: BuildView) -> None:
 
 
 def _print_reproducibility(outcome: Reproducibility, console: Console) -> None:
-    """The two no-cache builds' comparison; exit code 1 when a difference is outside the allow-list."""
+    """The comparison of the two images (the existing one and a rebuild, or two builds); exit code 1 when a
+    difference is outside the allow-list or the SBOMs differ."""
     report, out = outcome.report, outcome.out
     counted, shown = report.counted, 100
-    console.print(f"build times: {report.seconds[0]:.1f} s and {report.seconds[1]:.1f} s (--no-cache)")
+    pair = "the existing image and the rebuild" if report.existing_id else "the two builds"
+    console.print(f"compared: {escape(report.compared)}")
+    times = " s and ".join(f"{s:.1f}" for s in report.seconds)
+    console.print(f"build time{'s' if len(report.seconds) > 1 else ''}: {times} s (--no-cache)")
     console.print(
-        f"{len(report.differences)} of {report.paths} paths differ between the two builds "
+        f"{len(report.differences)} of {report.paths} paths differ between {pair} "
         f"({len(counted)} outside the allow-list; mtimes not compared); report: {out}"
     )
     for diff in counted[:shown]:
@@ -220,9 +233,9 @@ def _print_reproducibility(outcome: Reproducibility, console: Console) -> None:
     sboms = report.sbom or {}
     if sboms.get("sha256"):
         same = "DIFFERENT" if report.sboms_differ else "identical"
-        console.print(f"SBOMs of the two builds: {same} (sha256 {', '.join(s[:16] for s in sboms['sha256'])})")
+        console.print(f"SBOMs of {pair}: {same} (sha256 {', '.join(s[:16] for s in sboms['sha256'])})")
     else:
-        console.print(f"SBOMs of the two builds: not compared ({escape(str(sboms.get('error')))})")
+        console.print(f"SBOMs of {pair}: not compared ({escape(str(sboms.get('error')))})")
     click.echo(f"differing paths outside the allow-list: {len(counted)}")
     if counted or report.sboms_differ:
         sys.exit(1)

@@ -1,5 +1,8 @@
-"""Same tag => same content: build a context twice with no cache and compare the two images file by file
-(content, type, mode, owner, symlink/hard-link target).
+"""Same tag => same content: compare two images of one context file by file (content, type, mode, owner,
+symlink/hard-link target). When the tag exists on the engine with this context's `io.envbuild.context-hash` label,
+the two are that image (an earlier, independent execution of the same build: the tag is the content hash) and one
+--no-cache rebuild under a temporary tag; otherwise (or when asked to) two --no-cache builds under temporary tags.
+Only the temporary tags are ever removed.
 
 Each image's filesystem is read from `docker export` of a created (never started) container, streamed
 through `tarfile` and hashed on the fly, so nothing is written to disk. Modification times are left out:
@@ -25,6 +28,7 @@ import docker.errors
 from builder.engine.build import BuildOptions, build_image
 from builder.engine.docker import docker_client
 from builder.engine.image_contents import ContentsError, read_contents
+from builder.plan.context import context_hash_of
 from builder.sbom import Contents
 
 #: Paths that may differ between two no-cache builds, each with the reason (mirrored in docs/docker.md).
@@ -149,15 +153,25 @@ def compare(a: dict[str, Entry], b: dict[str, Entry], allow_list: dict[str, str]
 
 @dataclass(frozen=True)
 class ReproReport:
-    """Two no-cache builds of one context and how their filesystems differ."""
+    """Two images of one context (`tags`: A and B) and how their filesystems differ: the existing image under the
+    context's tag (`existing_id`) and one no-cache rebuild, or (`existing_id` None) two no-cache builds."""
 
     tags: tuple[str, str]
-    seconds: tuple[float, float]
-    paths: int  # paths in the first image
+    seconds: tuple[float, ...]  # each build made: one when an existing image was compared, else two
+    paths: int  # paths in image A
     differences: list[Difference]
     contents: tuple[Contents | None, Contents | None] = (None, None)  # each image's packages, read inside it
     contents_error: str | None = None  # why they could not be read
     sbom: dict | None = None  # the two SBOMs compared (set by the build workflow): identical, sha256, components
+    existing_id: str | None = None  # the id of the existing image A; None: A and B are two builds
+    base_logs: tuple[Path, Path] | None = None  # the build log each image's base digest is read from
+
+    @property
+    def compared(self) -> str:
+        """Which two images were compared, in words."""
+        if self.existing_id:
+            return f"existing image {self.tags[0]} (id {self.existing_id}) against one --no-cache rebuild"
+        return "two --no-cache builds"
 
     @property
     def counted(self) -> list[Difference]:
@@ -172,6 +186,8 @@ class ReproReport:
 
     def to_json(self) -> dict:
         return {
+            "compared": self.compared,
+            "existing_image": self.existing_id,
             "sbom": self.sbom,
             "tags": list(self.tags),
             "build_seconds": [round(s, 1) for s in self.seconds],
@@ -182,6 +198,32 @@ class ReproReport:
         }
 
 
+@dataclass(frozen=True)
+class Route:
+    """How the check gets its two images: `existing_id` set, the image tagged with the context's tag compared with
+    one rebuild; None, two builds. `why`: the reason, in words."""
+
+    existing_id: str | None
+    why: str
+
+
+def route(tag: str, context_hash: str | None, rebuild_twice: bool) -> Route:
+    """One rebuild against the image tagged `tag` when it exists and its context-hash label is `context_hash`;
+    else two builds (also when `rebuild_twice`, or the context has no hash to compare)."""
+    if rebuild_twice:
+        return Route(None, "--rebuild-twice: the existing image is not used")
+    if not context_hash:
+        return Route(None, "the context's manifest names no context hash to match an existing image against")
+    try:
+        image = docker_client().images.get(tag)
+    except docker.errors.ImageNotFound:
+        return Route(None, f"no image {tag} on the engine")
+    labelled = context_hash_of(image.labels)
+    if labelled != context_hash:
+        return Route(None, f"{tag} is labelled context hash {labelled or '(none)'}, this context's is {context_hash}")
+    return Route(image.id, f"{tag} exists (id {image.id}) with this context's hash")
+
+
 def check_reproducible(
     context_dir: Path,
     tag: str,
@@ -189,38 +231,60 @@ def check_reproducible(
     notify: Callable[[object], None],
     log_path: Path,
     manifest: dict | None,
+    rebuild_twice: bool = False,
 ) -> ReproReport:
-    """Build `context_dir` twice with no cache under two temporary tags, compare their files, read their packages
-    (for the SBOMs the workflow compares), remove both images. `notify` is told each build's events
-    (builder.engine.build) and a line before each image's filesystem is read."""
+    """Compare two images of `context_dir` file by file and read their packages (for the SBOMs the workflow
+    compares): the image tagged `tag` when its context-hash label is the manifest's (`route`) against one no-cache
+    rebuild under a temporary tag, else two no-cache builds under temporary tags. Only the temporary images are
+    removed, on every path. `notify` is told the route chosen (a line), each build's events (builder.engine.build)
+    and a line before each image's filesystem is read."""
+    chosen = route(tag, (manifest or {}).get("context_hash"), rebuild_twice)
     suffix = secrets.token_hex(3)
-    tags = (f"{tag}-repro-{suffix}-1", f"{tag}-repro-{suffix}-2")
+    if chosen.existing_id:
+        notify(f"{chosen.why}: comparing it with one --no-cache rebuild")
+        rebuild = f"{tag}-repro-{suffix}"
+        builds = ((rebuild, log_path.with_name(f"{log_path.stem}.rebuild{log_path.suffix}")),)
+        names, refs = (tag, rebuild), (chosen.existing_id, rebuild)  # read by id: the image whose label was checked
+        base_logs = (builds[0][1], builds[0][1])  # the same FROM request, in the hashed Dockerfile (docs/docker.md)
+    else:
+        notify(f"{chosen.why}: building twice")
+        builds = tuple(
+            (f"{tag}-repro-{suffix}-{n}", log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")) for n in (1, 2)
+        )
+        names = refs = (builds[0][0], builds[1][0])
+        base_logs = (builds[0][1], builds[1][1])
     options = replace(options, force=True, no_cache=True)
     seconds, entries, contents, error = [], [], [], None
     try:
-        for n, build_tag in enumerate(tags, 1):
-            outcome = build_image(
-                context_dir,
-                build_tag,
-                options,
-                notify,
-                log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}"),
-                manifest,
-            )
-            seconds.append(outcome.seconds)
-        for build_tag in tags:
-            notify(f"reading the filesystem of {build_tag}")
-            entries.append(image_entries(build_tag))
+        for build_tag, build_log in builds:
+            seconds.append(build_image(context_dir, build_tag, options, notify, build_log, manifest).seconds)
+        for name, ref in zip(names, refs):
+            notify(f"reading the filesystem of {name}")
+            entries.append(image_entries(ref))
             try:
-                contents.append(read_contents(build_tag))
+                contents.append(read_contents(ref))
             except ContentsError as exc:
                 contents.append(None)
                 error = str(exc)
     finally:
-        client = docker_client()
-        for build_tag in tags:
-            try:
-                client.images.remove(build_tag, force=True)
-            except docker.errors.APIError:  # not built (an earlier failure), or already gone
-                pass
-    return ReproReport(tags, (seconds[0], seconds[1]), len(entries[0]), compare(*entries), tuple(contents), error)
+        _remove(build_tag for build_tag, _ in builds)
+    return ReproReport(
+        names,
+        tuple(seconds),
+        len(entries[0]),
+        compare(*entries),
+        tuple(contents),
+        error,
+        existing_id=chosen.existing_id,
+        base_logs=base_logs,
+    )
+
+
+def _remove(tags) -> None:
+    """Remove the temporary images by their tags (never by id: an image that is also tagged otherwise keeps it)."""
+    client = docker_client()
+    for build_tag in tags:
+        try:
+            client.images.remove(build_tag, force=True)
+        except docker.errors.APIError:  # not built (an earlier failure), or already gone
+            pass

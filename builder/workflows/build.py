@@ -231,33 +231,34 @@ def record_pass(
 
 
 def reproducible(
-    context: BuildContext, tag: str, options: BuildOptions, notify: Callable[[object], None], log_path: Path
+    context: BuildContext,
+    tag: str,
+    options: BuildOptions,
+    notify: Callable[[object], None],
+    log_path: Path,
+    rebuild_twice: bool = False,
 ) -> tuple[ReproReport, Path]:
-    """Two no-cache builds of `context`, compared file by file (engine.repro) and by their SBOMs (builder.sbom,
-    written beside the context as <context>.repro-1.sbom.cdx.json and -2); the report is also written to
-    <context>.repro.json beside the context, whose path comes back with it."""
-    report = check_reproducible(context.directory, tag, options, notify, log_path, context.manifest)
+    """Two images of `context` compared file by file (engine.repro: the existing image under `tag` when its
+    context-hash label matches, against one no-cache rebuild; else, or with `rebuild_twice`, two no-cache builds) and
+    by their SBOMs (builder.sbom, written beside the context as <context>.repro-1.sbom.cdx.json and -2); the report is
+    also written to <context>.repro.json beside the context, whose path comes back with it."""
+    report = check_reproducible(context.directory, tag, options, notify, log_path, context.manifest, rebuild_twice)
     directory = context.directory.resolve()
-    report = dataclasses.replace(report, sbom=_compare_sboms(report, context, tag, log_path, directory))
+    report = dataclasses.replace(report, sbom=_compare_sboms(report, context, tag, directory))
     out = directory.parent / f"{directory.name}.repro.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report, out
 
 
-def _compare_sboms(report: ReproReport, context: BuildContext, tag: str, log_path: Path, directory: Path) -> dict:
-    """The SBOMs of the two builds (as `envbuild image` writes them), compared byte for byte."""
+def _compare_sboms(report: ReproReport, context: BuildContext, tag: str, directory: Path) -> dict:
+    """The SBOMs of the two images (as `envbuild image` writes them), compared byte for byte; each image's base digest
+    as `base_digest` reads it from the log the report names for it (an existing image: the rebuild's)."""
     if report.contents_error or None in report.contents:
         return {"identical": None, "error": report.contents_error or "the packages were not read"}
     base = (context.manifest or {}).get("base_image")
     documents = [
-        sbom.document(
-            tag,
-            contents,
-            context.manifest,
-            base_digest(base, log_path.with_name(f"{log_path.stem}.{n}{log_path.suffix}")),
-            __version__,
-        )
-        for n, contents in enumerate(report.contents, 1)
+        sbom.document(tag, contents, context.manifest, base_digest(base, log), __version__)
+        for contents, log in zip(report.contents, report.base_logs)
     ]
     for n, document in enumerate(documents, 1):
         (directory.parent / f"{directory.name}.repro-{n}.{SBOM_FILE}").write_bytes(document)

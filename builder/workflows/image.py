@@ -1,6 +1,7 @@
 """`envbuild image`: a request's build context rendered (or a rendered one taken as it is), built with BuildKit, checked
 by the image's own verify record, filed in the matrix as an attempt and pushed: the steps of builder.workflows.build
-in their order (`build_image`). A dry run plans and builds nothing; `check_reproducible` builds twice and compares.
+in their order (`build_image`). A dry run plans and builds nothing; `check_reproducible` compares the existing image
+under the context's tag with one no-cache rebuild (two rebuilds when there is none, or with `rebuild_twice`).
 What happens on the way is told as events (`notify`): the plan's notices, the compile jobs chosen, a build not
 recorded, the build's own progress (builder.engine.build: Building, StepRunning, StepFinished, BuildEnded, Built, ...),
 a build that stopped (before it is filed), the build filed (Recorded), the verify record, the SBOM and build provenance
@@ -33,7 +34,7 @@ from builder.engine.build import (
 )
 from builder.engine.docker import EngineUnavailable
 from builder.engine.repro import ReproReport
-from builder.interrupt import EXIT_INTERRUPTED, sigterm_as_interrupt
+from builder.interrupt import describe, sigterm_as_interrupt
 from builder.paths import output_problem
 from builder.plan.image_ref import is_image_reference
 from builder.plan.render import DOCKERFILE, RenderError
@@ -97,6 +98,7 @@ class ImageRequest:
     log_path: Path | None = None
     dry_run: bool = False
     check_reproducible: bool = False
+    rebuild_twice: bool = False  # check_reproducible: two builds even when the tag exists with this context's hash
     key: Path | None = None  # sign the image's build provenance with this SSH key
     db: Path | None = None
     record: bool = True
@@ -130,7 +132,7 @@ class ImageBuilt:
 
 @dataclass(frozen=True)
 class BuildStopped:
-    """The build (or one of the two of `check_reproducible`) stopped, as told by a BuildStop event; the command ends
+    """The build (or one of those of `check_reproducible`) stopped, as told by a BuildStop event; the command ends
     with `exit_code`."""
 
     exit_code: int
@@ -148,7 +150,7 @@ class Verified:
 
 @dataclass(frozen=True)
 class ReproInterrupted:
-    """One of the two builds of `check_reproducible` was interrupted; nothing was tagged."""
+    """A build of `check_reproducible` was interrupted; nothing was tagged (the existing image stays as it was)."""
 
     message: str
     log_path: Path | None
@@ -173,7 +175,7 @@ def build_image(
     will_create(request.log_path or default_log_path(context.directory))
     options, jobs = _options(request, context, notify)
     if request.check_reproducible:
-        return _reproducible(context, tag, options, request.log_path, notify)
+        return _reproducible(context, tag, options, request, notify)
     attempt = _attempt(request, context, tag, jobs, notify)
     log_path = attempt.log_path if attempt else request.log_path
     with sigterm_as_interrupt() as stop:
@@ -293,24 +295,28 @@ def _reproducible(
     context: BuildContext,
     tag: str,
     options: BuildOptions,
-    log_path: Path | None,
+    request: ImageRequest,
     notify: Callable[[object], None],
 ) -> Reproducibility | BuildStopped:
-    """Two no-cache builds, compared file by file; the report goes to <context>.repro.json."""
-    try:
-        return Reproducibility(
-            *build.reproducible(context, tag, options, notify, log_path or default_log_path(context.directory))
-        )
-    except BuildInterrupted as exc:
-        notify(ReproInterrupted(str(exc), exc.log_path))
-        return BuildStopped(EXIT_INTERRUPTED)
-    except BuildError as exc:
-        if exc.failure is None:
-            raise BadRequest(str(exc)) from exc
-        notify(BuildStop(error=exc))
-        return BuildStopped(1)
-    except EngineUnavailable as exc:
-        raise BadInput(str(exc)) from exc
+    """The existing image against one no-cache rebuild (or two no-cache builds), compared file by file; the report
+    goes to <context>.repro.json."""
+    log_path = request.log_path or default_log_path(context.directory)
+    with sigterm_as_interrupt() as stop:
+        try:
+            return Reproducibility(*build.reproducible(context, tag, options, notify, log_path, request.rebuild_twice))
+        except BuildInterrupted as exc:
+            notify(ReproInterrupted(str(exc), exc.log_path))
+            return BuildStopped(stop.exit_code)
+        except KeyboardInterrupt as exc:  # while an image was read: the temporary images are gone already
+            notify(ReproInterrupted(f"check interrupted ({describe(exc)}) while reading an image", None))
+            return BuildStopped(stop.exit_code)
+        except BuildError as exc:
+            if exc.failure is None:
+                raise BadRequest(str(exc)) from exc
+            notify(BuildStop(error=exc))
+            return BuildStopped(1)
+        except EngineUnavailable as exc:
+            raise BadInput(str(exc)) from exc
 
 
 def _recorded(attempt: BuildAttempt, record: Callable[[], None]) -> None:

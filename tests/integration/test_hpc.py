@@ -66,38 +66,11 @@ def hpc_env():
 
 
 @pytest.fixture(scope="module")
-def cpu_image(tmp_path_factory, local_base, docker_engine) -> str:
-    """The cpu cell's image tag (built, or found built, from the local base by BuildKit)."""
-    work = tmp_path_factory.mktemp("hpc")
-    command = [
-        "image",
-        "--flavor",
-        "cpu",
-        "--torch",
-        "2.13",
-        "--base-image",
-        local_base,
-        "-o",
-        str(work / "ctx"),
-        "--ca-cert",
-        str(CA),
-        "--network",
-        "host",
-        "--no-record",
-    ]
-    if Path("/opt/wheels").is_dir():
-        command += ["--wheelhouse", "/opt/wheels"]
-    built = CliRunner().invoke(main, command)
-    assert built.exit_code == 0, built.output
-    return built.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def cpu_sif(cpu_image, hpc_env, shared_dir):
+def cpu_sif(cpu_cell_image, hpc_env, shared_dir):
     """(SIF path, seconds of `envbuild sif`) for the cpu cell's image."""
     sif = shared_dir / "cpu.sif"
     started = time.monotonic()
-    made = CliRunner().invoke(main, ["sif", cpu_image, "--compression", "lz4", "-o", str(sif)])
+    made = CliRunner().invoke(main, ["sif", cpu_cell_image, "--compression", "lz4", "-o", str(sif)])
     assert made.exit_code == 0, made.output
     return sif, time.monotonic() - started
 
@@ -120,7 +93,7 @@ NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/envbuild-no-docker.sock"}
 
 @pytest.fixture(scope="module")
 def def_sif(hpc_env, local_base, docker_engine, shared_dir):
-    """(SIF path, seconds) of the cpu cell built from its cell.def, the same request as `cpu_image`, with
+    """(SIF path, seconds) of the cpu cell built from its cell.def, the same request as `cpu_cell_image`, with
     no Docker engine; its base is that image's base (`docker save`d beforehand, as a site would copy a tar)."""
     base = shared_dir / "base.tar"
     with open(base, "wb") as handle:
@@ -165,17 +138,17 @@ def _tail(log: Path) -> str:
 
 
 def test_the_definition_route_builds_without_docker_and_names_the_docker_images_content_hash(
-    def_sif, cpu_image, docker_engine
+    def_sif, cpu_cell_image, docker_engine
 ):
     sif, seconds = def_sif
     record = json.loads(sif.with_name(sif.name + ".json").read_text())
     assert record["route"] == "definition" and record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
     assert record["sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
     # the same request, the same cell: the SIF built from cell.def and the image built by BuildKit share a hash
-    docker_labels = docker_engine.images.get(cpu_image).labels
+    docker_labels = docker_engine.images.get(cpu_cell_image).labels
     assert record["context_hash"] == docker_labels["io.envbuild.context-hash"]
     assert "org.envbuild.context-hash" not in docker_labels  # one name for the hash (the legacy one is only read)
-    assert record["image"]["tag"] == cpu_image
+    assert record["image"]["tag"] == cpu_cell_image
     assert record["base"]["bootstrap"] == "docker-archive" and len(record["base"]["sha256"]) == 64
     assert (record["runtime"]["name"], record["runtime"]["version"].split(".")[0]) == ("apptainer", "1")
     labels = subprocess.run(

@@ -3,8 +3,8 @@ packages and a signed SLSA provenance statement that `envbuild matrix verify` ch
 provenance, and a tampered statement, SBOM or context fails verification.
 
 One build of the cpu cell (`--force`; BuildKit's cache makes it take seconds once the module of
-test_build_cpu_cell.py has built it). That two no-cache builds give identical SBOMs is checked by
-test_reproducible_cpu_cell.py, on the two builds it makes anyway.
+test_build_cpu_cell.py has built it). That the cell's image and a no-cache rebuild give identical SBOMs is
+checked by test_reproducible_cpu_cell.py, on the two images it compares anyway.
 """
 
 from __future__ import annotations

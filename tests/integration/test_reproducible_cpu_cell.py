@@ -1,9 +1,10 @@
-"""Same tag => same content, on the real engine: the cpu cell built twice with no cache is the same image, and
-its two SBOMs (builder.sbom, from the packages read inside each image) are the same bytes.
+"""Same tag => same content, on the real engine: the cpu cell's image (built once per session: `cpu_cell_image`,
+tests/integration/conftest.py) and one cold rebuild of the same request are the same image, and their two SBOMs
+(builder.sbom, from the packages read inside each image) are the same bytes.
 
-`envbuild image --check-reproducible` builds the cell twice (--no-cache, temporary tags), compares both
-filesystems file by file and fails on any difference outside the allow-list in docs/docker.md. Two cold
-builds: about 10 minutes on the 2-core CI machine.
+`envbuild image --check-reproducible` finds the tag on the engine with this context's hash label, rebuilds the
+context once (--no-cache, a temporary tag), compares both filesystems file by file and fails on any difference
+outside the allow-list in docs/docker.md. One cold build: about 5 minutes on the 2-core CI machine.
 """
 
 from __future__ import annotations
@@ -19,38 +20,31 @@ from tests.integration.test_build_cpu_cell import CA, _wheelhouse
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def test_cpu_cell_rebuilds_to_the_same_content(tmp_path, local_base):
-    command = [
-        "image",
-        "--flavor",
-        "cpu",
-        "--torch",
-        "2.13",
-        "--base-image",
-        local_base,
-        "-o",
-        str(tmp_path / "ctx"),
-        "--ca-cert",
-        str(CA),
-        "--network",
-        "host",
-        "--check-reproducible",
-    ]
+def test_cpu_cell_rebuilds_to_the_same_content_as_its_image(cpu_cell_image, tmp_path, local_base, docker_engine):
+    image_id = docker_engine.images.get(cpu_cell_image).id
+    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(tmp_path / "ctx")]
+    command += ["--ca-cert", str(CA), "--network", "host", "--check-reproducible"]
     wheels = _wheelhouse(tmp_path)
     if wheels:
         command += ["--wheelhouse", str(wheels)]
     result = CliRunner().invoke(main, command)
     report = json.loads((tmp_path / "ctx.repro.json").read_text())
     print(
-        f"cpu cell, two --no-cache builds ({report['build_seconds'][0]} s, {report['build_seconds'][1]} s): "
+        f"cpu cell, {report['compared']}: rebuilt in {report['build_seconds'][0]} s; "
         f"{report['differing']} of {report['paths']} paths differ, {report['counted']} outside the allow-list"
     )
     assert result.exit_code == 0, result.output
     print(f"SBOMs: {report['sbom']}")
+    # the session's image under the same content-hash tag, against one rebuild; it is still there, unchanged
+    assert report["compared"] == f"existing image {cpu_cell_image} (id {image_id}) against one --no-cache rebuild"
+    assert len(report["build_seconds"]) == 1 and report["tags"][0] == cpu_cell_image
+    assert docker_engine.images.get(cpu_cell_image).id == image_id
+    assert not docker_engine.images.list(name=report["tags"][1])
     assert report["counted"] == 0 and report["paths"] > 40_000
     assert result.stdout.strip().splitlines()[-1] == "differing paths outside the allow-list: 0"
     # two images that should be identical have identical SBOMs, which list what the images hold
     assert report["sbom"]["identical"] is True, report["sbom"]
     first, second = (tmp_path / f"ctx.repro-{n}.sbom.cdx.json" for n in (1, 2))
     assert first.read_bytes() == second.read_bytes()
-    assert report["sbom"]["components"][0] > 150 and "SBOMs of the two builds: identical" in result.output
+    assert report["sbom"]["components"][0] > 150
+    assert "SBOMs of the existing image and the rebuild: identical" in result.output
