@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from builder.engine.container import RunError
+from builder.plan.lock import uv_binary
 from builder.plan.torch_choice import EnvChoice
 
 MIRROR_VAR = "ENVBUILD_TORCH_INDEX_URL"
@@ -229,20 +230,12 @@ def _line(version_info) -> str:
     return f"{version_info[0]}.{version_info[1]}"
 
 
-def _uv_binary() -> str:
-    try:
-        from uv import find_uv_bin
-    except ImportError:
-        raise WorkloadEnvError("the workload environment is made with uv, which is not installed: pip install uv")
-    return find_uv_bin()
-
-
 def _uv(args: list[str], what: str, choice: EnvChoice, index: str, notify, environ: dict[str, str]) -> None:
     """Run uv, its lines to `notify`; WorkloadEnvError naming `what`, the index and uv's last lines on failure."""
     tail: list[str] = []
     try:
         proc = subprocess.Popen(
-            [_uv_binary(), *args],
+            [uv_binary(WorkloadEnvError, "the workload environment is made"), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
