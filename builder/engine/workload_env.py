@@ -147,7 +147,7 @@ def _make(root: Path, choice: EnvChoice, notify: Callable[[str], None], environ:
     notify(
         f"making the workload environment (once; cached in {root}): {choice.cell}, {choice.reason}; torch from {index}"
     )
-    python = sys.executable if _line(sys.version_info) == choice.python else choice.python
+    python = sys.executable if _python_line(sys.version_info) == choice.python else choice.python
     _uv(["venv", "--quiet", "--no-project", "--python", python, str(root)], "a venv", choice, index, notify, environ)
     target = ["--python", str(root / "bin" / "python")]
     with tempfile.TemporaryDirectory(prefix="envbuild-env-") as tmp:
@@ -226,7 +226,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _line(version_info) -> str:
+def _python_line(version_info) -> str:
     return f"{version_info[0]}.{version_info[1]}"
 
 
