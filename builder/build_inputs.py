@@ -37,7 +37,7 @@ def sha256_of(digest: str | None) -> str | None:
     return None
 
 
-def _files(manifest: dict) -> dict[str, str]:
+def _manifest_files(manifest: dict) -> dict[str, str]:
     files = manifest.get("files")
     if not isinstance(files, dict):
         return {}
@@ -115,7 +115,7 @@ def patch_inputs(manifest: dict) -> list[Input]:
 
 def lock_inputs(manifest: dict) -> list[Input]:
     """The context's lock files and series by sha256, and the recipes' lock the stack was resolved into."""
-    files = _files(manifest)
+    files = _manifest_files(manifest)
     out = [Input("lock", name, name, {"sha256": files[name]}) for name in LOCK_FILES if name in files]
     lock = manifest.get("lock") if isinstance(manifest.get("lock"), dict) else {}
     if isinstance(lock.get("sha256"), str) and _HEX64.fullmatch(lock["sha256"]) and lock.get("file"):
@@ -135,4 +135,7 @@ def context_files(manifest: dict | None) -> list[Input]:
     """Every file of the build context by sha256, as the manifest hashed it (the context hash covers them all)."""
     if not isinstance(manifest, dict):
         return []
-    return [Input("context-file", path, path, {"sha256": digest}) for path, digest in sorted(_files(manifest).items())]
+    return [
+        Input("context-file", path, path, {"sha256": digest})
+        for path, digest in sorted(_manifest_files(manifest).items())
+    ]

@@ -201,7 +201,7 @@ def document(
     return (JsonV1Dot6(bom).output_as_string(indent=2) + "\n").encode()
 
 
-def _text(value, where: str, limit: int = 4096) -> str:
+def _bounded_str(value, where: str, limit: int = 4096) -> str:
     if not isinstance(value, str) or len(value) > limit:
         raise SbomError(f"{where} is not a string of at most {limit} characters")
     return value
@@ -226,7 +226,7 @@ def read_components(raw: bytes) -> dict[str, str]:
         where = f"components[{number}]"
         if not isinstance(component, dict):
             raise SbomError(f"{where} is not an object")
-        name = _text(component.get("name"), f"{where}.name", 512)
+        name = _bounded_str(component.get("name"), f"{where}.name", 512)
         properties = component.get("properties", [])
         if not isinstance(properties, list):
             raise SbomError(f"{where}.properties is not a list")
@@ -240,14 +240,14 @@ def read_components(raw: bytes) -> dict[str, str]:
             hashes = component.get("hashes") if isinstance(component.get("hashes"), list) else []
             sha = next((h.get("content") for h in hashes if isinstance(h, dict) and h.get("alg") == "SHA-256"), None)
             version = f"sha256:{sha}" if isinstance(sha, str) else "-"
-        version = _text(version, f"{where}.version", 512)
-        arch = _arch(component.get("purl"))
+        version = _bounded_str(version, f"{where}.version", 512)
+        arch = _purl_arch(component.get("purl"))
         key = f"{source} {name}" + (f" ({arch})" if arch else "")
         out[key] = version
     return out
 
 
-def _arch(purl) -> str:
+def _purl_arch(purl) -> str:
     if not isinstance(purl, str):
         return ""
     found = re.search(r"[?&]arch=([A-Za-z0-9_.-]{1,32})(?:&|$)", purl)

@@ -26,7 +26,7 @@ class StrictJSONError(ValueError):
     """Not JSON as the doors accept it (the message says why)."""
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     out: dict = {}
     for key, value in pairs:
         if key in out:
@@ -53,7 +53,7 @@ def loads(raw: bytes | str) -> Any:
     except UnicodeDecodeError as exc:
         raise StrictJSONError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_pairs)
+        return json.loads(text, object_pairs_hook=_object_without_duplicates)
     except StrictJSONError:
         raise
     except RecursionError:

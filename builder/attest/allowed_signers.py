@@ -80,7 +80,7 @@ def fingerprint(key_blob: bytes) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(key_blob).digest()).decode().rstrip("=")
 
 
-def _time(value: str, where: str) -> datetime:
+def _validity_time(value: str, where: str) -> datetime:
     match = _TIME.fullmatch(value)
     if not match:
         raise AllowedSignersError(f"{where}: {value!r} is not a time YYYYMMDD[HHMM[SS]][Z]")
@@ -91,7 +91,7 @@ def _time(value: str, where: str) -> datetime:
         raise AllowedSignersError(f"{where}: {value!r} is not a valid date") from None
 
 
-def _options(text: str, where: str) -> dict[str, str]:
+def _signer_options(text: str, where: str) -> dict[str, str]:
     options: dict[str, str] = {}
     pos = 0
     while pos < len(text):
@@ -137,7 +137,7 @@ def parse_line(line: str, number: int, source: str = "allowed_signers") -> Signe
     options: dict[str, str] = {}
     if rest[0] not in KEY_TYPES:
         if not rest[0].endswith("-cert-v01@openssh.com"):
-            options = _options(rest[0], where)
+            options = _signer_options(rest[0], where)
             rest = rest[1:]
         if not rest or rest[0] not in KEY_TYPES:
             if rest and rest[0].endswith("-cert-v01@openssh.com"):
@@ -173,8 +173,8 @@ def parse_line(line: str, number: int, source: str = "allowed_signers") -> Signe
         principal,
         key_type,
         blob,
-        _time(options["valid-after"], where) if "valid-after" in options else None,
-        _time(options["valid-before"], where) if "valid-before" in options else None,
+        _validity_time(options["valid-after"], where) if "valid-after" in options else None,
+        _validity_time(options["valid-before"], where) if "valid-before" in options else None,
     )
     reserved = {name.lower(): name for name in provenance.PROJECT_SIGNERS}
     bound = provenance.PROJECT_SIGNERS.get(principal) if reserved.get(principal.lower()) == principal else None

@@ -165,7 +165,7 @@ def payload(statement: dict) -> bytes:
 def sign(statement_bytes: bytes, key: Path) -> dict:
     """The DSSE envelope of the statement in `statement_bytes` (provenance.json's bytes, which must be `payload`'s
     form of the statement, so that the envelope carries exactly them). AttestationInputError otherwise."""
-    statement = _parse(statement_bytes, PROVENANCE_NAME)
+    statement = _parse_statement(statement_bytes, PROVENANCE_NAME)
     if payload(statement) != statement_bytes:
         raise signing.AttestationInputError(
             f"{PROVENANCE_NAME} is not in the form envbuild signs (sorted keys, no spaces): it was edited"
@@ -188,7 +188,7 @@ def read_statement(path: Path) -> bytes:
         raise signing.AttestationInputError(f"{path}: {exc}") from exc
 
 
-def _parse(raw: bytes, where: str) -> dict:
+def _parse_statement(raw: bytes, where: str) -> dict:
     try:
         statement = strict_json.loads(raw)
     except ValueError as exc:

@@ -128,7 +128,7 @@ def check_subjects(statement: dict, record_bytes: bytes) -> None:
             raise signing.InvalidStatement(
                 f"the statement's {key} {predicate.get(key)!r} is not the record's {value!r}"
             )
-    finished = _time(record.get("finished_at"))
+    finished = _utc_seconds(record.get("finished_at"))
     if finished is not None and signing.signed_at(statement).timestamp() < finished - signing.CLOCK_SKEW_S:
         raise signing.InvalidStatement(
             f"signed_at {predicate['signed_at']} lies before the build finished ({record['finished_at']})"
@@ -170,7 +170,7 @@ def _image_hex(record: dict) -> str | None:
     return None
 
 
-def _time(value) -> float | None:
+def _utc_seconds(value) -> float | None:
     try:
         when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ") if isinstance(value, str) else None
     except ValueError:

@@ -19,18 +19,18 @@ from builder.store.provenance import REVOKED, Provenance
 def current_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:
     """{row id: the provenance the current signer files give} for every run stored as ci or contributed.
     AttestationInputError when allowed_signers or the revocation list cannot be read (bad input)."""
-    return _current(store.signed_runs(), attest.reverify_stored, attest.Verified, allowed_signers, revoked)
+    return _reverified(store.signed_runs(), attest.reverify_stored, attest.Verified, allowed_signers, revoked)
 
 
 def current_build_provenance(store, allowed_signers: Path, revoked: Path | None = None) -> dict[int, Provenance]:
     """{build row id: the provenance the current signer files give} for every build stored as signed, as for runs:
     a build record whose attestation no longer verifies becomes `provenance.REVOKED`."""
-    return _current(
+    return _reverified(
         store.signed_builds(), build_signing.reverify_stored, build_signing.VerifiedBuild, allowed_signers, revoked
     )
 
 
-def _current(rows, reverify, verified: type, allowed_signers: Path, revoked: Path | None) -> dict[int, Provenance]:
+def _reverified(rows, reverify, verified: type, allowed_signers: Path, revoked: Path | None) -> dict[int, Provenance]:
     """{row id: Provenance} of stored (row id, uid, signer, envelope) rows, each `reverify`d against the signer files:
     an outcome of type `verified` is signed by the key that verified it, anything else is `provenance.REVOKED`."""
     out: dict[int, Provenance] = {}

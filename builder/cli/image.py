@@ -137,7 +137,7 @@ def image(**flags) -> None:
     143 SIGTERM (both stop BuildKit, tag nothing and record the attempt as interrupted)."""
     console = Console(stderr=True, soft_wrap=True)
     view = BuildView(console)
-    outcome = build_image(_request(flags), notify=lambda event: _show(event, console, view))
+    outcome = build_image(_image_request(flags), notify=lambda event: _show_build_event(event, console, view))
     if isinstance(outcome, DryRun):
         _print_dry_run(outcome)
     elif isinstance(outcome, Reproducibility):
@@ -148,7 +148,7 @@ def image(**flags) -> None:
         click.echo(outcome.tag)
 
 
-def _request(flags: dict) -> ImageRequest:
+def _image_request(flags: dict) -> ImageRequest:
     """The request the flags make, checked against each other and the file system (click errors: exit code 2)."""
     cell_flags = {name: flags.pop(name) for name in _CELL_FLAGS}
     if flags["out"] is not None:
@@ -182,7 +182,7 @@ def _request(flags: dict) -> ImageRequest:
     return ImageRequest(cell, record=not flags.pop("no_record"), site=site_recipes.folder(), **flags)
 
 
-def _show(event: object, console: Console, view: BuildView) -> None:
+def _show_build_event(event: object, console: Console, view: BuildView) -> None:
     """One event of the build as it happens (stderr): the build's own progress (`view`), or the workflow's."""
     if view.show(event):
         return

@@ -116,14 +116,14 @@ def report(
         include_host_details,
         site_recipes.folder(),
     )
-    summary = write_report(request, notify=_show, status=Console(stderr=True).status)
+    summary = write_report(request, notify=_show_site_event, status=Console(stderr=True).status)
     if summary is not None and summary.state == "up to date":
         click.echo(f"{plain(summary.path)} is up to date")
     elif summary is not None:
         click.echo(f"wrote {plain(summary.path)}")
 
 
-def _show(event: object) -> None:
+def _show_site_event(event: object) -> None:
     """The site written (stdout), or a warning or the signers used (stderr)."""
     from builder.workflows.report_site import SiteWritten
 

@@ -133,9 +133,9 @@ def workload(**flags) -> None:
     recorded); 130 on Ctrl-C and 143 on SIGTERM (the workload is stopped and the attempt recorded as
     `interrupted`, not a verdict).
     """
-    request = _request(flags)
+    request = _run_request(flags)
     console = Console(stderr=True, soft_wrap=True)
-    outcome = run_workload(request, lambda event: _show(event, console))
+    outcome = run_workload(request, lambda event: _show_run_event(event, console))
     if isinstance(outcome, NotStarted):
         console.print(f"[yellow]run interrupted ({outcome.how}) before the workload started[/]")
     else:
@@ -144,7 +144,7 @@ def workload(**flags) -> None:
         sys.exit(outcome.exit_code)
 
 
-def _request(flags: dict) -> RunWorkloadRequest:
+def _run_request(flags: dict) -> RunWorkloadRequest:
     """The request the flags make; flags that exclude each other are usage errors (exit code 2), before any work."""
     image, sif, local, venv, python = (flags.pop(k) for k in ("image", "sif", "local", "venv", "python"))
     if sum(map(bool, (image, sif, local or venv))) > 1:
@@ -171,7 +171,7 @@ def _request(flags: dict) -> RunWorkloadRequest:
     )
 
 
-def _show(event: object, console: Console) -> None:
+def _show_run_event(event: object, console: Console) -> None:
     """One event of the run as it happens (stderr; a run here's own output: stdout)."""
     if isinstance(event, Output) and event.here:
         sys.stdout.write(event.text)

@@ -89,7 +89,7 @@ def sif(
     false`); 2 for bad input (unknown image or context, no apptainer, an existing SIF)."""
     console = Console(stderr=True, soft_wrap=True)
     request = SifRequest(image, context_dir, source, base_path, ca_cert, fakeroot, compression, out)
-    made = make_sif(request, lambda event: _show(event, console))
+    made = make_sif(request, lambda event: _show_sif_event(event, console))
     if isinstance(made, SifNotMade):
         console.print(f"[red]{escape(terminal_safe(made.message))}[/]")  # its tail is Apptainer's output
         sys.exit(1)
@@ -110,7 +110,7 @@ def sif(
     sys.exit(1)
 
 
-def _show(event: object, console: Console) -> None:
+def _show_sif_event(event: object, console: Console) -> None:
     """What runs (a line of ours), or a line Apptainer printed during the build (dim), as it happens (stderr)."""
     if isinstance(event, ToolLine):
         console.print(f"[dim]{escape(plain(event.text))}[/]")

@@ -152,7 +152,7 @@ def build_sif(image_tag: str, out: Path, notify: Callable[[str], None], *, compr
         notify(f"apptainer build {tmp_sif.name} docker-archive://{archive.name}")
         started = time.monotonic()
         squash = ["--mksquashfs-args", f"-comp {compression}"] if compression else []  # a COMPRESSIONS name
-        _checked(
+        run_checked(
             [apptainer, "build", "--force", *squash, str(tmp_sif), f"docker-archive://{archive}"],
             work,
             "apptainer build",
@@ -220,7 +220,9 @@ def verify_in_sif(apptainer: str, sif: Path, work: Path) -> dict:
     }
 
 
-def _checked(argv: list[str], cwd: Path, what: str) -> None:
+def run_checked(argv: list[str], cwd: Path, what: str) -> None:
+    """Run an apptainer (or singularity) command in `cwd`; ApptainerError naming `what` and its output's tail if
+    it fails."""
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
     if proc.returncode != 0:
         raise ApptainerError(

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from builder.engine.apptainer import ApptainerError, apptainer_binary, runtime_record, sidecar_path, verify_in_sif
+from builder.engine.apptainer import (
+    ApptainerError,
+    apptainer_binary,
+    run_checked,
+    runtime_record,
+    sidecar_path,
+    verify_in_sif,
+)
 from builder.engine.build import MANIFEST_LABEL
 from builder.engine.container import RunError
 from builder.paths import file_sha256, write_text_atomic
@@ -200,7 +207,7 @@ def pull(source: str, out: Path, notify: Callable[[object], None]) -> dict:
             shutil.copyfile(spec, tmp_sif)
         else:
             notify(f"{Path(binary).name} pull {tmp_sif.name} {spec}")
-            _checked([binary, "pull", "--force", str(tmp_sif), spec], work, f"{Path(binary).name} pull")
+            run_checked([binary, "pull", "--force", str(tmp_sif), spec], work, f"{Path(binary).name} pull")
         timings = {"pull_s": round(time.monotonic() - started, 1)}
         manifest = _sif_manifest(binary, tmp_sif, work)
         if manifest is None:
@@ -339,12 +346,4 @@ def _streamed(argv: list[str], cwd: Path, log_path: Path, notify: Callable[[obje
     if code != 0:
         raise SifBuildFailed(
             f"{' '.join(argv[:2])} failed (exit code {code}; full log {log_path}):\n" + "".join(tail).rstrip()
-        )
-
-
-def _checked(argv: list[str], cwd: Path, what: str) -> None:
-    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace")
-    if proc.returncode != 0:
-        raise ApptainerError(
-            f"{what} failed (exit code {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-1500:]}"
         )

@@ -124,7 +124,7 @@ class Pushed:
     tag: str
 
 
-def _quiet(event: object) -> None:
+def _ignore_event(event: object) -> None:
     """The `notify` of a build nobody watches (tests and fixtures building an image)."""
 
 
@@ -240,7 +240,7 @@ def build_image(
     context_dir: Path,
     tag: str,
     options: BuildOptions = BuildOptions(),
-    notify: Callable[[object], None] = _quiet,
+    notify: Callable[[object], None] = _ignore_event,
     log_path: Path | None = None,
     manifest: dict | None = None,
 ) -> BuildOutcome:
@@ -326,7 +326,7 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, notify: Callabl
         except KeyboardInterrupt as exc:
             how = describe(exc)
             sink.write(f"\n# interrupted ({how}); stopping the build client\n")
-            _stop(proc)
+            _stop_build_client(proc)
             sink.write(f"# build stopped ({how}); nothing was tagged\n")
             raise BuildInterrupted(f"build interrupted ({how}); nothing was tagged", log_path=log_path) from exc
     if returncode != 0:
@@ -336,7 +336,7 @@ def _run_build(argv: list[str], tool: BuildTool, log_path: Path, notify: Callabl
         )
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop_build_client(proc: subprocess.Popen) -> None:
     """Stop the build client (its own session, so signal it explicitly): SIGINT, then SIGKILL."""
     for sig, wait_s in ((signal.SIGINT, 15), (signal.SIGKILL, 5)):
         if proc.poll() is not None:

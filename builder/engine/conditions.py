@@ -41,7 +41,7 @@ def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
         return None
 
 
-def _run(argv: list[str]) -> str | None:
+def _tool_stdout(argv: list[str]) -> str | None:
     if not shutil.which(argv[0]):
         return None
     try:
@@ -61,7 +61,9 @@ def _float(text: str) -> float | None:
 
 def gpu_snapshot() -> dict | None:
     """Other processes on the GPUs, SM clock, max SM clock and power cap: nvidia-smi, else rocm-smi, else /sys."""
-    apps = _run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"])
+    apps = _tool_stdout(
+        ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+    )
     if apps is not None:
         procs = []
         for line in apps.splitlines():
@@ -69,13 +71,15 @@ def gpu_snapshot() -> dict | None:
             if len(parts) >= 3 and parts[0].isdigit():
                 procs.append({"pid": int(parts[0]), "name": parts[1][:200], "used_memory_mib": _float(parts[2])})
         out: dict = {"tool": "nvidia-smi", "other_processes": procs}
-        gpus = _run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.limit", "--format=csv,noheader,nounits"])
+        gpus = _tool_stdout(
+            ["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.limit", "--format=csv,noheader,nounits"]
+        )
         first = (gpus or "").splitlines()[:1]
         if first:
             values = [_float(v) for v in first[0].split(",")] + [None, None, None]
             out.update(sm_clock_mhz=values[0], max_sm_clock_mhz=values[1], power_limit_w=values[2])
         return out
-    pids = _run(["rocm-smi", "--showpids", "--json"])
+    pids = _tool_stdout(["rocm-smi", "--showpids", "--json"])
     if pids is not None:
         try:
             data = json.loads(pids)
@@ -181,7 +185,7 @@ class Watch:
                 started, finished = float(other["started"]), other.get("finished")
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if finished is None and not _alive(other):
+            if finished is None and not _marker_run_alive(other):
                 finished = started  # a run killed outright: count it no further
             if finished is not None and now - float(finished) > MARKER_KEEP_S:
                 path.unlink(missing_ok=True)
@@ -210,7 +214,7 @@ class Watch:
                 started, finished = float(other["started"]), other.get("finished")
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if finished is None and _alive(other):
+            if finished is None and _marker_run_alive(other):
                 running.append(started)
             else:
                 ended[path] = started if finished is None else float(finished)
@@ -255,7 +259,7 @@ class Watch:
         }
 
 
-def _alive(marker: dict) -> bool:
+def _marker_run_alive(marker: dict) -> bool:
     """Whether the run that wrote `marker` still runs (a marker of another host: assumed so)."""
     if marker.get("host") != socket.gethostname():
         return True

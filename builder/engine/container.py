@@ -343,7 +343,7 @@ def stream_container(
         failure_class, failure = "interrupted", f"the run was interrupted ({how})"
         log.note(f"interrupted ({how}); stopping the container")
         if container is not None:
-            _stop(container)
+            _stop_container(container)
     except docker.errors.APIError as exc:
         failure_class, failure = "container_error", f"the engine refused the container: {exc.explanation or exc}"
     finally:
@@ -400,7 +400,7 @@ def remove_container(client, container) -> bool:
     return True
 
 
-def _stop(container) -> None:
+def _stop_container(container) -> None:
     """Give the workload a chance to write an `interrupted` result (SIGINT), then kill."""
     try:
         container.kill(signal="SIGINT")

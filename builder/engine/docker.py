@@ -75,7 +75,7 @@ class BuildTool:
         return f"{how} ({self.docker})"
 
 
-def _candidates() -> list[str]:
+def _docker_clients() -> list[str]:
     """Docker clients to try: $ENVBUILD_DOCKER alone when set, else every `docker` on PATH, then fallbacks."""
     if os.environ.get("ENVBUILD_DOCKER"):
         return [os.environ["ENVBUILD_DOCKER"]]
@@ -88,7 +88,7 @@ def _candidates() -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _quiet(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _run_quietly(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         argv, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})}, check=False
     )
@@ -97,12 +97,12 @@ def _quiet(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Com
 @functools.lru_cache(maxsize=None)
 def detect_build_tool() -> BuildTool:
     """The client to build with: one with buildx if any, else one whose `docker build` is BuildKit."""
-    candidates = _candidates()
+    candidates = _docker_clients()
     for client in candidates:
-        if _quiet([client, "buildx", "version"]).returncode == 0:
+        if _run_quietly([client, "buildx", "version"]).returncode == 0:
             return BuildTool(client, "buildx", (client, "buildx", "build"))
     for client in candidates:
-        probe = _quiet([client, "build", "--help"], {"DOCKER_BUILDKIT": "1"})
+        probe = _run_quietly([client, "build", "--help"], {"DOCKER_BUILDKIT": "1"})
         if probe.returncode == 0 and "--secret" in probe.stdout:
             return BuildTool(client, "docker-build", (client, "build"), {"DOCKER_BUILDKIT": "1"})
     tried = ", ".join(candidates) or "none found on PATH"

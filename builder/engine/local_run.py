@@ -144,7 +144,7 @@ def run_local(request: RunRequest, notify: Notify, interpreter: Interpreter | No
                 how = describe(exc)
                 failure_class, failure = "interrupted", f"the run was interrupted ({how})"
                 log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
-                _stop(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
+                _stop_local_workload(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
                 _tee(proc, log, notify, interpreter.output_limit_bytes if interpreter else None)
             finally:
                 if timer:
@@ -198,7 +198,7 @@ def _time_up(proc: subprocess.Popen, notes: list[str]) -> None:
         pass
 
 
-def _stop(proc: subprocess.Popen, forward: signal.Signals | None) -> None:
+def _stop_local_workload(proc: subprocess.Popen, forward: signal.Signals | None) -> None:
     """Let the workload write its `interrupted` result (a terminal's Ctrl-C reached it too; SIGTERM is
     forwarded; else send SIGINT), then kill it if it does not exit."""
     steps = ((forward, 20), (signal.SIGKILL, 10)) if forward else ((None, 2), (signal.SIGINT, 20), (signal.SIGKILL, 10))

@@ -399,14 +399,14 @@ def parse_sacct(text: str, job_id: str) -> dict[int, TaskState]:
             index=int(match["index"]),
             state=state,
             exit_code=fields[2],
-            start=_time(fields[3]),
-            end=_time(fields[4]),
+            start=_sacct_time(fields[3]),
+            end=_sacct_time(fields[4]),
             node=fields[5] or None,
         )
     return states
 
 
-def _time(text: str) -> str | None:
+def _sacct_time(text: str) -> str | None:
     try:
         return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     except ValueError:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from builder.engine.container import RunError
+from builder.plan.lock import uv_binary
 from builder.plan.torch_choice import EnvChoice
 
 MIRROR_VAR = "ENVBUILD_TORCH_INDEX_URL"
@@ -146,7 +147,7 @@ def _make(root: Path, choice: EnvChoice, notify: Callable[[str], None], environ:
     notify(
         f"making the workload environment (once; cached in {root}): {choice.cell}, {choice.reason}; torch from {index}"
     )
-    python = sys.executable if _line(sys.version_info) == choice.python else choice.python
+    python = sys.executable if _python_line(sys.version_info) == choice.python else choice.python
     _uv(["venv", "--quiet", "--no-project", "--python", python, str(root)], "a venv", choice, index, notify, environ)
     target = ["--python", str(root / "bin" / "python")]
     with tempfile.TemporaryDirectory(prefix="envbuild-env-") as tmp:
@@ -225,16 +226,8 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _line(version_info) -> str:
+def _python_line(version_info) -> str:
     return f"{version_info[0]}.{version_info[1]}"
-
-
-def _uv_binary() -> str:
-    try:
-        from uv import find_uv_bin
-    except ImportError:
-        raise WorkloadEnvError("the workload environment is made with uv, which is not installed: pip install uv")
-    return find_uv_bin()
 
 
 def _uv(args: list[str], what: str, choice: EnvChoice, index: str, notify, environ: dict[str, str]) -> None:
@@ -242,7 +235,7 @@ def _uv(args: list[str], what: str, choice: EnvChoice, index: str, notify, envir
     tail: list[str] = []
     try:
         proc = subprocess.Popen(
-            [_uv_binary(), *args],
+            [uv_binary(WorkloadEnvError, "the workload environment is made"), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -37,17 +37,17 @@ class Cell(BaseModel):
     @field_validator("flavor")
     @classmethod
     def _flavor(cls, value: str) -> str:
-        return _checked("flavor", value, _FLAVOR, "lower-case letters only, e.g. rocm")
+        return _valid_field("flavor", value, _FLAVOR, "lower-case letters only, e.g. rocm")
 
     @field_validator("accel_version", "torch", "python")
     @classmethod
     def _version(cls, value: str | None, info) -> str | None:
-        return None if value is None else _checked(info.field_name, value, _VERSION, "a release like 6.2 or 2.4")
+        return None if value is None else _valid_field(info.field_name, value, _VERSION, "a release like 6.2 or 2.4")
 
     @field_validator("arch")
     @classmethod
     def _arch(cls, value: str | None) -> str | None:
-        return None if value is None else _checked("arch", value, _ARCH, "a GPU target like gfx90a")
+        return None if value is None else _valid_field("arch", value, _ARCH, "a GPU target like gfx90a")
 
     @model_validator(mode="after")
     def _key_parses_back(self) -> "Cell":
@@ -117,7 +117,7 @@ def _release_line(version: str, parts: int) -> str:
     return ".".join(version.split("+")[0].split("-")[0].split(".")[:parts])
 
 
-def _checked(name: str, value: str, pattern: re.Pattern, expected: str) -> str:
+def _valid_field(name: str, value: str, pattern: re.Pattern, expected: str) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ValueError(f"cell {name} {value!r} is not valid: expected {expected}")
     return value

@@ -73,7 +73,7 @@ def recompute_files(
     except RecipeError as exc:
         raise ContextNotRecomputed(f"the recipes in use cannot be read: {exc}") from None
     rendered, problem = [], ""
-    for candidate in _candidates(request):
+    for candidate in _request_variants(request):
         try:
             plan = resolve(Request(**candidate), recipes)
             if plan.torch_source != request["torch_source"]:
@@ -95,7 +95,7 @@ def recompute_files(
     )
 
 
-def _candidates(request: dict) -> list[dict]:
+def _request_variants(request: dict) -> list[dict]:
     """The request as recorded, then with the torch source and the base image left to the recipe."""
     out = []
     for source in (request.get("torch_source"), "auto"):

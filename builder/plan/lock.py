@@ -270,16 +270,23 @@ def _parsed(path: str, mtime_ns: int, size: int) -> Lock:
 # --- resolving (envbuild lock): uv pip compile against PyPI -------------------------------------------
 
 
-def _uv_binary() -> str:
+_LOCK_NEEDS_UV = "`envbuild lock` resolves"
+
+
+def uv_binary(missing: type[Exception], needed_for: str) -> str:
+    """The uv executable of the `uv` package installed here; `missing` saying what `needed_for` uv when there is
+    none (envbuild lock resolves with it, the managed workload environment is made with it)."""
     try:
         from uv import find_uv_bin
     except ImportError:
-        raise LockError("`envbuild lock` resolves with uv, which is not installed here: pip install uv") from None
+        raise missing(f"{needed_for} with uv, which is not installed here: pip install uv") from None
     return find_uv_bin()
 
 
 def uv_version() -> str:
-    out = subprocess.run([_uv_binary(), "--version"], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [uv_binary(LockError, _LOCK_NEEDS_UV), "--version"], capture_output=True, text=True, check=False
+    )
     return out.stdout.strip() or "uv (unknown version)"
 
 
@@ -288,7 +295,7 @@ def _compile(requirements: str, python: str, exclude_newer: str, *extra: str, wo
     source = work / "requirements.in"
     source.write_text(requirements)
     command = [
-        _uv_binary(),
+        uv_binary(LockError, _LOCK_NEEDS_UV),
         "pip",
         "compile",
         str(source),

@@ -42,7 +42,7 @@ class Overlay:
     dropin_names: frozenset[str]  # flavors and torch lines its flavors.d/ drop-ins define
 
 
-def _files(folder: Path) -> list[Path]:
+def _overlay_files(folder: Path) -> list[Path]:
     """Every regular file under `folder`, relative; links are refused (they could name anything)."""
     found = []
     for path in sorted(folder.rglob("*")):
@@ -53,7 +53,7 @@ def _files(folder: Path) -> list[Path]:
     return found
 
 
-def _read(path: Path) -> dict:
+def _read_toml(path: Path) -> dict:
     """A TOML file of the overlay, read by builder.bounded_read (size, nesting and key length capped)."""
     try:
         text = bounded_read.read_file(path, MAX_TOML_BYTES).decode("utf-8")
@@ -146,10 +146,10 @@ def build(packaged: Path, site: Path) -> Overlay:
     merged_root = root / "recipes"
     entries: set = set()
     files: set = set()
-    for rel in _files(site):
+    for rel in _overlay_files(site):
         target = merged_root / rel
         if rel.suffix == ".toml" and len(rel.parts) == 1 and target.exists():
-            merged = _merge(_read(target), _read(site / rel), rel.as_posix(), entries)
+            merged = _merge(_read_toml(target), _read_toml(site / rel), rel.as_posix(), entries)
             target.write_text(_toml_text(merged), encoding="utf-8")
             try:
                 tomllib.loads(target.read_text())  # what was written reads back
@@ -157,11 +157,11 @@ def build(packaged: Path, site: Path) -> Overlay:
                 raise OverlayError(f"{site / rel}: cannot be merged into the packaged {rel} ({exc})") from None
         else:
             if rel.suffix == ".toml":
-                _read(site / rel)
+                _read_toml(site / rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             _copy(site / rel, target)
             files.add(rel.as_posix())
-    dropins = [_read(site / f) for f in files if f.startswith("flavors.d/") and f.endswith(".toml")]
+    dropins = [_read_toml(site / f) for f in files if f.startswith("flavors.d/") and f.endswith(".toml")]
     names = {name for data in dropins for table in ("flavor", "torch") for name in data.get(table, {})}
     return Overlay(site.resolve(), merged_root, frozenset(entries), frozenset(files), frozenset(names))
 

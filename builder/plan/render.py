@@ -149,10 +149,10 @@ class StaticFiles:
     @classmethod
     def read(cls, workload_dir: Path = WORKLOAD_DIR) -> "StaticFiles":
         files = {**_tree(IMAGES_DIR / "common", "common"), **_tree(workload_dir, "workload")}
-        return cls(files, {path: _sha256(data) for path, data in files.items()})
+        return cls(files, {path: _bytes_sha256(data) for path, data in files.items()})
 
 
-def _sha256(data: bytes) -> str:
+def _bytes_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -160,14 +160,14 @@ def file_hashes(files: dict[str, bytes], known: dict[str, str] | None = None) ->
     """{path: sha256} of the files that make up the content hash (all but manifest.json); `known` may
     hold hashes of files not in `files` (the wheelhouse, hashed where it lies)."""
     known = known or {}
-    hashed = {path: known.get(path) or _sha256(data) for path, data in files.items() if path != MANIFEST}
+    hashed = {path: known.get(path) or _bytes_sha256(data) for path, data in files.items() if path != MANIFEST}
     hashed |= {path: digest for path, digest in known.items() if path.startswith(WHEELHOUSE + "/")}
     return dict(sorted(hashed.items()))
 
 
 def hash_files(hashes: dict[str, str]) -> str:
     """Content hash of a context: sha256 over the sorted `<sha256>  <path>` lines of `file_hashes`."""
-    return _sha256("".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items())).encode())
+    return _bytes_sha256("".join(f"{digest}  {path}\n" for path, digest in sorted(hashes.items())).encode())
 
 
 def _recipes(plan: Plan, context_hash: str, lock: Lock) -> dict[str, bytes]:

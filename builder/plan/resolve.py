@@ -369,7 +369,7 @@ def apt_pin_text(pins: dict | None) -> str:
 def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     """Pin every input of `request`, or raise ResolveError saying what is wrong and what would work."""
     recipes = recipes or load()
-    flavor = _pick("flavor", request.flavor, recipes.flavors)
+    flavor = _known_entry("flavor", request.flavor, recipes.flavors)
     notes: list[str] = []
     release = _release(request, flavor, recipes.releases[flavor.name], notes)
     torch = (
@@ -379,7 +379,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
     )
     arch = _arch(request.arch, flavor, release, notes)
     python = _python(request.python, release, torch, flavor)
-    source, reason, suffix = _torch_source(request.torch_source, flavor, release, torch, recipes)
+    source, reason, suffix = _torch_route(request.torch_source, flavor, release, torch, recipes)
     source_build = recipes.source_build(flavor.name, release.version, torch.line) if source == "source" else None
     unproven = source == "source" and source_build is None
     failure = recipes.cell_record("failure", flavor.name, release.version, torch.line)
@@ -389,7 +389,7 @@ def resolve(request: Request, recipes: Recipes | None = None) -> Plan:
             f"({failure.source}); --torch-source source builds it anyway"
         )
     evidence = recipes.cell_record("evidence", flavor.name, release.version, torch.line)
-    base_image, amdgpu_install = _base(request, flavor, release)
+    base_image, amdgpu_install = _base_and_installer(request, flavor, release)
     if source == "wheel":
         local = placeholders.fill(flavor.local_version, suffix=suffix)
         index = release.wheel_index or placeholders.fill(flavor.wheel_index, suffix=suffix)
@@ -493,7 +493,7 @@ def _choices(value: str, choices: list[str]) -> str:
     return f"nearest valid: {', '.join(near)}{rest}"
 
 
-def _pick(what: str, value: str, table: dict):
+def _known_entry(what: str, value: str, table: dict):
     if value not in table:
         raise ResolveError(f"unknown {what} {value!r}; {_choices(value, sorted(table, key=version_key))}")
     return table[value]
@@ -607,7 +607,7 @@ def _python(value: str | None, release: Release, torch: TorchLine, flavor: Flavo
     return python
 
 
-def _torch_source(
+def _torch_route(
     wanted: str, flavor: Flavor, release: Release, torch: TorchLine, recipes: Recipes
 ) -> tuple[str, str, str]:
     """(route, why, wheel suffix) for `wanted` in auto/wheel/source."""
@@ -687,7 +687,7 @@ def nearest_proven(flavor: Flavor, release: Release, torch: TorchLine, recipes: 
     return near
 
 
-def _base(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]:
+def _base_and_installer(request: Request, flavor: Flavor, release: Release) -> tuple[str, str]:
     if request.install_accel and not release.amdgpu_install:
         raise ResolveError(f"the {flavor.name} flavor has no installer route; drop --install-rocm")
     if request.base_image:

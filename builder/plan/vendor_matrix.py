@@ -48,7 +48,7 @@ class VendorMatrixError(Exception):
 def load(directory: Path = VENDOR_DIR) -> dict[str, PointRelease]:
     """Every point release both files describe (the current file wins where both do)."""
     releases = _historical(directory / HISTORICAL)
-    releases.update(_current(directory / CURRENT))
+    releases.update(_read_current_table(directory / CURRENT))
     return releases
 
 
@@ -83,7 +83,7 @@ def _historical(path: Path) -> dict[str, PointRelease]:
     return releases
 
 
-def _current(path: Path) -> dict[str, PointRelease]:
+def _read_current_table(path: Path) -> dict[str, PointRelease]:
     """The long-form file: release,field,value,table (comment lines start with '#')."""
     lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
     releases: dict[str, PointRelease] = {}

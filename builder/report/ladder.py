@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from builder.store import provenance
 from builder.report import vendor_support
+from builder.store.build_record_schema import verify_check_count
 from builder.store.run_config import SPEED_PRESET
 from builder.plan import image_origin
 from builder.plan.cells import Cell
@@ -249,7 +250,7 @@ def _built(builds: list[dict], local: bool, ran_in: dict, foreign: tuple[str, st
 
 def _verified(builds: list[dict], local: bool) -> Step:
     for b in reversed([b for b in builds if b.get("status") == "pass"]):
-        checks = b["verify_checks"] if "verify_checks" in b else _verify_checks(b.get("manifest"))
+        checks = b["verify_checks"] if "verify_checks" in b else verify_check_count(b.get("manifest"))
         if checks is None and isinstance(b.get("record"), dict):  # a build known by its build record alone
             checks = b["record"].get("verify_checks")
         if checks is not None:
@@ -265,13 +266,6 @@ def _verified(builds: list[dict], local: bool) -> Step:
     if local:
         return Step(4, NAMES[3], SKIPPED, "no image: the environment's probes ran in the verdict run instead")
     return Step(4, NAMES[3], OPEN, "no verify record" + (" for the images built" if builds else ""))
-
-
-def _verify_checks(manifest) -> int | None:
-    """How many checks the image's verify record holds (None: no verify record in this manifest)."""
-    verify = manifest.get("verify") if isinstance(manifest, dict) else None
-    checks = verify.get("checks") if isinstance(verify, dict) else None
-    return len(checks) if isinstance(checks, list) else None
 
 
 def _verdict(result: dict | None, row: dict | None) -> Step:

@@ -696,7 +696,7 @@ def _cell_page(
         "summary": summary,
         "entry": entry,
         "cell": summary.cell,
-        "latest": _pick(latest, _RUN_KEYS) if latest else None,
+        "latest": _only_keys(latest, _RUN_KEYS) if latest else None,
         "latest_verdict": run_verdict(latest) if latest else None,
         "latest_contention": _contention(latest),
         "train": train,
@@ -721,7 +721,10 @@ def _cell_page(
         "builds": list(reversed(builds)),
         "host": page_bounds.rows(_rows(host) if host_details else _rows(public_host(host))) if host else None,
         "probes": page_bounds.probes(
-            [{**_pick(p, _PROBE_KEYS), "values": _rows(p.get("values"))} for p in (latest or {}).get("probes") or []]
+            [
+                {**_only_keys(p, _PROBE_KEYS), "values": _rows(p.get("values"))}
+                for p in (latest or {}).get("probes") or []
+            ]
         ),
         "history": [
             (e, run_logs.get(e.ident) if e.kind == "run" else build_logs.get(e.ident))
@@ -1000,13 +1003,13 @@ _RUN_KEYS = ("run_id", "command", "status", "error_class", "error", "finished_at
 _PROBE_KEYS = ("name", "status", "message")
 
 
-def _pick(mapping: dict, keys: tuple[str, ...]) -> dict:
+def _only_keys(mapping: dict, keys: tuple[str, ...]) -> dict:
     """`mapping` restricted to `keys`, absent ones None (the templates read every key)."""
     return {k: mapping.get(k) for k in keys}
 
 
 def _metrics(metrics: dict) -> dict:
-    picked = _pick(metrics, _METRIC_KEYS)
+    picked = _only_keys(metrics, _METRIC_KEYS)
     for name in ("eval_before", "eval_after"):
-        picked[name] = _pick(metrics.get(name) or {}, _EVAL_KEYS)
+        picked[name] = _only_keys(metrics.get(name) or {}, _EVAL_KEYS)
     return picked

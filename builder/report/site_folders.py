@@ -37,14 +37,14 @@ def sweep_stale(out_dir: Path) -> list[Path]:
         match = _OWNED.fullmatch(path.name)
         if not match or match["name"] != out_dir.name or path.is_symlink() or not path.is_dir():
             continue
-        if match["pid"] and _alive(int(match["pid"])):
+        if match["pid"] and _pid_alive(int(match["pid"])):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
     try:

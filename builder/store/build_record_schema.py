@@ -201,6 +201,14 @@ def is_build_record(raw: Any) -> bool:
     return isinstance(raw, dict) and raw.get("format") == FORMAT
 
 
+def verify_check_count(manifest: Any) -> int | None:
+    """How many checks the image's verify record in its manifest holds: the record's `verify_checks` (None: no
+    verify record in this manifest)."""
+    verify = manifest.get("verify") if isinstance(manifest, dict) else None
+    checks = verify.get("checks") if isinstance(verify, dict) else None
+    return len(checks) if isinstance(checks, list) else None
+
+
 def markdown() -> str:
     """The typed fields as a Markdown table (docs/build-record.md embeds it; a test keeps the two equal)."""
     return rules_markdown(BuildRecord)

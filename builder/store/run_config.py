@@ -134,8 +134,8 @@ def _configuration(f: RunFields) -> RunConfiguration:
     if f.command == "probe":
         return RunConfiguration("probe", "-", False)
     has_invocation = f.invocation is not None
-    preset = _text(f.preset if has_invocation else f.config_preset)
-    model = _text(f.model if has_invocation else f.model_id)
+    preset = _nonempty_str(f.preset if has_invocation else f.config_preset)
+    model = _nonempty_str(f.model if has_invocation else f.model_id)
     if has_invocation and model is None and preset == VERDICT_PRESET:  # envbuild's record: the preset's model
         model = VERDICT_MODEL
     if has_invocation:
@@ -198,5 +198,5 @@ def _label_value(value) -> str:
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
-def _text(value) -> str | None:
+def _nonempty_str(value) -> str | None:
     return value if isinstance(value, str) and value else None

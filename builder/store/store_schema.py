@@ -322,10 +322,6 @@ def _is_result(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("run_id", "status", "command"))
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _first_error(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         return exc.errors()[0]["msg"].removeprefix("Value error, ")

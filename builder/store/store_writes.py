@@ -242,9 +242,9 @@ class StoreWrites(StoreConnection):
                     utc_now(),
                     int(verdict_rules.counts("run", result["status"], result.get("error_class"))),
                     str(attempt_dir) if attempt_dir is not None else None,
-                    _text(manifest.get("base_image")),
+                    _str_or_none(manifest.get("base_image")),
                     base_digest[0] if base_digest else None,
-                    _text(manifest.get("context_hash")),
+                    _str_or_none(manifest.get("context_hash")),
                     provenance.kind,
                     provenance.signer,
                     provenance.attestation,
@@ -376,5 +376,5 @@ def _ensure_cell(conn: sqlite3.Connection, cell: Cell) -> int:
     return row[0]
 
 
-def _text(value: Any) -> str | None:
+def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None

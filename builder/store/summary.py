@@ -144,7 +144,7 @@ class CellSummary:
         pairs = [
             (a, b)
             for env in self.environments
-            for a, b in _pairs(self.environment_verdicts(env))
+            for a, b in _consecutive_pairs(self.environment_verdicts(env))
             if a.verdict != b.verdict
         ]
         return sorted(pairs, key=lambda pair: pair[1].at)
@@ -291,7 +291,7 @@ def configuration_line(s: CellSummary, configuration: str) -> dict:
     by_env: dict[str, list[Event]] = {}
     for e in events:
         by_env.setdefault(e.environment, []).append(e)
-    flips = sum(a.verdict != b.verdict for env in by_env.values() for a, b in _pairs(env))
+    flips = sum(a.verdict != b.verdict for env in by_env.values() for a, b in _consecutive_pairs(env))
     return {
         "configuration": configuration,
         "status": latest.verdict,
@@ -308,7 +308,7 @@ def configuration_line(s: CellSummary, configuration: str) -> dict:
 def environment_line(s: CellSummary, environment: str) -> dict:
     """One environment of a cell: its latest verdict, flips and whether it is flaky."""
     verdicts = s.environment_verdicts(environment)
-    flips = [(a, b) for a, b in _pairs(verdicts) if a.verdict != b.verdict]
+    flips = [(a, b) for a, b in _consecutive_pairs(verdicts) if a.verdict != b.verdict]
     latest = verdicts[-1]
     return {
         "environment": environment,
@@ -382,14 +382,14 @@ def _fill_verdict(summary: CellSummary, events: list[Event]) -> None:
         summary.note = "image built, no run recorded"
 
 
-def _pairs(events: list[Event]) -> list[tuple[Event, Event]]:
+def _consecutive_pairs(events: list[Event]) -> list[tuple[Event, Event]]:
     return list(zip(events, events[1:]))
 
 
 def _flaky(verdicts: list[Event]) -> bool:
     """One environment's verdicts flipped among the latest FLAKY_WINDOW."""
     recent = verdicts[-FLAKY_WINDOW:]
-    return any(a.verdict != b.verdict for a, b in _pairs(recent))
+    return any(a.verdict != b.verdict for a, b in _consecutive_pairs(recent))
 
 
 def _first_line(text: str, limit: int = 200) -> str:

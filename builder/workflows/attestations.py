@@ -169,10 +169,10 @@ def verify_attestations(request: VerifyRequest, notify: Callable[[str], None]) -
         )
     for envelope in provenances:
         outcomes.append((envelope, verify_provenance.check(envelope, chosen.allowed, chosen.revoked, site=site)))
-    return Verification(tuple(_checked(path, outcome) for path, outcome in outcomes))
+    return Verification(tuple(_as_checked(path, outcome) for path, outcome in outcomes))
 
 
-def _checked(path: Path, outcome) -> Checked:
+def _as_checked(path: Path, outcome) -> Checked:
     if isinstance(outcome, verify_build.CheckedBuild):
         return Checked(
             path,

@@ -189,7 +189,7 @@ class BuildAttempt:
             if stats
             else {"measured": False, "note": "not measured: no step of this build printed ccache statistics"},
             "image": {"digest": outcome.image_id, "tag": self.tag} if outcome and outcome.image_id else None,
-            "verify_checks": _verify_checks(self.manifest),
+            "verify_checks": build_record_schema.verify_check_count(self.manifest),
             "base": {"image": self.manifest.get("base_image"), "digest": digest},
             "builder": {"tool": outcome.tool if outcome else _build_tool(), "envbuild_version": __version__},
             "sbom": self.links.get("sbom"),
@@ -210,11 +210,6 @@ class BuildAttempt:
             return build_record_schema.validate(document)
         except build_record_schema.BuildRecordError as exc:  # our own document: a bug, never the user's input
             raise StoreError(f"the build record breaks its own schema ({exc})") from exc
-
-
-def _verify_checks(manifest: dict) -> int | None:
-    verify = manifest.get("verify") if isinstance(manifest.get("verify"), dict) else {}
-    return len(verify["checks"]) if isinstance(verify.get("checks"), list) else None
 
 
 def _clip(text: str, limit: int = 2000) -> str:

@@ -173,7 +173,7 @@ def build_image(
     if request.dry_run:
         return DryRun(plan, context.directory, context.manifest, tag)
     will_create(request.log_path or default_log_path(context.directory))
-    options, jobs = _options(request, context, notify)
+    options, jobs = _build_options(request, context, notify)
     if request.check_reproducible:
         return _reproducible(context, tag, options, request, notify)
     attempt = _attempt(request, context, tag, jobs, notify)
@@ -248,7 +248,7 @@ def _tag_of(context: BuildContext, tag: str | None, registry: str | None) -> str
     return tag
 
 
-def _options(
+def _build_options(
     request: ImageRequest, context: BuildContext, notify: Callable[[object], None]
 ) -> tuple[BuildOptions, CompileJobs | None]:
     """The build options of the request, with the compile jobs of a source build (told as a CompileJobs event)."""

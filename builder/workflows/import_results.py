@@ -77,7 +77,7 @@ def import_results(request: ImportRequest, notify: Callable[[str], None]) -> Imp
     if not results and not databases and not builds:  # --skip-invalid skipped every file: nothing to import
         raise BadValue("nothing imported: every file is invalid:\n  " + "\n  ".join(problems), "paths")
     _refuse_conflicts(target, results, databases, check_recorded=not request.replace)
-    return _write(request, target, results, databases, builds, problems, notify)
+    return _write_imports(request, target, results, databases, builds, problems, notify)
 
 
 def _refuse_conflicts(target: Path, results: list, databases: list, *, check_recorded: bool) -> None:
@@ -98,7 +98,7 @@ def _refuse_conflicts(target: Path, results: list, databases: list, *, check_rec
         )
 
 
-def _write(
+def _write_imports(
     request: ImportRequest,
     target: Path,
     results: list,

@@ -40,7 +40,7 @@ WIDE_COLUMNS = (
 NARROW_COLUMNS = ("cell", "status", "runs", "last pass", "class / note")
 
 
-def _read(
+def _read_summaries(
     db: Path | None, notify: Callable[[str], None], *, with_runs: bool, cell_key: str | None = None
 ) -> list[CellSummary]:
     store = open_store(db, must_exist=True)
@@ -64,7 +64,7 @@ class CellList:
 
 
 def list_cells(db: Path | None, notify: Callable[[str], None]) -> CellList:
-    summaries = _read(db, notify, with_runs=False)
+    summaries = _read_summaries(db, notify, with_runs=False)
     return CellList([summary_line(s) for s in summaries], [row for s in summaries for row in _list_rows(s)])
 
 
@@ -141,7 +141,7 @@ class CellRecord:
 
 def show_cell(db: Path | None, cell_key: str, notify: Callable[[str], None]) -> CellRecord:
     """Everything recorded for one cell (an unknown one is a BadValue of `cell_key`)."""
-    (summary,) = _read(db, notify, with_runs=True, cell_key=cell_key)
+    (summary,) = _read_summaries(db, notify, with_runs=True, cell_key=cell_key)
     store_dir = db_path(db).resolve().parent
     measurements = [(c, configuration_line(summary, c)) for c in summary.configurations[::-1]]
     return CellRecord(summary, _attempt_rows(summary, store_dir), measurements, VERDICT_LABEL, class_note(summary))

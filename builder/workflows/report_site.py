@@ -92,13 +92,13 @@ def write_report(
     else:
         store = open_store(request.db, must_exist=True)
     try:
-        return _write(request, store, cells, chosen, notify, status)
+        return _write_report(request, store, cells, chosen, notify, status)
     finally:
         if merged is not None:
             merged.cleanup()
 
 
-def _write(request: ReportRequest, store: MatrixStore, cells: list, chosen, notify, status) -> Summary | None:
+def _write_report(request: ReportRequest, store: MatrixStore, cells: list, chosen, notify, status) -> Summary | None:
     try:  # who signed each run and build record, derived again from the current signer files
         now = current_provenance(store, chosen.allowed, chosen.revoked)
         builds_now = current_build_provenance(store, chosen.allowed, chosen.revoked)

@@ -148,7 +148,7 @@ def run_workload(request: RunWorkloadRequest, notify: Notify) -> RunOutcome | No
         notify(OtherRuns(watch.others_at_start))
     try:
         with sigterm_as_interrupt() as stop:
-            result = _run(_route_request(request, out_dir), notify)
+            result = _run_on_route(_route_request(request, out_dir), notify)
     except BadInput:
         watch.discard()  # nothing was measured: no marker left
         for path in created:  # only dirs this run made, and only when empty (a container run keeps its log)
@@ -211,7 +211,7 @@ def _route_request(request: RunWorkloadRequest, out_dir: Path) -> RunRequest:
     return RunRequest(**common)
 
 
-def _run(request: RunRequest, notify: Notify) -> dict:
+def _run_on_route(request: RunRequest, notify: Notify) -> dict:
     """The run on its route and its final result.json; refusals of the input (the engine's RunError, an out folder
     that cannot be used) are BadInput. The result of an image envbuild did not build must agree
     with what this host checked (run_identity: IdentityMismatch, before anything is written); that of a venv must

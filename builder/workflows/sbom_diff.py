@@ -25,7 +25,7 @@ def components(db: Path, ref: str) -> tuple[str, dict[str, str]]:
     """(where the SBOM came from, its components) for `ref`: a path to an SBOM file, or a cell key of the matrix."""
     path = Path(ref)
     if path.is_file():
-        return str(path), _read(path)
+        return str(path), _read_sbom_file(path)
     with MatrixStore.open(db, readonly=True) as store:
         builds = store.builds(ref)
     for build in reversed(builds):
@@ -38,7 +38,7 @@ def components(db: Path, ref: str) -> tuple[str, dict[str, str]]:
         data = _bytes(found)
         if hashlib.sha256(data).hexdigest() != link["sha256"]:
             raise SbomDiffError(f"{found} is not the SBOM build {build['build_uid']} of {ref} links (changed since)")
-        return f"{ref} build {build['build_uid'][:12]} ({build.get('image_tag')})", _parse(data, found)
+        return f"{ref} build {build['build_uid'][:12]} ({build.get('image_tag')})", _parse_sbom(data, found)
     raise SbomDiffError(
         f"no build of {ref!r} in the matrix keeps an SBOM (`envbuild image` writes one for each image it builds); "
         "or give the path of an sbom.cdx.json"
@@ -59,11 +59,11 @@ def _bytes(path: Path) -> bytes:
         raise SbomDiffError(f"{path}: {exc}") from None
 
 
-def _read(path: Path) -> dict[str, str]:
-    return _parse(_bytes(path), path)
+def _read_sbom_file(path: Path) -> dict[str, str]:
+    return _parse_sbom(_bytes(path), path)
 
 
-def _parse(data: bytes, where) -> dict[str, str]:
+def _parse_sbom(data: bytes, where) -> dict[str, str]:
     try:
         return sbom.read_components(data)
     except sbom.SbomError as exc:

@@ -102,7 +102,7 @@ def collect_results(request: CollectRequest, notify: Callable[[str], None]) -> C
         collected = slurm_collect.collect(db, sub, request.job_id, states)
     except SlurmError as exc:
         raise BadInput(str(exc)) from exc
-    lines = tuple(_line(done) for done in collected)
+    lines = tuple(_task_line(done) for done in collected)
     lost = tuple(done.task.index for done in collected if done.lost)
     job = CollectedJob(db, lines, lost, tuple(line for line in lines if line.conflict))
     if not (lost and request.resubmit):
@@ -113,7 +113,7 @@ def collect_results(request: CollectRequest, notify: Callable[[str], None]) -> C
         return replace(job, resubmit_error=str(exc))
 
 
-def _line(done: slurm_collect.Collected) -> TaskLine:
+def _task_line(done: slurm_collect.Collected) -> TaskLine:
     task, result = done.task, done.result
     return TaskLine(
         task.index,

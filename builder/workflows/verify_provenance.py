@@ -122,7 +122,7 @@ def _beside(folder: Path, statement: dict, statement_bytes: bytes, record: dict 
             raise SbomMismatch(
                 f"the provenance names an SBOM (sha256 {sbom_sha[:16]}…), but no {SBOM_FILE} is beside it"
             )
-        actual = _sha256(sbom_file, MAX_SBOM_BYTES)
+        actual = _bounded_file_sha256(sbom_file, MAX_SBOM_BYTES)
         if actual != sbom_sha:
             raise SbomMismatch(
                 f"{SBOM_FILE} (sha256 {actual[:16]}…) is not the SBOM the provenance names ({sbom_sha[:16]}…)"
@@ -213,7 +213,7 @@ def _cell(statement: dict, site: Path | None) -> Cell:
     return cell
 
 
-def _sha256(path: Path, limit: int) -> str:
+def _bounded_file_sha256(path: Path, limit: int) -> str:
     try:
         return hashlib.sha256(strict_json.read_regular(path, limit)).hexdigest()
     except (OSError, ValueError) as exc:
