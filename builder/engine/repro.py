@@ -267,7 +267,7 @@ def check_reproducible(
                 contents.append(None)
                 error = str(exc)
     finally:
-        _remove(build_tag for build_tag, _ in builds)
+        _remove_images(build_tag for build_tag, _ in builds)
     return ReproReport(
         names,
         tuple(seconds),
@@ -280,7 +280,7 @@ def check_reproducible(
     )
 
 
-def _remove(tags) -> None:
+def _remove_images(tags) -> None:
     """Remove the temporary images by their tags (never by id: an image that is also tagged otherwise keeps it)."""
     client = docker_client()
     for build_tag in tags:
