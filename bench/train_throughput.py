@@ -14,7 +14,10 @@ mean ~68, p95 ~187, capped at 512), in bf16. Runs, in order:
                              replayed as one captured graph (compile and capture warm-up not timed)
   workload_seed_packed       the same steps packed padding-free (presets.PACKED_SEED): each step's 16 samples in
                              one row (two over 2048 tokens) of 256..1024, 1536 or 2048 tokens, varlen attention,
-                             compiled layers, step graphs                         (--variants seed_packed)
+                             compiled layers, step graphs; the step layouts are captured largest first
+                                                                                  (--variants seed_packed)
+  workload_seed_packed_1536  the same with rows of at most 1536 tokens (a step over 1536 in two or more rows)
+                                                                                  (--variants seed_packed_1536)
   workload_seed_eager        the same without compiled layers or graphs                (--variants seed_eager)
   workload_throughput_eager  the `throughput` preset without compiled layers     (--variants throughput_eager)
   workload_throughput        the `throughput` preset: ~16k tokens per step packed padding-free into 512-token
@@ -30,7 +33,11 @@ Levers under evaluation, each its own run (--variants):
                              configurations while compiling (torch._inductor.config.coordinate_descent_tuning)
 Prints samples/s, non-pad tokens/s, MFU (4 x non-embedding parameters FLOPs per non-pad token over the device's
 dense bf16 peak), MFU with attention-score FLOPs added (PaLM appendix B), peak memory, final eval loss, and the
-ratios to the baseline and the anchor, and the issue's four goals met or missed; --out writes them as JSON.
+ratios to the baseline and the anchor, and the issue's four goals met or missed (the seed goal also for each packed
+seed variant that ran); per workload run on a GPU, the step layouts captured and the peak allocated/reserved memory
+after its compile warm-up, capture and steps. A line "[bench +SECONDS s] start|end RUN" marks each run (the time since
+the runs began); --out is rewritten (whole: a temporary file renamed over it) after every finished run, marked
+"partial" until the summary comes, so a session stopped part-way keeps every finished run's numbers.
 
     python bench/train_throughput.py --steps 200 --throughput-steps 40 --anchor-runs 3 --gemma4-steps 20 \
         --out bench.json                                                                  # on the GPU
@@ -43,6 +50,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -302,6 +310,10 @@ def run_workload(shape, data: Tokenised, recipe, device, steps: int, name: str, 
             "compile_error": stats.compile_error,
             "graph_error": stats.graph_error,
             "graphed_layouts": stats.graphed_layouts,
+            "memory_peaks": {
+                phase: {"allocated_gb": round(allocated / 1e9, 2), "reserved_gb": round(reserved / 1e9, 2)}
+                for phase, (allocated, reserved) in stats.memory_peaks.items()
+            },
             "compiled_layers": stats.compiled_layers,
             "first_losses": stats.train_loss[:4],
             "varlen_attention": stats.varlen_attention,
@@ -336,6 +348,13 @@ def profile_run(model, data: Tokenised, recipe, device, steps: int) -> dict:
     return out
 
 
+#: The seed preset with one lever changed, each run after it in this order (--variants).
+SEED_VARIANTS = {
+    "seed_packed": PACKED_SEED,  # the seed preset's steps packed padding-free
+    "seed_packed_1536": {**PACKED_SEED, "pack_samples": tuple(w for w in PACKED_SEED["pack_samples"] if w <= 1536)},
+    "seed_eager": {"compile": False, "graph_steps": False},  # without compiled layers (nor graphs)
+    "seed_nographs": {"graph_steps": False},
+}
 #: The throughput preset with one lever changed, each run after it in this order (--variants).
 THROUGHPUT_VARIANTS = {
     "throughput_masked": {"varlen_attention": False},  # packed rows through dense per-row masks
@@ -451,10 +470,10 @@ def spread(values: list[float]) -> dict:
     }
 
 
-def run_anchors(args, n: int) -> list[dict]:
+def run_anchors(bench: Bench, n: int) -> None:
     """The tuned HF anchor `n` times, each in its own process (its own CUDA start-up, untimed warm-up steps first,
     then `--anchor-steps` timed ones), one after the other on the same device."""
-    out = []
+    args = bench.args
     for k in range(n):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "anchor.json"
@@ -462,15 +481,19 @@ def run_anchors(args, n: int) -> list[dict]:
             cmd += ["--steps", str(args.anchor_steps or args.steps), "--warmup", str(args.anchor_warmup)]
             cmd += ["--eval-samples", str(args.eval_samples), "--out", str(path)] + (["--tiny"] if args.tiny else [])
             print(f"tuned HF anchor, run {k + 1} of {n} (its own process):", flush=True)
+            bench.say(f"start hf_anchor_group_by_length {k + 1}/{n}")
             begin = time.perf_counter()
             proc = subprocess.run(cmd, check=False)
             if proc.returncode or not path.exists():
-                out.append({"name": "hf_anchor_group_by_length", "error": f"anchor process exited {proc.returncode}"})
-                continue
-            run = json.loads(path.read_text())
-            run["process_seconds"] = round(time.perf_counter() - begin, 1)
-            out.append(run)
-    return out
+                run = {"name": "hf_anchor_group_by_length", "error": f"anchor process exited {proc.returncode}"}
+            else:
+                run = json.loads(path.read_text())
+                run["process_seconds"] = round(time.perf_counter() - begin, 1)
+            bench.anchors.append(run)
+            bench.save()
+            bench.say(
+                f"end hf_anchor_group_by_length {k + 1}/{n} after {time.perf_counter() - begin:.1f} s: {outcome(run)}"
+            )
 
 
 def anchor_main(args, shape, data, recipe, device) -> int:
@@ -480,12 +503,12 @@ def anchor_main(args, shape, data, recipe, device) -> int:
         attempt(run_baseline, shape, data, recipe, device, args.warmup, True)
     run = attempt(run_baseline, shape, data, recipe, device, args.steps, True)
     if args.out:
-        args.out.write_text(json.dumps(run))
+        write_json(args.out, run)
     return 1 if "error" in run else 0
 
 
-def gemma4_run(args, dtype, device, eval_n: int) -> dict:
-    """The throughput preset on the Gemma 4 E2B shape (or its tiny CPU model), `--gemma4-steps` steps."""
+def gemma4_inputs(args, dtype, eval_n: int) -> tuple[dict, Tokenised, object]:
+    """(shape, data, recipe) of the throughput preset on the Gemma 4 E2B shape (or its tiny CPU model)."""
     shape = model_shape("gemma4-e2b", args.tiny)
     vocab = shape.get("vocab_size", 262144)
     recipe = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
@@ -493,37 +516,40 @@ def gemma4_run(args, dtype, device, eval_n: int) -> dict:
         recipe = recipe.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
     ids, labels = synthetic_data(args.gemma4_steps * (recipe.tokens_per_step // 68 + 1), vocab, seed=3)
     eval_ids, eval_labels = synthetic_data(eval_n, vocab, seed=2)
-    data = Tokenised(ids, labels, eval_ids, eval_labels)
-    return attempt(
-        run_workload, shape, data, recipe, device, args.gemma4_steps, "gemma4_throughput", args.profile_steps
-    )
+    return shape, Tokenised(ids, labels, eval_ids, eval_labels), recipe
 
 
 def goals(runs: list[dict], anchor: dict | None) -> list[dict]:
-    """The issue's four goals against this run's numbers: met, missed, or not measured (a run left out or failed)."""
+    """The issue's four goals against this run's numbers: met, missed, or not measured (a run left out or failed).
+    The seed goal is also read off each packed seed variant that ran (the candidates for the seed preset)."""
     by = {r["name"]: r for r in runs if "error" not in r}
     base, seed = by.get("hf_trainer_baseline"), by.get("workload_seed")
     fast, g4 = by.get("workload_throughput"), by.get("gemma4_throughput")
     rows = [
-        ("gemma-2b throughput MFU", fast and fast["mfu"], GOALS["gemma2b_mfu"], "{:.1%}"),
-        ("Gemma 4 E2B throughput MFU", g4 and g4["mfu"], GOALS["gemma4_mfu"], "{:.1%}"),
+        ("gemma-2b throughput MFU", fast and fast["mfu"], GOALS["gemma2b_mfu"], "{:.1%}", None),
+        ("Gemma 4 E2B throughput MFU", g4 and g4["mfu"], GOALS["gemma4_mfu"], "{:.1%}", None),
         (
             "throughput / tuned HF anchor (median)",
             fast and anchor and fast["samples_per_s"] / anchor["median"],
             GOALS["throughput_over_anchor"],
             "{:.2f}x",
-        ),
-        (
-            f"seed / plain baseline, at <= {SEED_MEMORY_GB} GB",
-            seed and base and seed["samples_per_s"] / base["samples_per_s"],
-            GOALS["seed_over_baseline"],
-            "{:.2f}x",
+            None,
         ),
     ]
+    candidates = [("seed", seed)] + [
+        (f"seed as {name.removeprefix('workload_')}", run)
+        for name, run in by.items()
+        if name.startswith("workload_seed_packed")
+    ]
+    for label, run in candidates:
+        value = run and base and run["samples_per_s"] / base["samples_per_s"]
+        rows.append(
+            (f"{label} / plain baseline, at <= {SEED_MEMORY_GB} GB", value, GOALS["seed_over_baseline"], "{:.2f}x", run)
+        )
     out = []
-    for name, value, target, fmt in rows:
+    for name, value, target, fmt, memory_bound in rows:
         met = None if value is None else value >= target
-        if met and name.startswith("seed") and (seed["peak_allocated_gb"] or 0) > SEED_MEMORY_GB:
+        if met and memory_bound and (memory_bound["peak_allocated_gb"] or 0) > SEED_MEMORY_GB:
             met = False
         out.append(
             {
@@ -546,7 +572,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--variants",
         default="seed_eager,throughput_eager",
-        help="extra runs, comma-separated: seed_eager, seed_nographs, seed_packed, throughput_eager, "
+        help="extra runs, comma-separated: seed_packed, seed_packed_1536, seed_eager, seed_nographs, throughput_eager, "
         "throughput_masked, throughput_varlen, throughput_nodropout, throughput_unmerged, throughput_cdt ('' for none)",
     )
     p.add_argument(
@@ -573,6 +599,10 @@ def main(argv=None) -> int:
     )
     p.add_argument("--out", type=Path, help="write the numbers as JSON here")
     args = p.parse_args(argv)
+    variants = set(args.variants.split(",")) if args.variants else set()
+    unknown = variants - set(SEED_VARIANTS) - set(THROUGHPUT_VARIANTS) - set(INDUCTOR_VARIANTS) - {"throughput_eager"}
+    if unknown:
+        p.error(f"unknown --variants: {', '.join(sorted(unknown))}")
 
     device = env.pick_device("auto")
     dtype = "bf16" if device.type == "cuda" else "fp32"
@@ -597,118 +627,113 @@ def main(argv=None) -> int:
         return anchor_main(args, shape, data, recipe, device)
     print(json.dumps(header), flush=True)
 
-    anchors = run_anchors(args, args.anchor_runs) if args.anchor_runs else []
-    runs = []
+    bench = Bench(args, header)
+    if args.anchor_runs:
+        run_anchors(bench, args.anchor_runs)
     if not args.no_baseline:
         if args.warmup:
-            print("warm-up (not counted):", flush=True)
-            attempt(run_baseline, shape, data, recipe, device, args.warmup)
-        runs.append(attempt(run_baseline, shape, data, recipe, device, args.steps))
+            bench.run(
+                "baseline warm-up (not counted)", run_baseline, shape, data, recipe, device, args.warmup, counted=False
+            )
+        bench.run("hf_trainer_baseline", run_baseline, shape, data, recipe, device, args.steps)
     if not args.no_seed:
-        runs.append(attempt(run_workload, shape, data, recipe, device, args.steps, "workload_seed"))
-        checkpoint(args, header, anchors, runs)
-    variants = set(args.variants.split(",")) if args.variants else set()
-    if "seed_packed" in variants:  # the seed preset's steps packed padding-free
-        runs.append(
-            attempt(
-                run_workload,
-                shape,
-                data,
-                dataclasses.replace(recipe, **PACKED_SEED),
-                device,
-                args.steps,
-                "workload_seed_packed",
-            )
-        )
-    if "seed_eager" in variants:  # the seed preset without compiled layers
-        runs.append(
-            attempt(
-                run_workload,
-                shape,
-                data,
-                dataclasses.replace(recipe, compile=False, graph_steps=False),
-                device,
-                args.steps,
-                "workload_seed_eager",
-            )
-        )
-    if "seed_nographs" in variants:
-        runs.append(
-            attempt(
-                run_workload,
-                shape,
-                data,
-                dataclasses.replace(recipe, graph_steps=False),
-                device,
-                args.steps,
-                "workload_seed_nographs",
-            )
-        )
+        bench.run("workload_seed", run_workload, shape, data, recipe, device, args.steps, "workload_seed")
+    for variant, changes in SEED_VARIANTS.items():
+        if variant in variants:
+            name = f"workload_{variant}"
+            bench.run(name, run_workload, shape, data, dataclasses.replace(recipe, **changes), device, args.steps, name)
     throughput = PRESETS["throughput"].replace(dtype=dtype, log_every=50)
     if args.tiny:
         throughput = throughput.replace(tokens_per_step=2048, pack_length=512, micro_batch_tokens=1024)
     per_step = throughput.tokens_per_step // 68 + 1
     t_ids, t_labels = synthetic_data(args.throughput_steps * per_step, vocab, seed=3)
     t_data = Tokenised(t_ids, t_labels, eval_ids, eval_labels)
+    t_steps = args.throughput_steps
     if "throughput_eager" in variants:
-        runs.append(
-            attempt(
-                run_workload,
-                shape,
-                t_data,
-                throughput.replace(compile=False),
-                device,
-                args.throughput_steps,
-                "workload_throughput_eager",
-            )
-        )
-    runs.append(
-        attempt(
-            run_workload,
-            shape,
-            t_data,
-            throughput,
-            device,
-            args.throughput_steps,
-            "workload_throughput",
-            args.profile_steps,
-        )
+        name = "workload_throughput_eager"
+        bench.run(name, run_workload, shape, t_data, throughput.replace(compile=False), device, t_steps, name)
+    bench.run(
+        "workload_throughput",
+        run_workload,
+        shape,
+        t_data,
+        throughput,
+        device,
+        t_steps,
+        "workload_throughput",
+        args.profile_steps,
     )
-    checkpoint(args, header, anchors, runs)
     if args.gemma4_steps:  # before the lever variants: a run cut short by a time limit still has both shapes
-        runs.append(gemma4_run(args, dtype, device, args.eval_samples))
-        checkpoint(args, header, anchors, runs)
+        g4_shape, g4_data, g4_recipe = gemma4_inputs(args, dtype, args.eval_samples)
+        name = "gemma4_throughput"
+        bench.run(name, run_workload, g4_shape, g4_data, g4_recipe, device, args.gemma4_steps, name, args.profile_steps)
     for variant, changes in THROUGHPUT_VARIANTS.items():
         if variant in variants:
-            runs.append(
-                attempt(
-                    run_workload,
-                    shape,
-                    t_data,
-                    dataclasses.replace(throughput, **changes),
-                    device,
-                    args.throughput_steps,
-                    f"workload_{variant}",
-                )
+            name = f"workload_{variant}"
+            bench.run(
+                name, run_workload, shape, t_data, dataclasses.replace(throughput, **changes), device, t_steps, name
             )
     for variant, options in INDUCTOR_VARIANTS.items():
         if variant in variants:
             from torch._inductor import config as inductor_config
 
+            name = f"workload_{variant}"
             with inductor_config.patch(**options):
-                run = attempt(run_workload, shape, t_data, throughput, device, args.throughput_steps, "x")
-            runs.append({**run, "name": f"workload_{variant}", "inductor": options})
-    return report(args, header, runs, anchors)
+                run = bench.run(name, run_workload, shape, t_data, throughput, device, t_steps, name)
+            run["inductor"] = options
+            bench.save()
+    return report(bench)
 
 
-def checkpoint(args, header: dict, anchors: list[dict], runs: list[dict]) -> None:
-    """The runs so far into --out (replaced by the full report at the end): a run cut short keeps them."""
-    if args.out:
-        args.out.write_text(json.dumps({"header": header, "anchors": anchors, "runs": runs, "partial": True}, indent=1))
+def write_json(path: Path, data: dict) -> None:
+    """`data` into `path` whole or not at all (a temporary file beside it, then renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
 
 
-def report(args, header: dict, runs: list[dict], anchors: list[dict]) -> int:
+def outcome(run: dict) -> str:
+    """A finished run in a few words: its samples/s and peak memory, or its error."""
+    if "error" in run:
+        return f"FAILED: {run['error'][:200]}"
+    peak = f", peak allocated {run['peak_allocated_gb']} GB" if run.get("peak_allocated_gb") is not None else ""
+    return f"{run['samples_per_s']} samples/s{peak}"
+
+
+class Bench:
+    """The runs of one bench session: a progress line as each starts and ends (with the time since the session
+    began), and --out rewritten after each (a session stopped part-way keeps every finished run's numbers)."""
+
+    def __init__(self, args, header: dict):
+        self.args, self.header = args, header
+        self.anchors: list[dict] = []
+        self.runs: list[dict] = []
+        self.begin = time.perf_counter()
+
+    def say(self, text: str) -> None:
+        print(f"[bench +{time.perf_counter() - self.begin:.1f} s] {text}", flush=True)
+
+    def run(self, label: str, run, *run_args, counted: bool = True) -> dict:
+        """`attempt(run, *run_args)`; a `counted` run joins the runs and --out."""
+        self.say(f"start {label}")
+        begin = time.perf_counter()
+        result = attempt(run, *run_args)
+        if counted:
+            self.runs.append(result)
+            self.save()
+        self.say(f"end {label} after {time.perf_counter() - begin:.1f} s: {outcome(result)}")
+        return result
+
+    def save(self, summary: dict | None = None) -> None:
+        """The runs so far into --out, marked partial until the summary comes."""
+        if self.args.out:
+            tail = {"summary": summary} if summary is not None else {"partial": True}
+            write_json(self.args.out, {"header": self.header, "anchors": self.anchors, "runs": self.runs, **tail})
+
+
+def report(bench: Bench) -> int:
     """The table, the ratios to the baseline and the anchor, the goals; --out gets all of it as JSON."""
+    args, runs, anchors = bench.args, bench.runs, bench.anchors
     fine = [a for a in anchors if "error" not in a]
     anchor = spread([a["samples_per_s"] for a in fine]) if fine else None
     base = runs[0] if runs and runs[0]["name"] == "hf_trainer_baseline" else None
@@ -732,7 +757,8 @@ def report(args, header: dict, runs: list[dict], anchors: list[dict]) -> int:
         }
     print()
     head = (
-        f"{'run':<34}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'MFU+attn':>9}{'peak alloc GB':>15}{'eval loss':>11}"
+        f"{'run':<34}{'samples/s':>11}{'tokens/s':>11}{'MFU':>8}{'MFU+attn':>9}{'peak alloc GB':>15}"
+        f"{'reserved GB':>13}{'eval loss':>11}"
     )
     print(head + (f"{'x base':>8}" if reference else "") + (f"{'x anchor':>10}" if anchor else ""))
     for r in anchors + runs:
@@ -741,13 +767,23 @@ def report(args, header: dict, runs: list[dict], anchors: list[dict]) -> int:
             continue
         line = (
             f"{r['name']:<34}{r['samples_per_s']:>11.1f}{r['tokens_per_s']:>11.0f}{(r['mfu'] or 0) * 100:>7.1f}%"
-            f"{(r['mfu_with_attention'] or 0) * 100:>8.1f}%{(r['peak_allocated_gb'] or 0):>15.1f}{r['eval_loss']:>11.4f}"
+            f"{(r['mfu_with_attention'] or 0) * 100:>8.1f}%{(r['peak_allocated_gb'] or 0):>15.2f}"
+            f"{(r.get('peak_reserved_gb') or 0):>13.2f}{r['eval_loss']:>11.4f}"
         )
         if reference:
             line += f"{r['samples_per_s'] / reference['samples_per_s']:>7.2f}x"
         if anchor:
             line += f"{r['samples_per_s'] / anchor['median']:>9.2f}x"
         print(line)
+    for r in runs:
+        if r.get("memory_peaks") or r.get("graphed_layouts"):
+            phases = ", ".join(
+                f"{phase} {m['allocated_gb']:.2f}/{m['reserved_gb']:.2f}" for phase, m in r["memory_peaks"].items()
+            )
+            print(
+                f"{r['name']}: {r['graphed_layouts']} step layouts captured; peak allocated/reserved GB after "
+                f"{phases or '(no GPU)'}"
+            )
     if anchor:
         print(
             f"tuned HF anchor: median {anchor['median']:.1f} samples/s over {len(fine)} runs "
@@ -760,14 +796,11 @@ def report(args, header: dict, runs: list[dict], anchors: list[dict]) -> int:
             + f" ({'all within' if summary['eval_losses_within_tolerance'] else 'NOT all within'} "
             f"tolerance {args.loss_tolerance})"
         )
-    print(f"\n{'goal':<44}{'measured':>14}{'target':>9}  verdict")
+    print(f"\n{'goal':<56}{'measured':>14}{'target':>9}  verdict")
     for g in summary["goals"]:
         verdict = "not measured" if g["met"] is None else "met" if g["met"] else "MISSED"
-        print(f"{g['goal']:<44}{g['shown']:>14}{g['target']:>9}  {verdict}")
-    if args.out:
-        args.out.write_text(
-            json.dumps({"header": header, "anchors": anchors, "runs": runs, "summary": summary}, indent=1)
-        )
+        print(f"{g['goal']:<56}{g['shown']:>14}{g['target']:>9}  {verdict}")
+    bench.save(summary)
     failed = [r["name"] for r in anchors + runs if "error" in r]
     return 1 if failed else 0
 

@@ -3,6 +3,7 @@
 Tiny random Gemma classifiers on the CPU, fp32, LoRA dropout 0 (so that two paths draw no different masks)."""
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -330,6 +331,105 @@ def test_graph_steps_of_packed_samples_reproduce_uncaptured_losses(compiled):
     assert max(abs(x - y) for x, y in zip(la, lb)) < 2e-3, (la, lb)
     assert abs(eva["loss"] - evb["loss"]) < 2e-3
     assert max(abs(x - y) for x, y in zip(runs["padded"][0], la)) < 3e-2, (runs["padded"][0], la)
+
+
+def test_step_layouts_are_captured_once_each_largest_first():
+    """`largest_first` orders the distinct layouts by element count (the largest micro-batches first), ties in the
+    order they came."""
+    from workload.training.step_graphs import largest_first
+
+    small, mid, large, other_mid = ((1, 256), (3,)), ((1, 1024), (9,)), ((2, 2048), (16,)), ((4, 256), (9,))
+    assert largest_first([small, mid, small, large, other_mid, mid]) == [large, mid, other_mid, small]
+    assert largest_first([]) == []
+
+
+def test_a_packed_seed_schedule_is_captured_largest_layout_first(monkeypatch):
+    """`_capture_steps` hands every layout of a real packed seed schedule (16 samples a step packed into rows of
+    256 to 2048 tokens, cu_seqlens as the varlen kernels get them) to the capture once, largest first, whatever
+    order the steps come in. The capture itself is recorded here (graphs need a GPU: the GPU test below runs it)."""
+    from workload.data.synthetic import synthetic_data
+    from workload.training import step_graphs
+    from workload.training.loop import StepContext, TrainStats, _capture_steps
+
+    class Recorded(step_graphs.StepGraphs):
+        def __init__(self, *_):
+            self.graphs, self.order = {}, []
+
+        def capture(self, batches):
+            self.order.append(self.layout(batches))
+            self.graphs[self.layout(batches)] = None
+
+    monkeypatch.setattr(step_graphs, "StepGraphs", Recorded)
+    ids, labels = synthetic_data(16 * 40, 1000, 1, num_labels=7)
+    recipe = dataclasses.replace(PRESETS["seed"], **PACKED_SEED)
+    schedule = plan_epoch([len(x) for x in ids], recipe, seed=0)
+    ctx = StepContext(Tokenised(ids, labels, [], []), recipe, CPU, "bf16", PAD, varlen=True)
+    graphs = _capture_steps(None, schedule, ctx, [], None, TrainStats())
+    in_schedule = list(
+        dict.fromkeys(Recorded.layout([ctx.host_batch(m) for m in ctx.micro_batches(s)]) for s in schedule)
+    )
+    sizes = [sum(math.prod(shape) for shape in layout) for layout in graphs.order]
+    assert sorted(graphs.order) == sorted(in_schedule) and len(in_schedule) > 5  # each layout once
+    assert sizes == sorted(sizes, reverse=True) and graphs.order != in_schedule
+
+
+@GPU_ONLY
+def test_capturing_the_largest_layout_first_takes_no_more_memory(monkeypatch):
+    """Packed seed steps (rows of 256 to 2048 tokens) of a model big enough that activations fill the graph pool,
+    captured in schedule order and largest first (`largest_first`): the peak allocated memory after the capture
+    (`memory_peaks`, over what the model held before train()) is not higher largest first. Both are printed
+    (pytest -s or -rP)."""
+    import gc
+
+    import transformers
+
+    from workload.data.synthetic import synthetic_data
+    from workload.training import step_graphs
+
+    gpu = torch.device("cuda")
+    config = transformers.GemmaConfig(
+        vocab_size=1000,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=1,
+        head_dim=128,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+        num_labels=7,
+    )
+    ids, labels = synthetic_data(16 * 12, 1000, 1, num_labels=7)
+    data = Tokenised(ids, labels, ids[:16], labels[:16])
+    recipe = _recipe(**PACKED_SEED, graph_steps=True, dtype="bf16", max_length=512, max_steps=12)
+    in_schedule_order = lambda layouts: list(dict.fromkeys(layouts))  # noqa: E731 - the order before largest_first
+    orders, peaks = {}, {}
+    for name, order in (("schedule order", in_schedule_order), ("largest first", step_graphs.largest_first)):
+        monkeypatch.setattr(
+            step_graphs,
+            "largest_first",
+            lambda layouts, order=order, name=name: orders.setdefault(name, order(layouts)),
+        )
+        torch.manual_seed(0)
+        base = transformers.GemmaForSequenceClassification._from_config(config, attn_implementation="sdpa")
+        model = apply_lora(base, 64, 16, 0.0, ("q_proj", "k_proj", "v_proj", "o_proj")).to(gpu, torch.bfloat16)
+        make_trainable_fp32(model)
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        stats = train(model, data, recipe, device=gpu, dtype="bf16", pad_id=PAD)
+        assert stats.graph_error is None and stats.varlen_attention and stats.graphed_layouts == len(orders[name])
+        peaks[name] = tuple(peak - before for peak in stats.memory_peaks["capture"])
+        print(
+            f"{name}: {stats.graphed_layouts} layouts, peak allocated {peaks[name][0] / 2**20:.1f} MiB, "
+            f"reserved {peaks[name][1] / 2**20:.1f} MiB after the capture, over the model's"
+        )
+        del model, base, stats
+    assert orders["schedule order"] != orders["largest first"]  # the schedule does not start with its largest
+    assert peaks["largest first"][0] <= peaks["schedule order"][0], peaks
 
 
 def test_optimizer_state_made_before_capture_changes_nothing():

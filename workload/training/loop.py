@@ -70,6 +70,9 @@ class TrainStats:
     varlen_error: str | None = None  # set when varlen attention was asked for but could not be used (masks instead)
     merged_qkv_blocks: int = 0  # attention blocks whose q/k/v ran merged (workload.training.merged_qkv)
     attention_flops: float = 0.0  # attention-score FLOPs of the samples trained (metrics.attention_flops), global
+    # GPUs: (torch.cuda.max_memory_allocated, max_memory_reserved) in bytes after each phase that ran ("compile
+    # warm-up", "capture", "steps"); cumulative since the caller last reset the device's peak statistics
+    memory_peaks: dict = field(default_factory=dict)
 
     @property
     def samples_per_s(self) -> float:
@@ -400,9 +403,10 @@ def _graphs_unsupported(recipe: Recipe, dtype: str, world: int) -> str | None:
 
 
 def _capture_steps(model, schedule: list[Step], ctx: StepContext, params, optimizer, stats: TrainStats):
-    """StepGraphs with every step layout of the schedule captured, or None (stats.graph_error says why). Graphs
-    run in one process on a GPU (`_graphs_unsupported`): the host batches are pinned."""
-    from .step_graphs import StepGraphs
+    """StepGraphs with every step layout of the schedule captured, largest first (they share one memory pool), or
+    None (stats.graph_error says why). Graphs run in one process on a GPU (`_graphs_unsupported`): the host batches
+    are pinned."""
+    from .step_graphs import StepGraphs, largest_first
 
     device = ctx.device
 
@@ -423,8 +427,12 @@ def _capture_steps(model, schedule: list[Step], ctx: StepContext, params, optimi
 
     graphs = StepGraphs(forward_backward, update, optimizer, params, device)
     try:
+        layouts: dict[tuple, list] = {}  # one step's host batches per layout
         for step in schedule:
-            graphs.capture([ctx.host_batch(micro) for micro in ctx.micro_batches(step)])
+            batches = [ctx.host_batch(micro) for micro in ctx.micro_batches(step)]
+            layouts.setdefault(StepGraphs.layout(batches), batches)
+        for layout in largest_first(list(layouts)):
+            graphs.capture(layouts[layout])
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - the steps run uncaptured instead (recorded)
@@ -533,6 +541,11 @@ def _update(params, optimizer, scheduler, scaler, max_grad_norm: float) -> torch
     return norm
 
 
+def _note_memory_peak(stats: TrainStats, phase: str, device: torch.device) -> None:
+    if device.type == "cuda":
+        stats.memory_peaks[phase] = (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device))
+
+
 def _report_steps(
     stats: TrainStats, step_no: int, steps: int, ctx: StepContext, on_step, pending_loss: list, pending_norm: list
 ) -> tuple[list, list]:
@@ -622,6 +635,7 @@ def train(
             stats.merged_qkv_blocks = attention.enter_context(merged_qkv_on(model))
         if compiled:
             compiled = _warm_up_compiled(model, schedule, ctx, params, stats, compiled)
+            _note_memory_peak(stats, "compile warm-up", device)
         stats.compiled_layers = compiled
         graphs = None
         if use_graphs:
@@ -629,6 +643,7 @@ def train(
             begin = time.perf_counter()
             graphs = _capture_steps(forward_model, schedule, ctx, params, optimizer, stats)
             stats.warmup_seconds += time.perf_counter() - begin
+            _note_memory_peak(stats, "capture", device)
         stats.graphed_layouts = len(graphs.graphs) if graphs else 0
         trained_lengths: list[int] = []
         # a fixed number of untimed steps first (the speed preset): samples, tokens and time count from the next one
@@ -677,6 +692,7 @@ def train(
             )
         _sync(device)
         stats.seconds = time.perf_counter() - start
+        _note_memory_peak(stats, "steps", device)
         stats.samples, stats.tokens = stats.samples - untimed[0], stats.tokens - untimed[1]
         stats.attention_flops = attention_flops(trained_lengths, attention_layers(model))
     finally:

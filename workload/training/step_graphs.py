@@ -4,9 +4,13 @@ A padded step's work (the forwards and backwards of its micro-batches, gradient 
 captured once per step layout (the shapes of its micro-batches) and replayed for every later step of that layout,
 so the host launches one graph per step instead of thousands of kernels. Only the inputs change between steps:
 they are copied into the graph's static buffers before each replay. Needs a capturable optimizer with a tensor
-learning rate (`make_optimizer(capturable=True)`) so that the schedule's lr reaches the captured update."""
+learning rate (`make_optimizer(capturable=True)`) so that the schedule's lr reaches the captured update.
+All layouts share one memory pool; they are captured largest first (`largest_first`), so that the smaller ones
+can take their memory from blocks the largest one has already freed into the pool."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -28,6 +32,13 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer, params: list[torch.Te
         state = optimizer.state[p]
         if torch.is_tensor(state.get("step")):
             state["step"].zero_()
+
+
+def largest_first(layouts: list[tuple]) -> list[tuple]:
+    """The distinct layouts (`StepGraphs.layout` keys: the shapes of a step's tensors), largest first by their
+    element count (ties keep their first appearance's order): the order to capture them in."""
+    distinct = list(dict.fromkeys(layouts))
+    return sorted(distinct, key=lambda layout: -sum(math.prod(shape) for shape in layout))
 
 
 class StepGraphs:
