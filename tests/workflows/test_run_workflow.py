@@ -178,7 +178,10 @@ def test_a_stop_before_the_workload_started_is_not_started_and_leaves_nothing(
     tmp_path, monkeypatch, events, stop, how, code
 ):
     db = tmp_path / "m.db"
-    outcome = _run(monkeypatch, Route(raises=stop), events, out_dir=tmp_path / "out", db=db)
+    try:
+        outcome = _run(monkeypatch, Route(raises=stop), events, out_dir=tmp_path / "out", db=db)
+    except KeyboardInterrupt:
+        pytest.fail("the stop went through run_workload instead of ending the run NotStarted")
     assert outcome == NotStarted(how, code) and events == []
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no in-flight marker, no matrix file
 
@@ -435,3 +438,22 @@ def test_ctrl_c_while_a_finished_run_is_recorded_stops_the_recording(tmp_path, m
 def test_the_workflow_s_request_events_and_outcomes_are_values(value):
     with pytest.raises(dataclasses.FrozenInstanceError):
         value.anything = 1
+
+
+def test_a_matrix_path_the_system_refuses_is_bad_input_with_its_reason(tmp_path, monkeypatch):
+    route = Route()
+    with pytest.raises(BadInput, match=r"cannot use the matrix database .*: File name too long; pass --db"):
+        _run(monkeypatch, route, [], out_dir=tmp_path / "out", db=tmp_path / ("m" * 300 + ".db"))
+    assert route.requests == []
+
+
+def test_a_matrix_folder_that_became_a_file_during_the_run_fails_the_recording(tmp_path, monkeypatch):
+    db = tmp_path / "d" / "e" / "m.db"  # new folders when the run starts
+    with pytest.raises(Failed, match=r"envbuild matrix import .*result\.json` retries"):
+        _run(
+            monkeypatch,
+            Route(during=lambda: (tmp_path / "d").write_text("a file now")),
+            [],
+            out_dir=tmp_path / "o",
+            db=db,
+        )
