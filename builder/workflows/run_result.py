@@ -47,7 +47,8 @@ def finalize(end: RunEnd, check=None) -> dict:
     container) exited cleanly. A run that died, was interrupted or left no valid result is written as
     `status: "error"` with an `error_class`, never as "pass" (docs/result-schema.md). The invocation's
     `envbuild` command goes into the workload's own `invocation`, the whole block into a result the workload
-    did not write. An image envbuild did not build wrote its result into its own folder (`end.written_by_image`),
+    did not write; `host`, `image` and `environment` are the host's (a route without an image drops an `image` block
+    the result claims). An image envbuild did not build wrote its result into its own folder (`end.written_by_image`),
     read from there through the bounded reader. `check(result)` runs on the completed result before it is written
     (its error stops the run: nothing is written).
     """
@@ -68,10 +69,11 @@ def finalize(end: RunEnd, check=None) -> dict:
         own = result.get("invocation") if isinstance(result.get("invocation"), dict) else None
         result["invocation"] = {**own, "envbuild": invocation["envbuild"]} if own else invocation
     result["host"] = end.host
-    if end.image is not None:
-        result["image"] = end.image
-    if end.environment is not None:
-        result["environment"] = end.environment
+    for key, value in (("image", end.image), ("environment", end.environment)):
+        if value is None:  # what ran is the host's to say: a block the workload wrote itself is dropped
+            result.pop(key, None)
+        else:
+            result[key] = value
     if check is not None:
         check(result)
     write_json_atomic(path, result)

@@ -375,6 +375,25 @@ def test_a_foreign_image_s_run_keeps_the_log_the_image_wrote_in_its_own_folder(t
         assert kept.read_text() == ("written by the image" if image else "written here")
 
 
+def test_a_run_here_whose_result_names_an_image_is_recorded_without_it(tmp_path, monkeypatch):
+    """A run with no image (here, a venv, the managed environment) whose result.json claims one, an image envbuild
+    did not build among them: the claim is dropped, so the record names no image nobody checked and the kept log is
+    the run folder's."""
+    claimed = {**PASS, "image": {"tag": "claimed:1", "origin": "foreign"}, "environment": {"route": "claimed"}}
+    out, db = tmp_path / "out", tmp_path / "m.db"
+    (out / "from-image").mkdir(parents=True)
+    (out / "from-image" / THIRD_PARTY_LOG).write_text("written by the image")
+    (out / THIRD_PARTY_LOG).write_text("written here")
+    outcome = _run(monkeypatch, Route(result=claimed), [], out_dir=out, db=db)
+    assert outcome.passed and "image" not in outcome.result and "environment" not in outcome.result
+    assert "image" not in json.loads((out / RESULT_FILE).read_text())
+    with MatrixStore.open(db) as store:
+        [row] = store.runs()
+    assert "image" not in row["result"]
+    (kept,) = (tmp_path / "envbuild-attempts").glob(f"*/{THIRD_PARTY_LOG}")
+    assert kept.read_text() == "written here"
+
+
 def test_conditions_that_cannot_be_written_are_said_and_the_run_still_counts(tmp_path, monkeypatch, events):
     write = run_module.write_json_atomic
 
