@@ -311,7 +311,9 @@ def test_graph_steps_of_packed_samples_reproduce_uncaptured_losses(compiled):
     levers = dict(compile=compiled, max_steps=6, dtype="bf16", max_length=128)
     packed = dict(pack_samples=(128, 256), varlen_attention=True)
     data = _data()
-    data = Tokenised([x[:128] for x in data.train_ids], data.train_labels, data.eval_ids, data.eval_labels)
+    data = Tokenised(
+        [x[:128] for x in data.train_ids], data.train_labels, [x[:128] for x in data.eval_ids], data.eval_labels
+    )
     runs = {}
     for name, recipe in (
         ("padded", _recipe(**levers)),
