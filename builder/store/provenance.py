@@ -24,7 +24,9 @@ PROJECT_SIGNERS: dict[str, frozenset[str]] = {
     H200_PRINCIPAL: frozenset(
         {"SHA256:Xp/Rf5tpNNNHyc0BVEJ3t1IfdEXqwWiL04tgPUMCvSo", "SHA256:QpybVeOHF9kRFzZ3CQ4Wa0aqgl5mDgLQIGRZxMnnXFs"}
     ),
-    GPU_PRINCIPAL: frozenset({"SHA256:KJJQ91t2yvVRZgIfEuTCMB8D0QGJoPhmY7cl3rRzS1Q"}),
+    GPU_PRINCIPAL: frozenset(
+        {"SHA256:KJJQ91t2yvVRZgIfEuTCMB8D0QGJoPhmY7cl3rRzS1Q", "SHA256:q4WMo3aliLyvIYUBxNU2BwshzaKOGtbesbl5IOvywok"}
+    ),
 }
 CI, CONTRIBUTED, UNSIGNED, REVOKED = "ci", "contributed", "unsigned", "revoked"
 KINDS = (CI, CONTRIBUTED, UNSIGNED, REVOKED)
