@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from tests.integration.test_build_cpu_cell import CA, _wheelhouse
+from tests.integration.test_build_cpu_cell import cpu_cell_command
 
 
 @pytest.fixture(scope="session")
@@ -15,11 +15,6 @@ def cpu_cell_image(tmp_path_factory, local_base, docker_engine) -> str:
     its content-hash tag (by test_build_cpu_cell.py earlier in the session, or an earlier session): a user's
     request (proxy CA as a secret, `--network host`, the CPU torch wheel as wheelhouse where there is one)."""
     work = tmp_path_factory.mktemp("cpu-cell-image")
-    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(work / "ctx")]
-    command += ["--ca-cert", str(CA), "--network", "host", "--no-record"]
-    wheels = _wheelhouse(work)
-    if wheels:
-        command += ["--wheelhouse", str(wheels)]
-    built = CliRunner().invoke(main, command)
+    built = CliRunner().invoke(main, cpu_cell_command(local_base, work, "--no-record"))
     assert built.exit_code == 0, built.output
     return built.stdout.strip().splitlines()[-1]

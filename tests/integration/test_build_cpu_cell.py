@@ -37,30 +37,20 @@ def _wheelhouse(work: Path) -> Path | None:
     return wheels
 
 
+def cpu_cell_command(local_base: str, work: Path, *flags: str) -> list[str]:
+    """`envbuild image` for the cpu cell as a user here asks for it (proxy CA as a secret, `--network host`, the CPU
+    torch wheel as wheelhouse where there is one), rendered into work/ctx, with `flags` added."""
+    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(work / "ctx")]
+    command += ["--ca-cert", str(CA), "--network", "host", *flags]
+    wheels = _wheelhouse(work)
+    return command + ["--wheelhouse", str(wheels)] if wheels else command
+
+
 @pytest.fixture(scope="module")
 def cpu_cell(tmp_path_factory, local_base):
     """(build command, its CliRunner result, seconds, work dir) for the cpu cell."""
     work = tmp_path_factory.mktemp("cpu-cell")
-    command = [
-        "image",
-        "--flavor",
-        "cpu",
-        "--torch",
-        "2.13",
-        "--base-image",
-        local_base,
-        "-o",
-        str(work / "ctx"),
-        "--ca-cert",
-        str(CA),
-        "--network",
-        "host",
-        "--db",
-        str(work / "m.db"),
-    ]
-    wheels = _wheelhouse(work)
-    if wheels:
-        command += ["--wheelhouse", str(wheels)]
+    command = cpu_cell_command(local_base, work, "--db", str(work / "m.db"))
     started = time.monotonic()  # --force: build (and record) even if an earlier session left the tag
     result = CliRunner().invoke(main, [*command, "--force"])
     assert result.exit_code == 0, result.output

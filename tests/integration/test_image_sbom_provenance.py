@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from builder.paths import BUILD_RECORD, PROVENANCE_ENVELOPE, PROVENANCE_FILE, SBOM_FILE
 from tests.build_record_fixtures import make_key, signer_line
-from tests.integration.test_build_cpu_cell import CA, _wheelhouse
+from tests.integration.test_build_cpu_cell import CA, cpu_cell_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -33,11 +33,7 @@ def signed_build(tmp_path_factory, local_base):
     key = make_key(work / "builder_key", "builder")
     allowed = work / "allowed_signers"
     allowed.write_text(signer_line("builder@example.org", key))
-    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(work / "ctx")]
-    command += ["--ca-cert", str(CA), "--network", "host", "--db", str(work / "m.db"), "--force", "--sign", str(key)]
-    wheels = _wheelhouse(work)
-    if wheels:
-        command += ["--wheelhouse", str(wheels)]
+    command = cpu_cell_command(local_base, work, "--db", str(work / "m.db"), "--force", "--sign", str(key))
     result = CliRunner().invoke(main, command)
     assert result.exit_code == 0, result.output
     tag = result.stdout.strip().splitlines()[-1]

@@ -15,19 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
-from tests.integration.test_build_cpu_cell import CA, _wheelhouse
+from tests.integration.test_build_cpu_cell import cpu_cell_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def test_cpu_cell_rebuilds_to_the_same_content_as_its_image(cpu_cell_image, tmp_path, local_base, docker_engine):
     image_id = docker_engine.images.get(cpu_cell_image).id
-    command = ["image", "--flavor", "cpu", "--torch", "2.13", "--base-image", local_base, "-o", str(tmp_path / "ctx")]
-    command += ["--ca-cert", str(CA), "--network", "host", "--check-reproducible"]
-    wheels = _wheelhouse(tmp_path)
-    if wheels:
-        command += ["--wheelhouse", str(wheels)]
-    result = CliRunner().invoke(main, command)
+    result = CliRunner().invoke(main, cpu_cell_command(local_base, tmp_path, "--check-reproducible"))
     report = json.loads((tmp_path / "ctx.repro.json").read_text())
     print(
         f"cpu cell, {report['compared']}: rebuilt in {report['build_seconds'][0]} s; "
