@@ -5,7 +5,8 @@ import warnings
 from workload.runner import train_command
 from workload.training.presets import PRESETS
 
-RESULT_KEYS = {
+#: result.json's top-level keys, in the order the workload writes them (workload.result.envelope)
+RESULT_KEYS = [
     "schema_version",
     "run_id",
     "command",
@@ -23,7 +24,7 @@ RESULT_KEYS = {
     "metrics",
     "probes",
     "artifacts",
-}
+]
 
 
 def quick_train(out_dir=None, probes=False, **changes):

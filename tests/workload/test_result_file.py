@@ -11,28 +11,11 @@ from datetime import datetime, timezone
 
 import pytest
 
+from workload_fixtures import RESULT_KEYS
+
 from workload.result import RESULT_FILE, envelope, finish, new_result, write_result
 
 STARTED = "2026-01-01T00:00:00Z"
-KEYS = [
-    "schema_version",
-    "run_id",
-    "command",
-    "status",
-    "error_class",
-    "error",
-    "started_at",
-    "finished_at",
-    "wall_time_s",
-    "versions",
-    "hardware",
-    "model",
-    "dataset",
-    "config",
-    "metrics",
-    "probes",
-    "artifacts",
-]
 
 
 def _age_s(stamp: str) -> float:
@@ -42,7 +25,7 @@ def _age_s(stamp: str) -> float:
 
 def test_an_envelope_is_every_key_in_order_in_the_error_state_and_the_schema_reads_it():
     built = envelope("probe", error_class="timeout", error="took too long", started_at=STARTED, wall_time_s=2.5)
-    assert list(built) == KEYS
+    assert list(built) == RESULT_KEYS
     assert built["schema_version"] == 1 and built["command"] == "probe" and built["status"] == "error"
     assert (built["error_class"], built["error"], built["started_at"]) == ("timeout", "took too long", STARTED)
     assert built["finished_at"] is None and built["wall_time_s"] == 2.5 and built["versions"] is None
@@ -132,7 +115,7 @@ def test_write_result_writes_strict_json_without_private_keys_and_with_non_finit
         "note": "überprüft",
     }
     assert "überprüft" in text and text.startswith('{\n  "schema_version": 1,\n  "run_id"')  # readable as it is
-    assert "_t0" not in written and list(written) == KEYS
+    assert "_t0" not in written and list(written) == RESULT_KEYS
     assert sorted(p.name for p in out.iterdir()) == [RESULT_FILE]  # no temp file left
 
 

@@ -32,7 +32,7 @@ def test_smoke_passes_and_learns(smoke_run):
     proc, out = smoke_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
-    assert RESULT_KEYS <= set(result) and result["schema_version"] == 1
+    assert set(RESULT_KEYS) <= set(result) and result["schema_version"] == 1
     assert result["status"] == "pass" and result["error_class"] is None and result["command"] == "train"
     metrics = result["metrics"]
     chance = 1 / len(EMOTIONS)
