@@ -31,6 +31,17 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def _stop_signals_handed_back():
+    """A command stopped in this process leaves Ctrl-C and SIGTERM ignored (its process is about to exit: see
+    builder.interrupt.stop_signals); the next test gets the handlers this one started with."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+
+
 def pytest_collection_modifyitems(items):
     """A test that needs the engine (through any fixture) is a `docker` test, marked or not: .ci/run runs
     `-m "not docker"` before the engine starts and `-m docker` after, so each test runs in its phase. The docker

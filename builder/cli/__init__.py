@@ -95,12 +95,13 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attribute)
 
     def invoke(self, ctx: click.Context):
-        """Every command: SIGTERM unwinds like Ctrl-C (clean-up runs), then exit 143; Ctrl-C exits 130. A path the
-        file system cannot name (a part over its length limit: only ever a path the user gave) is bad input, exit 2."""
-        from builder.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+        """Every command: Ctrl-C and SIGTERM stop it (its clean-up runs, and a second signal never cuts it short),
+        then exit 130 or 143 (builder.interrupt.stop_signals). A path the file system cannot name (a part over its
+        length limit: only ever a path the user gave) is bad input, exit 2."""
+        from builder.interrupt import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, stop_signals
 
         try:
-            with sigterm_as_interrupt():
+            with stop_signals():
                 return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             click.echo("interrupted (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)", err=True)

@@ -33,7 +33,7 @@ from builder.engine.doctor import HostView, host_record
 from builder.engine.run_output import RunLog
 from builder.engine.run_result import RunEnd, check_out_dir, run_end
 from builder.engine.runner import Notify, Output, Said, SifRun
-from builder.interrupt import describe, later_ctrl_c_ignored
+from builder.interrupt import describe
 from builder import strict_json
 from builder.paths import CONTAINER_LOG, file_sha256, write_text_atomic
 from builder.plan.steps import VERIFY_EXPECT, VERIFY_PATH
@@ -379,8 +379,7 @@ def stream_apptainer(
         except KeyboardInterrupt as exc:
             how = describe(exc)
             log.note(f"interrupted ({how}); stopping apptainer")
-            with later_ctrl_c_ignored():
-                _end(proc)
+            _end(proc)
             code, failure_class, failure = None, "interrupted", f"the run was interrupted ({how})"
         finally:
             proc.stdout.close()

@@ -5,7 +5,6 @@ without Docker."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import importlib.util
 import platform
@@ -28,7 +27,7 @@ from builder.engine.container import (
 from builder.engine.doctor import host_record
 from builder.engine.run_result import RunEnd, check_out_dir, envbuild_invocation, run_end
 from builder.engine.runner import Notify, Output, RunRequest, Said
-from builder.interrupt import Terminated, describe, later_ctrl_c_ignored
+from builder.interrupt import Terminated, describe
 from builder.paths import WORKLOAD_LOG
 
 _DISTRIBUTIONS = {
@@ -116,52 +115,50 @@ def run_local(request: RunRequest, notify: Notify, interpreter: Interpreter | No
     started = time.time()
     failure_class, failure = None, ""
     code, bad_input = None, None
-    with contextlib.ExitStack() as stopping:
-        with open(out_dir / WORKLOAD_LOG, "w", encoding="utf-8", buffering=1) as log:
-            proc = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                bufsize=1,
-                env=interpreter.env if interpreter else None,
-                cwd=interpreter.cwd if interpreter else None,
-            )
-            limit = interpreter.time_limit_s if interpreter else None
-            timer = threading.Timer(limit, _time_up, (proc, interpreter.notes)) if limit else None
-            try:
-                if timer:
-                    timer.start()
-                bad_input = _tee(proc, log, notify, interpreter.output_limit_bytes if interpreter else None)
-                code = proc.wait()
-                if timer and interpreter.notes:
-                    failure_class, failure = "timeout", f"the workload ran past its {limit:.0f} s and was stopped"
-                elif code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
-                    failure_class, failure = _exit_failure(code)
-            except KeyboardInterrupt as exc:
-                stopping.enter_context(later_ctrl_c_ignored())  # until the interrupted result is returned
-                how = describe(exc)
-                failure_class, failure = "interrupted", f"the run was interrupted ({how})"
-                log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
-                _stop_local_workload(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
-                _tee(proc, log, notify, interpreter.output_limit_bytes if interpreter else None)
-            finally:
-                if timer:
-                    timer.cancel()
-        if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
-            (out_dir / WORKLOAD_LOG).unlink(missing_ok=True)
-            raise BadWorkloadInput(bad_input)
-        return run_end(
-            out_dir,
-            failure_class,
-            failure,
-            started,
-            versions=interpreter.versions if interpreter else local_versions(),
-            host=host_record(site_recipes=request.site_recipes),
-            invocation=envbuild_invocation(request, None),
-            environment=interpreter.record if interpreter else {"route": "envbuild-python"},
+    with open(out_dir / WORKLOAD_LOG, "w", encoding="utf-8", buffering=1) as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            env=interpreter.env if interpreter else None,
+            cwd=interpreter.cwd if interpreter else None,
         )
+        limit = interpreter.time_limit_s if interpreter else None
+        timer = threading.Timer(limit, _time_up, (proc, interpreter.notes)) if limit else None
+        try:
+            if timer:
+                timer.start()
+            bad_input = _tee(proc, log, notify, interpreter.output_limit_bytes if interpreter else None)
+            code = proc.wait()
+            if timer and interpreter.notes:
+                failure_class, failure = "timeout", f"the workload ran past its {limit:.0f} s and was stopped"
+            elif code != 0 and not (code == WORKLOAD_BAD_INPUT and bad_input):
+                failure_class, failure = _exit_failure(code)
+        except KeyboardInterrupt as exc:
+            how = describe(exc)
+            failure_class, failure = "interrupted", f"the run was interrupted ({how})"
+            log.write(f"\n# envbuild: interrupted ({how}); stopping the workload\n")
+            _stop_local_workload(proc, signal.SIGTERM if isinstance(exc, Terminated) else None)
+            _tee(proc, log, notify, interpreter.output_limit_bytes if interpreter else None)
+        finally:
+            if timer:
+                timer.cancel()
+    if code == WORKLOAD_BAD_INPUT and bad_input:  # refused input: no result, no log kept, nothing recorded
+        (out_dir / WORKLOAD_LOG).unlink(missing_ok=True)
+        raise BadWorkloadInput(bad_input)
+    return run_end(
+        out_dir,
+        failure_class,
+        failure,
+        started,
+        versions=interpreter.versions if interpreter else local_versions(),
+        host=host_record(site_recipes=request.site_recipes),
+        invocation=envbuild_invocation(request, None),
+        environment=interpreter.record if interpreter else {"route": "envbuild-python"},
+    )
 
 
 def _exit_failure(code: int) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from typing import Any, Iterator, TypeVar
 
 from pydantic import ValidationError
 
+from builder.interrupt import stop_exception
 from builder.paths import DB_ENV_VAR, default_db_path
 from builder.store import result_schema, verdict_rules
 from builder.plan.cells import Cell
@@ -417,8 +418,8 @@ def _check_header(db: Path) -> None:
 class ReadBudget:
     """An SQLite progress handler bounding a read of someone else's file: the query stops after `seconds`, or when
     Ctrl-C / SIGTERM arrives while SQLite runs. Python's handler for that signal raises inside this callback,
-    where SQLite swallows it; used as a context manager, a wakeup fd notes the signal, and `reraise` calls its
-    handler again once the query has stopped, so the command unwinds as for any Ctrl-C / SIGTERM."""
+    where SQLite swallows it; used as a context manager, a wakeup fd notes the signal, and `reraise` raises the stop
+    again once the query has stopped, so the command unwinds as for any Ctrl-C / SIGTERM."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -450,7 +451,7 @@ class ReadBudget:
         return 0
 
     def reraise(self) -> None:
-        """After a stopped query: the Ctrl-C / SIGTERM that stopped it, raised again by its Python handler."""
+        """After a stopped query: the Ctrl-C / SIGTERM that stopped it, raised again (builder.interrupt)."""
         if self._pipe is None:
             return
         try:
@@ -458,11 +459,8 @@ class ReadBudget:
         except BlockingIOError:
             return
         for signum in received:
-            handler = signal.getsignal(signum)
-            if callable(handler):
-                handler(signum, None)
-            elif signum == signal.SIGINT and handler == signal.SIG_DFL:
-                raise KeyboardInterrupt
+            if signum in (signal.SIGINT, signal.SIGTERM):
+                raise stop_exception(signum)
 
 
 def _connect_readonly(

@@ -34,7 +34,7 @@ from builder.engine.build import (
 )
 from builder.engine.docker import EngineUnavailable
 from builder.engine.repro import ReproReport
-from builder.interrupt import describe, sigterm_as_interrupt
+from builder.interrupt import describe, stop_signals
 from builder.paths import output_problem
 from builder.plan.image_ref import is_image_reference
 from builder.plan.render import DOCKERFILE, RenderError
@@ -178,7 +178,7 @@ def build_image(
         return _reproducible(context, tag, options, request, notify)
     attempt = _attempt(request, context, tag, jobs, notify)
     log_path = attempt.log_path if attempt else request.log_path
-    with sigterm_as_interrupt() as stop:
+    with stop_signals() as stop:
         try:
             outcome = build.run_build(context, tag, options, notify, log_path, attempt)
         except BuildError as exc:  # no failing step: an option the engine refused, nothing attempted
@@ -301,7 +301,7 @@ def _reproducible(
     """The existing image against one no-cache rebuild (or two no-cache builds), compared file by file; the report
     goes to <context>.repro.json."""
     log_path = request.log_path or default_log_path(context.directory)
-    with sigterm_as_interrupt() as stop:
+    with stop_signals() as stop:
         try:
             return Reproducibility(*build.reproducible(context, tag, options, notify, log_path, request.rebuild_twice))
         except BuildInterrupted as exc:

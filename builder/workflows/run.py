@@ -26,7 +26,7 @@ from builder.interrupt import (
     Terminated,
     describe,
     later_ctrl_c_ignored,
-    sigterm_as_interrupt,
+    stop_signals,
 )
 from builder.paths import DB_ENV_VAR, IMAGE_OUT, default_db_path
 from builder.store.store import MatrixStore, RecordedRun, StoreError
@@ -147,7 +147,7 @@ def run_workload(request: RunWorkloadRequest, notify: Notify) -> RunOutcome | No
     if watch.others_at_start:
         notify(OtherRuns(watch.others_at_start))
     try:
-        with sigterm_as_interrupt() as stop:
+        with stop_signals() as stop:
             result = _run_on_route(_route_request(request, out_dir), notify)
     except BadInput:
         watch.discard()  # nothing was measured: no marker left

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.interrupt import Terminated, stop_signals
 from builder.store.store import MatrixStore
 from builder.store.store_schema import ReadBudget
 from matrix_fixtures import make_result
@@ -99,7 +100,7 @@ def test_an_untouched_db_still_merges(tmp_path):
     assert out.returncode == 0 and "imported 1 new run(s)" in out.stdout, out.stderr
 
 
-def test_the_read_budget_stops_a_long_query_and_keeps_a_signal():
+def test_the_read_budget_stops_a_long_query_and_its_time_out_is_no_signal():
     conn = sqlite3.connect(":memory:")
     budget = ReadBudget(0.3)
     conn.set_progress_handler(budget, 10_000)
@@ -108,14 +109,18 @@ def test_the_read_budget_stops_a_long_query_and_keeps_a_signal():
         conn.execute(ENDLESS).fetchall()
     assert time.monotonic() - started < 5 and "longer than 0.3 s" in budget.stopped
     budget.reraise()  # a time-out is not a signal: nothing to raise
-    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt("SIGTERM")))
-    try:
-        with ReadBudget(60) as budget:
-            conn.set_progress_handler(budget, 10_000)
-            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
-            with pytest.raises(sqlite3.OperationalError):
-                conn.execute(ENDLESS).fetchall()
-            with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-                budget.reraise()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("sig, stop", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
+def test_a_signal_that_stops_a_read_is_raised_again_once_the_query_stopped(sig, stop):
+    """Under the handlers every envbuild command runs with, Ctrl-C / SIGTERM during a bounded read ends the query
+    and then stops the command as anywhere else (SIGTERM as Terminated)."""
+    conn = sqlite3.connect(":memory:")
+    with stop_signals(), ReadBudget(60) as budget:
+        conn.set_progress_handler(budget, 10_000)
+        threading.Timer(0.3, os.kill, (os.getpid(), sig)).start()
+        with pytest.raises(sqlite3.OperationalError):
+            conn.execute(ENDLESS).fetchall()
+        with pytest.raises(stop) as raised:
+            budget.reraise()
+    assert isinstance(raised.value, Terminated) == (sig == signal.SIGTERM)
