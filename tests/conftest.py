@@ -44,10 +44,19 @@ def _stop_signals_handed_back():
 
 def pytest_collection_modifyitems(items):
     """A test that needs the engine (through any fixture) is a `docker` test, marked or not: .ci/run runs
-    `-m "not docker"` before the engine starts and `-m docker` after, so each test runs in its phase. The docker
-    tests share the engine, its images, its containers and the cluster: run them without pytest-xdist's -n."""
+    `-m "not docker"` before the engine starts and `-m docker` after, so each test runs in its phase. A test that
+    uses the cluster (tests/hpc_fixtures.py) is marked `hpc`; an `hpc` test runs in the `second_lane`, and a
+    `second_lane` test is a docker test. .ci/run runs the docker tests in two processes side by side,
+    `-m "docker and second_lane"` and `-m "docker and not second_lane"`: the second lane's tests start no container
+    that the first lane's checks count (label org.envbuild.run) and the first lane's no Slurm job or SIF; an image both
+    lanes need is built once (tests/shared_builds.py)."""
     for item in items:
-        if "docker_engine" in getattr(item, "fixturenames", ()):
+        uses_cluster = any(getattr(v, "__module__", None) == "hpc_fixtures" for v in vars(item.module).values())
+        if uses_cluster and not item.get_closest_marker("hpc"):
+            raise pytest.UsageError(f"{item.nodeid} uses the cluster (tests/hpc_fixtures.py): mark its module `hpc`")
+        if item.get_closest_marker("hpc"):
+            item.add_marker(pytest.mark.second_lane)
+        if "docker_engine" in getattr(item, "fixturenames", ()) or item.get_closest_marker("second_lane"):
             item.add_marker(pytest.mark.docker)
 
 

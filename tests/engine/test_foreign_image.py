@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from foreign_images import MARKED_VERSION, cuda_says_image, no_peft_image, plain_torch_image
+from shared_builds import one_build_at_a_time
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -19,7 +20,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def images(local_base, docker_engine, tmp_path_factory):
     work = tmp_path_factory.mktemp("foreign-images")
-    plain = plain_torch_image(local_base, work)
+    with one_build_at_a_time(tmp_path_factory, "foreign-torch"):
+        plain = plain_torch_image(local_base, work)
     return {
         "plain": plain,
         "nopeft": no_peft_image(plain, work),

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from builder.cli import main
 from foreign_images import MARKED_VERSION, plain_torch_image, sif_from_image
 from hpc_fixtures import cluster_wrappers, job_user_folder
+from shared_builds import one_build_at_a_time
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.hpc, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,8 @@ def shared():
 
 @pytest.fixture(scope="module")
 def foreign_sif(shared, local_base, docker_engine, tmp_path_factory) -> Path:
-    tag = plain_torch_image(local_base, tmp_path_factory.mktemp("foreign-sif-image"))
+    with one_build_at_a_time(tmp_path_factory, "foreign-torch"):
+        tag = plain_torch_image(local_base, tmp_path_factory.mktemp("foreign-sif-image"))
     return sif_from_image(docker_engine, tag, shared / "plain.sif", "apptainer", timeout=1200)
 
 

@@ -18,10 +18,11 @@ import pytest
 from foreign_images import sif_from_image
 from hpc_fixtures import HPC_BIN, cluster_wrappers, job_user_folder
 from hostile_images import build_hostile_image, measured
+from shared_builds import one_build_at_a_time
 
 from builder.bounded_read import read_file
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.hpc, pytest.mark.slow]
 ENVBUILD = str(Path(sys.executable).parent / "envbuild")
 TOKEN = "hf_hostileSifTokenValue0123456789abcdef"
 VICTIM_TEXT = "a host file the SIF must not reach\n"
@@ -36,7 +37,8 @@ def shared():
 
 @pytest.fixture(scope="module")
 def hostile_sif(shared, local_base, docker_engine, tmp_path_factory) -> Path:
-    tag = build_hostile_image(local_base, tmp_path_factory.mktemp("hostile-sif-image"))
+    with one_build_at_a_time(tmp_path_factory, "hostile"):
+        tag = build_hostile_image(local_base, tmp_path_factory.mktemp("hostile-sif-image"))
     return sif_from_image(docker_engine, tag, shared / "hostile.sif", HPC_BIN / "apptainer", timeout=600)
 
 

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from builder.cli import main
 from tests.integration.test_build_cpu_cell import cpu_cell_command
+from shared_builds import one_build_at_a_time
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +16,7 @@ def cpu_cell_image(tmp_path_factory, local_base, docker_engine) -> str:
     its content-hash tag (by test_build_cpu_cell.py earlier in the session, or an earlier session): a user's
     request (proxy CA as a secret, `--network host`, the CPU torch wheel as wheelhouse where there is one)."""
     work = tmp_path_factory.mktemp("cpu-cell-image")
-    built = CliRunner().invoke(main, cpu_cell_command(local_base, work, "--no-record"))
+    with one_build_at_a_time(tmp_path_factory, "cpu-cell"):
+        built = CliRunner().invoke(main, cpu_cell_command(local_base, work, "--no-record"))
     assert built.exit_code == 0, built.output
     return built.stdout.strip().splitlines()[-1]

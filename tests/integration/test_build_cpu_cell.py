@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from builder.engine.build import MANIFEST_LABEL
 from builder.store.store import MatrixStore, validate_result
+from shared_builds import one_build_at_a_time
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -52,7 +53,8 @@ def cpu_cell(tmp_path_factory, local_base):
     work = tmp_path_factory.mktemp("cpu-cell")
     command = cpu_cell_command(local_base, work, "--db", str(work / "m.db"))
     started = time.monotonic()  # --force: build (and record) even if an earlier session left the tag
-    result = CliRunner().invoke(main, [*command, "--force"])
+    with one_build_at_a_time(tmp_path_factory, "cpu-cell"):
+        result = CliRunner().invoke(main, [*command, "--force"])
     assert result.exit_code == 0, result.output
     return command, result, time.monotonic() - started, work
 

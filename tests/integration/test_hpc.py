@@ -30,7 +30,7 @@ from builder.cli import main
 from builder.store.store import MatrixStore
 from hpc_fixtures import cluster_wrappers, job_user_folder
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.hpc, pytest.mark.slow]
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 CELL = "cpu-torch2.13-py3.11"
 #: Two configurations that end in a verdict each (pass; fail by did_not_learn) and one that outlives the
@@ -63,28 +63,6 @@ def hpc_env():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         yield bin_dir
-
-
-@pytest.fixture(scope="module")
-def cpu_sif(cpu_cell_image, hpc_env, shared_dir):
-    """(SIF path, seconds of `envbuild sif`) for the cpu cell's image."""
-    sif = shared_dir / "cpu.sif"
-    started = time.monotonic()
-    made = CliRunner().invoke(main, ["sif", cpu_cell_image, "--compression", "lz4", "-o", str(sif)])
-    assert made.exit_code == 0, made.output
-    return sif, time.monotonic() - started
-
-
-def test_sif_records_its_sha256_and_verifies_inside_apptainer(cpu_sif):
-    sif, seconds = cpu_sif
-    record = json.loads(sif.with_name("cpu.sif.json").read_text())
-    assert record["sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
-    assert record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
-    assert record["image"]["manifest"]["cell_key"] == CELL
-    assert record["apptainer"].startswith("apptainer version 1.")
-    assert record["route"] == "docker-archive" and record["runtime"]["name"] == "apptainer"
-    assert record["context_hash"] == record["image"]["manifest"]["context_hash"]
-    print(f"envbuild sif: {seconds:.0f} s ({record['timings']})")
 
 
 #: Where the .def route runs: a DOCKER_HOST that answers nothing, so any use of a Docker engine fails the build.
@@ -137,18 +115,11 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.is_file() else ""
 
 
-def test_the_definition_route_builds_without_docker_and_names_the_docker_images_content_hash(
-    def_sif, cpu_cell_image, docker_engine
-):
+def test_the_definition_route_builds_without_docker(def_sif):
     sif, seconds = def_sif
     record = json.loads(sif.with_name(sif.name + ".json").read_text())
     assert record["route"] == "definition" and record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
     assert record["sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
-    # the same request, the same cell: the SIF built from cell.def and the image built by BuildKit share a hash
-    docker_labels = docker_engine.images.get(cpu_cell_image).labels
-    assert record["context_hash"] == docker_labels["io.envbuild.context-hash"]
-    assert "org.envbuild.context-hash" not in docker_labels  # one name for the hash (the legacy one is only read)
-    assert record["image"]["tag"] == cpu_cell_image
     assert record["base"]["bootstrap"] == "docker-archive" and len(record["base"]["sha256"]) == 64
     assert (record["runtime"]["name"], record["runtime"]["version"].split(".")[0]) == ("apptainer", "1")
     labels = subprocess.run(
@@ -246,6 +217,38 @@ def test_pull_refuses_an_image_envbuild_did_not_build(def_sif, shared_dir, tmp_p
     )
     assert made.exit_code == 2 and "no envbuild manifest" in made.output, made.output
     assert not (shared_dir / "base-pulled.sif").exists()
+
+
+def test_the_definition_built_sif_names_the_docker_images_content_hash(def_sif, cpu_cell_image, docker_engine):
+    """The same request, the same cell: the SIF built from cell.def and the image BuildKit built share a hash."""
+    sif, _ = def_sif
+    record = json.loads(sif.with_name(sif.name + ".json").read_text())
+    docker_labels = docker_engine.images.get(cpu_cell_image).labels
+    assert record["context_hash"] == docker_labels["io.envbuild.context-hash"]
+    assert "org.envbuild.context-hash" not in docker_labels  # one name for the hash (the legacy one is only read)
+    assert record["image"]["tag"] == cpu_cell_image
+
+
+@pytest.fixture(scope="module")
+def cpu_sif(cpu_cell_image, hpc_env, shared_dir):
+    """(SIF path, seconds of `envbuild sif`) for the cpu cell's image."""
+    sif = shared_dir / "cpu.sif"
+    started = time.monotonic()
+    made = CliRunner().invoke(main, ["sif", cpu_cell_image, "--compression", "lz4", "-o", str(sif)])
+    assert made.exit_code == 0, made.output
+    return sif, time.monotonic() - started
+
+
+def test_sif_records_its_sha256_and_verifies_inside_apptainer(cpu_sif):
+    sif, seconds = cpu_sif
+    record = json.loads(sif.with_name("cpu.sif.json").read_text())
+    assert record["sha256"] == hashlib.sha256(sif.read_bytes()).hexdigest()
+    assert record["verify"]["ok"] is True and record["verify"]["checks"] >= 5
+    assert record["image"]["manifest"]["cell_key"] == CELL
+    assert record["apptainer"].startswith("apptainer version 1.")
+    assert record["route"] == "docker-archive" and record["runtime"]["name"] == "apptainer"
+    assert record["context_hash"] == record["image"]["manifest"]["context_hash"]
+    print(f"envbuild sif: {seconds:.0f} s ({record['timings']})")
 
 
 def test_run_workload_apptainer_passes_on_the_cpu_cell(cpu_sif, shared_dir, tmp_path):

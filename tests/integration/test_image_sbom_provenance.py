@@ -22,6 +22,7 @@ from builder.cli import main
 from builder.paths import BUILD_RECORD, PROVENANCE_ENVELOPE, PROVENANCE_FILE, SBOM_FILE
 from tests.build_record_fixtures import make_key, signer_line
 from tests.integration.test_build_cpu_cell import CA, cpu_cell_command
+from shared_builds import one_build_at_a_time
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -34,7 +35,8 @@ def signed_build(tmp_path_factory, local_base):
     allowed = work / "allowed_signers"
     allowed.write_text(signer_line("builder@example.org", key))
     command = cpu_cell_command(local_base, work, "--db", str(work / "m.db"), "--force", "--sign", str(key))
-    result = CliRunner().invoke(main, command)
+    with one_build_at_a_time(tmp_path_factory, "cpu-cell"):
+        result = CliRunner().invoke(main, command)
     assert result.exit_code == 0, result.output
     tag = result.stdout.strip().splitlines()[-1]
     (attempt,) = (work / "envbuild-attempts").iterdir()

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from builder.cli import main
 from tests.integration.test_build_cpu_cell import cpu_cell_command
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.second_lane, pytest.mark.slow]
 
 
 def test_cpu_cell_rebuilds_to_the_same_content_as_its_image(cpu_cell_image, tmp_path, local_base, docker_engine):
