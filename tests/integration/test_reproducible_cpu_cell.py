@@ -15,14 +15,19 @@ import pytest
 from click.testing import CliRunner
 
 from builder.cli import main
+from shared_builds import one_build_at_a_time
 from tests.integration.test_build_cpu_cell import cpu_cell_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.second_lane, pytest.mark.slow]
 
 
-def test_cpu_cell_rebuilds_to_the_same_content_as_its_image(cpu_cell_image, tmp_path, local_base, docker_engine):
-    image_id = docker_engine.images.get(cpu_cell_image).id
-    result = CliRunner().invoke(main, cpu_cell_command(local_base, tmp_path, "--check-reproducible"))
+def test_cpu_cell_rebuilds_to_the_same_content_as_its_image(
+    cpu_cell_image, tmp_path, tmp_path_factory, local_base, docker_engine
+):
+    with one_build_at_a_time(tmp_path_factory, "cpu-cell"):  # the other lane tags nothing meanwhile
+        image_id = docker_engine.images.get(cpu_cell_image).id
+        result = CliRunner().invoke(main, cpu_cell_command(local_base, tmp_path, "--check-reproducible"))
+        after_id = docker_engine.images.get(cpu_cell_image).id
     report = json.loads((tmp_path / "ctx.repro.json").read_text())
     print(
         f"cpu cell, {report['compared']}: rebuilt in {report['build_seconds'][0]} s; "
@@ -33,7 +38,7 @@ def test_cpu_cell_rebuilds_to_the_same_content_as_its_image(cpu_cell_image, tmp_
     # the session's image under the same content-hash tag, against one rebuild; it is still there, unchanged
     assert report["compared"] == f"existing image {cpu_cell_image} (id {image_id}) against one --no-cache rebuild"
     assert len(report["build_seconds"]) == 1 and report["tags"][0] == cpu_cell_image
-    assert docker_engine.images.get(cpu_cell_image).id == image_id
+    assert after_id == image_id
     assert not docker_engine.images.list(name=report["tags"][1])
     assert report["counted"] == 0 and report["paths"] > 40_000
     assert result.stdout.strip().splitlines()[-1] == "differing paths outside the allow-list: 0"
