@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from builder.interrupt import Terminated, stop_signals
+from builder.interrupt import Terminated, describe, stop_signals
 
 STOPS = [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
 
@@ -27,6 +27,7 @@ def test_the_first_signal_stops_and_every_later_one_is_ignored_for_good(first, r
             deliver(first)
     assert isinstance(stopped.value, Terminated) == (first == signal.SIGTERM)
     assert stop.exit_code == (143 if first == signal.SIGTERM else 130)
+    assert describe(stopped.value) == ("SIGTERM" if first == signal.SIGTERM else "Ctrl-C")
     for later in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):  # after the block too: the process is exiting
         deliver(later)
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
@@ -46,11 +47,12 @@ def test_a_stop_inside_a_nested_block_keeps_the_outer_block_from_handing_the_sig
 
 def test_a_block_left_without_a_stop_hands_the_previous_handlers_back():
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    with stop_signals():
+    with stop_signals() as outer:
         with stop_signals():
             pass
         assert signal.getsignal(signal.SIGINT) not in before
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert not outer.terminated  # nothing stopped it
 
 
 def test_a_ctrl_c_the_process_inherited_ignored_stays_ignored():
