@@ -83,6 +83,7 @@ def stack_python(request, tmp_path_factory) -> tuple[str, Path]:
             "pip",
             "install",
             "-q",
+            "--no-compile",  # bytecode for what the smoke run imports is written when it imports it
             "--only-binary",
             "sentencepiece",
             "--no-deps",
