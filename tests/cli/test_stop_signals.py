@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
 
-from builder.interrupt import Terminated, describe, stop_signals
+from builder.interrupt import Terminated, describe, later_ctrl_c_ignored, stop_signals
 
 STOPS = [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
 
@@ -62,3 +63,36 @@ def test_a_ctrl_c_the_process_inherited_ignored_stays_ignored():
         deliver(signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_within_a_clean_up_block_ctrl_c_is_ignored_and_the_handler_comes_back_after():
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with later_ctrl_c_ignored():
+            deliver(signal.SIGINT)
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert seen == []
+        deliver(signal.SIGINT)
+        assert seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("block", [stop_signals, later_ctrl_c_ignored])
+def test_off_the_main_thread_a_block_runs_and_leaves_the_handlers_alone(block):
+    """Only the main thread may set handlers (signal.signal raises elsewhere): a worker thread's block just runs."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    seen, failed = [], []
+
+    def worker():
+        try:
+            with block():
+                seen.append((signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)))
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever the thread raised
+            failed.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert failed == [] and seen == [before]
