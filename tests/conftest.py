@@ -25,6 +25,12 @@ _BIN = str(Path(sys.executable).parent)
 if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = os.pathsep.join(filter(None, (_BIN, os.environ.get("PATH"))))
 
+# Tests run side by side (pytest-xdist's workers, CI's two Docker lanes), each starting torch processes: with torch's
+# default of a thread per core in every one of them the cores are oversubscribed and its OpenMP threads wait on each
+# other (the tests without an engine: 599 s on this project's 2-core VM, 464 s with one thread each). One thread per
+# process unless the caller chose otherwise; processes the tests start inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # A test run started as a background job (`cmd &` in a script) inherits SIGINT ignored, and so would every
 # process the tests start (an ignored signal survives exec): the Ctrl-C tests need what a terminal gives.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
