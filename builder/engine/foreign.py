@@ -261,7 +261,12 @@ def bring_in(probe: Probe, key: str, missing: list[lockfile.Entry], wheels: Path
         for path in [deps, *deps.rglob("*")]:  # readable by whoever the container runs as
             path.chmod(0o755 if path.is_dir() else 0o644)
         (deps / ".complete").write_text(requirements)
-        os.replace(deps, target)
+        try:
+            os.replace(deps, target)
+        except OSError:
+            if not (target / ".complete").is_file():
+                raise
+            # another run (a job array's task, a second shell) brought in the same packages meanwhile: use theirs
         return target
     except OSError as exc:
         raise ForeignError(f"cannot prepare the packages to bring in under {target.parent}: {exc}") from exc

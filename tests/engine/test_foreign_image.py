@@ -30,10 +30,14 @@ def images(local_base, docker_engine, tmp_path_factory):
     }
 
 
-@pytest.fixture()
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "envbuild" / "deps"
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One cache of brought-in packages for the module, as on a user's machine: the first run fills it, the others
+    find their packages there."""
+    root = tmp_path_factory.mktemp("foreign-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(root))
+        yield root / "envbuild" / "deps"
 
 
 def _run(*args: str):
