@@ -18,7 +18,7 @@ if ! grep -q "^#   wheel torch-[^ ]*-$tag\.whl " "$LOCK"; then
 fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! "$PYTHON" -m pip install -q --no-compile --require-hashes --no-deps -r "$LOCK" 2>"$log"; then
+if ! "$PYTHON" -m pip install -q --require-hashes --no-deps -r "$LOCK" 2>"$log"; then
   cat "$log" >&2
   if grep -q "DO NOT MATCH THE HASHES" "$log"; then
     echo "install_dev_torch: refused a torch wheel whose sha256 $LOCK does not list (above); nothing was installed" >&2
